@@ -1,0 +1,38 @@
+// Package raftlog is lockraft's raft log: a [raft.Storage] kept in its own bbolt file.
+//
+// It stores the entries, the HardState, the latest ConfState and the metadata of the
+// latest snapshot. The node loop writes through [Storage.Save] once per Ready; raft reads
+// through the raft.Storage methods. Semantics follow raft's MemoryStorage exactly
+// (including the conceptual "dummy" entry at FirstIndex()-1 whose term is kept for
+// matching), with three differences:
+//   - everything is durable: each write method is one bbolt read-write transaction,
+//     i.e. one commit and one fsync pair, whatever the number of entries;
+//   - caller mistakes that make MemoryStorage panic (an index past LastIndex, a gap in
+//     appended entries) are returned as errors instead;
+//   - [Storage.SetConfState] records the ConfState of the latest applied conf change,
+//     which [Storage.InitialState] prefers over the snapshot's.
+//
+// # File layout
+//
+// Bucket "log" maps an 8-byte big-endian index to proto.Marshal(entry). It holds exactly
+// the entries FirstIndex()..LastIndex(). Bucket "meta" holds:
+//
+//	magic      "lockraft/raftlog" + format version; a file without it is not ours (ErrCorrupt)
+//	hardstate  proto HardState (absent until the first one is saved)
+//	confstate  proto ConfState from SetConfState (absent if never set or superseded by a snapshot)
+//	snapshot   proto Snapshot: metadata and Data (a small descriptor in lockraft's design)
+//	compacted  16 bytes: index and term of the entry just before FirstIndex
+//
+// # Memory
+//
+// The newest Options.CacheEntries entries are kept in memory, so raft's Entries and Term
+// calls on the tail never open a transaction. Older entries are read from the file.
+//
+// # Concurrency and errors
+//
+// All methods are safe for concurrent use; a mutex serialises them. Returned slices and
+// messages are owned by the caller; entries inside them must not be mutated (raft's
+// contract). An error wrapping [ErrWrite] means the file may not hold what raft believes
+// is durable: the caller must stop the node. Memory always mirrors the last successful
+// commit, so reads stay consistent with the file after a failed write.
+package raftlog
