@@ -1,0 +1,328 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// Metadata headers carried by every RPC.
+const (
+	mdCluster = "lockraft-cluster"
+	mdFrom    = "lockraft-from"
+)
+
+// Reconnect backoff of a peer's message stream after a failure.
+const (
+	minRedial = 50 * time.Millisecond
+	maxRedial = 2 * time.Second
+)
+
+// snapshotQueueSize bounds the MsgSnap waiting per peer; raft sends at most
+// one snapshot per follower at a time, so more means the node is confused.
+const snapshotQueueSize = 4
+
+// Send delivers msgs to their peers, grouped by To. It never blocks on the
+// network: each peer's messages are marshalled here and enqueued as one batch
+// on that peer's bounded queue, and the peer's writer goroutine sends them in
+// order. Send does not retain or mutate msgs after it returns, so the caller
+// may reuse them.
+//
+// A message to an unknown peer, to a peer whose queue is full, or that cannot
+// be marshalled is dropped and Handler.ReportUnreachable(to) is called
+// (once per peer per Send). A dropped MsgSnap is also reported with
+// ReportSnapshot(to, true). MsgSnap go to the peer's snapshot sender, which
+// streams the file SnapshotPath(SnapshotDir, index) and reports the outcome
+// with ReportSnapshot. After Close, Send drops everything silently.
+//
+// Send is safe for concurrent use, but the order between concurrent Sends is
+// unspecified; raft's single loop calls it from one goroutine.
+func (t *Transport) Send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return
+	}
+	h := t.cfg.Handler
+	// Group by destination, keeping per-peer order. Small slices: a Ready has
+	// a handful of peers.
+	var order []uint64
+	groups := make(map[uint64][][]byte, 4)
+	unreachable := make(map[uint64]bool)
+	for _, m := range msgs {
+		to := m.GetTo()
+		p := t.peers[to]
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			if p == nil || !p.enqueueSnapshot(m) {
+				t.log.Warn("transport: snapshot dropped", "peer", to, "known", p != nil)
+				unreachable[to] = true
+				h.ReportSnapshot(to, true)
+			}
+			continue
+		}
+		if p == nil {
+			unreachable[to] = true
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.log.Error("transport: marshal", "peer", to, "type", m.GetType(), "err", err)
+			unreachable[to] = true
+			continue
+		}
+		if _, ok := groups[to]; !ok {
+			order = append(order, to)
+		}
+		groups[to] = append(groups[to], b)
+	}
+	for _, to := range order {
+		if !t.peers[to].enqueue(groups[to]) {
+			unreachable[to] = true
+		}
+	}
+	for to := range unreachable {
+		h.ReportUnreachable(to)
+	}
+}
+
+// peer is one remote node: a gRPC connection, a writer goroutine owning the
+// long-lived message stream, and a snapshot sender goroutine.
+type peer struct {
+	t    *Transport
+	id   uint64
+	addr string
+	conn *grpc.ClientConn
+	rpc  transportpb.RaftClient
+
+	queue   chan [][]byte // batches of marshalled messages
+	pending atomic.Int64  // messages in queue, bounded by QueueSize
+	snaps   chan *raftpb.Message
+
+	ctx    context.Context // cancelled by stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
+	cfg := &t.cfg
+	creds := insecure.NewCredentials()
+	if cfg.ClientTLS != nil {
+		creds = credentials.NewTLS(cfg.ClientTLS)
+	}
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time:                10 * time.Second,
+			Timeout:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  50 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   maxRedial,
+			},
+			MinConnectTimeout: cfg.DialTimeout,
+		}),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallSendMsgSize(cfg.MaxMsgSize+grpcSlack),
+			grpc.MaxCallRecvMsgSize(cfg.MaxMsgSize+grpcSlack),
+		),
+	)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &peer{
+		t:      t,
+		id:     id,
+		addr:   addr,
+		conn:   conn,
+		rpc:    transportpb.NewRaftClient(conn),
+		queue:  make(chan [][]byte, cfg.QueueSize),
+		snaps:  make(chan *raftpb.Message, snapshotQueueSize),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	p.ctx = p.outgoing(ctx)
+	p.wg.Add(2)
+	go p.writeLoop()
+	go p.snapshotLoop()
+	return p, nil
+}
+
+// outgoing adds the cluster and sender headers to ctx.
+func (p *peer) outgoing(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx,
+		mdCluster, p.t.cfg.ClusterID,
+		mdFrom, strconv.FormatUint(p.t.cfg.LocalID, 10))
+}
+
+// stop cancels the peer's streams, waits for its goroutines and closes the
+// connection. Queued messages are discarded without reports.
+func (p *peer) stop() {
+	p.cancel()
+	p.wg.Wait()
+	_ = p.conn.Close()
+}
+
+// enqueue adds one batch without blocking; false means the queue is full.
+func (p *peer) enqueue(batch [][]byte) bool {
+	n := int64(len(batch))
+	if p.pending.Add(n) > int64(p.t.cfg.QueueSize) {
+		p.pending.Add(-n)
+		return false
+	}
+	select {
+	case p.queue <- batch:
+		return true
+	default: // unreachable while pending is accurate; stay non-blocking anyway
+		p.pending.Add(-n)
+		return false
+	}
+}
+
+// enqueueSnapshot hands a MsgSnap to the snapshot sender without blocking.
+// The message is cloned so the caller keeps ownership of m.
+func (p *peer) enqueueSnapshot(m *raftpb.Message) bool {
+	select {
+	case p.snaps <- proto.Clone(m).(*raftpb.Message):
+		return true
+	default:
+		return false
+	}
+}
+
+// writeLoop owns the peer's message stream. It waits for queued batches,
+// coalesces everything queued into gRPC messages below MaxMsgSize and sends
+// them. On a stream error it reports the peer unreachable, drops what it was
+// sending and redials with backoff on the next batch.
+func (p *peer) writeLoop() {
+	defer p.wg.Done()
+	var (
+		stream  transportpb.Raft_StreamClient
+		cancel  context.CancelFunc = func() {}
+		carry   [][]byte           // messages taken from the queue but not yet sent
+		backoff = minRedial
+	)
+	defer func() { cancel() }()
+	limit := p.t.cfg.MaxMsgSize
+	for {
+		if len(carry) == 0 {
+			select {
+			case <-p.ctx.Done():
+				return
+			case b := <-p.queue:
+				p.pending.Add(-int64(len(b)))
+				carry = b
+			}
+		}
+		// Coalesce: fill one gRPC message from carry and the queue.
+		batch, size := &transportpb.Batch{}, 0
+		for {
+			for len(carry) > 0 && (len(batch.Msgs) == 0 || size+len(carry[0]) <= limit) {
+				if len(carry[0]) > limit {
+					p.t.log.Error("transport: message larger than MaxMsgSize dropped",
+						"peer", p.id, "size", len(carry[0]), "max", limit)
+					carry = carry[1:]
+					continue
+				}
+				batch.Msgs = append(batch.Msgs, carry[0])
+				size += len(carry[0]) + 8 // rough framing overhead
+				carry = carry[1:]
+			}
+			if len(carry) > 0 {
+				break
+			}
+			select {
+			case b := <-p.queue:
+				p.pending.Add(-int64(len(b)))
+				carry = b
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch.Msgs) == 0 {
+			continue
+		}
+		if stream == nil {
+			sctx, sc := context.WithCancel(p.ctx)
+			s, err := p.rpc.Stream(sctx)
+			if err != nil {
+				sc()
+				p.streamFailed(err, len(batch.Msgs))
+				carry = nil
+				if !p.sleep(&backoff) {
+					return
+				}
+				continue
+			}
+			stream, cancel = s, sc
+		}
+		if err := stream.Send(batch); err != nil {
+			if errors.Is(err, io.EOF) {
+				// The server ended the stream; its status says why.
+				_, err = stream.CloseAndRecv()
+			}
+			cancel()
+			stream = nil
+			p.streamFailed(err, len(batch.Msgs))
+			carry = nil
+			if !p.sleep(&backoff) {
+				return
+			}
+			continue
+		}
+		backoff = minRedial
+	}
+}
+
+// streamFailed logs a failed stream and reports the peer unreachable.
+func (p *peer) streamFailed(err error, dropped int) {
+	if p.ctx.Err() != nil {
+		return // stopping; not the peer's fault
+	}
+	if status.Code(err) == codes.PermissionDenied {
+		p.t.log.Warn("transport: peer rejected stream", "peer", p.id, "addr", p.addr, "err", err)
+	} else {
+		p.t.log.Debug("transport: stream to peer failed", "peer", p.id, "addr", p.addr,
+			"dropped", dropped, "err", err)
+	}
+	p.t.cfg.Handler.ReportUnreachable(p.id)
+}
+
+// sleep waits for the current backoff (doubling it up to maxRedial), or
+// returns false when the peer is stopped.
+func (p *peer) sleep(d *time.Duration) bool {
+	timer := time.NewTimer(*d)
+	defer timer.Stop()
+	*d = min(*d*2, maxRedial)
+	select {
+	case <-p.ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
