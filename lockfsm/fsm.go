@@ -1,0 +1,144 @@
+package lockfsm
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Limits checked deterministically at apply.
+const (
+	// MaxNameLen is the longest lock name, in bytes.
+	MaxNameLen = 512
+	// MaxOwnerLen is the longest owner, in bytes.
+	MaxOwnerLen = 256
+	// DefaultMaxHolds is the reentrancy limit of an acquire whose MaxHolds is 0.
+	DefaultMaxHolds = 64
+)
+
+// FSM is the lock state machine: an in-memory lock table and session table, kept in a bbolt file by
+// Commit. It is not safe for concurrent use: one goroutine (the node loop) calls every method.
+type FSM struct {
+	path string
+	db   *bolt.DB
+
+	applied uint64 // last applied index, in memory
+	durable uint64 // last index whose state is committed to db
+
+	sessions map[uint64]*session
+	locks    map[string]*lock
+
+	// Records changed since the last Commit. A key whose record is gone from memory is deleted by Commit.
+	dirtySessions map[uint64]struct{}
+	dirtyLocks    map[string]struct{}
+
+	scratch Command  // Apply decodes into it; its strings alias the entry's bytes
+	names   []string // scratch for sorted name lists
+	buf     []byte   // scratch for record encoding
+}
+
+func newState() (map[uint64]*session, map[string]*lock) {
+	return make(map[uint64]*session), make(map[string]*lock)
+}
+
+// AppliedIndex returns the index of the last applied entry (in memory; see DurableIndex).
+func (f *FSM) AppliedIndex() uint64 { return f.applied }
+
+// DurableIndex returns the last index whose state is committed to the bbolt file. After a crash, Open
+// returns the state as of this index and the node replays the entries after it.
+func (f *FSM) DurableIndex() uint64 { return f.durable }
+
+// Apply decodes and applies the committed entry at index, appends the events it causes to events and
+// returns the result and the extended slice. It does not allocate when events has room and no new name,
+// session or waiter appears.
+//
+// An index <= AppliedIndex returns Result{Err: ErrAlreadyApplied} and changes nothing. Data that does not
+// decode returns Result{Err: ErrBadCommand} and still counts as applied, so a committed entry never wedges
+// the node. data is not retained.
+func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event) {
+	if index <= f.applied {
+		return Result{Err: ErrAlreadyApplied}, events
+	}
+	c := &f.scratch
+	if err := decodeInto(c, data, true); err != nil {
+		f.applied = index
+		*c = Command{ExtraNames: c.ExtraNames[:0]}
+		return Result{Err: ErrBadCommand}, events
+	}
+	r, events := f.apply(index, c, events)
+	// Drop the aliases into data.
+	clear(c.ExtraNames)
+	*c = Command{ExtraNames: c.ExtraNames[:0]}
+	return r, events
+}
+
+// ApplyCommand is Apply for an already decoded command. c is not retained.
+func (f *FSM) ApplyCommand(index uint64, c *Command, events []Event) (Result, []Event) {
+	if index <= f.applied {
+		return Result{Err: ErrAlreadyApplied}, events
+	}
+	return f.apply(index, c, events)
+}
+
+func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
+	f.applied = index
+	switch c.Kind {
+	case KindNoop:
+		return Result{Status: Noop}, ev
+	case KindOpenSession:
+		return f.openSession(index, c, ev)
+	case KindCloseSession:
+		return f.endSession(index, c, ReasonSessionClosed, 0, ev)
+	case KindExpireSession:
+		return f.endSession(index, c, ReasonSessionExpired, c.LockDelayMillis, ev)
+	case KindAcquire, KindRelease, KindCancel:
+		return f.applySequenced(index, c, ev)
+	case KindExpireLease:
+		return f.expireLease(index, c, ev)
+	case KindLiftDelay:
+		return f.liftDelay(index, c, ev)
+	}
+	return Result{Err: ErrBadCommand}, ev
+}
+
+// applySequenced applies the per-session commands: deduplication (S6), then validation, then the rule.
+// Every outcome but ErrNoSession, ErrStaleSequence and Duplicate is retained under (Session, Seq).
+func (f *FSM) applySequenced(index uint64, c *Command, ev []Event) (Result, []Event) {
+	s := f.sessions[c.Session]
+	if s == nil {
+		return Result{Err: ErrNoSession}, ev
+	}
+	if old, ok := s.lookup(c.Seq); ok {
+		r := old.result()
+		r.Duplicate = true
+		return r, ev
+	}
+	if c.Seq < s.lowWater {
+		return Result{Err: ErrStaleSequence}, ev
+	}
+	s.ack(c.AckedBelow, c.Seq)
+	f.dirtySessions[s.id] = struct{}{}
+	var r Result
+	switch {
+	case !validName(c.Name):
+		r.Err = ErrInvalidName
+	case c.Owner == "" || len(c.Owner) > MaxOwnerLen:
+		r.Err = ErrInvalidOwner
+	case c.Kind == KindAcquire:
+		r, ev = f.acquire(index, s, c, ev)
+	case c.Kind == KindRelease:
+		r, ev = f.release(index, s, c, ev)
+	default:
+		r, ev = f.cancel(index, s, c, ev)
+	}
+	s.store(toRetained(c.Seq, &r))
+	return r, ev
+}
+
+func validName(n string) bool {
+	return n != "" && len(n) <= MaxNameLen && utf8.ValidString(n)
+}
+
+// own returns a copy of s that does not alias an entry's bytes, for strings the state keeps.
+func own(s string) string { return strings.Clone(s) }

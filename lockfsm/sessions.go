@@ -1,0 +1,180 @@
+package lockfsm
+
+import "slices"
+
+// MaxRetainedResults bounds the results kept per session for deduplication (S6). A session keeps the
+// results of its applied sequence numbers >= its acknowledged low-water mark (the highest AckedBelow it has
+// sent), and at most MaxRetainedResults of them: beyond that the lowest is evicted and the low-water mark
+// moves above it, so a later retry of an evicted sequence number gets ErrStaleSequence (never a second
+// apply). Memory is therefore bounded by sessions × MaxRetainedResults × (about 64 bytes + the holder owner
+// string kept with ErrLocked results); a well-behaved node acknowledges promptly and keeps only its
+// in-flight commands.
+const MaxRetainedResults = 1024
+
+// session is one open session: its identity, its deduplication window and indexes of what it holds and
+// waits for (derived from the lock table, never persisted on their own).
+type session struct {
+	id, node, ttl uint64
+	// lowWater: every seq < lowWater is stale. Raised by AckedBelow and by eviction.
+	lowWater uint64
+	// results are the retained results, ascending by seq.
+	results []retained
+	holds   map[string]struct{} // names this session holds (one owner per name)
+	waits   map[string]uint32   // names this session waits for → number of its waiters there
+}
+
+// retained is a stored result, in the form that round-trips through bbolt and snapshots.
+type retained struct {
+	seq       uint64
+	code      uint8 // error code, see errCodes
+	status    Status
+	token     uint64
+	holdCount uint32
+	position  uint32
+	holder    Holder
+}
+
+func (r *retained) result() Result {
+	err, _ := codeToErr(r.code)
+	return Result{Err: err, Status: r.status, Token: r.token, HoldCount: r.holdCount, Position: r.position,
+		Holder: r.holder}
+}
+
+func toRetained(seq uint64, r *Result) retained {
+	return retained{seq: seq, code: errToCode(r.Err), status: r.Status, token: r.Token, holdCount: r.HoldCount,
+		position: r.Position, holder: r.Holder}
+}
+
+func cmpRetained(a retained, seq uint64) int {
+	switch {
+	case a.seq < seq:
+		return -1
+	case a.seq > seq:
+		return 1
+	}
+	return 0
+}
+
+// lookup returns the retained result for seq, if any. The pointer is valid until the next store.
+func (s *session) lookup(seq uint64) (*retained, bool) {
+	i, ok := slices.BinarySearchFunc(s.results, seq, cmpRetained)
+	if !ok {
+		return nil, false
+	}
+	return &s.results[i], true
+}
+
+// ack raises the low-water mark to ackedBelow (clamped to seq, the command's own sequence number, so a
+// command never acknowledges itself) and drops results below it.
+func (s *session) ack(ackedBelow, seq uint64) {
+	ackedBelow = min(ackedBelow, seq)
+	if ackedBelow <= s.lowWater {
+		return
+	}
+	s.lowWater = ackedBelow
+	i, _ := slices.BinarySearchFunc(s.results, ackedBelow, cmpRetained)
+	if i > 0 {
+		s.results = slices.Delete(s.results, 0, i)
+	}
+}
+
+// store records r as the result of seq (seq must not be retained yet) and evicts the lowest results beyond
+// MaxRetainedResults.
+func (s *session) store(r retained) {
+	n := len(s.results)
+	if n == 0 || s.results[n-1].seq < r.seq {
+		s.results = append(s.results, r)
+	} else {
+		i, _ := slices.BinarySearchFunc(s.results, r.seq, cmpRetained)
+		s.results = slices.Insert(s.results, i, r)
+	}
+	if over := len(s.results) - MaxRetainedResults; over > 0 {
+		s.lowWater = max(s.lowWater, s.results[over-1].seq+1)
+		s.results = slices.Delete(s.results, 0, over)
+	}
+}
+
+func (s *session) addHold(name string) {
+	if s.holds == nil {
+		s.holds = make(map[string]struct{})
+	}
+	s.holds[name] = struct{}{}
+}
+
+func (s *session) addWait(name string) {
+	if s.waits == nil {
+		s.waits = make(map[string]uint32)
+	}
+	s.waits[name]++
+}
+
+func (s *session) dropWait(name string) {
+	if n := s.waits[name]; n > 1 {
+		s.waits[name] = n - 1
+	} else {
+		delete(s.waits, name)
+	}
+}
+
+// openSession applies KindOpenSession: the session id is the entry's index.
+func (f *FSM) openSession(index uint64, c *Command, ev []Event) (Result, []Event) {
+	f.sessions[index] = &session{id: index, node: c.Node, ttl: c.TTLMillis}
+	f.dirtySessions[index] = struct{}{}
+	ev = append(ev, Event{Kind: EventSessionOpened, Session: index, Node: c.Node, TTLMillis: c.TTLMillis})
+	return Result{Status: SessionOpened, Session: index}, ev
+}
+
+// endSession applies KindCloseSession and KindExpireSession: first every waiter of the session leaves its
+// queue (names in sorted order, queue order within a name), then every hold is released (sorted names) and
+// handed to the next waiter, or delayed when delay > 0. The session goes last.
+func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, ev []Event) (Result, []Event) {
+	s := f.sessions[c.Session]
+	if s == nil {
+		return Result{Err: ErrNoSession}, ev
+	}
+	f.names = sortedKeys(f.names, s.waits)
+	names := f.names
+	for _, name := range names {
+		l := f.locks[name]
+		kept := l.waiters[:0]
+		for _, w := range l.waiters {
+			if w.session != s.id {
+				kept = append(kept, w)
+				continue
+			}
+			ev = append(ev, Event{Kind: EventWaitEnded, Name: l.name, Session: w.session, Owner: w.owner,
+				Seq: w.seq, Reason: reason})
+		}
+		clear(l.waiters[len(kept):])
+		l.waiters = kept
+		f.touchLock(l)
+	}
+	clear(s.waits)
+	f.names = sortedKeys(f.names, s.holds)
+	names = f.names
+	for _, name := range names {
+		l := f.locks[name]
+		ev = f.endHold(l, reason, ev)
+		if delay > 0 {
+			l.delayed = true
+			l.delayToken = index
+			ev = append(ev, Event{Kind: EventDelayed, Name: l.name, Token: index, DelayMillis: delay})
+		}
+		ev = f.handoff(l, index, ev)
+	}
+	clear(f.names)
+	delete(f.sessions, s.id)
+	f.dirtySessions[s.id] = struct{}{}
+	ev = append(ev, Event{Kind: EventSessionEnded, Session: s.id, Reason: reason})
+	return Result{Status: SessionClosed, Session: s.id}, ev
+}
+
+// sortedKeys appends m's keys to dst[:0] and sorts them.
+func sortedKeys[V any](dst []string, m map[string]V) []string {
+	dst = dst[:0]
+	for k := range m {
+		dst = append(dst, k)
+	}
+	slices.Sort(dst)
+	return dst
+}
