@@ -207,7 +207,7 @@ func (s *Storage) load() (err error) {
 		}); err != nil {
 			return fmt.Errorf("%w: initialise %s: %v", ErrWrite, s.path, err)
 		}
-		s.snap = &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{ConfState: &raftpb.ConfState{}}}
+		s.snap = raftpb.EnsureSnapshot(nil)
 		return nil
 	}
 	return s.db.View(s.read)
@@ -247,9 +247,6 @@ func (s *Storage) read(tx *bolt.Tx) error {
 			return s.corrupt("compaction point has %d bytes", len(v))
 		}
 		s.dummyIndex, s.dummyTerm = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])
-	}
-	if s.dummyIndex < s.snap.GetMetadata().GetIndex() {
-		return s.corrupt("compaction point %d before snapshot %d", s.dummyIndex, s.snap.GetMetadata().GetIndex())
 	}
 	s.last = s.dummyIndex
 	c := logb.Cursor()
@@ -321,4 +318,3 @@ func (s *Storage) Close() error {
 	}
 	return nil
 }
-

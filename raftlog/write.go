@@ -38,8 +38,7 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 		if cur != 0 && cur >= idx {
 			return raft.ErrSnapOutOfDate
 		}
-		newSnap = proto.Clone(snap).(*raftpb.Snapshot)
-		newSnap.Metadata.ConfState = raftpb.EnsureConfState(newSnap.Metadata.ConfState)
+		newSnap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
 		dummyIndex, dummyTerm, last = idx, snap.GetMetadata().GetTerm(), idx
 	}
 	ents, err := trimEntries(ents, dummyIndex+1, last)
