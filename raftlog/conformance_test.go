@@ -112,7 +112,7 @@ func runConformance(t *testing.T, rng *rand.Rand, opts Options, steps int) {
 			t.Fatalf("step %d %s: error %v, want %v", step, desc, gotErr, wantErr)
 		}
 		compareStorages(t, fmt.Sprintf("step %d %s", step, desc), ms, s)
-		if rng.IntN(10) == 0 {
+		if rng.IntN(4) == 0 {
 			s = reopen(t, s, path, opts)
 			compareStorages(t, fmt.Sprintf("step %d after reopen", step), ms, s)
 		}
