@@ -1,0 +1,263 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	h := &recorder{}
+	ok := Config{ClusterID: "c", LocalID: 1, ListenAddr: "127.0.0.1:0", SnapshotDir: t.TempDir(), Handler: h}
+	for name, mutate := range map[string]func(*Config){
+		"no cluster":     func(c *Config) { c.ClusterID = "" },
+		"zero id":        func(c *Config) { c.LocalID = 0 },
+		"no address":     func(c *Config) { c.ListenAddr = "" },
+		"no snapshotdir": func(c *Config) { c.SnapshotDir = "" },
+		"no handler":     func(c *Config) { c.Handler = nil },
+		"negative queue": func(c *Config) { c.QueueSize = -1 },
+		"negative max":   func(c *Config) { c.MaxMsgSize = -1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := ok
+			mutate(&cfg)
+			_, err := New(cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+	tr, err := New(ok)
+	require.NoError(t, err)
+	require.NoError(t, tr.Close())
+}
+
+// One Send of N messages to an up peer arrives as one Receive call, in
+// order; later single-message Sends keep the order; misaddressed messages
+// are dropped; an unknown peer is reported unreachable.
+func TestSendBatchesInOrder(t *testing.T) {
+	a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
+	connect(a, b)
+
+	var first []*raftpb.Message
+	for i := uint64(1); i <= 10; i++ {
+		first = append(first, msgApp(1, 2, i))
+	}
+	first = append(first, msgApp(1, 3, 99)) // unknown peer 3
+	first = append(first, msgApp(7, 2, 98)) // From is not the stream's peer
+	a.t.Send(first)
+	require.Equal(t, 1, a.rec.unreachableCount(3))
+
+	require.Eventually(t, func() bool { _, n := b.rec.received(); return n >= 1 }, waitFor, tick)
+	got, calls := b.rec.received()
+	require.Equal(t, 1, calls, "one Send to an up peer must arrive as one Receive")
+	require.Equal(t, seq(1, 10), indexes(got))
+
+	for i := uint64(11); i <= 200; i++ {
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, i)})
+	}
+	require.Eventually(t, func() bool { got, _ := b.rec.received(); return len(got) >= 200 }, waitFor, tick)
+	got, _ = b.rec.received()
+	require.Equal(t, seq(1, 200), indexes(got))
+	for _, m := range got {
+		require.Equal(t, uint64(1), m.GetFrom())
+		require.Equal(t, uint64(2), m.GetTo())
+	}
+	require.Zero(t, a.rec.unreachableCount(2))
+}
+
+func TestThreeTransportsDeliverPerPeerOrder(t *testing.T) {
+	nodes := []*node{newNode(t, "c1", 1), newNode(t, "c1", 2), newNode(t, "c1", 3)}
+	connect(nodes...)
+	const perPeer = 100
+	for i := uint64(1); i <= perPeer; i++ {
+		for _, n := range nodes {
+			from := n.t.cfg.LocalID
+			var batch []*raftpb.Message
+			for _, to := range []uint64{1, 2, 3} {
+				if to != from {
+					batch = append(batch, msgApp(from, to, i))
+				}
+			}
+			n.t.Send(batch)
+		}
+	}
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { got, _ := n.rec.received(); return len(got) == 2*perPeer }, waitFor, tick)
+		got, _ := n.rec.received()
+		byFrom := map[uint64][]*raftpb.Message{}
+		for _, m := range got {
+			require.Equal(t, n.t.cfg.LocalID, m.GetTo())
+			byFrom[m.GetFrom()] = append(byFrom[m.GetFrom()], m)
+		}
+		require.Len(t, byFrom, 2)
+		for from, msgs := range byFrom {
+			require.Equal(t, seq(1, perPeer), indexes(msgs), "from %d to %d", from, n.t.cfg.LocalID)
+		}
+	}
+}
+
+func TestOtherClusterIsRejected(t *testing.T) {
+	a, b := newNode(t, "cluster-a", 1), newNode(t, "cluster-b", 2)
+	connect(a, b)
+
+	// The stream is rejected; the sender notices on a later Send.
+	require.Eventually(t, func() bool {
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+		return a.rec.unreachableCount(2) > 0
+	}, waitFor, 10*time.Millisecond)
+	got, _ := b.rec.received()
+	require.Empty(t, got)
+	require.Contains(t, b.log.String(), "level=WARN msg=\"transport: rejected rpc from another cluster\" local=2 rpc=Stream from=1 local_cluster=cluster-b remote_cluster=cluster-a")
+	require.Contains(t, a.log.String(), "peer rejected stream")
+
+	_, err := a.t.Call(context.Background(), 2, "ping", nil)
+	require.ErrorIs(t, err, ErrClusterMismatch)
+	require.Contains(t, b.log.String(), "rpc=Call from=1 local_cluster=cluster-b remote_cluster=cluster-a")
+}
+
+// A closed port: the writer cannot open a stream, so its queue fills and
+// Send reports the peer unreachable without blocking.
+func TestFullQueueReportsUnreachable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := lis.Addr().String()
+	require.NoError(t, lis.Close())
+
+	a := newNode(t, "c1", 1, func(c *Config) { c.QueueSize = 4 })
+	a.t.AddPeer(2, dead)
+
+	// A batch larger than the queue never fits.
+	var big []*raftpb.Message
+	for i := uint64(1); i <= 5; i++ {
+		big = append(big, msgApp(1, 2, i))
+	}
+	a.t.Send(big)
+	require.Equal(t, 1, a.rec.unreachableCount(2))
+
+	// Many small Sends overrun the queue while the writer backs off; Send
+	// must return at once each time.
+	start := time.Now()
+	for i := uint64(1); i <= 100; i++ {
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, i)})
+	}
+	require.Less(t, time.Since(start), time.Second)
+	require.Greater(t, a.rec.unreachableCount(2), 50)
+}
+
+func TestReconnectAfterRestart(t *testing.T) {
+	a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
+	connect(a, b)
+	addr := b.t.Addr()
+
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+	require.Eventually(t, func() bool { got, _ := b.rec.received(); return len(got) == 1 }, waitFor, tick)
+
+	require.NoError(t, b.t.Close())
+	require.Eventually(t, func() bool {
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
+		return a.rec.unreachableCount(2) > 0
+	}, waitFor, 10*time.Millisecond)
+
+	b2 := newNode(t, "c1", 2, func(c *Config) { c.ListenAddr = addr })
+	i := uint64(100)
+	require.Eventually(t, func() bool {
+		i++
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, i)})
+		got, _ := b2.rec.received()
+		return len(got) > 0
+	}, waitFor, 10*time.Millisecond)
+
+	// Once reconnected, order holds again.
+	for j := uint64(1001); j <= 1050; j++ {
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, j)})
+	}
+	require.Eventually(t, func() bool {
+		got, _ := b2.rec.received()
+		return got[len(got)-1].GetIndex() == 1050
+	}, waitFor, tick)
+	got, _ := b2.rec.received()
+	for k := 1; k < len(got); k++ {
+		require.Less(t, got[k-1].GetIndex(), got[k].GetIndex())
+	}
+}
+
+func TestCall(t *testing.T) {
+	a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
+	connect(a, b)
+	var gotFrom atomic.Uint64
+	b.rec.call = func(ctx context.Context, from uint64, method string, req []byte) ([]byte, error) {
+		gotFrom.Store(from)
+		switch method {
+		case "echo":
+			return append([]byte("re:"), req...), nil
+		case "block":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		default:
+			return nil, errors.New("no such method")
+		}
+	}
+
+	out, err := a.t.Call(context.Background(), 2, "echo", []byte("hi"))
+	require.NoError(t, err)
+	require.Equal(t, "re:hi", string(out))
+	require.Equal(t, uint64(1), gotFrom.Load())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = a.t.Call(ctx, 2, "block", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 2*time.Second)
+
+	_, err = a.t.Call(context.Background(), 2, "nope", nil)
+	require.ErrorContains(t, err, "no such method")
+
+	_, err = a.t.Call(context.Background(), 9, "echo", nil)
+	require.ErrorIs(t, err, ErrUnknownPeer)
+}
+
+func TestCloseIsIdempotentAndLeaksNothing(t *testing.T) {
+	base := runtime.NumGoroutine()
+	func() {
+		a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
+		connect(a, b)
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+		b.t.Send([]*raftpb.Message{msgApp(2, 1, 1)})
+		require.Eventually(t, func() bool {
+			ga, _ := a.rec.received()
+			gb, _ := b.rec.received()
+			return len(ga) == 1 && len(gb) == 1
+		}, waitFor, tick)
+		_, err := a.t.Call(context.Background(), 2, "x", nil)
+		require.NoError(t, err)
+
+		require.NoError(t, a.t.Close())
+		require.NoError(t, a.t.Close())
+		require.NoError(t, b.t.Close())
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)}) // must not panic
+		a.t.AddPeer(3, "127.0.0.1:1")
+		_, err = a.t.Call(context.Background(), 2, "x", nil)
+		require.ErrorIs(t, err, ErrClosed)
+	}()
+	// Polled here, not with require.Eventually: that runs the condition on a
+	// goroutine of its own, which would count.
+	deadline := time.Now().Add(waitFor)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines did not return to %d:\n%s", base, goroutines())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func goroutines() string {
+	buf := make([]byte, 1<<16)
+	return string(buf[:runtime.Stack(buf, true)])
+}
