@@ -1,0 +1,72 @@
+package transport
+
+import (
+	"sync"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// countingHandler counts received messages and lets a sender wait until
+// the number in flight falls below a window.
+type countingHandler struct {
+	recorder
+	mu       sync.Mutex
+	cond     *sync.Cond
+	received int
+}
+
+func (h *countingHandler) Receive(msgs []*raftpb.Message) {
+	h.mu.Lock()
+	h.received += len(msgs)
+	h.cond.Broadcast()
+	h.mu.Unlock()
+}
+
+// waitUntil blocks until at least n messages have been received.
+func (h *countingHandler) waitUntil(n int) {
+	h.mu.Lock()
+	for h.received < n {
+		h.cond.Wait()
+	}
+	h.mu.Unlock()
+}
+
+// BenchmarkSendReceive measures messages/s from Send on one transport to
+// Receive on another over loopback gRPC, with 1 or 64 messages per Send
+// (one Ready's worth to a peer). The sender keeps at most half a queue in
+// flight so nothing is dropped.
+func BenchmarkSendReceive(b *testing.B) {
+	for _, per := range []int{1, 64} {
+		b.Run(map[int]string{1: "1perSend", 64: "64perSend"}[per], func(b *testing.B) {
+			h := &countingHandler{}
+			h.cond = sync.NewCond(&h.mu)
+			src := newNode(b, "bench", 1)
+			dst := newNode(b, "bench", 2, func(c *Config) { c.Handler = h })
+			connect(src, dst)
+
+			batch := make([]*raftpb.Message, per)
+			for i := range batch {
+				m := msgApp(1, 2, uint64(i))
+				m.Entries = []*raftpb.Entry{{Term: new(uint64(1)), Index: new(uint64(i)), Data: make([]byte, 64)}}
+				batch[i] = m
+			}
+			const window = DefaultQueueSize / 2
+			b.ResetTimer()
+			sent := 0
+			for sent < b.N {
+				src.t.Send(batch)
+				sent += per
+				if sent > window {
+					h.waitUntil(sent - window)
+				}
+			}
+			h.waitUntil(sent)
+			b.StopTimer()
+			if n := src.rec.unreachableCount(2); n > 0 {
+				b.Fatalf("%d drops", n)
+			}
+			b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
