@@ -165,7 +165,7 @@ func compareStorages(t *testing.T, ctx string, ms *raft.MemoryStorage, s *Storag
 		}
 	}
 	for lo := max(first, 1) - 1; lo <= last+1; lo++ {
-		for hi := lo; hi <= last+1; hi++ {
+		for hi := lo; hi <= min(last+1, lo+12); hi++ {
 			for _, maxSize := range []uint64{0, 20, 45, math.MaxUint64} {
 				want, wantErr := ms.Entries(lo, hi, maxSize)
 				got, gotErr := s.Entries(lo, hi, maxSize)
