@@ -17,7 +17,9 @@ import (
 // running. Safe for concurrent use; it does not queue behind Send.
 //
 // Errors: ErrClosed after Close; ErrUnknownPeer for an id not added;
-// ErrClusterMismatch (wrapped) when the remote is of another cluster; the
+// ErrClusterMismatch (wrapped) when the remote is of another cluster;
+// context.DeadlineExceeded (wrapped) when the deadline passed here or at the
+// remote; the
 // remote handler's error as a gRPC status error (status.Code works on it);
 // transport failures as gRPC status errors (codes.Unavailable…).
 func (t *Transport) Call(ctx context.Context, to uint64, method string, req []byte) ([]byte, error) {
@@ -30,8 +32,13 @@ func (t *Transport) Call(ctx context.Context, to uint64, method string, req []by
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("transport: call %s to %d: %w", method, to, ctx.Err())
 		}
-		if st, ok := status.FromError(err); ok && st.Code() == codes.PermissionDenied &&
-			strings.HasPrefix(st.Message(), clusterMismatchMsg) {
+		st, _ := status.FromError(err)
+		switch {
+		case st.Code() == codes.DeadlineExceeded:
+			// The server sees the propagated deadline first and may answer
+			// before ctx itself has expired here.
+			return nil, fmt.Errorf("transport: call %s to %d: %w (%s)", method, to, context.DeadlineExceeded, st.Message())
+		case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), clusterMismatchMsg):
 			return nil, fmt.Errorf("%w: call %s to %d: %s", ErrClusterMismatch, method, to, st.Message())
 		}
 		return nil, err
