@@ -1,0 +1,245 @@
+package lockfsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func randomStream(t *testing.T, n int) []Command {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, 2*n)
+	for i := range b {
+		b[i] = byte(r.IntN(256))
+	}
+	return genCommands(b)
+}
+
+// TestCrashReplay: apply, Commit, apply more, Close WITHOUT Commit, reopen, replay the tail from
+// DurableIndex: the snapshot equals the uninterrupted run's, byte for byte. fsync is on.
+func TestCrashReplay(t *testing.T) {
+	cmds := randomStream(t, 400)
+	ref := openTemp(t, "ref.db")
+	entries, err := runStream(t, ref, cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshotBytes(t, ref)
+
+	path := filepath.Join(t.TempDir(), "crash.db")
+	f, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitAt := len(entries) / 3
+	for i, e := range entries[:2*len(entries)/3] {
+		f.Apply(uint64(i+1), e, nil)
+		if i+1 == commitAt || i+1 == commitAt/2 {
+			if err := f.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := f.Close(); err != nil { // crash: the last third of the applied entries is not committed
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	g, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Close() }()
+	if g.DurableIndex() != uint64(commitAt) || g.AppliedIndex() != uint64(commitAt) {
+		t.Fatalf("reopened at durable %d applied %d, want %d", g.DurableIndex(), g.AppliedIndex(), commitAt)
+	}
+	for i, e := range entries {
+		if r, _ := g.Apply(uint64(i+1), e, nil); uint64(i+1) <= g.DurableIndex() && !errors.Is(r.Err, ErrAlreadyApplied) {
+			t.Fatalf("index %d re-applied: %+v", i+1, r)
+		}
+	}
+	if !bytes.Equal(want, snapshotBytes(t, g)) {
+		t.Fatal("replay after crash differs from the uninterrupted run")
+	}
+	// And the committed file alone (Commit, reopen) holds exactly that state.
+	if err := g.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_ = g.Close()
+	h, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	if !bytes.Equal(want, snapshotBytes(t, h)) {
+		t.Fatal("committed file differs from the in-memory state")
+	}
+}
+
+func wantCorrupt(t *testing.T, path string, err error) {
+	t.Helper()
+	if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("want ErrCorrupt naming %s, got %v", path, err)
+	}
+}
+
+// TestOpenCorrupt: random bytes, truncated files and a foreign bbolt file are refused with ErrCorrupt
+// naming the file, never a panic.
+func TestOpenCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(3, 4))
+
+	junk := filepath.Join(dir, "junk.db")
+	b := make([]byte, 64<<10)
+	for i := range b {
+		b[i] = byte(r.IntN(256))
+	}
+	if err := os.WriteFile(junk, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(junk, Options{})
+	wantCorrupt(t, junk, err)
+
+	// A real state file with data, then truncated at several lengths.
+	good := filepath.Join(dir, "good.db")
+	f, err := Open(good, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runStream(t, f, randomStream(t, 300)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	full, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{100, 4096, 8192 + 17, 3 * 4096, len(full) / 2, len(full) - 4096} {
+		if n <= 0 || n >= len(full) {
+			continue
+		}
+		p := filepath.Join(dir, fmt.Sprintf("trunc-%d.db", n))
+		if err := os.WriteFile(p, full[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(p, Options{})
+		if err == nil {
+			// bbolt may not notice a truncation that only cut free pages; then the state must still load.
+			_ = g.Close()
+			t.Logf("truncation to %d of %d bytes went unnoticed (only unused pages cut)", n, len(full))
+			continue
+		}
+		wantCorrupt(t, p, err)
+	}
+
+	// A valid bbolt file that is not ours.
+	foreign := filepath.Join(dir, "foreign.db")
+	db, err := bolt.Open(foreign, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucket([]byte("other"))
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte("k"), []byte("v"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	_, err = Open(foreign, Options{})
+	wantCorrupt(t, foreign, err)
+}
+
+// TestRestoreCorrupt: a damaged snapshot is refused with ErrCorrupt and leaves the FSM as it was.
+func TestRestoreCorrupt(t *testing.T) {
+	src := openTemp(t, "src.db")
+	if _, err := runStream(t, src, randomStream(t, 300)); err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshotBytes(t, src)
+	dst := openTemp(t, "dst.db")
+	dst.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 9}, nil)
+	before := snapshotBytes(t, dst)
+	bad := [][]byte{nil, snap[:len(snap)-1], snap[:len(snap)/2], append(bytes.Clone(snap), 0)}
+	for i := 0; i < len(snap); i += max(1, len(snap)/50) {
+		c := bytes.Clone(snap)
+		c[i] ^= 0x5a
+		bad = append(bad, c)
+	}
+	for i, b := range bad {
+		if err := dst.Restore(bytes.NewReader(b)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("case %d: want ErrCorrupt, got %v", i, err)
+		}
+		if !bytes.Equal(before, snapshotBytes(t, dst)) {
+			t.Fatalf("case %d: failed restore changed the state", i)
+		}
+	}
+	if err := dst.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap, snapshotBytes(t, dst)) {
+		t.Fatal("restore is not byte-identical")
+	}
+}
+
+// TestCommandRoundTrip: every field survives encoding; garbage is ErrBadCommand.
+func TestCommandRoundTrip(t *testing.T) {
+	c := Command{Kind: KindAcquire, Session: 1 << 40, Seq: 7, AckedBelow: 5, Name: "stock/sku-42", Owner: "worker-1",
+		Wait: true, LeaseMillis: 3000, TTLMillis: 9, LockDelayMillis: 11, MaxHolds: 4, Node: 3, Token: 99,
+		Target: 6, Mode: ModeShared, Permits: 2, ExtraNames: []string{"x", ""}}
+	b := c.AppendEncode(nil)
+	got, err := DecodeCommand(b)
+	if err != nil || !commandsEqual(c, got) {
+		t.Fatalf("round trip: %v\n%+v\n%+v", err, c, got)
+	}
+	for _, g := range [][]byte{nil, {1}, {2, 1, 0}, {1, 0, 0}, {1, 99, 0}, {1, 5, 0x80}, append(bytes.Clone(b), 0), b[:len(b)-1]} {
+		if _, err := DecodeCommand(g); !errors.Is(err, ErrBadCommand) {
+			t.Fatalf("%x: want ErrBadCommand, got %v", g, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { b = c.AppendEncode(b[:0]) }); n != 0 {
+		t.Fatalf("AppendEncode allocates %v times", n)
+	}
+}
+
+func commandsEqual(a, b Command) bool {
+	return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v", b)
+}
+
+// TestRetainedBound: a session keeps at most MaxRetainedResults results; evicted seqs become stale.
+func TestRetainedBound(t *testing.T) {
+	f := openTemp(t, "bound.db")
+	f.ApplyCommand(1, &Command{Kind: KindOpenSession}, nil)
+	idx := uint64(1)
+	for seq := uint64(1); seq <= MaxRetainedResults+10; seq++ {
+		idx++
+		f.ApplyCommand(idx, &Command{Kind: KindRelease, Session: 1, Seq: seq, Name: "n", Owner: "o"}, nil)
+	}
+	if got := f.Sessions()[0].Retained; got != MaxRetainedResults {
+		t.Fatalf("retained %d, want %d", got, MaxRetainedResults)
+	}
+	idx++
+	if r, _ := f.ApplyCommand(idx, &Command{Kind: KindAcquire, Session: 1, Seq: 10, Name: "n", Owner: "o"}, nil); !errors.Is(r.Err, ErrStaleSequence) {
+		t.Fatalf("evicted seq: %+v", r)
+	}
+	idx++
+	if r, _ := f.ApplyCommand(idx, &Command{Kind: KindAcquire, Session: 1, Seq: 11, Name: "n", Owner: "o"}, nil); !r.Duplicate {
+		t.Fatalf("lowest retained seq: %+v", r)
+	}
+}
