@@ -37,7 +37,7 @@ import (
 // Errors returned by the transport. Match them with errors.Is; most are wrapped
 // with detail.
 var (
-	// ErrClosed is returned by Call (and New's helpers) after Close.
+	// ErrClosed is returned by Call after Close.
 	ErrClosed = errors.New("transport: closed")
 	// ErrUnknownPeer is returned by Call for an id that was never added with
 	// AddPeer, or was removed.
@@ -215,6 +215,8 @@ func New(cfg Config) (*Transport, error) {
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
+		// Close waits for handlers, so no Handler method runs after it.
+		grpc.WaitForHandlers(true),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second, // below the clients' Time (10 s)
 			PermitWithoutStream: true,
@@ -281,8 +283,11 @@ func (t *Transport) RemovePeer(id uint64) {
 }
 
 // Close stops the server and every peer and waits for the transport's
-// goroutines to exit. It is idempotent and always returns nil after the
-// first call's result. After Close, Send drops and Call returns ErrClosed.
+// goroutines, including running server handlers, to exit: once it returns no
+// Handler method is called again. A HandleCall that ignores its ctx delays
+// Close. Queued messages are discarded without reports. Close is idempotent
+// and returns nil. After Close, Send drops silently and Call returns
+// ErrClosed.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
