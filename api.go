@@ -1,0 +1,278 @@
+// Package lockraft gives a fleet of service replicas distributed locks with
+// nothing extra to operate. Each replica embeds a Raft node; lock grants,
+// session ownership and fair wait queues are Raft log entries applied to a
+// bbolt-backed state machine on every replica.
+//
+//	node, err := lockraft.Join(peers, lockraft.WithDataDir("/var/lib/orders/lockraft"),
+//		lockraft.WithListenAddr("10.0.0.1:7400"))
+//	defer node.Close(context.Background())
+//	l, err := node.Lock(ctx, "stock/sku-42") // blocks, FIFO-fair, no polling
+//	defer l.Unlock(ctx)
+//	doWork(l.Context(), l.Token())           // Context ends if the lock is lost; Token fences
+//
+// Promises (see README): at most one owner holds a name at any log index;
+// tokens strictly increase per name; an acknowledged Lock or Unlock survives
+// the loss of a minority and a full-cluster restart; a Lock that fails leaves
+// nothing behind; a holder's Context ends before the cluster could grant the
+// lock to someone else by expiry; waiters are granted in enqueue order.
+package lockraft
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockraft/lockraft/node"
+)
+
+// Errors. Compare with errors.Is. Each says whether the outcome is known.
+var (
+	// ErrLocked: TryLock found the name held by another owner. Nothing
+	// changed; safe to retry.
+	ErrLocked = node.ErrLocked
+	// ErrNotHeld: Unlock of a lock this handle no longer holds (unlocked
+	// already, lease or session expired). Nothing changed.
+	ErrNotHeld = node.ErrNotHeld
+	// ErrClosed: the node is closed or closing. A Lock that returns it left
+	// nothing behind once the session closes.
+	ErrClosed = node.ErrClosed
+	// ErrInvalidName: empty, over 512 bytes, or not UTF-8. Nothing proposed.
+	ErrInvalidName = node.ErrInvalidName
+	// ErrInvalidOwner: empty, over 256 bytes, or not UTF-8. Nothing proposed.
+	ErrInvalidOwner = node.ErrInvalidOwner
+	// ErrInvalidConfig: an option is out of range; the message names it.
+	ErrInvalidConfig = node.ErrInvalidConfig
+	// ErrTooManyHolds: a reentrant Lock past the hold limit. Nothing changed.
+	ErrTooManyHolds = node.ErrTooManyHolds
+	// ErrAlreadyWaiting: the same explicit owner is already waiting for
+	// this name. Nothing changed.
+	ErrAlreadyWaiting = node.ErrAlreadyWaiting
+	// ErrReleased is a handle's Context cause after its Unlock.
+	ErrReleased = node.ErrReleased
+	// ErrLeaseExpired is a handle's Context cause when its own lease ran out.
+	ErrLeaseExpired = node.ErrLeaseExpired
+	// ErrSessionExpired is a handle's Context cause (or a waiting Lock's
+	// error) when the node's session expired or could not be kept alive.
+	ErrSessionExpired = node.ErrSessionExpired
+	// ErrUnavailable: no working leader could be reached in time.
+	ErrUnavailable = node.ErrUnavailable
+	// ErrStorage: a disk write failed; the node stopped serving.
+	ErrStorage = node.ErrStorage
+	// ErrDataDir: the data directory is corrupt, locked, or belongs to
+	// another node or cluster; the message says which.
+	ErrDataDir = node.ErrDataDir
+)
+
+// IsRetryable reports whether err is worth retrying as is: the cluster was
+// busy or unavailable, or the name was locked. For context errors the
+// outcome of Lock is settled (nothing left behind); for Unlock it is not
+// known (the node keeps retrying the release itself).
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrLocked) || errors.Is(err, ErrUnavailable)
+}
+
+// Node is one lockraft replica embedded in the service. Its methods are safe
+// for concurrent use.
+type Node struct {
+	n       *node.Node
+	ownerID atomic.Uint64
+}
+
+// Join starts this replica and returns once it is serving; the first Lock
+// waits (bounded by its context) until the cluster has a leader and this
+// node's session is open.
+//
+// Until gossip membership lands, peers is the static list of every founding
+// member's gRPC address, identical and in the same order on every replica;
+// this replica finds itself by WithListenAddr and takes the raft id of its
+// position (1-based). A data directory (WithDataDir) is required; a restart
+// with an existing directory never re-bootstraps.
+func Join(peers []string, opts ...Option) (*Node, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg := o.cfg
+	if len(o.members) == 0 {
+		for i, p := range peers {
+			id := uint64(i + 1)
+			cfg.Members = append(cfg.Members, node.Member{ID: id, Addr: p})
+			if p == cfg.ListenAddr {
+				cfg.ID = id
+			}
+		}
+		if cfg.ID == 0 && len(peers) > 0 {
+			return nil, fmt.Errorf("%w: listen address %q is not among peers %v", ErrInvalidConfig, cfg.ListenAddr, peers)
+		}
+	} else {
+		cfg.Members = o.members
+	}
+	n, err := node.Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Node{n: n}, nil
+}
+
+// Lock blocks until the named lock is granted to this call, in FIFO order
+// of requests across the cluster, or until ctx is done. It returns a handle
+// whose Context ends when the lock is lost. Without WithOwner every call is
+// its own owner, so a second Lock of the same name waits like anyone else;
+// with WithOwner, the same owner re-entering gets the same token and a
+// higher hold count. If Lock returns an error, nothing is held or queued
+// for it (within one commit).
+func (n *Node) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return n.acquire(ctx, name, true, opts)
+}
+
+// TryLock takes the lock only if it is free (or already held by the same
+// owner); otherwise it returns ErrLocked at once. It never queues.
+func (n *Node) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return n.acquire(ctx, name, false, opts)
+}
+
+func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
+	var lo lockOptions
+	for _, opt := range opts {
+		opt(&lo)
+	}
+	if lo.owner == "" {
+		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
+	}
+	h, err := n.n.Acquire(ctx, name, lo.owner, wait, lo.lease)
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{h: h}, nil
+}
+
+// Close releases every lock this node holds and removes its waiters (one
+// log entry), hands leadership to another member if it leads, and stops.
+// ctx bounds the graceful part; past it the node stops anyway and its
+// session expires after the TTL. Idempotent.
+func (n *Node) Close(ctx context.Context) error { return n.n.Close(ctx) }
+
+// Addr is the address this node serves gRPC on.
+func (n *Node) Addr() string { return n.n.Addr() }
+
+// ID is this node's raft id.
+func (n *Node) ID() uint64 { return n.n.ID() }
+
+// Leader is the raft id of the leader as this node last saw it (0: none).
+func (n *Node) Leader() uint64 { return n.n.Leader() }
+
+// Lock is a held lock. Safe for concurrent use.
+type Lock struct{ h *node.Hold }
+
+// Unlock releases this hold (one level of a reentrant lock). It returns
+// ErrNotHeld if this handle already unlocked or the lock was lost. If ctx
+// ends first the outcome is unknown; the node keeps retrying the release.
+func (l *Lock) Unlock(ctx context.Context) error { return l.h.Release(ctx) }
+
+// Token is the fencing token: it strictly increases across grants of this
+// name. Pass it to the resource you protect and reject lower ones.
+func (l *Lock) Token() uint64 { return l.h.Token() }
+
+// Context is cancelled when the lock is lost or released; context.Cause
+// says why (ErrReleased, ErrLeaseExpired, ErrSessionExpired, ErrClosed).
+func (l *Lock) Context() context.Context { return l.h.Context() }
+
+// Name is the lock name.
+func (l *Lock) Name() string { return l.h.Name() }
+
+// Owner is the owner the lock is held for.
+func (l *Lock) Owner() string { return l.h.Owner() }
+
+// Renew restarts the lock's own lease (WithLease). Not logged: it goes to the
+// leader only. ErrNotHeld if the lease already ran out.
+func (l *Lock) Renew(ctx context.Context) error { return l.h.Renew(ctx) }
+
+// LockOption configures one Lock or TryLock call.
+type LockOption func(*lockOptions)
+
+type lockOptions struct {
+	owner string
+	lease time.Duration
+}
+
+// WithOwner names the owner: calls with the same owner on the same node
+// re-enter (hold count + 1, same token); each needs its own Unlock. Go has no
+// thread identity, so reentrancy is always explicit.
+func WithOwner(owner string) LockOption { return func(o *lockOptions) { o.owner = owner } }
+
+// WithLease gives the lock its own lease (like SET … PX): it is released when
+// the lease runs out unless renewed with Renew. Without it the lock lives as
+// long as the node's session.
+func WithLease(d time.Duration) LockOption { return func(o *lockOptions) { o.lease = d } }
+
+// Option configures Join.
+type Option func(*options)
+
+type options struct {
+	cfg     node.Config
+	members []node.Member
+}
+
+func defaultOptions() options { return options{} }
+
+// WithDataDir sets the directory for the raft log, lock table and snapshots.
+// Required.
+func WithDataDir(dir string) Option { return func(o *options) { o.cfg.DataDir = dir } }
+
+// WithListenAddr sets the gRPC address this node listens on and that peers dial.
+func WithListenAddr(addr string) Option { return func(o *options) { o.cfg.ListenAddr = addr } }
+
+// WithListener serves gRPC on an already bound listener.
+func WithListener(l net.Listener) Option { return func(o *options) { o.cfg.Listener = l } }
+
+// WithLogger sets the structured logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }
+
+// WithClusterID names the cluster; nodes reject traffic from other clusters.
+func WithClusterID(id string) Option { return func(o *options) { o.cfg.ClusterID = id } }
+
+// WithStaticMembers sets the founding voters with explicit raft ids, and
+// this node's id, instead of deriving them from Join's peers.
+func WithStaticMembers(self uint64, members map[uint64]string) Option {
+	return func(o *options) {
+		o.cfg.ID = self
+		o.members = o.members[:0]
+		for id, addr := range members {
+			o.members = append(o.members, node.Member{ID: id, Addr: addr})
+		}
+		slices.SortFunc(o.members, func(a, b node.Member) int { return cmp.Compare(a.ID, b.ID) })
+	}
+}
+
+// WithTimings sets the raft tick and election timeout in ticks (defaults
+// 100 ms and 10: an election after 1–2 s without a leader).
+func WithTimings(tick time.Duration, electionTicks int) Option {
+	return func(o *options) { o.cfg.TickInterval, o.cfg.ElectionTicks = tick, electionTicks }
+}
+
+// WithSessionTTL sets how long the cluster keeps a silent node's locks
+// (default 10 s; at least 3 election timeouts).
+func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
+
+// WithLockDelay: after a session expires holding a lock, the name is not
+// granted again for d (default 0).
+func WithLockDelay(d time.Duration) Option { return func(o *options) { o.cfg.LockDelay = d } }
+
+// WithMaxHolds sets the maximum reentrant depth (default 64).
+func WithMaxHolds(n uint32) Option { return func(o *options) { o.cfg.MaxHolds = n } }
+
+// WithTLS enables mutual TLS between nodes.
+func WithTLS(server, client *tls.Config) Option {
+	return func(o *options) { o.cfg.ServerTLS, o.cfg.ClientTLS = server, client }
+}
+
+// WithNodeConfig adjusts the full node configuration (advanced tuning and
+// tests: snapshot cadence, retry interval, clock).
+func WithNodeConfig(f func(*node.Config)) Option { return func(o *options) { f(&o.cfg) } }

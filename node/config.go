@@ -1,0 +1,246 @@
+package node
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Member is one founding voter of a statically configured cluster.
+type Member struct {
+	ID   uint64 // raft id: non-zero, unique, never reused
+	Addr string // gRPC address other nodes dial
+}
+
+// Config configures one node. Zero fields take the defaults documented on
+// each field; Validate reports the first field out of range, wrapping
+// ErrInvalidConfig. A Config is copied by Start; later changes have no effect.
+type Config struct {
+	// ID is this node's raft id. Required with static Members; it is stored
+	// in the data directory, and a restart with a different ID is refused.
+	ID uint64
+
+	// ClusterID names the cluster. Nodes reject raft traffic and calls from
+	// another cluster, and refuse a data directory created for another one.
+	// Default "lockraft".
+	ClusterID string
+
+	// DataDir holds the raft log (raft.db), the lock table (locks.db),
+	// snapshots (snap/) and the node identity (node.id). Required.
+	DataDir string
+
+	// ListenAddr is the gRPC address to listen on (default 127.0.0.1:0), or
+	// Listener an already bound listener (it takes precedence).
+	ListenAddr string
+	Listener   net.Listener
+
+	// Members lists the founding voters, this node included. It is used only
+	// when the data directory is empty; a restart with data never
+	// re-bootstraps. Every founding node must be given the same list.
+	Members []Member
+
+	// TickInterval is one raft tick (default 100 ms). ElectionTicks (default
+	// 10) and HeartbeatTicks (default 1) are counted in ticks, as in etcd:
+	// a follower campaigns after a randomized [1, 2) election timeouts
+	// without hearing from a leader.
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+
+	// SessionTTL is how long the leader keeps this node's session (and so its
+	// locks) after the last keepalive it received (default 10 s). It must be
+	// at least 3 election timeouts, so that a leader failover alone never
+	// expires healthy sessions. KeepaliveInterval (default SessionTTL/10) is
+	// how often keepalives are sent. The holder side treats its locks as lost
+	// at SessionTTL*(1-DriftRatio) - one tick after sending its last
+	// acknowledged keepalive: see DriftRatio.
+	SessionTTL        time.Duration
+	KeepaliveInterval time.Duration
+
+	// DriftRatio bounds how far the rates of two nodes' monotonic clocks may
+	// differ (default 0.02, i.e. 2%; NTP-disciplined clocks differ by parts
+	// per million). The holder-side loss deadline is shortened by twice this
+	// share of the TTL so that it fires before the leader's deadline.
+	DriftRatio float64
+
+	// LockDelay: after a session expires while holding a lock (not after a
+	// clean Unlock or Close), that name is not granted again for this long
+	// (default 0: off). As with Chubby and Consul, it keeps a slow, partitioned
+	// holder from overlapping with the next one when fencing is not used.
+	LockDelay time.Duration
+
+	// MaxHolds is the maximum reentrant hold depth of one owner on one name
+	// (default 64).
+	MaxHolds uint32
+
+	// RetryInterval: a proposal whose result has not been applied after this
+	// long is proposed again (idempotently: same session and sequence
+	// number). Default 5 ticks.
+	RetryInterval time.Duration
+
+	// SnapshotEvery: take a lock-table snapshot and compact the raft log
+	// every this many applied entries (default 10,000, as etcd), keeping
+	// CompactKeep entries (default 5,000) for slow followers.
+	SnapshotEvery uint64
+	CompactKeep   uint64
+
+	// CommitInterval: the lock table is written to its bbolt file at most
+	// this often (default 100 ms, as etcd's backend). The raft log is the
+	// durability source; a restart replays the entries after the last commit.
+	CommitInterval time.Duration
+
+	// Clock is the time source (default SystemClock). Tests inject others.
+	Clock Clock
+
+	// Logger receives structured logs (default: discarded).
+	Logger *slog.Logger
+
+	// ServerTLS and ClientTLS enable mutual TLS between nodes.
+	ServerTLS, ClientTLS *tls.Config
+}
+
+// Defaults.
+const (
+	DefaultClusterID    = "lockraft"
+	DefaultTickInterval = 100 * time.Millisecond
+	DefaultSessionTTL   = 10 * time.Second
+	DefaultMaxHolds     = 64
+	DefaultDriftRatio   = 0.02
+	// MaxNameLen and MaxOwnerLen bound lock names and owners in bytes.
+	MaxNameLen  = 512
+	MaxOwnerLen = 256
+)
+
+// withDefaults returns a copy with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.ClusterID == "" {
+		c.ClusterID = DefaultClusterID
+	}
+	if c.ListenAddr == "" && c.Listener == nil {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.KeepaliveInterval == 0 {
+		c.KeepaliveInterval = c.SessionTTL / 10
+	}
+	if c.DriftRatio == 0 {
+		c.DriftRatio = DefaultDriftRatio
+	}
+	if c.MaxHolds == 0 {
+		c.MaxHolds = DefaultMaxHolds
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = 5 * c.TickInterval
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = 10000
+	}
+	if c.CompactKeep == 0 {
+		c.CompactKeep = 5000
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks a Config after defaults are applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	if c.DataDir == "" {
+		return bad("DataDir is required")
+	}
+	if len(c.ClusterID) > 128 {
+		return bad("ClusterID longer than 128 bytes")
+	}
+	if c.TickInterval < time.Millisecond || c.TickInterval > 10*time.Second {
+		return bad("TickInterval %v outside [1ms, 10s]", c.TickInterval)
+	}
+	if c.HeartbeatTicks < 1 || c.ElectionTicks <= c.HeartbeatTicks {
+		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d) >= 1", c.ElectionTicks, c.HeartbeatTicks)
+	}
+	election := time.Duration(c.ElectionTicks) * c.TickInterval
+	if c.SessionTTL < 3*election {
+		return bad("SessionTTL %v is shorter than 3 election timeouts (%v): a leader failover alone would expire healthy sessions", c.SessionTTL, 3*election)
+	}
+	if c.KeepaliveInterval <= 0 || c.KeepaliveInterval > c.SessionTTL/3 {
+		return bad("KeepaliveInterval %v must be in (0, SessionTTL/3]", c.KeepaliveInterval)
+	}
+	if c.DriftRatio < 0 || c.DriftRatio >= 0.25 {
+		return bad("DriftRatio %v outside [0, 0.25)", c.DriftRatio)
+	}
+	if c.LockDelay < 0 || c.LockDelay > time.Minute {
+		return bad("LockDelay %v outside [0, 1m]", c.LockDelay)
+	}
+	if c.MaxHolds > 1<<20 {
+		return bad("MaxHolds %d above %d", c.MaxHolds, 1<<20)
+	}
+	if c.RetryInterval < c.TickInterval {
+		return bad("RetryInterval %v shorter than one tick", c.RetryInterval)
+	}
+	if c.CompactKeep >= c.SnapshotEvery*10 {
+		return bad("CompactKeep %d is not sensible for SnapshotEvery %d", c.CompactKeep, c.SnapshotEvery)
+	}
+	if c.CommitInterval < time.Millisecond {
+		return bad("CommitInterval %v below 1ms", c.CommitInterval)
+	}
+	if len(c.Members) > 0 {
+		seen := map[uint64]bool{}
+		self := false
+		for _, m := range c.Members {
+			if m.ID == 0 {
+				return bad("member with id 0")
+			}
+			if seen[m.ID] {
+				return bad("member id %d listed twice", m.ID)
+			}
+			seen[m.ID] = true
+			if m.Addr == "" {
+				return bad("member %d has no address", m.ID)
+			}
+			self = self || m.ID == c.ID
+		}
+		if !self {
+			return bad("ID %d is not among Members", c.ID)
+		}
+	}
+	if c.ID == 0 {
+		return bad("ID is required")
+	}
+	return nil
+}
+
+// electionTimeout is the base election timeout.
+func (c Config) electionTimeout() time.Duration {
+	return time.Duration(c.ElectionTicks) * c.TickInterval
+}
+
+// holderMargin is how much earlier than the leader the holder gives up:
+// twice the drift share of the TTL (the holder's clock may run slow and the
+// leader's fast) plus one tick for the time between a timer firing and the
+// handle being cancelled.
+func (c Config) holderMargin() time.Duration {
+	return time.Duration(2*c.DriftRatio*float64(c.SessionTTL)) + c.TickInterval
+}

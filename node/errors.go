@@ -1,0 +1,67 @@
+package node
+
+import "errors"
+
+// Sentinel errors returned by the node. The lockraft package re-exports them;
+// callers compare with errors.Is. Each comment says whether the outcome of the
+// call that returned it is known, and whether retrying is safe.
+var (
+	// ErrClosed: the node was closed (or is closing). Outcome of an in-flight
+	// call: a Lock that returns it leaves nothing behind once the node's
+	// session is closed or expires. Not retryable on this node.
+	ErrClosed = errors.New("lockraft: node closed")
+
+	// ErrInvalidName: the lock name is empty, longer than MaxNameLen bytes or
+	// not valid UTF-8. Nothing was proposed.
+	ErrInvalidName = errors.New("lockraft: invalid lock name")
+
+	// ErrInvalidOwner: the owner is longer than MaxOwnerLen bytes or not
+	// valid UTF-8. Nothing was proposed.
+	ErrInvalidOwner = errors.New("lockraft: invalid owner")
+
+	// ErrInvalidConfig: a Config field is out of range; the message names it.
+	ErrInvalidConfig = errors.New("lockraft: invalid config")
+
+	// ErrLocked: TryLock found the name held by another owner. Nothing is held
+	// or queued. Safe to retry.
+	ErrLocked = errors.New("lockraft: locked by another owner")
+
+	// ErrNotHeld: Unlock of a handle that no longer holds its lock (already
+	// unlocked, released by expiry, or its session ended). Nothing changed.
+	ErrNotHeld = errors.New("lockraft: lock not held")
+
+	// ErrTooManyHolds: a reentrant acquire would pass the configured maximum
+	// hold depth. Nothing changed; the existing holds remain.
+	ErrTooManyHolds = errors.New("lockraft: reentrant hold limit reached")
+
+	// ErrAlreadyWaiting: the same owner is already queued for this name (two
+	// concurrent Lock calls with one explicit owner). Nothing changed.
+	ErrAlreadyWaiting = errors.New("lockraft: owner already waiting for this lock")
+
+	// ErrReleased is the cause of a handle's Context after Unlock released the
+	// last hold.
+	ErrReleased = errors.New("lockraft: lock released")
+
+	// ErrLeaseExpired is the cause of a handle's Context when the lock's own
+	// lease ran out; the cluster may grant it to another owner.
+	ErrLeaseExpired = errors.New("lockraft: lock lease expired")
+
+	// ErrSessionExpired is the cause of a handle's Context (and the error of a
+	// waiting Lock) when the node's session expired or could no longer be
+	// kept alive; the cluster may grant the lock to another owner.
+	ErrSessionExpired = errors.New("lockraft: session expired")
+
+	// ErrUnavailable: the node could not reach a working cluster leader in
+	// time. For Lock and TryLock the node cancels the request, so nothing is
+	// left behind; for Unlock the outcome is unknown and the node keeps
+	// retrying the release in the background.
+	ErrUnavailable = errors.New("lockraft: cluster unavailable")
+
+	// ErrStorage: a disk write failed. The node stops serving rather than
+	// acknowledge anything it could not make durable.
+	ErrStorage = errors.New("lockraft: storage failure")
+
+	// ErrDataDir: the data directory belongs to another node or cluster, is
+	// locked by another process, or is corrupt. The message says which.
+	ErrDataDir = errors.New("lockraft: unusable data directory")
+)

@@ -1,0 +1,358 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// Hold is one successful acquisition of a lock. Reentrant acquisitions by the
+// same owner each get their own Hold with the same token; each must be
+// released once. A Hold is safe for concurrent use.
+type Hold struct {
+	n        *Node
+	name     string
+	owner    string
+	token    uint64
+	lease    time.Duration
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	released atomic.Bool
+	// leaseBase is when the lease started counting on the holder side
+	// (UnixNano of the node clock): the Acquire's first send, then the send
+	// time of each acknowledged renewal.
+	leaseBase atomic.Int64
+}
+
+// Name is the lock name.
+func (h *Hold) Name() string { return h.name }
+
+// Owner is the owner the lock is held for.
+func (h *Hold) Owner() string { return h.owner }
+
+// Token is the fencing token: the raft index of the entry that granted the
+// lock. It strictly increases across successive grants of one name (S2).
+func (h *Hold) Token() uint64 { return h.token }
+
+// Context is cancelled when this hold ends: context.Cause says why
+// (ErrReleased, ErrLeaseExpired, ErrSessionExpired, ErrClosed).
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// heldLock is the node's view of one lock its session holds.
+type heldLock struct {
+	token   uint64
+	handles []*Hold
+}
+
+type holdKey struct{ name, owner string }
+
+// holdRegistry maps the locks this node's session holds to the handles that
+// must learn when they are lost. Owned by the loop goroutine.
+type holdRegistry struct {
+	held map[holdKey]*heldLock
+}
+
+func (r *holdRegistry) init() { r.held = map[holdKey]*heldLock{} }
+
+func (r *holdRegistry) add(h *Hold) {
+	k := holdKey{h.name, h.owner}
+	hl := r.held[k]
+	if hl == nil || hl.token != h.token {
+		hl = &heldLock{token: h.token}
+		r.held[k] = hl
+	}
+	hl.handles = append(hl.handles, h)
+}
+
+// lose ends every handle of one lock with cause.
+func (r *holdRegistry) lose(name, owner string, cause error) {
+	k := holdKey{name, owner}
+	if hl := r.held[k]; hl != nil {
+		for _, h := range hl.handles {
+			h.cancel(cause)
+		}
+		delete(r.held, k)
+	}
+}
+
+// drop removes one handle after its Release was applied.
+func (r *holdRegistry) drop(h *Hold) {
+	k := holdKey{h.name, h.owner}
+	hl := r.held[k]
+	if hl == nil {
+		return
+	}
+	for i, x := range hl.handles {
+		if x == h {
+			hl.handles = append(hl.handles[:i], hl.handles[i+1:]...)
+			break
+		}
+	}
+	if len(hl.handles) == 0 {
+		delete(r.held, k)
+	}
+}
+
+func (r *holdRegistry) loseAll(cause error) {
+	for k, hl := range r.held {
+		for _, h := range hl.handles {
+			h.cancel(cause)
+		}
+		delete(r.held, k)
+	}
+}
+
+// holdRequest carries what an Acquire needs once granted.
+type holdRequest struct {
+	lease  time.Duration
+	sentAt time.Time
+}
+
+func validName(name string) error {
+	if name == "" || len(name) > MaxNameLen || !utf8.ValidString(name) {
+		return fmt.Errorf("%w: %q", ErrInvalidName, truncate(name))
+	}
+	return nil
+}
+
+func validOwner(owner string) error {
+	if owner == "" || len(owner) > MaxOwnerLen || !utf8.ValidString(owner) {
+		return fmt.Errorf("%w: %q", ErrInvalidOwner, truncate(owner))
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// Acquire takes the named lock for owner. With wait it blocks in FIFO order
+// until granted or ctx is done; without, it fails at once with ErrLocked when
+// another owner holds the name. lease > 0 gives the lock its own lease (it is
+// released when the lease runs out unless renewed); 0 ties it to the node's
+// session. If Acquire returns an error, the node guarantees the owner is
+// neither holding nor queued for this call within one commit (S4).
+func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease time.Duration) (*Hold, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if err := validOwner(owner); err != nil {
+		return nil, err
+	}
+	if lease < 0 {
+		return nil, fmt.Errorf("%w: negative lease %v", ErrInvalidConfig, lease)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, context.Cause(ctx)
+	}
+	if n.closing.Load() {
+		return nil, ErrClosed
+	}
+	done := make(chan opResult, 1)
+	o := &op{
+		cmd: lockfsm.Command{
+			Kind:        lockfsm.KindAcquire,
+			Name:        name,
+			Owner:       owner,
+			Wait:        wait,
+			LeaseMillis: uint64(lease.Milliseconds()),
+			MaxHolds:    n.cfg.MaxHolds,
+		},
+		done: done,
+		hold: &holdRequest{lease: lease},
+	}
+	if err := n.do(ctx, func() {
+		o.hold.sentAt = n.clock.Now()
+		n.submit(o)
+	}); err != nil {
+		return nil, err
+	}
+	select {
+	case out := <-done:
+		return out.hold, out.err
+	case <-ctx.Done():
+	}
+	// The caller gave up. Settle the op inside the loop, then look once more:
+	// a grant may have raced the cancellation and must not be left behind.
+	settled := make(chan struct{})
+	if n.do(context.Background(), func() { n.abandon(o); close(settled) }) == nil {
+		select {
+		case <-settled:
+		case <-n.donec:
+		}
+	}
+	select {
+	case out := <-done:
+		if out.hold != nil {
+			n.releaseInBackground(out.hold)
+		}
+	default:
+	}
+	return nil, context.Cause(ctx)
+}
+
+// onAcquireResult completes an Acquire from its own apply.
+func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
+	r := &n.loop.ops
+	switch {
+	case res.Err != nil:
+		r.complete(o, opResult{err: n.mapFSMError(res, o.cmd.Name)})
+	case res.Status == lockfsm.Queued:
+		o.queued = true
+		r.queued[o.cmd.Seq] = o
+	case res.Status == lockfsm.Granted:
+		r.complete(o, opResult{hold: n.newHold(o, res.Token)})
+	default:
+		r.complete(o, opResult{err: fmt.Errorf("lockraft: unexpected acquire status %v", res.Status)})
+	}
+}
+
+func (n *Node) newHold(o *op, token uint64) *Hold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &Hold{n: n, name: o.cmd.Name, owner: o.cmd.Owner, token: token, ctx: ctx, cancel: cancel}
+	if o.hold != nil {
+		h.lease = o.hold.lease
+	}
+	n.loop.holds.add(h)
+	n.armLeaseTimer(h, o)
+	return h
+}
+
+func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
+	switch {
+	case errors.Is(res.Err, lockfsm.ErrLocked):
+		return fmt.Errorf("%w: %q held by owner %q", ErrLocked, name, res.Holder.Owner)
+	case errors.Is(res.Err, lockfsm.ErrNotHolder):
+		return ErrNotHeld
+	case errors.Is(res.Err, lockfsm.ErrTooManyHolds):
+		return ErrTooManyHolds
+	case errors.Is(res.Err, lockfsm.ErrAlreadyWaiting):
+		return ErrAlreadyWaiting
+	case errors.Is(res.Err, lockfsm.ErrNoSession):
+		return ErrSessionExpired
+	case errors.Is(res.Err, lockfsm.ErrInvalidName):
+		return ErrInvalidName
+	case errors.Is(res.Err, lockfsm.ErrInvalidOwner):
+		return ErrInvalidOwner
+	}
+	return res.Err
+}
+
+// Release gives up this hold (one level of a reentrant lock). When the last
+// level goes, the lock passes to the next waiter in the same log entry.
+// It returns ErrNotHeld if this Hold was already released or the lock was
+// lost. If ctx ends first, the outcome is unknown; the node keeps proposing
+// the release until it is applied.
+func (h *Hold) Release(ctx context.Context) error {
+	if !h.released.CompareAndSwap(false, true) {
+		return ErrNotHeld
+	}
+	n := h.n
+	done := make(chan opResult, 1)
+	o := &op{
+		cmd:  lockfsm.Command{Kind: lockfsm.KindRelease, Name: h.name, Owner: h.owner},
+		done: done,
+	}
+	o.hold = nil
+	if err := n.do(ctx, func() {
+		n.submit(o)
+		n.loop.holds.drop(h)
+	}); err != nil {
+		return err
+	}
+	select {
+	case out := <-done:
+		if out.err != nil {
+			return out.err
+		}
+		if out.res.Err != nil {
+			if cause := context.Cause(h.ctx); cause != nil && !errors.Is(cause, ErrReleased) {
+				return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+			}
+			return n.mapFSMError(out.res, h.name)
+		}
+		h.cancel(ErrReleased)
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// releaseInBackground releases a hold nobody will use (a grant that raced
+// its caller's cancellation).
+func (n *Node) releaseInBackground(h *Hold) {
+	if !h.released.CompareAndSwap(false, true) {
+		return
+	}
+	_ = n.do(context.Background(), func() {
+		n.loop.holds.drop(h)
+		n.submit(&op{cmd: lockfsm.Command{Kind: lockfsm.KindRelease, Name: h.name, Owner: h.owner}})
+	})
+	h.cancel(ErrReleased)
+}
+
+func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
+	n.loop.ops.complete(o, opResult{res: res})
+}
+
+// onEvent reacts to one lockfsm event: leader timers for every session, and
+// waiters and handles for this node's own.
+func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
+	n.loop.lead.onEvent(n, ev)
+	if ev.Kind == lockfsm.EventSessionOpened {
+		n.onSessionOpenedEvent(index, ev)
+		return
+	}
+	own := n.loop.own.id
+	if own == 0 || ev.Session != own {
+		return
+	}
+	r := &n.loop.ops
+	switch ev.Kind {
+	case lockfsm.EventGranted:
+		if !ev.FromQueue {
+			return // immediate grants complete from the command's own result
+		}
+		o := r.queued[ev.Seq]
+		if o == nil {
+			return // its caller gave up; the Cancel on its way releases it
+		}
+		delete(r.queued, ev.Seq)
+		r.complete(o, opResult{hold: n.newHold(o, ev.Token)})
+	case lockfsm.EventReleased:
+		n.loop.holds.lose(ev.Name, ev.Owner, reasonError(ev.Reason))
+	case lockfsm.EventWaitEnded:
+		if o := r.queued[ev.Seq]; o != nil {
+			delete(r.queued, ev.Seq)
+			r.complete(o, opResult{err: reasonError(ev.Reason)})
+		}
+	case lockfsm.EventSessionEnded:
+		n.onOwnSessionEnded(ev)
+	}
+}
+
+// reasonError maps why lockfsm ended a hold or a wait to the cause a caller
+// sees.
+func reasonError(r lockfsm.Reason) error {
+	switch r {
+	case lockfsm.ReasonUnlock:
+		return ErrReleased
+	case lockfsm.ReasonLeaseExpired:
+		return ErrLeaseExpired
+	case lockfsm.ReasonSessionExpired:
+		return ErrSessionExpired
+	case lockfsm.ReasonSessionClosed:
+		return ErrClosed
+	case lockfsm.ReasonCancel:
+		return context.Canceled
+	}
+	return fmt.Errorf("lockraft: lock ended (reason %d)", r)
+}

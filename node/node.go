@@ -1,0 +1,391 @@
+// Package node runs one lockraft replica: a single goroutine owns the
+// raft.RawNode and the lock table, and everything else (the public API, the
+// transport, the keepalive sender) talks to it through channels.
+//
+// Per Ready the loop follows raft's contract (see raft-guide.md §1): a leader
+// sends its appends first and persists in parallel (Raft thesis §10.2.1);
+// then the snapshot, entries and HardState are saved in one raftlog
+// transaction (one fsync); then the remaining messages are sent; then the
+// committed entries are applied to lockfsm and each result or event is
+// handed to the caller waiting for it; then Advance.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/raftlog"
+	"github.com/lockraft/lockraft/transport"
+)
+
+// Node is one replica. Its methods are safe for concurrent use.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	id      uint64
+	clock   Clock
+	snapDir string
+
+	storage *raftlog.Storage
+	fsm     *lockfsm.FSM
+	tr      *transport.Transport
+	rn      *raft.RawNode // owned by the loop goroutine
+
+	reqc  chan func()             // work to run inside the loop
+	recvc chan []*raftpb.Message  // raft messages from the transport
+	stopc chan struct{}           // closed by Close / crash to stop the loop
+	donec chan struct{}           // closed when the loop has exited
+	bgwg  sync.WaitGroup          // keepalive sender and other helpers
+	dead  atomic.Pointer[error]   // set once the node stopped serving
+	lead  atomic.Uint64           // current leader id as last seen by the loop
+	sess  atomic.Uint64           // current session id (0 until opened)
+	// lastAcked is the send time (UnixNano of the node clock) of the last
+	// keepalive the leader acknowledged: the base of the holder deadline.
+	lastAcked atomic.Int64
+	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
+	once      sync.Once
+
+	loop loopState // touched only by the loop goroutine
+}
+
+// loopState is everything the loop goroutine owns.
+type loopState struct {
+	leader      uint64
+	isLeader    bool
+	term        uint64
+	confState   *raftpb.ConfState
+	lastApplied uint64
+	sinceSnap   uint64
+	lastCommit  time.Time
+	events      []lockfsm.Event
+
+	ops   opRegistry
+	holds holdRegistry
+	own   ownSession
+	lead  leaderDuties
+}
+
+// Start opens (or creates) the node's data directory, starts the transport
+// and the raft loop, and returns at once: the node opens its session in the
+// background, and Lock calls made before that simply wait (bounded by their
+// context). Start fails with an error wrapping ErrInvalidConfig or ErrDataDir
+// when it cannot start; it never leaves goroutines behind on failure.
+func Start(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.ID),
+		id:      cfg.ID,
+		clock:   cfg.Clock,
+		snapDir: filepath.Join(cfg.DataDir, "snap"),
+		reqc:    make(chan func(), 1024),
+		recvc:   make(chan []*raftpb.Message, 1024),
+		stopc:   make(chan struct{}),
+		donec:   make(chan struct{}),
+	}
+	if err := os.MkdirAll(n.snapDir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	if err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			n.closeResources()
+		}
+	}()
+	var err error
+	n.storage, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft.db"), raftlog.Options{Logger: n.log})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), lockfsm.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	if err := n.recoverFSM(); err != nil {
+		return nil, err
+	}
+	if !n.storage.HasState() {
+		if len(cfg.Members) == 0 {
+			return nil, fmt.Errorf("%w: empty data directory and no Members to bootstrap from", ErrInvalidConfig)
+		}
+		cs := &raftpb.ConfState{}
+		for _, m := range cfg.Members {
+			cs.Voters = append(cs.Voters, m.ID)
+		}
+		if err := n.storage.Bootstrap(cs); err != nil {
+			return nil, fmt.Errorf("%w: bootstrap: %v", ErrDataDir, err)
+		}
+		n.log.Info("bootstrapped new cluster", "voters", cs.Voters, "cluster", cfg.ClusterID)
+	}
+	_, cs, err := n.storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	n.loop.confState = cs
+	n.rn, err = raft.NewRawNode(&raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   n.storage,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           256,
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		StepDownOnRemoval:         true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{n.log},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
+	}
+	n.tr, err = transport.New(transport.Config{
+		ClusterID:   cfg.ClusterID,
+		LocalID:     cfg.ID,
+		ListenAddr:  cfg.ListenAddr,
+		Listener:    cfg.Listener,
+		SnapshotDir: n.snapDir,
+		Handler:     (*transportHandler)(n),
+		Logger:      n.log,
+		ServerTLS:   cfg.ServerTLS,
+		ClientTLS:   cfg.ClientTLS,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range cfg.Members {
+		if m.ID != cfg.ID {
+			n.tr.AddPeer(m.ID, m.Addr)
+		}
+	}
+	n.loop.ops.init()
+	n.loop.holds.init()
+	n.loop.lead.init()
+	n.loop.lastApplied = n.fsm.AppliedIndex()
+	n.loop.lastCommit = n.clock.Now()
+	ok = true
+	go n.run()
+	n.bgwg.Add(1)
+	go n.keepaliveLoop()
+	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
+	return n, nil
+}
+
+// recoverFSM brings the lock table up to the raft snapshot if a crash came
+// between saving a received snapshot and restoring the table from it.
+func (n *Node) recoverFSM() error {
+	snap, err := n.storage.Snapshot()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	idx := snap.GetMetadata().GetIndex()
+	if idx == 0 || n.fsm.AppliedIndex() >= idx || len(snap.GetData()) == 0 {
+		// No snapshot, already applied, or the bootstrap snapshot (empty
+		// Data: an empty lock table).
+		return nil
+	}
+	n.log.Info("restoring lock table from snapshot", "index", idx, "applied", n.fsm.AppliedIndex())
+	return n.restoreFSM(idx)
+}
+
+func (n *Node) restoreFSM(index uint64) error {
+	f, err := os.Open(transport.SnapshotPath(n.snapDir, index))
+	if err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, index, err)
+	}
+	defer f.Close()
+	if err := n.fsm.Restore(f); err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, index, err)
+	}
+	return nil
+}
+
+// Addr is the address the node's gRPC server listens on.
+func (n *Node) Addr() string { return n.tr.Addr() }
+
+// ID is the node's raft id.
+func (n *Node) ID() uint64 { return n.id }
+
+// Leader is the leader id this node last saw (0 if none).
+func (n *Node) Leader() uint64 { return n.lead.Load() }
+
+// AddPeer tells the transport where another node listens.
+func (n *Node) AddPeer(id uint64, addr string) { n.tr.AddPeer(id, addr) }
+
+// err returns why the node stopped serving, or nil.
+func (n *Node) err() error {
+	if p := n.dead.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// do runs f inside the loop goroutine. It fails only if the node stopped.
+func (n *Node) do(ctx context.Context, f func()) error {
+	if err := n.err(); err != nil {
+		return err
+	}
+	select {
+	case n.reqc <- f:
+		return nil
+	case <-n.donec:
+		if err := n.err(); err != nil {
+			return err
+		}
+		return ErrClosed
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// run is the loop: the only goroutine that touches rn, fsm and loopState.
+func (n *Node) run() {
+	defer close(n.donec)
+	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
+	defer stopTick()
+	for {
+		select {
+		case <-tickc:
+			n.rn.Tick()
+			n.onTick()
+		case f := <-n.reqc:
+			f()
+		case msgs := <-n.recvc:
+			n.step(msgs)
+		case <-n.stopc:
+			return
+		}
+		n.drainInputs()
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.fail(err)
+				return
+			}
+		}
+	}
+}
+
+// drainInputs takes whatever else is already queued, so that concurrent
+// proposals share one Ready: one fsync and one message per peer.
+func (n *Node) drainInputs() {
+	for i := 0; i < 4096; i++ {
+		select {
+		case f := <-n.reqc:
+			f()
+		case msgs := <-n.recvc:
+			n.step(msgs)
+		default:
+			return
+		}
+	}
+}
+
+func (n *Node) step(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+			n.log.Debug("step", "err", err, "type", m.GetType().String(), "from", m.GetFrom())
+		}
+	}
+}
+
+// fail stops serving after a storage error: the node must not acknowledge
+// anything it could not make durable (S3).
+func (n *Node) fail(err error) {
+	err = fmt.Errorf("%w: %v", ErrStorage, err)
+	n.dead.CompareAndSwap(nil, &err)
+	n.log.Error("node stopped serving", "err", err)
+	n.loop.ops.failAll(err)
+	n.loop.holds.loseAll(err)
+}
+
+// Close hands leadership to another voter if this node leads, closes its
+// session through the log (releasing every lock it holds and removing its
+// waiters in one entry) and stops. ctx bounds the graceful part; when it
+// expires the node stops anyway and its session expires by TTL. Close is
+// idempotent; every call after the first returns nil at once.
+func (n *Node) Close(ctx context.Context) error {
+	var err error
+	n.once.Do(func() {
+		err = n.gracefulStop(ctx)
+		n.stop()
+	})
+	return err
+}
+
+// Crash stops the node without any cleanup: no session close, no leadership
+// transfer, no final lock-table commit. It is what a kill -9 looks like to the
+// rest of the cluster, for tests and the fault checker.
+func (n *Node) Crash() {
+	n.once.Do(n.stop)
+}
+
+func (n *Node) stop() {
+	closed := ErrClosed
+	n.dead.CompareAndSwap(nil, &closed)
+	close(n.stopc)
+	<-n.donec
+	n.loop.ops.failAll(ErrClosed)
+	n.loop.holds.loseAll(ErrClosed)
+	n.bgwg.Wait()
+	n.closeResources()
+}
+
+func (n *Node) closeResources() {
+	if n.tr != nil {
+		n.tr.Close()
+	}
+	if n.fsm != nil {
+		n.fsm.Close()
+	}
+	if n.storage != nil {
+		n.storage.Close()
+	}
+}
+
+// gracefulStop closes the session and hands over leadership.
+func (n *Node) gracefulStop(ctx context.Context) error {
+	if n.err() != nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	if err := n.do(ctx, func() { n.closeOwnSession(done) }); err != nil {
+		return err
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	case <-n.donec:
+		err = n.err()
+	}
+	if err != nil {
+		return err
+	}
+	// Hand leadership over so the cluster does not wait an election timeout.
+	transferred := make(chan struct{})
+	_ = n.do(ctx, func() { n.transferLeadership(transferred) })
+	select {
+	case <-transferred:
+	case <-ctx.Done():
+	case <-n.donec:
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package node
+
+import (
+	"time"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// op is one session command on its way through the log: an Acquire, Release
+// or Cancel. The loop gives it the next sequence number of the node's
+// session, proposes it, proposes it again (same session and sequence, so
+// lockfsm applies it at most once: S6) whenever its result is overdue, and
+// completes it from its own node's apply. Nothing is polled.
+type op struct {
+	cmd  lockfsm.Command
+	data []byte
+
+	// done receives exactly one outcome; nil for background ops (a Cancel or
+	// a Release whose caller gave up) that nobody waits for.
+	done chan opResult
+
+	proposedAt time.Time // zero until proposed; reset on every re-proposal
+	queued     bool      // an Acquire applied as Queued: awaiting its grant event
+	abandoned  bool      // the caller gave up; a Cancel for it is on its way
+	parked     bool      // not re-proposed: the Cancel for it settles it
+	cancelOf   *op       // for a Cancel: the Acquire it cancels
+	hold       *holdRequest
+}
+
+// opResult is what a caller waiting on an op receives.
+type opResult struct {
+	res  lockfsm.Result
+	hold *Hold // for a granted Acquire
+	err  error // a node-level failure (closed, session expired)
+}
+
+// opRegistry tracks the node's session commands. All fields are owned by the
+// loop goroutine.
+type opRegistry struct {
+	nextSeq uint64
+	// inflight: ops whose own result has not been applied yet, by seq.
+	inflight map[uint64]*op
+	// queued: Acquires applied as Queued, waiting for a grant, by seq.
+	queued map[uint64]*op
+	// ackedBelow: every seq below it has a known result, so lockfsm may
+	// forget their results (this bounds its per-session dedup memory).
+	ackedBelow uint64
+	// unsessioned: ops submitted before the session was open.
+	unsessioned []*op
+}
+
+func (r *opRegistry) init() {
+	r.inflight = map[uint64]*op{}
+	r.queued = map[uint64]*op{}
+	r.nextSeq = 1
+	r.ackedBelow = 1
+}
+
+func (r *opRegistry) complete(o *op, out opResult) {
+	if o.done != nil {
+		o.done <- out
+		o.done = nil
+	}
+}
+
+// failAll completes every waiting op with err (node stopped or session lost).
+func (r *opRegistry) failAll(err error) {
+	for seq, o := range r.inflight {
+		r.complete(o, opResult{err: err})
+		delete(r.inflight, seq)
+	}
+	for seq, o := range r.queued {
+		r.complete(o, opResult{err: err})
+		delete(r.queued, seq)
+	}
+	for _, o := range r.unsessioned {
+		r.complete(o, opResult{err: err})
+	}
+	r.unsessioned = nil
+}
+
+// advanceAck moves ackedBelow past every seq whose result is known. Seqs are
+// issued in order, so this is amortised O(1) per op.
+func (r *opRegistry) advanceAck() {
+	for r.ackedBelow < r.nextSeq {
+		if _, busy := r.inflight[r.ackedBelow]; busy {
+			return
+		}
+		r.ackedBelow++
+	}
+}
+
+// submit enqueues an op from the loop: it is proposed now if the session is
+// open, or when it opens.
+func (n *Node) submit(o *op) {
+	if n.loop.own.id == 0 {
+		n.loop.ops.unsessioned = append(n.loop.ops.unsessioned, o)
+		return
+	}
+	n.assignAndPropose(o)
+}
+
+func (n *Node) assignAndPropose(o *op) {
+	r := &n.loop.ops
+	o.cmd.Session = n.loop.own.id
+	o.cmd.Seq = r.nextSeq
+	r.nextSeq++
+	r.inflight[o.cmd.Seq] = o
+	n.propose(o)
+}
+
+// propose (re)proposes an op with the current ackedBelow. A proposal raft
+// drops (no leader yet) is retried on a later tick.
+func (n *Node) propose(o *op) {
+	o.cmd.AckedBelow = n.loop.ops.ackedBelow
+	if o.cmd.AckedBelow > o.cmd.Seq {
+		o.cmd.AckedBelow = o.cmd.Seq
+	}
+	o.data = o.cmd.AppendEncode(o.data[:0])
+	o.proposedAt = n.clock.Now()
+	if err := n.rn.Propose(o.data); err != nil {
+		o.proposedAt = time.Time{} // try again on the next tick
+	}
+}
+
+// retryProposals re-proposes ops whose result is overdue.
+func (n *Node) retryProposals(now time.Time) {
+	for _, o := range n.loop.ops.inflight {
+		if o.parked {
+			continue
+		}
+		if o.proposedAt.IsZero() || now.Sub(o.proposedAt) >= n.cfg.RetryInterval {
+			n.propose(o)
+		}
+	}
+	n.retrySessionOpen(now)
+	n.loop.lead.retry(n, now)
+}
+
+// reproposeAll re-proposes every in-flight op (after a leader change).
+func (n *Node) reproposeAll() {
+	if n.loop.leader == 0 {
+		return
+	}
+	for _, o := range n.loop.ops.inflight {
+		if !o.parked {
+			n.propose(o)
+		}
+	}
+	n.retrySessionOpen(time.Time{})
+}
+
+// onSessionOpen proposes the ops that waited for a session.
+func (n *Node) onSessionOpen() {
+	pending := n.loop.ops.unsessioned
+	n.loop.ops.unsessioned = nil
+	for _, o := range pending {
+		if o.abandoned {
+			n.loop.ops.complete(o, opResult{err: ErrClosed})
+			continue
+		}
+		n.assignAndPropose(o)
+	}
+}
+
+// onResult routes the result of one of this node's commands to its waiter.
+func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) {
+	n.onLeaderResult(index, cmd, res)
+	if cmd.Session == 0 || cmd.Session != n.loop.own.id {
+		return
+	}
+	r := &n.loop.ops
+	o, ok := r.inflight[cmd.Seq]
+	if !ok {
+		return // a duplicate of something already completed
+	}
+	if o.abandoned && cmd.Kind == lockfsm.KindAcquire {
+		// Its Cancel settles it; until that is applied the Acquire stays
+		// unacknowledged so lockfsm still holds its result.
+		o.parked = true
+		return
+	}
+	delete(r.inflight, cmd.Seq)
+	switch cmd.Kind {
+	case lockfsm.KindAcquire:
+		n.onAcquireResult(o, res)
+	case lockfsm.KindRelease:
+		n.onReleaseResult(o, res)
+	case lockfsm.KindCancel:
+		if o.cancelOf != nil {
+			// The cancelled Acquire's outcome is now settled in lockfsm.
+			delete(r.inflight, o.cancelOf.cmd.Seq)
+		}
+	}
+	r.advanceAck()
+}
+
+// abandon is called when the caller of an Acquire gave up (context done).
+// Unless the Acquire is already settled as granted, a Cancel makes sure it
+// leaves nothing behind (S4): it removes the waiter, or releases the level
+// the Acquire added if the grant raced the cancellation, or, if the Acquire
+// was never applied, leaves a tombstone so a late copy of it has no effect.
+// An Acquire whose result is still unknown stays unacknowledged until the
+// Cancel is applied, so lockfsm still knows what became of it.
+func (n *Node) abandon(o *op) {
+	if o.abandoned {
+		return
+	}
+	o.abandoned = true
+	o.done = nil
+	if o.cmd.Seq == 0 {
+		return // never proposed: onSessionOpen drops it
+	}
+	r := &n.loop.ops
+	_, inflight := r.inflight[o.cmd.Seq]
+	_, queued := r.queued[o.cmd.Seq]
+	if !inflight && !queued {
+		return // settled: the caller either got the hold or an error
+	}
+	delete(r.queued, o.cmd.Seq)
+	if inflight {
+		o.parked = true
+	}
+	c := &op{
+		cmd: lockfsm.Command{
+			Kind:   lockfsm.KindCancel,
+			Name:   o.cmd.Name,
+			Owner:  o.cmd.Owner,
+			Target: o.cmd.Seq,
+		},
+		cancelOf: o,
+	}
+	n.assignAndPropose(c)
+}

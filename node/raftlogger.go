@@ -1,0 +1,48 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+)
+
+// raftLogger adapts a *slog.Logger to raft.Logger, so that raft's own logs go
+// where the node's go instead of raft's process-global default.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) log(level slog.Level, msg string) {
+	r.l.Log(context.Background(), level, msg, "component", "raft")
+}
+
+func (r raftLogger) Debug(v ...any)                 { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(format string, v ...any) { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
+func (r raftLogger) Info(v ...any)                  { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
+func (r raftLogger) Infof(format string, v ...any)  { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
+func (r raftLogger) Warning(v ...any)               { r.log(slog.LevelWarn, fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(format string, v ...any) {
+	r.log(slog.LevelWarn, fmt.Sprintf(format, v...))
+}
+func (r raftLogger) Error(v ...any)                 { r.log(slog.LevelError, fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(format string, v ...any) { r.log(slog.LevelError, fmt.Sprintf(format, v...)) }
+
+// Fatal and Panic are raft's "this must never happen" paths (a corrupted log,
+// a broken invariant). raft expects them not to return.
+func (r raftLogger) Fatal(v ...any) {
+	r.log(slog.LevelError, fmt.Sprint(v...))
+	os.Exit(1)
+}
+func (r raftLogger) Fatalf(format string, v ...any) {
+	r.log(slog.LevelError, fmt.Sprintf(format, v...))
+	os.Exit(1)
+}
+func (r raftLogger) Panic(v ...any) {
+	s := fmt.Sprint(v...)
+	r.log(slog.LevelError, s)
+	panic(s)
+}
+func (r raftLogger) Panicf(format string, v ...any) {
+	s := fmt.Sprintf(format, v...)
+	r.log(slog.LevelError, s)
+	panic(s)
+}

@@ -1,0 +1,291 @@
+package node
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport"
+)
+
+// handleReady processes one Ready in the order raft requires.
+func (n *Node) handleReady() error {
+	rd := n.rn.Ready()
+	if rd.SoftState != nil {
+		n.onSoftState(rd.SoftState)
+	}
+	// A leader may send its appends before persisting them (thesis §10.2.1);
+	// its own vote for them counts only after Advance. Everything else, in
+	// particular acknowledgements of this Ready's entries, waits for the fsync.
+	var later []*raftpb.Message
+	if n.loop.isLeader {
+		var early []*raftpb.Message
+		for _, m := range rd.Messages {
+			switch m.GetType() {
+			case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+				early = append(early, m)
+			default:
+				later = append(later, m)
+			}
+		}
+		n.tr.Send(early)
+	} else {
+		later = rd.Messages
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) && len(rd.Snapshot.GetData()) > 0 {
+		// The transport stored the snapshot file before stepping MsgSnap in.
+		if err := n.restoreFSM(rd.Snapshot.GetMetadata().GetIndex()); err != nil {
+			return err
+		}
+		n.loop.confState = rd.Snapshot.GetMetadata().GetConfState()
+		n.loop.lastApplied = rd.Snapshot.GetMetadata().GetIndex()
+		n.onRestored()
+	}
+	if err := n.storage.Save(rd.Snapshot, rd.HardState, rd.Entries); err != nil {
+		return err
+	}
+	n.tr.Send(later)
+	if err := n.apply(rd.CommittedEntries); err != nil {
+		return err
+	}
+	n.rn.Advance(rd)
+	return n.maybeSnapshot()
+}
+
+func (n *Node) onSoftState(ss *raft.SoftState) {
+	wasLeader := n.loop.isLeader
+	prev := n.loop.leader
+	n.loop.leader = ss.Lead
+	n.loop.isLeader = ss.RaftState == raft.StateLeader
+	n.lead.Store(ss.Lead)
+	if prev != ss.Lead {
+		n.log.Info("leader changed", "leader", ss.Lead, "state", ss.RaftState.String())
+		// Proposals forwarded to the old leader may be lost without notice:
+		// propose them again now rather than after RetryInterval.
+		n.reproposeAll()
+	}
+	if wasLeader && !n.loop.isLeader {
+		n.loop.lead.stepDown()
+	}
+	if !wasLeader && n.loop.isLeader {
+		n.loop.term = n.rn.BasicStatus().GetTerm()
+		n.loop.lead.becomeLeader(n.loop.term)
+	}
+}
+
+// apply hands committed entries to lockfsm and routes results and events.
+func (n *Node) apply(ents []*raftpb.Entry) error {
+	for _, e := range ents {
+		idx := e.GetIndex()
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			if len(e.GetData()) == 0 {
+				// The empty entry a new leader appends in its term.
+				if n.loop.isLeader && e.GetTerm() == n.loop.term {
+					n.loop.lead.ready(n)
+				}
+				if idx > n.loop.lastApplied {
+					n.loop.lastApplied = idx
+				}
+				continue
+			}
+			if idx <= n.fsm.AppliedIndex() {
+				continue // replayed after a restart; already in the table
+			}
+			cmd, err := lockfsm.DecodeCommand(e.GetData())
+			n.loop.events = n.loop.events[:0]
+			var res lockfsm.Result
+			if err != nil {
+				res, n.loop.events = n.fsm.Apply(idx, e.GetData(), n.loop.events)
+				n.log.Warn("undecodable entry applied as no-op", "index", idx, "err", err)
+			} else {
+				res, n.loop.events = n.fsm.ApplyCommand(idx, &cmd, n.loop.events)
+				n.onResult(idx, &cmd, res)
+			}
+			for i := range n.loop.events {
+				n.onEvent(idx, &n.loop.events[i])
+			}
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("conf change at %d: %v", idx, err)
+			}
+			n.applyConfChange(&cc)
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("conf change at %d: %v", idx, err)
+			}
+			n.applyConfChange(&cc)
+		}
+		if idx > n.loop.lastApplied {
+			n.loop.sinceSnap += idx - n.loop.lastApplied
+			n.loop.lastApplied = idx
+		}
+	}
+	return n.maybeCommitFSM(false)
+}
+
+func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
+	n.loop.confState = n.rn.ApplyConfChange(cc)
+	if err := n.storage.SetConfState(n.loop.confState); err != nil {
+		n.log.Error("persist conf state", "err", err)
+	}
+}
+
+// maybeCommitFSM writes the lock table's dirty records to its bbolt file
+// every CommitInterval (or when forced). The raft log is the durability
+// source, so this only bounds how much a restart replays.
+func (n *Node) maybeCommitFSM(force bool) error {
+	now := n.clock.Now()
+	if !force && now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval {
+		return nil
+	}
+	n.loop.lastCommit = now
+	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
+		return nil
+	}
+	return n.fsm.Commit()
+}
+
+// maybeSnapshot writes a lock-table snapshot file and compacts the raft log
+// every SnapshotEvery applied entries.
+func (n *Node) maybeSnapshot() error {
+	if n.loop.sinceSnap < n.cfg.SnapshotEvery {
+		return nil
+	}
+	return n.snapshotNow()
+}
+
+func (n *Node) snapshotNow() error {
+	idx := n.fsm.AppliedIndex()
+	if idx == 0 {
+		return nil
+	}
+	if err := n.maybeCommitFSM(true); err != nil {
+		return err
+	}
+	path := transport.SnapshotPath(n.snapDir, idx)
+	if err := writeSnapshotFile(path, n.fsm); err != nil {
+		return err
+	}
+	var desc [8]byte
+	binary.BigEndian.PutUint64(desc[:], idx)
+	if _, err := n.storage.CreateSnapshot(idx, n.loop.confState, desc[:]); err != nil {
+		if err == raft.ErrSnapOutOfDate {
+			return nil
+		}
+		return err
+	}
+	n.loop.sinceSnap = 0
+	if idx > n.cfg.CompactKeep {
+		if err := n.storage.Compact(idx - n.cfg.CompactKeep); err != nil && err != raft.ErrCompacted {
+			return err
+		}
+	}
+	n.removeOldSnapshots(idx)
+	n.log.Debug("snapshot taken", "index", idx)
+	return nil
+}
+
+func writeSnapshotFile(path string, fsm *lockfsm.FSM) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 256<<10)
+	err = fsm.WriteSnapshot(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeOldSnapshots keeps the newest two snapshot files: one may be
+// streaming to a follower while the next is written.
+func (n *Node) removeOldSnapshots(newest uint64) {
+	entries, err := os.ReadDir(n.snapDir)
+	if err != nil {
+		return
+	}
+	var keep uint64
+	for _, e := range entries {
+		var idx uint64
+		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
+			continue
+		}
+		if idx < newest && idx > keep {
+			keep = idx
+		}
+	}
+	for _, e := range entries {
+		var idx uint64
+		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
+			continue
+		}
+		if idx != newest && idx != keep {
+			os.Remove(filepath.Join(n.snapDir, e.Name()))
+		}
+	}
+}
+
+// onTick runs once per raft tick inside the loop.
+func (n *Node) onTick() {
+	now := n.clock.Now()
+	n.retryProposals(now)
+	n.checkOwnSession(now)
+	if n.loop.isLeader {
+		n.loop.lead.tick(n, now)
+	}
+	if err := n.maybeCommitFSM(false); err != nil {
+		n.fail(err)
+	}
+}
+
+// transferLeadership hands leadership to the most caught-up voter and closes
+// done when this node no longer leads (or there is no one to hand it to).
+func (n *Node) transferLeadership(done chan struct{}) {
+	if !n.loop.isLeader {
+		close(done)
+		return
+	}
+	st := n.rn.Status()
+	var best uint64
+	var bestMatch uint64
+	for id, pr := range st.Progress {
+		if id == n.id || pr.IsLearner {
+			continue
+		}
+		if pr.Match >= bestMatch {
+			best, bestMatch = id, pr.Match
+		}
+	}
+	if best == 0 {
+		close(done)
+		return
+	}
+	n.rn.TransferLeader(best)
+	n.loop.lead.onStepDown(done)
+}

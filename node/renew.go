@@ -1,0 +1,83 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+const methodRenew = "renew"
+
+func encodeRenew(name string, token uint64) []byte {
+	b := make([]byte, 8, 8+len(name))
+	binary.BigEndian.PutUint64(b, token)
+	return append(b, name...)
+}
+
+func decodeRenew(b []byte) (string, uint64, error) {
+	if len(b) < 9 {
+		return "", 0, errors.New("lockraft: bad renew request")
+	}
+	return string(b[8:]), binary.BigEndian.Uint64(b), nil
+}
+
+// Renew restarts the lock's own lease (a lock taken with a lease). Renewals
+// go to the leader and are not logged. On success the holder-side deadline
+// moves to the renewal's send time plus the lease, minus the drift margin.
+// It returns ErrNotHeld if the lease already ran out or the lock was lost,
+// ErrUnavailable if the leader could not be reached in time (the lease keeps
+// running: retry). A Hold without a lease has nothing to renew: nil.
+func (h *Hold) Renew(ctx context.Context) error {
+	if h.lease <= 0 {
+		return nil
+	}
+	if h.ctx.Err() != nil || h.released.Load() {
+		return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(h.ctx))
+	}
+	n := h.n
+	lead := n.lead.Load()
+	if lead == 0 {
+		return ErrUnavailable
+	}
+	sent := n.clock.Now()
+	var st keepaliveStatus
+	if lead == n.id {
+		st = n.localRenew(ctx, h.name, h.token)
+	} else {
+		resp, err := n.tr.Call(ctx, lead, methodRenew, encodeRenew(h.name, h.token))
+		if err != nil || len(resp) != 1 {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		st = keepaliveStatus(resp[0])
+	}
+	switch st {
+	case keepaliveOK:
+		v := sent.UnixNano()
+		for {
+			cur := h.leaseBase.Load()
+			if v <= cur || h.leaseBase.CompareAndSwap(cur, v) {
+				break
+			}
+		}
+		return nil
+	case keepaliveNoSession:
+		return ErrNotHeld
+	}
+	return ErrUnavailable
+}
+
+func (n *Node) localRenew(ctx context.Context, name string, token uint64) keepaliveStatus {
+	reply := make(chan keepaliveStatus, 1)
+	if err := n.do(ctx, func() { reply <- n.loop.lead.renewLease(n, name, token, n.clock.Now()) }); err != nil {
+		return keepaliveFailed
+	}
+	select {
+	case st := <-reply:
+		return st
+	case <-ctx.Done():
+		return keepaliveFailed
+	case <-n.donec:
+		return keepaliveFailed
+	}
+}

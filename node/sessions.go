@@ -1,0 +1,329 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// ownSession is this node's session: every lock it holds or waits for
+// belongs to it (ephemeral ownership). Owned by the loop goroutine, except
+// lastAcked which the keepalive sender updates.
+type ownSession struct {
+	id         uint64
+	nonce      uint64    // tells our OpenSession apart from replayed or older ones
+	openSentAt time.Time // first send of the current OpenSession round
+	openRetry  time.Time // last (re)proposal of it
+	closing    bool
+	closeDone  chan error
+	toClose    map[uint64]time.Time // sessions to close (older incarnations, duplicates), last proposal
+	leased     []*Hold              // holds with their own lease, checked each tick
+}
+
+// holderDeadline is when this node must consider its session lost: the send
+// time of the last acknowledged keepalive plus the TTL, minus the drift
+// margin (S5). It is read on the node's own monotonic clock.
+func (n *Node) holderDeadline() time.Time {
+	return time.Unix(0, n.lastAcked.Load()).Add(n.cfg.SessionTTL - n.cfg.holderMargin())
+}
+
+// noteAcked records that a keepalive sent at sent was acknowledged by the
+// leader. Only ever moves forward.
+func (n *Node) noteAcked(sent time.Time) {
+	v := sent.UnixNano()
+	for {
+		cur := n.lastAcked.Load()
+		if v <= cur || n.lastAcked.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// retrySessionOpen proposes OpenSession while the node has none.
+func (n *Node) retrySessionOpen(now time.Time) {
+	s := &n.loop.own
+	if s.toClose == nil {
+		s.toClose = map[uint64]time.Time{}
+	}
+	for id, at := range s.toClose {
+		if now.IsZero() || now.Sub(at) >= n.cfg.RetryInterval {
+			n.proposeSessionless(lockfsm.Command{Kind: lockfsm.KindCloseSession, Session: id})
+			s.toClose[id] = n.clock.Now()
+		}
+	}
+	if s.id != 0 || s.closing || n.loop.leader == 0 {
+		return
+	}
+	if !s.openRetry.IsZero() && !now.IsZero() && now.Sub(s.openRetry) < n.cfg.RetryInterval {
+		return
+	}
+	if s.nonce == 0 {
+		s.nonce = rand.Uint64() | 1
+		s.openSentAt = n.clock.Now()
+	}
+	s.openRetry = n.clock.Now()
+	n.proposeSessionless(lockfsm.Command{
+		Kind:      lockfsm.KindOpenSession,
+		Node:      n.id,
+		TTLMillis: uint64(n.cfg.SessionTTL.Milliseconds()),
+		Seq:       s.nonce,
+	})
+}
+
+// proposeSessionless proposes a command outside the session's sequence
+// (session open/close, leader expiries). These are idempotent by nature.
+func (n *Node) proposeSessionless(c lockfsm.Command) {
+	_ = n.rn.Propose(c.AppendEncode(nil))
+}
+
+// onSessionOpenedEvent notices our own session opening.
+func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
+	s := &n.loop.own
+	if ev.Node != n.id {
+		return
+	}
+	if s.id == 0 && s.nonce != 0 && ev.Seq == s.nonce && !s.closing {
+		s.id = ev.Session
+		s.nonce = 0
+		n.noteAcked(s.openSentAt)
+		n.sess.Store(s.id)
+		n.log.Info("session opened", "session", s.id)
+		// Sessions of earlier incarnations of this node hold locks for
+		// callers that no longer exist: release them now rather than at TTL.
+		for _, si := range n.fsm.Sessions() {
+			if si.Node == n.id && si.Session != s.id {
+				s.toClose[si.Session] = time.Time{}
+			}
+		}
+		n.onSessionOpen()
+		return
+	}
+	if ev.Session != s.id {
+		// A duplicate of our open (a retry that also committed) or a late
+		// one from an earlier incarnation.
+		s.toClose[ev.Session] = time.Time{}
+	}
+}
+
+// onOwnSessionEnded: our session was closed (by Close) or expired.
+func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
+	s := &n.loop.own
+	delete(s.toClose, ev.Session)
+	if ev.Session != s.id {
+		return
+	}
+	if s.closing {
+		s.id = 0
+		n.sess.Store(0)
+		n.loop.ops.failAll(ErrClosed)
+		n.loop.holds.loseAll(ErrClosed)
+		if s.closeDone != nil {
+			s.closeDone <- nil
+			s.closeDone = nil
+		}
+		return
+	}
+	n.log.Warn("session ended by the cluster; opening a new one", "session", s.id)
+	n.resetSession(ErrSessionExpired)
+}
+
+// resetSession abandons the current session: every hold is lost, every
+// pending call fails with cause, and a new session is opened.
+func (n *Node) resetSession(cause error) {
+	s := &n.loop.own
+	if s.id != 0 {
+		s.toClose[s.id] = time.Time{}
+	}
+	s.id = 0
+	n.sess.Store(0)
+	s.leased = nil
+	n.loop.ops.failAll(cause)
+	n.loop.holds.loseAll(cause)
+	n.loop.ops.init()
+	n.retrySessionOpen(time.Time{})
+}
+
+// checkOwnSession runs every tick: the holder side of S5.
+func (n *Node) checkOwnSession(now time.Time) {
+	s := &n.loop.own
+	if s.id != 0 && !s.closing && now.After(n.holderDeadline()) {
+		n.log.Warn("session keepalives unacknowledged for too long; treating locks as lost",
+			"session", s.id, "last_acked_send", time.Unix(0, n.lastAcked.Load()))
+		n.resetSession(ErrSessionExpired)
+		return
+	}
+	kept := s.leased[:0]
+	for _, h := range s.leased {
+		if h.ctx.Err() != nil {
+			continue
+		}
+		if now.After(h.leaseDeadline()) {
+			n.loop.holds.lose(h.name, h.owner, ErrLeaseExpired)
+			continue
+		}
+		kept = append(kept, h)
+	}
+	s.leased = kept
+}
+
+// armLeaseTimer starts the holder-side timer of a lock with its own lease.
+// The lease is counted from when the Acquire was first sent: the leader's
+// lease timer starts when it applies the grant, which is later.
+func (n *Node) armLeaseTimer(h *Hold, o *op) {
+	if h.lease <= 0 || o.hold == nil {
+		return
+	}
+	h.leaseBase.Store(o.hold.sentAt.UnixNano())
+	n.loop.own.leased = append(n.loop.own.leased, h)
+}
+
+func (h *Hold) leaseDeadline() time.Time {
+	margin := time.Duration(2*h.n.cfg.DriftRatio*float64(h.lease)) + h.n.cfg.TickInterval
+	return time.Unix(0, h.leaseBase.Load()).Add(h.lease - margin)
+}
+
+// closeOwnSession starts a graceful close: one CloseSession entry releases
+// every lock and removes every waiter of this node.
+func (n *Node) closeOwnSession(done chan error) {
+	s := &n.loop.own
+	s.closing = true
+	n.closing.Store(true)
+	for _, o := range n.loop.ops.unsessioned {
+		n.loop.ops.complete(o, opResult{err: ErrClosed})
+	}
+	n.loop.ops.unsessioned = nil
+	if s.id == 0 {
+		done <- nil
+		return
+	}
+	s.closeDone = done
+	s.toClose[s.id] = time.Time{}
+	n.retrySessionOpen(time.Time{})
+}
+
+// keepaliveLoop sends this node's keepalive to the leader every
+// KeepaliveInterval. Keepalives are not logged; only the leader keeps
+// deadlines. An acknowledgement moves the holder-side deadline forward from
+// the time the keepalive was sent.
+func (n *Node) keepaliveLoop() {
+	defer n.bgwg.Done()
+	tick, stop := n.clock.NewTicker(n.cfg.KeepaliveInterval)
+	defer stop()
+	for {
+		select {
+		case <-n.stopc:
+			return
+		case <-tick:
+		}
+		sess, lead := n.sess.Load(), n.lead.Load()
+		if sess == 0 || lead == 0 {
+			continue
+		}
+		sent := n.clock.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
+		st := n.sendKeepalive(ctx, lead, sess)
+		cancel()
+		switch st {
+		case keepaliveOK:
+			n.noteAcked(sent)
+		case keepaliveNoSession:
+			_ = n.do(context.Background(), func() {
+				if n.loop.own.id == sess && !n.loop.own.closing {
+					n.log.Warn("leader does not know our session; opening a new one", "session", sess)
+					n.resetSession(ErrSessionExpired)
+				}
+			})
+		}
+	}
+}
+
+type keepaliveStatus byte
+
+const (
+	keepaliveOK keepaliveStatus = iota + 1
+	keepaliveNotLeader
+	keepaliveNoSession
+	keepaliveFailed
+)
+
+const methodKeepalive = "keepalive"
+
+func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveStatus {
+	if lead == n.id {
+		return n.localKeepalive(ctx, sess)
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint64(req[:], sess)
+	resp, err := n.tr.Call(ctx, lead, methodKeepalive, req[:])
+	if err != nil || len(resp) != 1 {
+		return keepaliveFailed
+	}
+	return keepaliveStatus(resp[0])
+}
+
+// localKeepalive serves a keepalive inside the loop (for the leader's own
+// session and for calls arriving from other nodes).
+func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus {
+	reply := make(chan keepaliveStatus, 1)
+	if err := n.do(ctx, func() { reply <- n.loop.lead.keepalive(n, sess, n.clock.Now()) }); err != nil {
+		return keepaliveFailed
+	}
+	select {
+	case st := <-reply:
+		return st
+	case <-ctx.Done():
+		return keepaliveFailed
+	case <-n.donec:
+		return keepaliveFailed
+	}
+}
+
+// onRestored reconciles the node's callers with a lock table that was just
+// replaced by a snapshot from the leader: events for the entries the
+// snapshot covers were never seen here.
+func (n *Node) onRestored() {
+	s := &n.loop.own
+	if s.id == 0 {
+		return
+	}
+	alive := false
+	for _, si := range n.fsm.Sessions() {
+		if si.Session == s.id {
+			alive = true
+			break
+		}
+	}
+	if !alive {
+		n.resetSession(ErrSessionExpired)
+		return
+	}
+	for k, hl := range n.loop.holds.held {
+		li, ok := n.fsm.Lock(k.name)
+		if !ok || li.Holder.Session != s.id || li.Holder.Owner != k.owner || li.Token != hl.token {
+			n.loop.holds.lose(k.name, k.owner, ErrSessionExpired)
+		}
+	}
+	r := &n.loop.ops
+	for seq, o := range r.queued {
+		li, ok := n.fsm.Lock(o.cmd.Name)
+		if ok && li.Holder.Session == s.id && li.Holder.Owner == o.cmd.Owner {
+			delete(r.queued, seq)
+			r.complete(o, opResult{hold: n.newHold(o, li.Token)})
+			continue
+		}
+		waiting := false
+		for _, w := range li.Waiters {
+			if w.Session == s.id && w.Seq == seq {
+				waiting = true
+				break
+			}
+		}
+		if !waiting {
+			delete(r.queued, seq)
+			r.complete(o, opResult{err: ErrSessionExpired})
+		}
+	}
+}
