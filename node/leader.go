@@ -16,11 +16,11 @@ import (
 // of its term is applied (ready), so a failover only ever makes expiry later,
 // never earlier (as etcd's lessor Promote does).
 type leaderDuties struct {
-	term     uint64
-	active   bool // leader, and its first entry of the term is applied
-	sessions map[uint64]*deadline
-	leases   map[string]*deadline // by lock name; token = the grant it targets
-	delays   map[string]*deadline // by lock name; token = the entry that started the delay
+	term            uint64
+	active          bool // leader, and its first entry of the term is applied
+	sessions        map[uint64]*deadline
+	leases          map[string]*deadline // by lock name; token = the grant it targets
+	delays          map[string]*deadline // by lock name; token = the entry that started the delay
 	stepDownWaiters []chan struct{}
 }
 

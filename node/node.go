@@ -42,14 +42,14 @@ type Node struct {
 	tr      *transport.Transport
 	rn      *raft.RawNode // owned by the loop goroutine
 
-	reqc  chan func()             // work to run inside the loop
-	recvc chan []*raftpb.Message  // raft messages from the transport
-	stopc chan struct{}           // closed by Close / crash to stop the loop
-	donec chan struct{}           // closed when the loop has exited
-	bgwg  sync.WaitGroup          // keepalive sender and other helpers
-	dead  atomic.Pointer[error]   // set once the node stopped serving
-	lead  atomic.Uint64           // current leader id as last seen by the loop
-	sess  atomic.Uint64           // current session id (0 until opened)
+	reqc  chan func()            // work to run inside the loop
+	recvc chan []*raftpb.Message // raft messages from the transport
+	stopc chan struct{}          // closed by Close / crash to stop the loop
+	donec chan struct{}          // closed when the loop has exited
+	bgwg  sync.WaitGroup         // keepalive sender and other helpers
+	dead  atomic.Pointer[error]  // set once the node stopped serving
+	lead  atomic.Uint64          // current leader id as last seen by the loop
+	sess  atomic.Uint64          // current session id (0 until opened)
 	// lastAcked is the send time (UnixNano of the node clock) of the last
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64

@@ -15,16 +15,20 @@ func (r raftLogger) log(level slog.Level, msg string) {
 	r.l.Log(context.Background(), level, msg, "component", "raft")
 }
 
-func (r raftLogger) Debug(v ...any)                 { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
-func (r raftLogger) Debugf(format string, v ...any) { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
-func (r raftLogger) Info(v ...any)                  { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
-func (r raftLogger) Infof(format string, v ...any)  { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
-func (r raftLogger) Warning(v ...any)               { r.log(slog.LevelWarn, fmt.Sprint(v...)) }
+func (r raftLogger) Debug(v ...any) { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(format string, v ...any) {
+	r.log(slog.LevelDebug, fmt.Sprintf(format, v...))
+}
+func (r raftLogger) Info(v ...any)                 { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
+func (r raftLogger) Infof(format string, v ...any) { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
+func (r raftLogger) Warning(v ...any)              { r.log(slog.LevelWarn, fmt.Sprint(v...)) }
 func (r raftLogger) Warningf(format string, v ...any) {
 	r.log(slog.LevelWarn, fmt.Sprintf(format, v...))
 }
-func (r raftLogger) Error(v ...any)                 { r.log(slog.LevelError, fmt.Sprint(v...)) }
-func (r raftLogger) Errorf(format string, v ...any) { r.log(slog.LevelError, fmt.Sprintf(format, v...)) }
+func (r raftLogger) Error(v ...any) { r.log(slog.LevelError, fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(format string, v ...any) {
+	r.log(slog.LevelError, fmt.Sprintf(format, v...))
+}
 
 // Fatal and Panic are raft's "this must never happen" paths (a corrupted log,
 // a broken invariant). raft expects them not to return.
