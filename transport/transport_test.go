@@ -261,3 +261,26 @@ func goroutines() string {
 	buf := make([]byte, 1<<16)
 	return string(buf[:runtime.Stack(buf, true)])
 }
+
+// Batches above MaxMsgSize are split into several gRPC messages, still in
+// order; a single message above it is dropped with an error log.
+func TestSendSplitsBelowMaxMsgSize(t *testing.T) {
+	small := func(c *Config) { c.MaxMsgSize = 2048 }
+	a, b := newNode(t, "c1", 1, small), newNode(t, "c1", 2, small)
+	connect(a, b)
+	var msgs []*raftpb.Message
+	for i := uint64(1); i <= 20; i++ {
+		m := msgApp(1, 2, i)
+		m.Entries = []*raftpb.Entry{{Data: make([]byte, 300)}}
+		msgs = append(msgs, m)
+	}
+	huge := msgApp(1, 2, 21)
+	huge.Entries = []*raftpb.Entry{{Data: make([]byte, 4096)}}
+	msgs = append(msgs, huge, msgApp(1, 2, 22))
+	a.t.Send(msgs)
+	require.Eventually(t, func() bool { got, _ := b.rec.received(); return len(got) == 21 }, waitFor, tick)
+	got, calls := b.rec.received()
+	require.Equal(t, append(seq(1, 20), 22), indexes(got))
+	require.GreaterOrEqual(t, calls, 4, "20×~320 bytes must not fit one 2 KiB message")
+	require.Contains(t, a.log.String(), "message larger than MaxMsgSize dropped")
+}
