@@ -120,7 +120,7 @@ func (s *session) dropWait(name string) {
 func (f *FSM) openSession(index uint64, c *Command, ev []Event) (Result, []Event) {
 	f.sessions[index] = &session{id: index, node: c.Node, ttl: c.TTLMillis}
 	f.dirtySessions[index] = struct{}{}
-	ev = append(ev, Event{Kind: EventSessionOpened, Session: index, Node: c.Node, TTLMillis: c.TTLMillis})
+	ev = append(ev, Event{Kind: EventSessionOpened, Session: index, Node: c.Node, TTLMillis: c.TTLMillis, Seq: c.Seq})
 	return Result{Status: SessionOpened, Session: index}, ev
 }
 
