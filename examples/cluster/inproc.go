@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockraft/lockraft"
+)
+
+// runInProcess runs three nodes in this process, each with its own
+// listener and data directory.
+func runInProcess() error {
+	tmp, err := os.MkdirTemp("", "lockraft-cluster-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	var lns []net.Listener
+	var peers []string
+	for range flagNodes {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+		peers = append(peers, ln.Addr().String())
+	}
+	nodes := make([]*lockraft.Node, flagNodes)
+	for i := range nodes {
+		id := uint64(i + 1)
+		opts := append(nodeOptions(id, filepath.Join(tmp, fmt.Sprintf("n%d", id))),
+			lockraft.WithListener(lns[i]), lockraft.WithListenAddr(peers[i]))
+		if nodes[i], err = lockraft.Join(peers, opts...); err != nil {
+			return fmt.Errorf("join node %d: %w", id, err)
+		}
+	}
+	defer func() { // in parallel: the last ones alone would have no quorum for a graceful Close
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				n.Close(ctx)
+			})
+		}
+		wg.Wait()
+	}()
+	fmt.Printf("3 nodes on %v, data in %s\n", peers, tmp)
+
+	start := time.Now()
+	for nodes[0].Leader() == 0 {
+		if time.Since(start) > 15*time.Second {
+			return errors.New("no leader elected within 15s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Printf("leader: node %d (elected in %v)\n", nodes[0].Leader(), time.Since(start).Round(time.Millisecond))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	line, err := demoReentrancy(ctx, nodes[0], nodes[1])
+	if err != nil {
+		return fmt.Errorf("reentrancy: %w", err)
+	}
+	fmt.Println(line)
+
+	skus := skuNames()
+	store := NewStore(skus, *flagStock)
+	counts := make([]*Counts, flagNodes)
+	fmt.Printf("selling %d SKUs × %d units with %d workers on each of %d nodes\n", len(skus), *flagStock, *flagWorkers, flagNodes)
+
+	var wg sync.WaitGroup
+	repCtx, stopReporters := context.WithCancel(ctx)
+	progCtx, stopProgress := context.WithCancel(ctx)
+	var tryOK, tryBusy func() int64
+	tryOK = func() (s int64) {
+		for _, c := range counts {
+			s += atomic.LoadInt64(&c.TryOK)
+		}
+		return
+	}
+	tryBusy = func() (s int64) {
+		for _, c := range counts {
+			s += atomic.LoadInt64(&c.TryLocked)
+		}
+		return
+	}
+	go progressLoop(progCtx, os.Stdout, func() (Snapshot, error) { return store.Snapshot(), nil }, time.Second,
+		func() string { return fmt.Sprintf("report TryLock ok/ErrLocked %d/%d", tryOK(), tryBusy()) })
+
+	var repWG sync.WaitGroup
+	begin := time.Now()
+	for i, n := range nodes {
+		counts[i] = &Counts{Node: n.ID()}
+		for w := range *flagWorkers {
+			wg.Add(1)
+			go func() { defer wg.Done(); worker(ctx, n, store, skus, i*(*flagWorkers)+w, counts[i]) }()
+		}
+		repWG.Add(1)
+		go func() { defer repWG.Done(); reporter(repCtx, n, counts[i]) }()
+	}
+	zombie := make(chan string, 1)
+	go func() {
+		line, err := demoZombie(ctx, nodes[2], store, skus[0])
+		if err != nil {
+			line = "FAIL: " + err.Error()
+		}
+		zombie <- line
+	}()
+	wg.Wait()
+	elapsed := time.Since(begin)
+	stopReporters()
+	repWG.Wait()
+	stopProgress()
+	fmt.Println(<-zombie)
+
+	snap := store.Snapshot()
+	bad := result(os.Stdout, snap, elapsed)
+	var lockErrs, unlockErrs, lost int64
+	for _, c := range counts {
+		lockErrs += c.LockErrs
+		unlockErrs += c.UnlockErrs
+		lost += c.Lost
+		fmt.Printf("node %d: sold %d, report TryLock ok %d / ErrLocked %d\n", c.Node, c.Sold, c.TryOK, c.TryLocked)
+	}
+	fmt.Printf("Lock errors (retried) %d, Unlock errors %d, writes skipped because the lock was lost %d\n", lockErrs, unlockErrs, lost)
+	if tryBusy() == 0 {
+		bad = append(bad, "TryLock never saw ErrLocked")
+	}
+
+	// Close: node 3 holds a lock; node 1 waits for it; node 3 closes.
+	if line, err := demoClose(ctx, nodes[2], nodes[0]); err != nil {
+		bad = append(bad, "close: "+err.Error())
+	} else {
+		fmt.Println(line)
+	}
+	return verdict(bad)
+}
+
+// demoClose: holder holds "nightly-export", waiter blocks on it, holder's
+// node closes; its handle's Context ends and the waiter is granted.
+func demoClose(ctx context.Context, holder, waiter *lockraft.Node) (string, error) {
+	l, err := holder.Lock(ctx, "nightly-export")
+	if err != nil {
+		return "", err
+	}
+	got := make(chan *lockraft.Lock, 1)
+	errc := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx, "nightly-export")
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- wl
+	}()
+	time.Sleep(200 * time.Millisecond) // let the waiter queue
+	select {
+	case <-got:
+		return "", errors.New("waiter granted while the lock was held")
+	default:
+	}
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := holder.Close(cctx); err != nil {
+		return "", fmt.Errorf("Close: %w", err)
+	}
+	select {
+	case wl := <-got:
+		d := time.Since(t0)
+		<-l.Context().Done()
+		defer wl.Unlock(ctx)
+		return fmt.Sprintf("close: node %d closed holding nightly-export (token %d; its Context ended: %v); "+
+			"node %d's waiting Lock was granted %v after Close began (token %d)",
+			holder.ID(), l.Token(), context.Cause(l.Context()), waiter.ID(), d.Round(time.Millisecond), wl.Token()), nil
+	case err := <-errc:
+		return "", fmt.Errorf("waiter: %w", err)
+	case <-time.After(10 * time.Second):
+		return "", errors.New("waiter not granted within 10s of Close")
+	}
+}
