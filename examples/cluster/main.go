@@ -37,10 +37,11 @@ var (
 	flagNodes   = 3
 
 	// Hidden: set by the parent when it re-executes itself as one node.
-	flagNodeID = flag.Uint64("node-id", 0, "")
-	flagPeers  = flag.String("peers", "", "")
-	flagData   = flag.String("data", "", "")
-	flagStore  = flag.String("store", "", "")
+	flagNodeID    = flag.Uint64("node-id", 0, "")
+	flagPeers     = flag.String("peers", "", "")
+	flagData      = flag.String("data", "", "")
+	flagStore     = flag.String("store", "", "")
+	flagRestarted = flag.Bool("restarted", false, "")
 )
 
 func main() {
