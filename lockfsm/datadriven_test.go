@@ -233,7 +233,8 @@ func dumpState(f *FSM) string {
 	for _, l := range f.Locks() {
 		fmt.Fprintf(&sb, "lock %s", l.Name)
 		if l.Holder.Session != 0 {
-			fmt.Fprintf(&sb, " holder=%d/%s holds=%d token=%d", l.Holder.Session, l.Holder.Owner, l.HoldCount, l.Token)
+			fmt.Fprintf(&sb, " holder=%d/%s holds=%d token=%d grant-seq=%d", l.Holder.Session, l.Holder.Owner,
+				l.HoldCount, l.Token, l.GrantSeq)
 		}
 		if l.LeaseMillis != 0 {
 			fmt.Fprintf(&sb, " lease=%d", l.LeaseMillis)

@@ -17,7 +17,9 @@
 //     token = the release's index. Anyone else gets ErrNotHolder.
 //   - Cancel(Target) undoes the acquire with Seq Target: removes it from its queue, or gives back the hold
 //     level it added (a full release and handoff if it was the last), or, if that acquire was never applied,
-//     stores a tombstone so a late copy is a duplicate that returns ErrCancelled.
+//     stores a tombstone so a late copy is a duplicate that returns ErrCancelled. A granted acquire is found
+//     even after its result was acknowledged away: each hold records the Seq of the acquire that created it
+//     (LockInfo.GrantSeq), so a cancel applied just after a queue handoff still releases (S4).
 //   - Leases. KindExpireLease(Name, Token) ends the hold with that token; any other token is stale: a no-op.
 //   - Lock-delay. An expiry with LockDelayMillis > 0 leaves each freed name delayed: granted to nobody,
 //     waiters stay queued, tries fail with ErrLocked, until KindLiftDelay(Name, Token) with the delaying

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -64,6 +66,10 @@ func genCommands(data []byte) []Command {
 			if p%5 == 0 {
 				c.Target = seqs[c.Session] + 1 // not applied yet: tombstone
 			}
+			if p&0x80 != 0 {
+				// The node knew the target's outcome (say Queued) and acknowledged it: its result is gone.
+				c.AckedBelow = c.Target + 1
+			}
 		case 7:
 			c = Command{Kind: KindCloseSession, Session: pick()}
 			if p&1 != 0 {
@@ -91,10 +97,14 @@ type checker struct {
 	ended     map[uint64]bool
 	lastToken map[string]uint64
 	queues    map[string][]WaiterInfo // enqueue order, from Queued results
+	// creator is, per held name, the acquire that created the current hold (from its Granted event); its
+	// Seq is zeroed once a cancel of it has given back its level.
+	creator map[string]Event
 }
 
 func newChecker() *checker {
-	return &checker{ended: map[uint64]bool{}, lastToken: map[string]uint64{}, queues: map[string][]WaiterInfo{}}
+	return &checker{ended: map[uint64]bool{}, lastToken: map[string]uint64{}, queues: map[string][]WaiterInfo{},
+		creator: map[string]Event{}}
 }
 
 // step checks one applied command: its result and events against the model, then the table.
@@ -106,6 +116,18 @@ func (k *checker) step(f *FSM, index uint64, c *Command, r Result, ev []Event) e
 	if r.Duplicate && len(ev) > 0 {
 		return fmt.Errorf("index %d: duplicate emitted %d events", index, len(ev))
 	}
+	// S4: a cancel of the acquire that created the current hold gives back a level, whether or not that
+	// acquire's result is still retained (it may have been queued, acknowledged and then granted).
+	if c.Kind == KindCancel && !r.Duplicate && r.Err == nil && c.Target != 0 {
+		if g, ok := k.creator[c.Name]; ok && g.Session == c.Session && g.Owner == c.Owner && g.Seq == c.Target {
+			if r.Status != Cancelled {
+				return fmt.Errorf("index %d: cancel of seq %d, which created the hold of %s, returned %v",
+					index, c.Target, c.Name, r.Status)
+			}
+			g.Seq = 0
+			k.creator[c.Name] = g
+		}
+	}
 	for _, e := range ev {
 		switch e.Kind {
 		case EventGranted:
@@ -113,6 +135,7 @@ func (k *checker) step(f *FSM, index uint64, c *Command, r Result, ev []Event) e
 				return fmt.Errorf("index %d: token of %s went from %d to %d", index, e.Name, k.lastToken[e.Name], e.Token)
 			}
 			k.lastToken[e.Name] = e.Token
+			k.creator[e.Name] = e
 			if e.FromQueue {
 				q := k.queues[e.Name]
 				if len(q) == 0 || q[0].Session != e.Session || q[0].Seq != e.Seq || q[0].Owner != e.Owner {
@@ -137,6 +160,8 @@ func (k *checker) step(f *FSM, index uint64, c *Command, r Result, ev []Event) e
 			if !found {
 				return fmt.Errorf("index %d: wait ended for unknown waiter %d seq %d", index, e.Session, e.Seq)
 			}
+		case EventReleased:
+			delete(k.creator, e.Name)
 		case EventSessionEnded:
 			k.ended[e.Session] = true
 		}
@@ -162,6 +187,9 @@ func (k *checker) checkTable(f *FSM) error {
 		if l.Holder.Session != 0 && l.Token != k.lastToken[l.Name] {
 			return fmt.Errorf("lock %s: token %d is not the last grant %d", l.Name, l.Token, k.lastToken[l.Name])
 		}
+		if g := k.creator[l.Name]; l.Holder.Session != 0 && l.GrantSeq != g.Seq {
+			return fmt.Errorf("lock %s: grant seq %d, model %d", l.Name, l.GrantSeq, g.Seq)
+		}
 		for _, w := range l.Waiters {
 			if k.ended[w.Session] {
 				return fmt.Errorf("lock %s: waiter of ended session %d", l.Name, w.Session)
@@ -185,6 +213,41 @@ func snapshotBytes(t testing.TB, f *FSM) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// memFSM is an FSM without a file, for tests that only Apply and WriteSnapshot (neither touches bbolt).
+func memFSM() *FSM {
+	sessions, locks := newState()
+	return &FSM{path: "(memory)", sessions: sessions, locks: locks, dirtySessions: make(map[uint64]struct{}),
+		dirtyLocks: make(map[string]struct{})}
+}
+
+// fuzzRestoreTarget is one bbolt-backed FSM per fuzz process, reused by every FuzzApply input: Restore
+// replaces all of its state, and creating a bbolt file per input (an fdatasync even with NoSync, plus a
+// temporary directory) made fuzzing crawl.
+var fuzzRestoreTarget struct {
+	once sync.Once
+	f    *FSM
+	err  error
+}
+
+func restoreTarget(t testing.TB) *FSM {
+	r := &fuzzRestoreTarget
+	r.once.Do(func() {
+		dir, err := os.MkdirTemp("", "lockfsm-fuzz-")
+		if err != nil {
+			r.err = err
+			return
+		}
+		r.f, r.err = Open(filepath.Join(dir, "restore.db"), Options{NoSync: true})
+		// The file is tiny and rewritten by every Restore; unlinking it now (the open descriptor and map
+		// stay valid) leaves nothing behind when the fuzz worker exits.
+		_ = os.RemoveAll(dir)
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.f
 }
 
 func openTemp(t testing.TB, name string) *FSM {
@@ -217,6 +280,8 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 16, 1, 0, 1, 16, 4, 0, 4, 16})
 	f.Add([]byte{0, 0, 0, 16, 0, 32, 1, 0, 2, 16, 2, 32, 7, 1, 7, 0, 4, 16, 6, 0x10, 9, 4, 8, 4})
 	f.Add([]byte{0, 0, 0, 1, 1, 8, 2, 24, 2, 4, 3, 0, 6, 5, 7, 3, 9, 8, 9, 12, 1, 1, 1, 0x41, 5, 0x43, 8, 0})
+	// Queued, handed off by a release, then cancelled with its result acknowledged away (S4).
+	f.Add([]byte{0, 0, 0, 0, 1, 0x00, 1, 0x30, 4, 0x00, 6, 0xB5})
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 8 {
 		b := make([]byte, 200)
@@ -236,14 +301,14 @@ func FuzzApply(f *testing.F) {
 			t.Fatalf("decode error %v does not wrap ErrBadCommand", err)
 		}
 		cmds := genCommands(data)
-		a := openTemp(t, "a.db")
+		a := memFSM()
 		entries, err := runStream(t, a, cmds)
 		if err != nil {
 			t.Fatal(err)
 		}
 		full := snapshotBytes(t, a)
 		// Same stream, second replica: byte-identical.
-		b := openTemp(t, "b.db")
+		b := memFSM()
 		for i, e := range entries {
 			b.Apply(uint64(i+1), e, nil)
 		}
@@ -252,11 +317,11 @@ func FuzzApply(f *testing.F) {
 		}
 		// Snapshot at k, restore into a fresh FSM, replay the rest: identical to the full replay.
 		kk := len(entries) / 2
-		c := openTemp(t, "c.db")
+		c := memFSM()
 		for i, e := range entries[:kk] {
 			c.Apply(uint64(i+1), e, nil)
 		}
-		d := openTemp(t, "d.db")
+		d := restoreTarget(t)
 		if err := d.Restore(bytes.NewReader(snapshotBytes(t, c))); err != nil {
 			t.Fatal(err)
 		}

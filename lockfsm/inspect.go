@@ -9,6 +9,7 @@ type LockInfo struct {
 	Holder      Holder
 	HoldCount   uint32
 	Token       uint64
+	GrantSeq    uint64 // Seq of the acquire that created the current hold; 0 once that acquire is cancelled
 	LeaseMillis uint64
 	Delayed     bool
 	DelayToken  uint64
@@ -53,8 +54,8 @@ func (f *FSM) Locks() []LockInfo {
 }
 
 func (l *lock) info() LockInfo {
-	li := LockInfo{Name: l.name, Holder: l.holder, HoldCount: l.holdCount, Token: l.token, LeaseMillis: l.lease,
-		Delayed: l.delayed, DelayToken: l.delayToken}
+	li := LockInfo{Name: l.name, Holder: l.holder, HoldCount: l.holdCount, Token: l.token, GrantSeq: l.grantSeq,
+		LeaseMillis: l.lease, Delayed: l.delayed, DelayToken: l.delayToken}
 	for _, w := range l.waiters {
 		li.Waiters = append(li.Waiters, WaiterInfo{Session: w.session, Owner: w.owner, Seq: w.seq,
 			Enqueued: w.enqueued, LeaseMillis: w.lease})

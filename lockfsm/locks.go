@@ -7,6 +7,7 @@ type lock struct {
 	holder     Holder // Session 0: nobody holds it
 	holdCount  uint32
 	token      uint64 // index of the entry that granted the current hold
+	grantSeq   uint64 // Seq of the acquire that created the current hold (0: none, or cancelled)
 	lease      uint64 // LeaseMillis of the current hold (0 = lives as long as the session)
 	delayed    bool   // lock-delay after an expiry: granted to nobody until a LiftDelay with delayToken
 	delayToken uint64
@@ -81,6 +82,7 @@ func (f *FSM) grant(l *lock, s *session, owner string, seq, index, lease uint64,
 	l.holder = Holder{Session: s.id, Owner: owner}
 	l.holdCount = 1
 	l.token = index
+	l.grantSeq = seq
 	l.lease = lease
 	s.addHold(l.name)
 	f.touchLock(l)
@@ -97,6 +99,7 @@ func (f *FSM) endHold(l *lock, reason Reason, ev []Event) []Event {
 	}
 	l.holder = Holder{}
 	l.holdCount = 0
+	l.grantSeq = 0
 	l.lease = 0
 	f.dirtyLocks[l.name] = struct{}{}
 	return ev
@@ -150,6 +153,12 @@ func (f *FSM) release(index uint64, s *session, c *Command, ev []Event) (Result,
 // cancel applies KindCancel: undo the acquire (Session, Target) for Owner on Name. A queued acquire leaves
 // the queue; a granted one gives back the level it added (a full release and handoff if that was the last);
 // one never applied gets a tombstone so a late copy of it is a duplicate with ErrCancelled.
+//
+// A granted acquire is recognised by the lock itself (grantSeq: it created the current hold) or by its
+// retained result (a grant with the current token: a reentrant level). The first matters when the acquire
+// was queued, its Queued result was acknowledged and dropped, and it was then granted from the queue just
+// before the cancel: without it the cancel would find nothing and leave a holder whose caller has already
+// given up (S4).
 func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
 	l := f.locks[c.Name]
 	if l != nil {
@@ -170,8 +179,12 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 		}
 	}
 	t, ok := s.lookup(c.Target)
-	if ok && l != nil && t.code == 0 && t.status == Granted && t.token == l.token && l.heldBy(s.id, c.Owner) {
+	if l != nil && l.heldBy(s.id, c.Owner) && ((c.Target != 0 && l.grantSeq == c.Target) ||
+		(ok && t.code == 0 && t.status == Granted && t.token == l.token)) {
 		markCancelled(s, c.Target)
+		if l.grantSeq == c.Target {
+			l.grantSeq = 0 // its level is given back: a second cancel of it finds nothing
+		}
 		token := l.token
 		l.holdCount--
 		if l.holdCount > 0 {

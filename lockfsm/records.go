@@ -9,7 +9,9 @@ import (
 // Record encodings shared by the bbolt file and snapshots. Each record starts with its format version;
 // integers are uvarints, strings are uvarint length + bytes. The session and waiter sets a session keeps
 // in memory (holds, waits) are derived from the lock records on load.
-const recordVersion = 1
+//
+// Version 2 added the lock's grantSeq (after its token).
+const recordVersion = 2
 
 func appendString(b []byte, s string) []byte {
 	b = protowire.AppendVarint(b, uint64(len(s)))
@@ -48,6 +50,7 @@ func appendLock(b []byte, l *lock) []byte {
 	b = appendString(b, l.holder.Owner)
 	b = protowire.AppendVarint(b, uint64(l.holdCount))
 	b = protowire.AppendVarint(b, l.token)
+	b = protowire.AppendVarint(b, l.grantSeq)
 	b = protowire.AppendVarint(b, l.lease)
 	b = protowire.AppendVarint(b, l.delayToken)
 	b = protowire.AppendVarint(b, uint64(len(l.waiters)))
@@ -136,6 +139,7 @@ func decodeLock(name string, b []byte) (*lock, error) {
 	l.holder.Owner = d.str()
 	l.holdCount = d.u32()
 	l.token = d.uvarint()
+	l.grantSeq = d.uvarint()
 	l.lease = d.uvarint()
 	l.delayToken = d.uvarint()
 	n := d.count(5)
@@ -152,7 +156,8 @@ func decodeLock(name string, b []byte) (*lock, error) {
 	}
 	if d.bad || len(d.b) != 0 || flags&^1 != 0 || !validName(name) ||
 		(l.held() != (l.holdCount > 0)) || (l.held() && l.delayed) ||
-		(!l.held() && !l.delayed && len(l.waiters) == 0) || (!l.held() && !l.delayed) {
+		(!l.held() && !l.delayed && len(l.waiters) == 0) || (!l.held() && !l.delayed) ||
+		(!l.held() && l.grantSeq != 0) {
 		return nil, fmt.Errorf("%w: lock %q: bad record", ErrCorrupt, name)
 	}
 	return l, nil

@@ -16,16 +16,17 @@ import (
 
 // Snapshot format (canonical: the same state always gives the same bytes):
 //
-//	magic "LKFSNAP\x00", version byte 1, uvarint applied index
+//	magic "LKFSNAP\x00", version byte 2, uvarint applied index
 //	per session, ascending id:   'S', uvarint id, uvarint len, session record
 //	per lock, ascending name:    'L', uvarint len, name, uvarint len, lock record
 //	'E', then a big-endian CRC-32C of every byte before it.
 //
-// Records are those of records.go. Writing holds one record at a time (plus the sorted key lists).
+// Records are those of records.go (version 2 carries lock records of recordVersion 2, with grantSeq).
+// Writing holds one record at a time (plus the sorted key lists).
 var snapMagic = []byte("LKFSNAP\x00")
 
 const (
-	snapVersion   = 1
+	snapVersion   = 2
 	maxSnapRecord = 64 << 20
 	tagSession    = 'S'
 	tagLock       = 'L'
