@@ -136,6 +136,10 @@ func demoReentrancy(ctx context.Context, a, b *lockraft.Node) (string, error) {
 		return "", fmt.Errorf("TryLock after both Unlocks: %v", err)
 	}
 	defer l3.Unlock(ctx)
+	if l3.Token() <= l1.Token() {
+		return "", fmt.Errorf("fencing token went backwards on %s: grant to billing-run-7 had token %d, the next grant (someone-else, node %d) has %d",
+			name, l1.Token(), b.ID(), l3.Token())
+	}
 	return fmt.Sprintf("reentrancy: owner billing-run-7 locked %s twice on node %d, same token %d; "+
 		"another owner got ErrLocked until the 2nd Unlock, then token %d", name, a.ID(), l1.Token(), l3.Token()), nil
 }
