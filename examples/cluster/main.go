@@ -30,7 +30,7 @@ import (
 
 var (
 	flagProcs   = flag.Bool("procs", false, "run each node as its own OS process")
-	flagKill    = flag.Bool("kill", false, "with -procs: kill -9 one node midway and restart it from its data dir")
+	flagKill    = flag.Bool("kill", false, "kill -9 the leader's process midway and restart it from its data dir (implies -procs)")
 	flagSKUs    = flag.Int("skus", 3, "number of products")
 	flagStock   = flag.Int("stock", 1000, "initial units per product")
 	flagWorkers = flag.Int("workers", 4, "workers per node")
@@ -50,7 +50,7 @@ func main() {
 	switch {
 	case *flagNodeID != 0:
 		err = runChild(*flagNodeID, strings.Split(*flagPeers, ","), *flagData, *flagStore)
-	case *flagProcs:
+	case *flagProcs || *flagKill:
 		err = runProcs()
 	default:
 		err = runInProcess()

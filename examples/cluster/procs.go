@@ -125,6 +125,7 @@ func runProcs() error {
 	// Every child reports when its workers are done; the killed one is
 	// waited for again after its restart.
 	reports := map[uint64]*Counts{}
+	restarted := map[uint64]bool{}
 	for len(reports) < flagNodes {
 		mu.Lock()
 		pending := []*child{}
@@ -152,6 +153,7 @@ func runProcs() error {
 			if same && !*flagKill {
 				return fmt.Errorf("node %d process exited without a report", c.id)
 			}
+			restarted[c.id] = true
 			if same {
 				// killed and not restarted yet: wait for killOne
 				for {
@@ -196,8 +198,12 @@ func runProcs() error {
 	}
 	for id := uint64(1); id <= uint64(flagNodes); id++ {
 		c := reports[id]
-		fmt.Printf("node %d: sold %d, report TryLock ok %d / ErrLocked %d, Lock errors (retried) %d\n",
-			id, c.Sold, c.TryOK, c.TryLocked, c.LockErrs)
+		life := ""
+		if restarted[id] {
+			life = " (counts since its restart)"
+		}
+		fmt.Printf("node %d%s: sold %d, report TryLock ok %d / ErrLocked %d, Lock errors (retried) %d\n",
+			id, life, c.Sold, c.TryOK, c.TryLocked, c.LockErrs)
 	}
 	return verdict(bad)
 }
