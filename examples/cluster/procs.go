@@ -114,10 +114,11 @@ func runProcs() error {
 	go progressLoop(progCtx, os.Stdout, func() (Snapshot, error) { return store.Snapshot(), nil }, time.Second, nil)
 	begin := time.Now()
 
-	var mu sync.Mutex // guards children during a kill/restart
+	var mu sync.Mutex // guards children and restarted during a kill/restart
+	restarted := map[uint64]bool{}
 	killed := make(chan error, 1)
 	if *flagKill {
-		go func() { killed <- killOne(ctx, store, &mu, children, start) }()
+		go func() { killed <- killOne(ctx, store, &mu, children, restarted, start) }()
 	} else {
 		killed <- nil
 	}
@@ -125,7 +126,6 @@ func runProcs() error {
 	// Every child reports when its workers are done; the killed one is
 	// waited for again after its restart.
 	reports := map[uint64]*Counts{}
-	restarted := map[uint64]bool{}
 	for len(reports) < flagNodes {
 		mu.Lock()
 		pending := []*child{}
@@ -153,7 +153,6 @@ func runProcs() error {
 			if same && !*flagKill {
 				return fmt.Errorf("node %d process exited without a report", c.id)
 			}
-			restarted[c.id] = true
 			if same {
 				// killed and not restarted yet: wait for killOne
 				for {
@@ -211,7 +210,7 @@ func runProcs() error {
 // killOne waits until a third of the stock is sold, kill -9s the leader's
 // process, tells the store that process is inside nothing any more, and
 // restarts it from its data directory a second later.
-func killOne(ctx context.Context, store *Store, mu *sync.Mutex, children []*child, start func(uint64, bool) (*child, error)) error {
+func killOne(ctx context.Context, store *Store, mu *sync.Mutex, children []*child, restarted map[uint64]bool, start func(uint64, bool) (*child, error)) error {
 	total := *flagSKUs * *flagStock
 	for {
 		if ctx.Err() != nil {
@@ -244,6 +243,7 @@ func killOne(ctx context.Context, store *Store, mu *sync.Mutex, children []*chil
 	}
 	mu.Lock()
 	children[victim-1] = nc
+	restarted[victim] = true
 	mu.Unlock()
 	fmt.Printf("*** restarted node %d from its data directory\n", victim)
 	return nil
