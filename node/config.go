@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/lockraft/lockraft/lockfsm"
 )
 
 // Member is one founding voter of a statically configured cluster.
@@ -99,6 +101,21 @@ type Config struct {
 
 	// ServerTLS and ClientTLS enable mutual TLS between nodes.
 	ServerTLS, ClientTLS *tls.Config
+
+	// Observer, if set, is called on the loop goroutine for every lock
+	// command this node applies, with its result and events, in log order.
+	// It must not block or retain the record's slices. Every replica applies
+	// the same log, so one node's observer sees the cluster's history: used
+	// by tests and checkers (FIFO order, token order) and for metrics.
+	Observer func(ApplyRecord)
+}
+
+// ApplyRecord is one applied lock command as an Observer sees it.
+type ApplyRecord struct {
+	Index   uint64
+	Command *lockfsm.Command
+	Result  lockfsm.Result
+	Events  []lockfsm.Event
 }
 
 // Defaults.

@@ -54,6 +54,8 @@ type Node struct {
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
+
+	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once      sync.Once
 
 	loop loopState // touched only by the loop goroutine
@@ -178,6 +180,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop.ops.init()
 	n.loop.holds.init()
 	n.loop.lead.init()
+	n.loop.own.toClose = map[uint64]time.Time{}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	ok = true

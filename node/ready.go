@@ -47,6 +47,7 @@ func (n *Node) handleReady() error {
 		}
 		n.loop.confState = rd.Snapshot.GetMetadata().GetConfState()
 		n.loop.lastApplied = rd.Snapshot.GetMetadata().GetIndex()
+		n.snapshotsRestored.Add(1)
 		n.onRestored()
 	}
 	if err := n.storage.Save(rd.Snapshot, rd.HardState, rd.Entries); err != nil {
@@ -112,6 +113,9 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			}
 			for i := range n.loop.events {
 				n.onEvent(idx, &n.loop.events[i])
+			}
+			if n.cfg.Observer != nil && err == nil {
+				n.cfg.Observer(ApplyRecord{Index: idx, Command: &cmd, Result: res, Events: n.loop.events})
 			}
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange

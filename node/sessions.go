@@ -45,9 +45,6 @@ func (n *Node) noteAcked(sent time.Time) {
 // retrySessionOpen proposes OpenSession while the node has none.
 func (n *Node) retrySessionOpen(now time.Time) {
 	s := &n.loop.own
-	if s.toClose == nil {
-		s.toClose = map[uint64]time.Time{}
-	}
 	for id, at := range s.toClose {
 		if now.IsZero() || now.Sub(at) >= n.cfg.RetryInterval {
 			n.proposeSessionless(lockfsm.Command{Kind: lockfsm.KindCloseSession, Session: id})

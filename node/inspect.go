@@ -1,0 +1,83 @@
+package node
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// Status is a point-in-time view of the node for admin pages and tests.
+type Status struct {
+	ID                uint64
+	Leader            uint64
+	IsLeader          bool
+	Session           uint64
+	Applied           uint64
+	SnapshotsRestored uint64
+}
+
+// Status reads the node's state inside its loop.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	reply := make(chan Status, 1)
+	err := n.do(ctx, func() {
+		reply <- Status{
+			ID:                n.id,
+			Leader:            n.loop.leader,
+			IsLeader:          n.loop.isLeader,
+			Session:           n.loop.own.id,
+			Applied:           n.fsm.AppliedIndex(),
+			SnapshotsRestored: n.snapshotsRestored.Load(),
+		}
+	})
+	if err != nil {
+		return Status{}, err
+	}
+	select {
+	case s := <-reply:
+		return s, nil
+	case <-ctx.Done():
+		return Status{}, context.Cause(ctx)
+	}
+}
+
+// Locks returns this replica's view of the lock table (every name with a
+// holder or waiters), sorted by name. It is what this replica has applied,
+// not a linearizable read: right after a change it may lag the leader by a
+// commit.
+func (n *Node) Locks(ctx context.Context) ([]lockfsm.LockInfo, error) {
+	reply := make(chan []lockfsm.LockInfo, 1)
+	if err := n.do(ctx, func() { reply <- n.fsm.Locks() }); err != nil {
+		return nil, err
+	}
+	select {
+	case l := <-reply:
+		return l, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// tableSnapshot returns the lock table's canonical snapshot bytes and the
+// applied index they reflect (tests compare replicas with it: S7).
+func (n *Node) tableSnapshot(ctx context.Context) ([]byte, uint64, error) {
+	type out struct {
+		b   []byte
+		idx uint64
+		err error
+	}
+	reply := make(chan out, 1)
+	if err := n.do(ctx, func() {
+		var buf bytes.Buffer
+		err := n.fsm.WriteSnapshot(&buf)
+		reply <- out{buf.Bytes(), n.fsm.AppliedIndex(), err}
+	}); err != nil {
+		return nil, 0, err
+	}
+	select {
+	case o := <-reply:
+		return o.b, o.idx, o.err
+	case <-ctx.Done():
+		return nil, 0, context.Cause(ctx)
+	}
+}
