@@ -56,7 +56,7 @@ type Node struct {
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
 
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
-	once      sync.Once
+	once              sync.Once
 
 	loop loopState // touched only by the loop goroutine
 }
