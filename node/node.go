@@ -71,6 +71,7 @@ type loopState struct {
 	sinceSnap   uint64
 	lastCommit  time.Time
 	events      []lockfsm.Event
+	unsavedHS   *raftpb.HardState // a commit-only HardState not yet written
 
 	ops   opRegistry
 	holds holdRegistry
@@ -362,11 +363,16 @@ func (n *Node) closeResources() {
 	}
 }
 
-// gracefulStop closes the session and hands over leadership.
+// gracefulStop closes the session and hands over leadership. Each step is
+// bounded by ctx and by a few election timeouts, so that Close returns even
+// without a deadline when the cluster has lost its quorum.
 func (n *Node) gracefulStop(ctx context.Context) error {
 	if n.err() != nil {
 		return nil
 	}
+	bound := 3 * n.cfg.electionTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, bound+n.cfg.RetryInterval, ErrUnavailable)
+	defer cancel()
 	done := make(chan error, 1)
 	if err := n.do(ctx, func() { n.closeOwnSession(done) }); err != nil {
 		return err
@@ -383,12 +389,15 @@ func (n *Node) gracefulStop(ctx context.Context) error {
 		return err
 	}
 	// Hand leadership over so the cluster does not wait an election timeout.
+	tctx, tcancel := context.WithTimeout(ctx, 2*n.cfg.electionTimeout())
+	defer tcancel()
 	transferred := make(chan struct{})
-	_ = n.do(ctx, func() { n.transferLeadership(transferred) })
-	select {
-	case <-transferred:
-	case <-ctx.Done():
-	case <-n.donec:
+	if n.do(tctx, func() { n.transferLeadership(transferred) }) == nil {
+		select {
+		case <-transferred:
+		case <-tctx.Done():
+		case <-n.donec:
+		}
 	}
 	return nil
 }

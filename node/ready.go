@@ -50,7 +50,7 @@ func (n *Node) handleReady() error {
 		n.snapshotsRestored.Add(1)
 		n.onRestored()
 	}
-	if err := n.storage.Save(rd.Snapshot, rd.HardState, rd.Entries); err != nil {
+	if err := n.persist(&rd); err != nil {
 		return err
 	}
 	n.tr.Send(later)
@@ -59,6 +59,25 @@ func (n *Node) handleReady() error {
 	}
 	n.rn.Advance(rd)
 	return n.maybeSnapshot()
+}
+
+// persist saves the Ready's snapshot, entries and HardState in one raftlog
+// transaction. A Ready that only moves the commit index (MustSync false, no
+// entries, no snapshot) is not written: the commit index is volatile state
+// in Raft, and re-learning it after a restart is safe, so it rides along
+// with the next synced write instead of costing an fsync of its own on every
+// follower for every commit.
+func (n *Node) persist(rd *raft.Ready) error {
+	hs := rd.HardState
+	if hs == nil {
+		hs = n.loop.unsavedHS
+	}
+	if !rd.MustSync && len(rd.Entries) == 0 && raft.IsEmptySnap(rd.Snapshot) {
+		n.loop.unsavedHS = hs
+		return nil
+	}
+	n.loop.unsavedHS = nil
+	return n.storage.Save(rd.Snapshot, hs, rd.Entries)
 }
 
 func (n *Node) onSoftState(ss *raft.SoftState) {

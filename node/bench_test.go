@@ -1,0 +1,124 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchCluster starts 3 nodes with default timings (100 ms ticks), real
+// bbolt files with fsync, gRPC on loopback, logs discarded.
+func benchCluster(b *testing.B) map[uint64]*Node {
+	b.Helper()
+	var members []Member
+	lns := map[uint64]net.Listener{}
+	for id := uint64(1); id <= 3; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lns[id] = ln
+		members = append(members, Member{ID: id, Addr: ln.Addr().String()})
+	}
+	nodes := map[uint64]*Node{}
+	for id := uint64(1); id <= 3; id++ {
+		n, err := Start(Config{ID: id, DataDir: b.TempDir(), Members: members, Listener: lns[id],
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		nodes[id] = n
+	}
+	b.Cleanup(func() {
+		for _, n := range nodes {
+			n.Close(context.Background())
+		}
+	})
+	// Wait until every node has a session (a first lock succeeds).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, n := range nodes {
+		h, err := n.Acquire(ctx, fmt.Sprintf("warmup/%d", id), "w", true, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Release(ctx)
+	}
+	return nodes
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	slices.Sort(d)
+	return d[int(float64(len(d)-1)*p)]
+}
+
+// BenchmarkSequentialPair: one caller, Lock+Unlock of distinct names, round
+// robin over the three nodes (as an embedding service would: callers live
+// on every replica). Reports p50/p99 of the pair.
+//
+//	go test -run '^$' -bench SequentialPair -benchtime 2000x ./node/
+func BenchmarkSequentialPair(b *testing.B) {
+	nodes := benchCluster(b)
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := nodes[uint64(i%3+1)]
+		start := time.Now()
+		h, err := n.Acquire(ctx, fmt.Sprintf("s1/%d", i), "o", true, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99_ms")
+}
+
+// BenchmarkParallelPairs64: 64 callers spread over the three nodes, each
+// doing Lock+Unlock on its own names. Reports pairs/s.
+//
+//	go test -run '^$' -bench ParallelPairs64 -benchtime 5s ./node/
+func BenchmarkParallelPairs64(b *testing.B) {
+	nodes := benchCluster(b)
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := 0; g < 64; g++ {
+		n := nodes[uint64(g%3+1)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				h, err := n.Acquire(ctx, fmt.Sprintf("s2/%d/%d", g, i%16), "o", true, 0)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := h.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+}
