@@ -108,6 +108,10 @@ type Config struct {
 	// the same log, so one node's observer sees the cluster's history: used
 	// by tests and checkers (FIFO order, token order) and for metrics.
 	Observer func(ApplyRecord)
+
+	// Faults, if set, injects network faults around the transport (tests
+	// and the fault checker).
+	Faults *Faults
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

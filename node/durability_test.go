@@ -131,7 +131,7 @@ func requireSameTables(t *testing.T, tc *testCluster) {
 		var first []byte
 		var firstIdx uint64
 		for _, n := range tc.nodes {
-			b, idx, err := n.tableSnapshot(context.Background())
+			b, idx, err := n.TableSnapshot(context.Background())
 			require.NoError(t, err)
 			if first == nil {
 				first, firstIdx = b, idx

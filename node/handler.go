@@ -17,6 +17,9 @@ type transportHandler Node
 // batch is dropped; raft retransmits.
 func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	n := (*Node)(h)
+	if msgs = n.cfg.Faults.filterIn(msgs); len(msgs) == 0 {
+		return
+	}
 	select {
 	case n.recvc <- msgs:
 	case <-n.stopc:
@@ -47,6 +50,9 @@ func (h *transportHandler) ReportSnapshot(id uint64, failed bool) {
 // only the leader answers.
 func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method string, req []byte) ([]byte, error) {
 	n := (*Node)(h)
+	if !n.cfg.Faults.allowsIn(from) {
+		return nil, fmt.Errorf("lockraft: call from %d blocked by fault injection", from)
+	}
 	switch method {
 	case methodKeepalive:
 		if len(req) != 8 {

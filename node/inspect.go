@@ -58,9 +58,10 @@ func (n *Node) Locks(ctx context.Context) ([]lockfsm.LockInfo, error) {
 	}
 }
 
-// tableSnapshot returns the lock table's canonical snapshot bytes and the
-// applied index they reflect (tests compare replicas with it: S7).
-func (n *Node) tableSnapshot(ctx context.Context) ([]byte, uint64, error) {
+// TableSnapshot returns the lock table's canonical snapshot bytes and the
+// applied index they reflect. Replicas that applied the same index must
+// return identical bytes (S7); tests and the fault checker compare them.
+func (n *Node) TableSnapshot(ctx context.Context) ([]byte, uint64, error) {
 	type out struct {
 		b   []byte
 		idx uint64

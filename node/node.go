@@ -276,6 +276,7 @@ func (n *Node) run() {
 		case <-n.stopc:
 			return
 		}
+		n.cfg.Faults.waitIfPaused(n.stopc)
 		n.drainInputs()
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {

@@ -36,7 +36,7 @@ func (n *Node) handleReady() error {
 				later = append(later, m)
 			}
 		}
-		n.tr.Send(early)
+		n.tr.Send(n.cfg.Faults.filterOut(early))
 	} else {
 		later = rd.Messages
 	}
@@ -53,7 +53,7 @@ func (n *Node) handleReady() error {
 	if err := n.persist(&rd); err != nil {
 		return err
 	}
-	n.tr.Send(later)
+	n.tr.Send(n.cfg.Faults.filterOut(later))
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}

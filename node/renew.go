@@ -44,6 +44,8 @@ func (h *Hold) Renew(ctx context.Context) error {
 	var st keepaliveStatus
 	if lead == n.id {
 		st = n.localRenew(ctx, h.name, h.token)
+	} else if !n.cfg.Faults.allowsOut(lead) {
+		return ErrUnavailable
 	} else {
 		resp, err := n.tr.Call(ctx, lead, methodRenew, encodeRenew(h.name, h.token))
 		if err != nil || len(resp) != 1 {

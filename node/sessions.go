@@ -215,6 +215,7 @@ func (n *Node) keepaliveLoop() {
 			return
 		case <-tick:
 		}
+		n.cfg.Faults.waitIfPaused(n.stopc)
 		sess, lead := n.sess.Load(), n.lead.Load()
 		if sess == 0 || lead == 0 {
 			continue
@@ -251,6 +252,10 @@ const methodKeepalive = "keepalive"
 func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveStatus {
 	if lead == n.id {
 		return n.localKeepalive(ctx, sess)
+	}
+	if !n.cfg.Faults.allowsOut(lead) {
+		<-ctx.Done()
+		return keepaliveFailed
 	}
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], sess)
