@@ -20,6 +20,7 @@ type testCluster struct {
 	addrs   map[uint64]string
 	members []Member
 	nodes   map[uint64]*Node
+	faults  map[uint64]*Faults
 	tune    func(*Config)
 }
 
@@ -33,7 +34,8 @@ func fastConfig(c *Config) {
 
 func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, dirs: map[uint64]string{}, addrs: map[uint64]string{}, nodes: map[uint64]*Node{}}
+	tc := &testCluster{t: t, dirs: map[uint64]string{}, addrs: map[uint64]string{}, nodes: map[uint64]*Node{},
+		faults: map[uint64]*Faults{}}
 	tc.tune = func(c *Config) {
 		fastConfig(c)
 		for _, f := range tune {
@@ -48,6 +50,7 @@ func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster 
 		lns[id] = ln
 		tc.addrs[id] = ln.Addr().String()
 		tc.dirs[id] = t.TempDir()
+		tc.faults[id] = &Faults{}
 		tc.members = append(tc.members, Member{ID: id, Addr: tc.addrs[id]})
 	}
 	for id := uint64(1); id <= uint64(size); id++ {
@@ -68,6 +71,7 @@ func (tc *testCluster) config(id uint64) Config {
 		Members:   tc.members,
 		Logger:    testLogger(tc.t, id),
 		ClusterID: "test",
+		Faults:    tc.faults[id],
 	}
 	tc.tune(&cfg)
 	return cfg
@@ -97,6 +101,25 @@ func (tc *testCluster) restart(id uint64) {
 		return err == nil
 	}, 5*time.Second, 10*time.Millisecond, "rebind %s", tc.addrs[id])
 	tc.startWith(id, ln)
+}
+
+// isolate cuts id off from every other node, both ways.
+func (tc *testCluster) isolate(id uint64) {
+	for other, f := range tc.faults {
+		if other == id {
+			continue
+		}
+		f.BlockOut(id)
+		f.BlockIn(id)
+		tc.faults[id].BlockOut(other)
+		tc.faults[id].BlockIn(other)
+	}
+}
+
+func (tc *testCluster) heal() {
+	for _, f := range tc.faults {
+		f.Heal()
+	}
 }
 
 func (tc *testCluster) crash(id uint64) {

@@ -27,6 +27,9 @@ type Hold struct {
 	// (UnixNano of the node clock): the Acquire's first send, then the send
 	// time of each acknowledged renewal.
 	leaseBase atomic.Int64
+	// confirming: a leased grant from the queue whose lease is being
+	// re-based by a renewal before the Lock call returns.
+	confirming atomic.Bool
 }
 
 // Name is the lock name.
@@ -325,8 +328,13 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 		if o == nil {
 			return // its caller gave up; the Cancel on its way releases it
 		}
+		h := n.newHold(o, ev.Token)
+		if h.lease > 0 {
+			n.confirmLeasedGrant(o, h)
+			return
+		}
 		delete(r.queued, ev.Seq)
-		r.complete(o, opResult{hold: n.newHold(o, ev.Token)})
+		r.complete(o, opResult{hold: h})
 	case lockfsm.EventReleased:
 		n.loop.holds.lose(ev.Name, ev.Owner, reasonError(ev.Reason))
 	case lockfsm.EventWaitEnded:

@@ -178,7 +178,9 @@ func (l *leaderDuties) keepalive(n *Node, sess uint64, now time.Time) keepaliveS
 		return keepaliveNoSession
 	}
 	d := l.sessions[sess]
-	if d == nil {
+	if d == nil || !d.proposedAt.IsZero() {
+		// Unknown, or its expiry is already proposed: acknowledging now
+		// would let the holder believe in a session that is ending.
 		return keepaliveNoSession
 	}
 	if at := now.Add(d.ttl); at.After(d.at) {
@@ -194,7 +196,7 @@ func (l *leaderDuties) renewLease(n *Node, name string, token uint64, now time.T
 		return keepaliveNotLeader
 	}
 	d := l.leases[name]
-	if d == nil || d.token != token {
+	if d == nil || d.token != token || !d.proposedAt.IsZero() {
 		return keepaliveNoSession
 	}
 	if at := now.Add(d.ttl); at.After(d.at) {

@@ -73,10 +73,11 @@ type loopState struct {
 	events      []lockfsm.Event
 	unsavedHS   *raftpb.HardState // a commit-only HardState not yet written
 
-	ops   opRegistry
-	holds holdRegistry
-	own   ownSession
-	lead  leaderDuties
+	ops     opRegistry
+	holds   holdRegistry
+	own     ownSession
+	lead    leaderDuties
+	confirm confirmer
 }
 
 // Start opens (or creates) the node's data directory, starts the transport

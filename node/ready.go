@@ -57,6 +57,9 @@ func (n *Node) handleReady() error {
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
+	if len(rd.ReadStates) > 0 {
+		n.onReadStates(rd.ReadStates)
+	}
 	n.rn.Advance(rd)
 	return n.maybeSnapshot()
 }
@@ -94,6 +97,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	}
 	if wasLeader && !n.loop.isLeader {
 		n.loop.lead.stepDown()
+		n.failConfirmRounds()
 	}
 	if !wasLeader && n.loop.isLeader {
 		n.loop.term = n.rn.BasicStatus().GetTerm()
@@ -278,6 +282,7 @@ func (n *Node) removeOldSnapshots(newest uint64) {
 func (n *Node) onTick() {
 	now := n.clock.Now()
 	n.retryProposals(now)
+	n.expireConfirmRounds(now)
 	n.checkOwnSession(now)
 	if n.loop.isLeader {
 		n.loop.lead.tick(n, now)

@@ -71,7 +71,9 @@ func (h *Hold) Renew(ctx context.Context) error {
 
 func (n *Node) localRenew(ctx context.Context, name string, token uint64) keepaliveStatus {
 	reply := make(chan keepaliveStatus, 1)
-	if err := n.do(ctx, func() { reply <- n.loop.lead.renewLease(n, name, token, n.clock.Now()) }); err != nil {
+	if err := n.do(ctx, func() {
+		n.confirmLeadership(keepaliveWaiter{name: name, token: token, renew: true, recv: n.clock.Now(), reply: reply})
+	}); err != nil {
 		return keepaliveFailed
 	}
 	select {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -157,7 +158,7 @@ func (n *Node) checkOwnSession(now time.Time) {
 		if h.ctx.Err() != nil {
 			continue
 		}
-		if now.After(h.leaseDeadline()) {
+		if !h.confirming.Load() && now.After(h.leaseDeadline()) {
 			n.loop.holds.lose(h.name, h.owner, ErrLeaseExpired)
 			continue
 		}
@@ -175,6 +176,43 @@ func (n *Node) armLeaseTimer(h *Hold, o *op) {
 	}
 	h.leaseBase.Store(o.hold.sentAt.UnixNano())
 	n.loop.own.leased = append(n.loop.own.leased, h)
+}
+
+// confirmLeasedGrant: a waiter with a lease was granted from the queue. The
+// leader started the lease when it applied the grant, which this node cannot
+// date (it may have applied the grant much later). Before the Lock call
+// returns, one renewal re-bases the lease on a send time this node knows;
+// if it fails the grant is undone as for a cancelled Lock, so the caller
+// never holds a lease it could not date (S5).
+func (n *Node) confirmLeasedGrant(o *op, h *Hold) {
+	h.confirming.Store(true)
+	timeout := min(h.lease/2, n.cfg.electionTimeout())
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := h.Renew(ctx)
+		cancel()
+		_ = n.do(context.Background(), func() { n.onLeasedGrantConfirmed(o, h, err) })
+	}()
+}
+
+func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
+	h.confirming.Store(false)
+	r := &n.loop.ops
+	if r.queued[o.cmd.Seq] != o {
+		return // the caller gave up meanwhile; its Cancel releases the grant
+	}
+	if err == nil && h.ctx.Err() == nil {
+		delete(r.queued, o.cmd.Seq)
+		r.complete(o, opResult{hold: h})
+		return
+	}
+	n.log.Warn("leased grant could not be confirmed; giving it back", "name", h.name, "err", err)
+	done := o.done
+	n.abandon(o) // proposes the Cancel that releases this grant
+	n.loop.holds.lose(h.name, h.owner, ErrLeaseExpired)
+	if done != nil {
+		done <- opResult{err: fmt.Errorf("%w: %v", ErrLeaseExpired, err)}
+	}
 }
 
 func (h *Hold) leaseDeadline() time.Time {
@@ -267,10 +305,13 @@ func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveSt
 }
 
 // localKeepalive serves a keepalive inside the loop (for the leader's own
-// session and for calls arriving from other nodes).
+// session and for calls arriving from other nodes). It answers once the
+// leader has confirmed its leadership with a quorum (confirm.go).
 func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus {
 	reply := make(chan keepaliveStatus, 1)
-	if err := n.do(ctx, func() { reply <- n.loop.lead.keepalive(n, sess, n.clock.Now()) }); err != nil {
+	if err := n.do(ctx, func() {
+		n.confirmLeadership(keepaliveWaiter{session: sess, recv: n.clock.Now(), reply: reply})
+	}); err != nil {
 		return keepaliveFailed
 	}
 	select {

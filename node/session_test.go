@@ -1,0 +1,293 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// lostAt returns a function reporting when h's Context ended (zero if not).
+func lostAt(h *Hold) func() time.Time {
+	var mu sync.Mutex
+	var at time.Time
+	go func() {
+		<-h.Context().Done()
+		mu.Lock()
+		at = time.Now()
+		mu.Unlock()
+	}()
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
+	}
+}
+
+// grantAsync starts a waiting Acquire and reports the hold and when it came.
+func grantAsync(t *testing.T, n *Node, name, owner string) (<-chan *Hold, func() time.Time) {
+	ch := make(chan *Hold, 1)
+	var mu sync.Mutex
+	var at time.Time
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h, err := n.Acquire(ctx, name, owner, true, 0)
+		mu.Lock()
+		at = time.Now()
+		mu.Unlock()
+		if err != nil {
+			t.Errorf("waiter %s: %v", owner, err)
+			close(ch)
+			return
+		}
+		ch <- h
+	}()
+	return ch, func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+}
+
+func otherThan(tc *testCluster, not ...uint64) uint64 {
+	for id := range tc.nodes {
+		skip := false
+		for _, x := range not {
+			skip = skip || x == id
+		}
+		if !skip {
+			return id
+		}
+	}
+	return 0
+}
+
+// TestCrashedHolderReleasedAfterTTL (L3): the holder's node stops without
+// Close. The next waiter, on another node, is granted once the session TTL
+// has passed since the last keepalive — not before — with a higher token.
+func TestCrashedHolderReleasedAfterTTL(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	b := otherThan(tc, lead, a)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := tc.nodes[a].Acquire(ctx, "cron/nightly", "a", true, 0)
+	require.NoError(t, err)
+	got, _ := grantAsync(t, tc.nodes[b], "cron/nightly", "b")
+	requireWaiters(t, tc.nodes[b], "cron/nightly", 1)
+	ttl := tc.config(a).SessionTTL
+	crash := time.Now()
+	tc.crash(a)
+	h2 := <-got
+	require.NotNil(t, h2)
+	took := time.Since(crash)
+	t.Logf("crash → next grant %v (TTL %v): %v after the TTL", took, ttl, took-ttl)
+	// The last keepalive left at most one interval before the crash.
+	require.GreaterOrEqual(t, took, ttl-tc.config(a).KeepaliveInterval, "granted before the session could have expired")
+	require.Greater(t, h2.Token(), h.Token())
+}
+
+// TestPartitionedHolderLearnsFirst (S5): the holder's node is cut off from
+// the majority. Its handle's Context must end before the majority grants
+// the lock to the waiter; both instants are taken on this process's
+// monotonic clock. Cases: the holder on a follower, the holder on the
+// leader, and a leader failover on the majority side in the middle.
+func TestPartitionedHolderLearnsFirst(t *testing.T) {
+	cases := []struct {
+		name        string
+		size        int
+		holderLeads bool
+		failoverMid bool
+	}{
+		{"holder-on-follower", 3, false, false},
+		{"holder-on-leader", 3, true, false},
+		{"failover-in-the-middle", 5, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tc := newTestCluster(t, c.size)
+			lead := tc.leader()
+			a := otherThan(tc, lead)
+			if c.holderLeads {
+				a = lead
+			}
+			b := otherThan(tc, lead, a)
+			ctx := ctxT(t, 30*time.Second)
+			h, err := tc.nodes[a].Acquire(ctx, "stock/sku-42", "a", true, 0)
+			require.NoError(t, err)
+			lost := lostAt(h)
+			got, grantedAt := grantAsync(t, tc.nodes[b], "stock/sku-42", "b")
+			requireWaiters(t, tc.nodes[b], "stock/sku-42", 1)
+			tc.isolate(a)
+			if c.failoverMid {
+				time.Sleep(tc.config(a).SessionTTL / 3) // let the old leader arm a deadline first
+				tc.crash(lead)
+			}
+			h2 := <-got
+			require.NotNil(t, h2)
+			require.False(t, lost().IsZero(), "the holder was not told before the lock was granted elsewhere")
+			require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
+			require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+			t.Logf("holder told %v before the waiter was granted", grantedAt().Sub(lost()))
+			require.Greater(t, h2.Token(), h.Token())
+			// The cut-off node comes back, opens a new session and works.
+			tc.heal()
+			h3, err := tc.nodes[a].Acquire(ctx, "after-heal", "a", true, 0)
+			require.NoError(t, err)
+			require.NoError(t, h3.Release(ctx))
+		})
+	}
+}
+
+// TestSessionsSurviveFailover: holds of live nodes outlast a leader
+// failover and more than a TTL after it (the new leader restarts their
+// deadlines and keepalives keep them).
+func TestSessionsSurviveFailover(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	b := otherThan(tc, lead, a)
+	ctx := ctxT(t, 30*time.Second)
+	ha, err := tc.nodes[a].Acquire(ctx, "x", "a", true, 0)
+	require.NoError(t, err)
+	hb, err := tc.nodes[b].Acquire(ctx, "y", "b", true, 0)
+	require.NoError(t, err)
+	tc.crash(lead)
+	tc.leader()
+	// Wait out more than a TTL on the new leader, counting from now.
+	ttl := tc.config(a).SessionTTL
+	deadline := time.Now().Add(ttl + ttl/2)
+	for time.Now().Before(deadline) {
+		require.NoError(t, ha.Context().Err())
+		require.NoError(t, hb.Context().Err())
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, err = tc.nodes[b].Acquire(ctx, "x", "b2", false, 0)
+	require.ErrorIs(t, err, ErrLocked, "a's lock must still be held")
+	require.NoError(t, ha.Release(ctx))
+	require.NoError(t, hb.Release(ctx))
+}
+
+// TestLeaseExpiryAndRenewal: a lock with its own lease is released when the
+// lease runs out (holder told first, waiter granted with a higher token),
+// and kept for as long as it is renewed.
+func TestLeaseExpiryAndRenewal(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	b := otherThan(tc, lead, a)
+	ctx := ctxT(t, 30*time.Second)
+	lease := 600 * time.Millisecond
+
+	// Renewed: kept well past the lease.
+	h, err := tc.nodes[a].Acquire(ctx, "leased", "a", true, lease)
+	require.NoError(t, err)
+	until := time.Now().Add(3 * lease)
+	for time.Now().Before(until) {
+		require.NoError(t, h.Renew(ctx))
+		time.Sleep(lease / 4)
+	}
+	require.NoError(t, h.Context().Err(), "a renewed lease must not expire")
+
+	// Not renewed: expires; the holder is told before the waiter gets it.
+	lost := lostAt(h)
+	got, grantedAt := grantAsync(t, tc.nodes[b], "leased", "b")
+	h2 := <-got
+	require.NotNil(t, h2)
+	require.ErrorIs(t, context.Cause(h.Context()), ErrLeaseExpired)
+	require.True(t, !lost().IsZero() && lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
+	require.Greater(t, h2.Token(), h.Token())
+	require.ErrorIs(t, h.Renew(ctx), ErrNotHeld)
+	require.ErrorIs(t, h.Release(ctx), ErrNotHeld)
+	require.NoError(t, h2.Release(ctx))
+
+	// A waiter granted from the queue with a lease gets a dated lease too.
+	h3, err := tc.nodes[a].Acquire(ctx, "leased2", "a", true, 0)
+	require.NoError(t, err)
+	done := make(chan *Hold, 1)
+	go func() {
+		h, err := tc.nodes[b].Acquire(ctx, "leased2", "b", true, lease)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- h
+	}()
+	requireWaiters(t, tc.nodes[b], "leased2", 1)
+	time.Sleep(lease) // the waiter's first send is now older than its lease
+	require.NoError(t, h3.Release(ctx))
+	h4 := <-done
+	require.NotNil(t, h4)
+	require.NoError(t, h4.Context().Err(), "a fresh grant from the queue starts its lease now")
+	require.NoError(t, h4.Release(ctx))
+}
+
+// TestLockDelay: after a session expires holding a lock, the name is not
+// granted for LockDelay (TryLock fails); a clean Unlock has no delay.
+func TestLockDelay(t *testing.T) {
+	delay := 800 * time.Millisecond
+	var mu sync.Mutex
+	var delayedAt, grantedAt time.Time
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.LockDelay = delay
+		if c.ID == 3 {
+			c.Observer = func(r ApplyRecord) {
+				for _, ev := range r.Events {
+					if ev.Name != "d" {
+						continue
+					}
+					mu.Lock()
+					switch {
+					case ev.Kind == lockfsm.EventDelayed:
+						delayedAt = time.Now()
+					case ev.Kind == lockfsm.EventGranted && !delayedAt.IsZero() && grantedAt.IsZero():
+						grantedAt = time.Now()
+					}
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	lead := tc.leader()
+	a := otherThan(tc, lead, 3)
+	ctx := ctxT(t, 30*time.Second)
+	// A clean Unlock: no delay.
+	h, err := tc.nodes[a].Acquire(ctx, "d", "a", true, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	h, err = tc.nodes[3].Acquire(ctx, "d", "c", false, 0)
+	require.NoError(t, err, "no lock-delay after a clean Unlock")
+	require.NoError(t, h.Release(ctx))
+
+	_, err = tc.nodes[a].Acquire(ctx, "d", "a", true, 0)
+	require.NoError(t, err)
+	tc.crash(a)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !delayedAt.IsZero() }, 10*time.Second, 5*time.Millisecond)
+	_, err = tc.nodes[3].Acquire(ctx, "d", "c", false, 0)
+	require.ErrorIs(t, err, ErrLocked, "TryLock during the lock-delay")
+	h, err = tc.nodes[3].Acquire(ctx, "d", "c", true, 0)
+	require.NoError(t, err)
+	mu.Lock()
+	gap := grantedAt.Sub(delayedAt)
+	mu.Unlock()
+	t.Logf("expiry → grant %v (lock-delay %v)", gap, delay)
+	require.GreaterOrEqual(t, gap, delay-2*tc.config(3).TickInterval, "granted inside the lock-delay")
+	require.NoError(t, h.Release(ctx))
+}
+
+func TestSessionConfigValidation(t *testing.T) {
+	base := Config{ID: 1, DataDir: t.TempDir(), Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
+	for name, mut := range map[string]func(*Config){
+		"ttl shorter than 3 election timeouts": func(c *Config) { c.SessionTTL = 2 * time.Second },
+		"keepalive longer than ttl/3":          func(c *Config) { c.KeepaliveInterval = 5 * time.Second },
+		"drift ratio too large":                func(c *Config) { c.DriftRatio = 0.5 },
+		"lock delay over a minute":             func(c *Config) { c.LockDelay = 2 * time.Minute },
+	} {
+		c := base
+		mut(&c)
+		err := c.Validate()
+		require.True(t, errors.Is(err, ErrInvalidConfig), "%s: %v", name, err)
+	}
+	require.NoError(t, base.Validate())
+}
