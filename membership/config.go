@@ -1,0 +1,244 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("membership: invalid config")
+
+// KeyLengthError reports a SecretKey whose length is not 16, 24 or 32 bytes.
+// It wraps ErrInvalidConfig.
+type KeyLengthError struct{ Len int }
+
+func (e *KeyLengthError) Error() string {
+	return fmt.Sprintf("membership: invalid config: secret key is %d bytes, want 16, 24 or 32 (AES-128/192/256-GCM)", e.Len)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
+func (e *KeyLengthError) Unwrap() error { return ErrInvalidConfig }
+
+// Config configures one gossip member. The zero value is not usable: Meta
+// (RaftID, RaftAddr, ClusterID) must be set. Fields left zero take the
+// documented defaults.
+type Config struct {
+	// NodeName is the gossip name, unique in the cluster. Default
+	// "lockraft-<RaftID as 16 hex digits>", which is unique because raft IDs are
+	// random and never reused, and stable across restarts because the ID is
+	// persisted (so a restarted member reclaims its own name).
+	NodeName string
+
+	// BindAddr and BindPort are where gossip listens (UDP and TCP on the same
+	// port). BindAddr defaults to 0.0.0.0. BindPort 0 picks a free port (tests);
+	// deployments should set one (memberlist's conventional port is 7946).
+	BindAddr string
+	BindPort int
+
+	// AdvertiseAddr and AdvertisePort are what other members dial. Default: the
+	// bound address and port.
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// Seeds are "host:port" gossip addresses of existing members. Start joins
+	// them; if none answers, Start still succeeds and keeps retrying in the
+	// background until one answers or Shutdown (a fleet started all at once
+	// has no first member).
+	Seeds []string
+
+	// Meta is this member's metadata, gossiped to everyone.
+	Meta Meta
+
+	// SecretKey, if set, enables AES-GCM encryption and authentication of all
+	// gossip; it must be 16, 24 or 32 bytes. Members with another key cannot
+	// talk to this one. It does not protect the raft gRPC traffic.
+	SecretKey []byte
+
+	// Label is prepended to every gossip packet and stream; packets with
+	// another label are dropped. Default Meta.ClusterID. It keeps clusters
+	// apart cheaply; the ClusterID check on metadata is the second line.
+	Label string
+
+	// Timing is the failure-detector and gossip timing. The zero value means
+	// LANTiming().
+	Timing Timing
+
+	// Logger receives this package's logs and memberlist's own, at matching
+	// levels. Default slog.Default().
+	Logger *slog.Logger
+
+	// Events, if non-nil, receives membership changes. Sends never block: when
+	// the channel is full the event is dropped, counted (Membership.Dropped)
+	// and logged; the consumer must then re-sync from Members(). Give it a
+	// buffer (e.g. 256). The package never closes it.
+	Events chan<- Event
+}
+
+// Timing holds the failure-detector and gossip knobs of memberlist.
+//
+// A member that stops answering is declared failed after roughly
+// ProbeInterval + SuspicionMult*log10(N+1)*ProbeInterval. Shorter intervals
+// detect failures sooner but cost more traffic and give more false positives
+// under GC pauses or CPU starvation.
+type Timing struct {
+	ProbeInterval       time.Duration // one random member probed per interval
+	ProbeTimeout        time.Duration // ack deadline for a direct probe (an RTT bound)
+	SuspicionMult       int           // suspicion timeout multiplier (see above)
+	GossipInterval      time.Duration // how often queued broadcasts are gossiped
+	GossipNodes         int           // members gossiped to per GossipInterval
+	RetransmitMult      int           // a broadcast is retransmitted RetransmitMult*log(N+1) times
+	PushPullInterval    time.Duration // full state sync (anti-entropy) period
+	TCPTimeout          time.Duration // stream connect/IO deadline (join, push/pull); also UpdateMeta's wait
+	GossipToTheDeadTime time.Duration // keep gossiping to a dead member this long (lets it refute)
+	DeadNodeReclaimTime time.Duration // a dead member's name may be reclaimed from a new address after this
+	RetryJoinInterval   time.Duration // first retry delay for seeds; doubles up to 16x
+	ForgetAfter         time.Duration // Failed/Left members drop out of Members() after this
+}
+
+// LANTiming is memberlist.DefaultLANConfig's timing (probe 1 s / 500 ms,
+// suspicion ×4, gossip 200 ms to 3, push/pull 30 s) plus this package's
+// defaults: dead names reclaimable after 30 s, seeds retried from 1 s, failed
+// and left members forgotten after 72 h.
+func LANTiming() Timing {
+	c := memberlist.DefaultLANConfig()
+	return Timing{
+		ProbeInterval:       c.ProbeInterval,
+		ProbeTimeout:        c.ProbeTimeout,
+		SuspicionMult:       c.SuspicionMult,
+		GossipInterval:      c.GossipInterval,
+		GossipNodes:         c.GossipNodes,
+		RetransmitMult:      c.RetransmitMult,
+		PushPullInterval:    c.PushPullInterval,
+		TCPTimeout:          c.TCPTimeout,
+		GossipToTheDeadTime: c.GossipToTheDeadTime,
+		DeadNodeReclaimTime: 30 * time.Second,
+		RetryJoinInterval:   time.Second,
+		ForgetAfter:         72 * time.Hour,
+	}
+}
+
+// FastTiming is for tests on loopback: failures are detected in well under a
+// second and state converges within a few hundred milliseconds. Never use it
+// across a real network.
+func FastTiming() Timing {
+	return Timing{
+		ProbeInterval:       100 * time.Millisecond,
+		ProbeTimeout:        50 * time.Millisecond,
+		SuspicionMult:       2,
+		GossipInterval:      20 * time.Millisecond,
+		GossipNodes:         3,
+		RetransmitMult:      4,
+		PushPullInterval:    500 * time.Millisecond,
+		TCPTimeout:          time.Second,
+		GossipToTheDeadTime: time.Second,
+		DeadNodeReclaimTime: 200 * time.Millisecond,
+		RetryJoinInterval:   50 * time.Millisecond,
+		ForgetAfter:         time.Minute,
+	}
+}
+
+// Validate reports the first problem with c; every error wraps
+// ErrInvalidConfig. It does not modify c.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
+	}
+	if err := c.Meta.validate(); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := c.Meta.encode(false); err != nil {
+		return bad("%v", err)
+	}
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		return &KeyLengthError{Len: len(c.SecretKey)}
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 {
+		return bad("bind port %d out of range", c.BindPort)
+	}
+	if c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		return bad("advertise port %d out of range", c.AdvertisePort)
+	}
+	if len(c.label()) > 255 {
+		return bad("label is %d bytes, at most 255", len(c.label()))
+	}
+	if c.Timing != (Timing{}) {
+		t := c.Timing
+		if t.ProbeInterval <= 0 || t.ProbeTimeout <= 0 || t.ProbeTimeout > t.ProbeInterval ||
+			t.GossipInterval <= 0 || t.PushPullInterval <= 0 || t.TCPTimeout <= 0 ||
+			t.SuspicionMult < 1 || t.GossipNodes < 1 || t.RetransmitMult < 1 ||
+			t.RetryJoinInterval <= 0 || t.ForgetAfter <= 0 {
+			return bad("timing: intervals, multipliers and counts must be positive and ProbeTimeout <= ProbeInterval: %+v", t)
+		}
+	}
+	for _, s := range c.Seeds {
+		if s == "" {
+			return bad("empty seed address")
+		}
+	}
+	return nil
+}
+
+func (c *Config) nodeName() string {
+	if c.NodeName != "" {
+		return c.NodeName
+	}
+	return "lockraft-" + fmt.Sprintf("%016x", c.Meta.RaftID)
+}
+
+func (c *Config) label() string {
+	if c.Label != "" {
+		return c.Label
+	}
+	return c.Meta.ClusterID
+}
+
+func (c *Config) timing() Timing {
+	if c.Timing == (Timing{}) {
+		return LANTiming()
+	}
+	return c.Timing
+}
+
+// memberlistConfig builds the memberlist configuration; delegates are set by
+// Start.
+func (c *Config) memberlistConfig(logger *slog.Logger) *memberlist.Config {
+	t := c.timing()
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = c.nodeName()
+	mc.BindAddr = "0.0.0.0"
+	if c.BindAddr != "" {
+		mc.BindAddr = c.BindAddr
+	}
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	if c.AdvertisePort == 0 {
+		mc.AdvertisePort = c.BindPort
+	}
+	mc.Label = c.label()
+	if len(c.SecretKey) > 0 {
+		mc.SecretKey = append([]byte(nil), c.SecretKey...)
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	mc.ProbeInterval = t.ProbeInterval
+	mc.ProbeTimeout = t.ProbeTimeout
+	mc.SuspicionMult = t.SuspicionMult
+	mc.GossipInterval = t.GossipInterval
+	mc.GossipNodes = t.GossipNodes
+	mc.RetransmitMult = t.RetransmitMult
+	mc.PushPullInterval = t.PushPullInterval
+	mc.TCPTimeout = t.TCPTimeout
+	mc.GossipToTheDeadTime = t.GossipToTheDeadTime
+	mc.DeadNodeReclaimTime = t.DeadNodeReclaimTime
+	mc.Logger = newStdLogger(logger)
+	mc.LogOutput = nil
+	return mc
+}
+

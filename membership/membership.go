@@ -1,0 +1,393 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Membership is one running gossip member. All methods are safe for
+// concurrent use. It never changes raft configuration itself: it only
+// reports who is there and what they say about themselves.
+type Membership struct {
+	cfg    Config
+	timing Timing
+	name   string
+	log    *slog.Logger
+	events chan<- Event
+	ml     *memberlist.Memberlist
+
+	dropped atomic.Uint64
+
+	mu       sync.Mutex
+	meta     Meta
+	leaving  bool
+	members  map[string]*Member // by gossip name
+	rejected map[string]string  // gossip name -> reason already logged at Warn
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	shutdown sync.Once
+}
+
+// Start validates cfg, starts gossip and joins cfg.Seeds. If no seed answers,
+// Start still returns the running member (alone) and keeps retrying the seeds
+// in the background, with doubling delays, until one answers or Shutdown;
+// call Join to try other addresses. Errors: wrapping ErrInvalidConfig, or a
+// failure to bind or create the memberlist.
+func Start(cfg Config) (*Membership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Seeds = slices.Clone(cfg.Seeds)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	m := &Membership{
+		cfg:      cfg,
+		timing:   cfg.timing(),
+		name:     cfg.nodeName(),
+		events:   cfg.Events,
+		meta:     cfg.Meta,
+		members:  make(map[string]*Member),
+		rejected: make(map[string]string),
+		stop:     make(chan struct{}),
+	}
+	m.log = logger.With("component", "membership", "node", m.name)
+	mc := cfg.memberlistConfig(logger.With("node", m.name))
+	d := &delegate{m: m}
+	mc.Delegate = d
+	mc.Events = d
+	mc.Alive = d
+	mc.Merge = d
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+	}
+	m.ml = ml
+	m.log.Info("gossip started", "addr", m.addr(ml.LocalNode()), "raft_id", cfg.Meta.RaftID, "cluster", cfg.Meta.ClusterID,
+		"encrypted", len(cfg.SecretKey) > 0, "label", mc.Label)
+	if len(cfg.Seeds) > 0 {
+		if _, err := m.Join(cfg.Seeds); err != nil {
+			m.log.Warn("no seed answered; retrying in the background", "seeds", cfg.Seeds, "err", err)
+			m.wg.Add(1)
+			go m.retryJoin(cfg.Seeds)
+		}
+	}
+	return m, nil
+}
+
+func (m *Membership) retryJoin(seeds []string) {
+	defer m.wg.Done()
+	delay := m.timing.RetryJoinInterval
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(delay):
+		}
+		if m.ml.NumMembers() > 1 {
+			return // someone found us; gossip does the rest
+		}
+		n, err := m.ml.Join(seeds)
+		if n > 0 {
+			m.log.Info("joined seeds after retrying", "contacted", n)
+			return
+		}
+		m.log.Warn("retrying seeds", "seeds", seeds, "err", err, "next_in", delay)
+		delay = min(delay*2, 16*m.timing.RetryJoinInterval)
+	}
+}
+
+// Join contacts the given gossip addresses ("host:port") and merges state
+// with each that answers. It returns how many answered; the error is non-nil
+// when none did, and then says why (wrong key, other cluster label, refused
+// merge with another ClusterID, unreachable).
+func (m *Membership) Join(seeds []string) (int, error) {
+	n, err := m.ml.Join(seeds)
+	if n > 0 {
+		return n, nil
+	}
+	if err == nil {
+		err = errors.New("no seeds given")
+	}
+	return 0, fmt.Errorf("membership: join %v: %w", seeds, err)
+}
+
+// Members returns every member this one knows of, itself included, sorted by
+// RaftID (then name). Failed and Left members stay listed for
+// Timing.ForgetAfter. Members with undecodable metadata or another ClusterID
+// are never listed. The slice is the caller's.
+func (m *Membership) Members() []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	out := make([]Member, 0, len(m.members))
+	for name, mem := range m.members {
+		if mem.State != StateAlive && now.Sub(mem.LastChange) > m.timing.ForgetAfter {
+			delete(m.members, name)
+			continue
+		}
+		out = append(out, *mem)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		if a.Meta.RaftID != b.Meta.RaftID {
+			if a.Meta.RaftID < b.Meta.RaftID {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// Local returns this member as the others see it.
+func (m *Membership) Local() Member {
+	addr := m.addr(m.ml.LocalNode()) // before m.mu: memberlist calls us with its lock held
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mem, ok := m.members[m.name]; ok {
+		return *mem
+	}
+	return Member{Name: m.name, Addr: addr, Meta: m.meta, State: StateAlive}
+}
+
+// Dropped returns how many events were dropped because Config.Events was full.
+func (m *Membership) Dropped() uint64 { return m.dropped.Load() }
+
+// UpdateMeta replaces this member's metadata and gossips it, waiting up to
+// Timing.TCPTimeout for the broadcast to go out. RaftID and ClusterID cannot
+// change (ErrInvalidMeta); a Meta over MaxMetaSize fails with ErrMetaTooLarge.
+// Typical use: set HasData once raft state exists.
+func (m *Membership) UpdateMeta(meta Meta) error {
+	if err := meta.validate(); err != nil {
+		return err
+	}
+	if _, err := meta.encode(true); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if meta.RaftID != m.meta.RaftID || meta.ClusterID != m.meta.ClusterID {
+		old := m.meta
+		m.mu.Unlock()
+		return fmt.Errorf("%w: RaftID/ClusterID are fixed (%d/%q), got %d/%q", ErrInvalidMeta, old.RaftID, old.ClusterID, meta.RaftID, meta.ClusterID)
+	}
+	m.meta = meta
+	m.mu.Unlock()
+	if err := m.ml.UpdateNode(m.timing.TCPTimeout); err != nil {
+		return fmt.Errorf("membership: update metadata: %w", err)
+	}
+	return nil
+}
+
+// Leave announces a graceful departure (others then see this member as Left,
+// not Failed) and waits up to timeout for the announcement to be gossiped.
+// Gossip keeps running until Shutdown, which should follow. Leave does not
+// touch raft: remove the node from the raft configuration before calling it.
+func (m *Membership) Leave(timeout time.Duration) error {
+	m.mu.Lock()
+	m.leaving = true
+	m.mu.Unlock()
+	// The leaving flag rides in the metadata so that receivers can tell a
+	// graceful leave from a failure (memberlist's own leave notice does not
+	// reach the EventDelegate distinguishably). Best effort: if it is lost,
+	// others report Failed, which is the weaker claim.
+	if err := m.ml.UpdateNode(timeout); err != nil {
+		m.log.Warn("leave: metadata broadcast not confirmed", "err", err)
+	}
+	if err := m.ml.Leave(timeout); err != nil {
+		return fmt.Errorf("membership: leave: %w", err)
+	}
+	m.log.Info("left gossip")
+	return nil
+}
+
+// Shutdown stops gossip without announcing anything (others will declare
+// this member Failed unless Leave came first). It is idempotent and safe to
+// call concurrently; later calls return nil.
+func (m *Membership) Shutdown() error {
+	var err error
+	m.shutdown.Do(func() {
+		close(m.stop)
+		m.wg.Wait()
+		if e := m.ml.Shutdown(); e != nil {
+			err = fmt.Errorf("membership: shutdown: %w", e)
+		}
+		m.log.Info("gossip stopped")
+	})
+	return err
+}
+
+func (m *Membership) addr(n *memberlist.Node) string {
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// emit sends ev without blocking; a full channel drops it.
+func (m *Membership) emit(ev Event) {
+	if m.events == nil {
+		return
+	}
+	select {
+	case m.events <- ev:
+	default:
+		total := m.dropped.Add(1)
+		m.log.Warn("event channel full; event dropped, consumer must re-sync with Members()",
+			"kind", ev.Kind.String(), "member", ev.Member.Name, "dropped_total", total)
+	}
+}
+
+// delegate implements memberlist's delegate interfaces. memberlist calls
+// EventDelegate methods one at a time with its node lock held: nothing here
+// may call back into the memberlist.
+type delegate struct{ m *Membership }
+
+// NodeMeta implements memberlist.Delegate.
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	meta, leaving := d.m.meta, d.m.leaving
+	d.m.mu.Unlock()
+	b, err := meta.encode(leaving)
+	if err != nil || len(b) > limit { // excluded by Validate/UpdateMeta
+		d.m.log.Error("local metadata does not fit", "err", err, "limit", limit)
+		return nil
+	}
+	return b
+}
+
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// check decides whether a peer may be a member: decodable metadata of our
+// cluster with a RaftID no other live member uses. Each distinct refusal is
+// logged once at Warn.
+func (d *delegate) check(n *memberlist.Node) (Meta, bool, error) {
+	meta, leaving, err := decodeMeta(n.Meta)
+	var reason string
+	switch {
+	case err != nil:
+		reason = fmt.Sprintf("undecodable metadata: %v", err)
+	case meta.ClusterID != d.m.cfg.Meta.ClusterID:
+		reason = fmt.Sprintf("member of cluster %q, this is cluster %q", meta.ClusterID, d.m.cfg.Meta.ClusterID)
+	default:
+		d.m.mu.Lock()
+		for name, other := range d.m.members {
+			if name != n.Name && other.Meta.RaftID == meta.RaftID && other.State == StateAlive {
+				reason = fmt.Sprintf("raft id %016x already used by live member %q", meta.RaftID, name)
+			}
+		}
+		d.m.mu.Unlock()
+	}
+	if reason == "" {
+		return meta, leaving, nil
+	}
+	d.m.mu.Lock()
+	logged := d.m.rejected[n.Name] == reason
+	d.m.rejected[n.Name] = reason
+	d.m.mu.Unlock()
+	if !logged {
+		attrs := []any{"member", n.Name, "addr", d.m.addr(n), "reason", reason}
+		if err == nil {
+			attrs = append(attrs, "their_cluster", meta.ClusterID, "our_cluster", d.m.cfg.Meta.ClusterID)
+		}
+		d.m.log.Warn("ignoring member", attrs...)
+	}
+	return Meta{}, false, errors.New(reason)
+}
+
+// NotifyAlive implements memberlist.AliveDelegate: refused peers never enter
+// memberlist's member list.
+func (d *delegate) NotifyAlive(n *memberlist.Node) error {
+	_, _, err := d.check(n)
+	return err
+}
+
+// NotifyMerge implements memberlist.MergeDelegate: a join or push/pull with a
+// member of another cluster is cancelled outright.
+func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
+	for _, n := range peers {
+		meta, _, err := decodeMeta(n.Meta)
+		if err == nil && meta.ClusterID != d.m.cfg.Meta.ClusterID {
+			_, _, err = d.check(n) // logs once
+			return fmt.Errorf("refusing to merge with cluster %q (this is %q): %w", meta.ClusterID, d.m.cfg.Meta.ClusterID, err)
+		}
+	}
+	return nil
+}
+
+// NotifyJoin implements memberlist.EventDelegate.
+func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	meta, _, err := d.check(n)
+	if err != nil {
+		return
+	}
+	mem := Member{Name: n.Name, Addr: d.m.addr(n), Meta: meta, State: StateAlive, LastChange: time.Now()}
+	d.m.mu.Lock()
+	d.m.members[n.Name] = &mem
+	delete(d.m.rejected, n.Name)
+	d.m.mu.Unlock()
+	d.m.log.Debug("member joined", "member", n.Name, "raft_id", meta.RaftID, "addr", mem.Addr)
+	d.m.emit(Event{Kind: EventJoin, Member: mem})
+}
+
+// NotifyUpdate implements memberlist.EventDelegate.
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	meta, _, err := d.check(n)
+	if err != nil {
+		return
+	}
+	d.m.mu.Lock()
+	mem, ok := d.m.members[n.Name]
+	if !ok {
+		mem = &Member{Name: n.Name, State: StateAlive}
+		d.m.members[n.Name] = mem
+	}
+	changed := !ok || mem.Meta != meta
+	mem.Addr, mem.Meta = d.m.addr(n), meta
+	if changed {
+		mem.LastChange = time.Now()
+	}
+	out := *mem
+	d.m.mu.Unlock()
+	if changed {
+		d.m.emit(Event{Kind: EventUpdate, Member: out})
+	}
+}
+
+// NotifyLeave implements memberlist.EventDelegate. memberlist calls it for
+// both a graceful leave and a failure; the leaving flag in the last metadata
+// tells them apart.
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	meta, leaving, err := decodeMeta(n.Meta)
+	d.m.mu.Lock()
+	mem, ok := d.m.members[n.Name]
+	if !ok || err != nil || meta.ClusterID != d.m.cfg.Meta.ClusterID {
+		d.m.mu.Unlock()
+		return // never admitted
+	}
+	kind, state := EventFailed, StateFailed
+	if leaving {
+		kind, state = EventLeave, StateLeft
+	}
+	mem.State, mem.Meta, mem.LastChange = state, meta, time.Now()
+	out := *mem
+	d.m.mu.Unlock()
+	if kind == EventFailed {
+		d.m.log.Info("member failed (gossip); a hint, not proof of a crash", "member", n.Name, "raft_id", meta.RaftID)
+	} else {
+		d.m.log.Info("member left", "member", n.Name, "raft_id", meta.RaftID)
+	}
+	d.m.emit(Event{Kind: kind, Member: out})
+}

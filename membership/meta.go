@@ -1,0 +1,105 @@
+package membership
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MaxMetaSize is memberlist's limit on a member's metadata, in bytes.
+const MaxMetaSize = memberlist.MetaMaxSize
+
+// metaVersion is the first byte of every encoded Meta. A decoder rejects
+// other versions; fields added within a version are appended, and decoders
+// ignore trailing bytes, so a newer writer stays readable by an older reader.
+const metaVersion byte = 1
+
+const (
+	flagHasData byte = 1 << iota
+	flagLeaving      // set by Leave just before leaving gossip: "this is graceful"
+)
+
+// ErrMetaTooLarge is returned when a Meta encodes to more than MaxMetaSize bytes.
+var ErrMetaTooLarge = errors.New("membership: metadata larger than 512 bytes")
+
+// ErrInvalidMeta is returned for a Meta that is not usable (zero RaftID, empty
+// RaftAddr or ClusterID) or, from UpdateMeta, one that changes RaftID or
+// ClusterID.
+var ErrInvalidMeta = errors.New("membership: invalid metadata")
+
+// Meta is what a member tells the others about itself.
+type Meta struct {
+	RaftID    uint64 // non-zero, random, persisted, never reused
+	RaftAddr  string // gRPC address of the raft transport, "host:port"
+	ClusterID string // cluster identity; members of other clusters are ignored
+	Version   string // software version, informational
+	HasData   bool   // the member has raft state on disk (it must never bootstrap)
+}
+
+func (m Meta) validate() error {
+	switch {
+	case m.RaftID == 0:
+		return fmt.Errorf("%w: RaftID is zero", ErrInvalidMeta)
+	case m.RaftAddr == "":
+		return fmt.Errorf("%w: RaftAddr is empty", ErrInvalidMeta)
+	case m.ClusterID == "":
+		return fmt.Errorf("%w: ClusterID is empty", ErrInvalidMeta)
+	}
+	return nil
+}
+
+// encode lays Meta out as: version byte, flags byte, uvarint RaftID, then
+// RaftAddr, ClusterID, Version each as uvarint length + bytes.
+func (m Meta) encode(leaving bool) ([]byte, error) {
+	b := make([]byte, 0, 2+binary.MaxVarintLen64+3*binary.MaxVarintLen16+len(m.RaftAddr)+len(m.ClusterID)+len(m.Version))
+	var flags byte
+	if m.HasData {
+		flags |= flagHasData
+	}
+	if leaving {
+		flags |= flagLeaving
+	}
+	b = append(b, metaVersion, flags)
+	b = binary.AppendUvarint(b, m.RaftID)
+	for _, s := range []string{m.RaftAddr, m.ClusterID, m.Version} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	if len(b) > MaxMetaSize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrMetaTooLarge, len(b))
+	}
+	return b, nil
+}
+
+// decodeMeta is the inverse of encode. It never panics on any input.
+func decodeMeta(b []byte) (m Meta, leaving bool, err error) {
+	if len(b) < 2 {
+		return Meta{}, false, fmt.Errorf("metadata too short (%d bytes)", len(b))
+	}
+	if b[0] != metaVersion {
+		return Meta{}, false, fmt.Errorf("unknown metadata version %d", b[0])
+	}
+	flags := b[1]
+	b = b[2:]
+	id, n := binary.Uvarint(b)
+	if n <= 0 {
+		return Meta{}, false, errors.New("metadata: bad raft id")
+	}
+	b = b[n:]
+	var strs [3]string
+	for i := range strs {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return Meta{}, false, fmt.Errorf("metadata: bad string %d", i)
+		}
+		strs[i] = string(b[n : n+int(l)])
+		b = b[n+int(l):]
+	}
+	m = Meta{RaftID: id, RaftAddr: strs[0], ClusterID: strs[1], Version: strs[2], HasData: flags&flagHasData != 0}
+	if err := m.validate(); err != nil {
+		return Meta{}, false, err
+	}
+	return m, flags&flagLeaving != 0, nil
+}
