@@ -241,4 +241,3 @@ func (c *Config) memberlistConfig(logger *slog.Logger) *memberlist.Config {
 	mc.LogOutput = nil
 	return mc
 }
-
