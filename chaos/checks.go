@@ -1,0 +1,256 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node"
+)
+
+// AppliedLog collects what every node incarnation's Observer applied. Every
+// replica applies the same log, so records at one index must agree; the union
+// is the cluster's history of grants.
+type AppliedLog struct {
+	mu         sync.Mutex
+	digest     map[uint64]string
+	grants     map[uint64][]grant // index -> grants in that entry
+	owners     map[string]bool    // owners ever granted
+	divergence []string
+	watch      struct {
+		id   uint64
+		inc  int
+		seen map[uint64]bool // granted tokens the watched incarnation applied
+	}
+}
+
+type grant struct {
+	Name, Owner string
+	Token       uint64
+}
+
+// NewAppliedLog returns an empty log.
+func NewAppliedLog() *AppliedLog {
+	return &AppliedLog{digest: map[uint64]string{}, grants: map[uint64][]grant{}, owners: map[string]bool{}}
+}
+
+func digest(r node.ApplyRecord) string {
+	var b strings.Builder
+	c := r.Command
+	fmt.Fprintf(&b, "%d|%s|%s|%d|%d|", c.Kind, c.Name, c.Owner, c.Session, c.Seq)
+	res := r.Result
+	fmt.Fprintf(&b, "%v|%d|%d|%d|%v|%v|", res.Err, res.Status, res.Token, res.HoldCount, res.Holder, res.Duplicate)
+	for _, e := range r.Events {
+		fmt.Fprintf(&b, "%d:%s:%s:%d:%d:%d:%d:%v;", e.Kind, e.Name, e.Owner, e.Session, e.Seq, e.Token, e.Reason, e.FromQueue)
+	}
+	return b.String()
+}
+
+// Observe is the node Observer (loop goroutine: quick, copies what it keeps).
+func (l *AppliedLog) Observe(id uint64, inc int, r node.ApplyRecord) {
+	d := digest(r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old, ok := l.digest[r.Index]; ok {
+		if old != d && len(l.divergence) < 10 {
+			l.divergence = append(l.divergence, fmt.Sprintf("index %d: n%d applied %q, another replica %q", r.Index, id, d, old))
+		}
+	} else {
+		l.digest[r.Index] = d
+		for _, e := range r.Events {
+			if e.Kind == lockfsm.EventGranted {
+				l.grants[r.Index] = append(l.grants[r.Index], grant{e.Name, e.Owner, e.Token})
+				l.owners[e.Owner] = true
+			}
+		}
+	}
+	if l.watch.seen != nil && l.watch.id == id && l.watch.inc == inc {
+		for _, e := range r.Events {
+			if e.Kind == lockfsm.EventGranted {
+				l.watch.seen[e.Token] = true
+			}
+		}
+	}
+}
+
+// Granted reports whether the log ever granted owner.
+func (l *AppliedLog) Granted(owner string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.owners[owner]
+}
+
+// Watch starts recording the grants that incarnation inc of node id applies.
+func (l *AppliedLog) Watch(id uint64, inc int) {
+	l.mu.Lock()
+	l.watch.id, l.watch.inc, l.watch.seen = id, inc, map[uint64]bool{}
+	l.mu.Unlock()
+}
+
+// WatchedSaw reports whether the watched incarnation applied a grant with
+// this token.
+func (l *AppliedLog) WatchedSaw(token uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.watch.seen[token]
+}
+
+// Divergence lists indices where replicas applied different records.
+func (l *AppliedLog) Divergence() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.divergence)
+}
+
+// Entries is how many distinct indices were observed.
+func (l *AppliedLog) Entries() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.digest)
+}
+
+// TokenOrder checks S2 on the applied log: per name, grant tokens strictly
+// increase in index order, and a token is the index of its granting entry.
+func (l *AppliedLog) TokenOrder() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	idx := make([]uint64, 0, len(l.grants))
+	for i := range l.grants {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	last := map[string]uint64{}
+	var bad []string
+	for _, i := range idx {
+		for _, g := range l.grants[i] {
+			if g.Token <= last[g.Name] || g.Token != i {
+				bad = append(bad, fmt.Sprintf("%s: grant to %s at index %d has token %d after %d", g.Name, g.Owner, i, g.Token, last[g.Name]))
+			}
+			last[g.Name] = max(last[g.Name], g.Token)
+		}
+	}
+	return bad
+}
+
+// AckedLost returns the acknowledged grants (ok Lock/TryLock) whose token the
+// log never granted to that owner.
+func (l *AppliedLog) AckedLost(ops []Op) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var bad []string
+	for _, op := range ops {
+		if op.Kind == OpUnlock || op.Outcome != OK {
+			continue
+		}
+		found := false
+		for _, g := range l.grants[op.Token] {
+			found = found || (g.Owner == op.Owner && g.Name == op.Name)
+		}
+		if !found {
+			bad = append(bad, fmt.Sprintf("acknowledged grant %s %s token %d not in the applied log", op.Name, op.Owner, op.Token))
+		}
+	}
+	return bad
+}
+
+// ourOwner: owners our clients use look like c<client>-<seq>.
+func ourOwner(o string) bool { return strings.HasPrefix(o, "c") && strings.Contains(o, "-") }
+
+// Leftovers lists holders and waiters of our clients still in a node's table.
+func Leftovers(ctx context.Context, n *node.Node) ([]string, error) {
+	locks, err := n.Locks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, li := range locks {
+		if li.Holder.Owner != "" && ourOwner(li.Holder.Owner) {
+			out = append(out, fmt.Sprintf("%s held by %s (session %d, token %d)", li.Name, li.Holder.Owner, li.Holder.Session, li.Token))
+		}
+		for _, w := range li.Waiters {
+			if ourOwner(w.Owner) {
+				out = append(out, fmt.Sprintf("%s waited for by %s (session %d)", li.Name, w.Owner, w.Session))
+			}
+		}
+	}
+	return out, nil
+}
+
+// WaitNoLeftovers polls every node until none has leftovers or ctx ends.
+func WaitNoLeftovers(ctx context.Context, c *Cluster) []string {
+	var last []string
+	for {
+		last = nil
+		for _, id := range c.IDs() {
+			n := c.Node(id)
+			if n == nil {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			l, err := Leftovers(qctx, n)
+			cancel()
+			if err != nil {
+				l = []string{fmt.Sprintf("n%d: %v", id, err)}
+			}
+			for _, s := range l {
+				last = append(last, fmt.Sprintf("n%d: %s", id, s))
+			}
+		}
+		if len(last) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitIdentical polls until every node's TableSnapshot is taken at the same
+// applied index; it reports S7 violations (same index, different bytes) at
+// once, and a timeout if the indices never meet.
+func WaitIdentical(ctx context.Context, c *Cluster) []string {
+	for {
+		var ref []byte
+		var refIdx uint64
+		same := true
+		for i, id := range c.IDs() {
+			n := c.Node(id)
+			if n == nil {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			b, idx, err := n.TableSnapshot(qctx)
+			cancel()
+			if err != nil {
+				same = false
+				break
+			}
+			if i == 0 || ref == nil {
+				ref, refIdx = b, idx
+				continue
+			}
+			if idx != refIdx {
+				same = false
+				break
+			}
+			if !bytes.Equal(b, ref) {
+				return []string{fmt.Sprintf("S7: n%d's lock table differs from n1's at applied index %d (%d vs %d bytes)", id, idx, len(b), len(ref))}
+			}
+		}
+		if same {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return []string{"nodes never reached the same applied index (S7 not checked)"}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Fault kinds a schedule can inject.
+const (
+	FaultPartitionMajority = "partition-majority" // random majority/minority split
+	FaultIsolateLeader     = "isolate-leader"
+	FaultOneWay            = "oneway" // the leader's messages to one follower dropped
+	FaultBridge            = "bridge"
+	FaultCrash             = "crash" // kill -9 a node (the leader half the time), restart later
+	FaultPause             = "pause" // freeze a node (the leader half the time)
+	FaultClockJump         = "clock-jump"
+	FaultClockRate         = "clock-rate"
+	FaultNet               = "net" // delay and connection resets into one node
+)
+
+// Groups: the coarse names the soak command accepts.
+var Groups = map[string][]string{
+	"partition": {FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge},
+	"clock":     {FaultClockJump, FaultClockRate},
+	"net":       {FaultNet},
+	"crash":     {FaultCrash},
+	"pause":     {FaultPause},
+}
+
+// ExpandFaults turns "partition,crash" into fault kinds.
+func ExpandFaults(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if g, ok := Groups[f]; ok {
+			out = append(out, g...)
+			continue
+		}
+		switch f {
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet:
+			out = append(out, f)
+		case "":
+		default:
+			return nil, fmt.Errorf("unknown fault %q", f)
+		}
+	}
+	return out, nil
+}
+
+// Schedule injects faults of the given kinds, one at a time: fault for a
+// random while, heal, quiet for a random while. Every random choice comes
+// from the seeded RNG; choices that depend on who leads depend on timing.
+type Schedule struct {
+	C       *Cluster
+	Kinds   []string
+	RNG     *rand.Rand
+	Logf    func(string, ...any)
+	MaxHold time.Duration // longest fault (default 2.5 s)
+	Applied map[string]int
+}
+
+func (s *Schedule) pick(ids []uint64) uint64 { return ids[s.RNG.IntN(len(ids))] }
+
+func (s *Schedule) leaderOr(ids []uint64) uint64 {
+	if s.RNG.IntN(2) == 0 {
+		if l := s.C.Leader(); l != 0 {
+			return l
+		}
+	}
+	return s.pick(ids)
+}
+
+func (s *Schedule) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.RNG.Int64N(int64(hi-lo)+1))
+}
+
+// Run injects faults until ctx ends, then heals everything.
+func (s *Schedule) Run(ctx context.Context) {
+	if s.MaxHold == 0 {
+		s.MaxHold = 2500 * time.Millisecond
+	}
+	if s.Applied == nil {
+		s.Applied = map[string]int{}
+	}
+	ids := s.C.IDs()
+	for ctx.Err() == nil {
+		sleepCtx(ctx, s.dur(200*time.Millisecond, time.Second))
+		if ctx.Err() != nil {
+			break
+		}
+		kind := s.Kinds[s.RNG.IntN(len(s.Kinds))]
+		hold := s.dur(300*time.Millisecond, s.MaxHold)
+		s.Applied[kind]++
+		var undo func()
+		switch kind {
+		case FaultPartitionMajority:
+			perm := s.RNG.Perm(len(ids))
+			k := 1 + s.RNG.IntN((len(ids)-1)/2)
+			var minority, majority []uint64
+			for i, p := range perm {
+				if i < k {
+					minority = append(minority, ids[p])
+				} else {
+					majority = append(majority, ids[p])
+				}
+			}
+			s.C.Partition(majority, minority)
+			undo = s.C.Heal
+		case FaultIsolateLeader:
+			s.C.Isolate(s.leaderOr(ids))
+			undo = s.C.Heal
+		case FaultOneWay:
+			from := s.leaderOr(ids)
+			to := s.pick(ids)
+			for to == from {
+				to = s.pick(ids)
+			}
+			s.C.OneWay(from, to)
+			undo = s.C.Heal
+		case FaultBridge:
+			s.C.Bridge(s.pick(ids))
+			undo = s.C.Heal
+		case FaultCrash:
+			id := s.leaderOr(ids)
+			s.C.Crash(id)
+			undo = func() {
+				if err := s.C.Restart(id); err != nil {
+					s.Logf("restart n%d: %v", id, err)
+				}
+			}
+		case FaultPause:
+			id := s.leaderOr(ids)
+			s.C.Pause(id)
+			undo = func() { s.C.Resume(id); s.Logf("resume n%d", id) }
+		case FaultClockJump:
+			id := s.leaderOr(ids)
+			s.C.ClockJump(id, s.dur(100*time.Millisecond, 5*time.Second))
+			undo = func() {}
+		case FaultClockRate:
+			id := s.leaderOr(ids)
+			r := 0.5 + 1.5*s.RNG.Float64()
+			s.C.ClockRate(id, r)
+			undo = func() { s.C.ClockRate(id, 1) }
+		case FaultNet:
+			id := s.pick(ids)
+			s.C.Degrade(id, s.dur(0, 20*time.Millisecond), uint32(s.RNG.IntN(20000)))
+			undo = s.C.Heal
+		}
+		sleepCtx(ctx, hold)
+		undo()
+		s.Logf("heal %s", kind)
+	}
+}

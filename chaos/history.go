@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// OpKind is a client operation.
+type OpKind uint8
+
+const (
+	OpLock    OpKind = iota + 1 // Acquire with wait
+	OpTryLock                   // Acquire without wait
+	OpUnlock                    // Hold.Release
+)
+
+func (k OpKind) String() string {
+	return [...]string{"?", "Lock", "TryLock", "Unlock"}[k]
+}
+
+// Outcome is what the client saw.
+type Outcome uint8
+
+const (
+	Pending Outcome = iota // never completed (the run ended first)
+	OK                     // granted (token) or released
+	Locked                 // TryLock: ErrLocked
+	Unknown                // timeout, node closed, lost hold, any other error: effect unknown
+)
+
+func (o Outcome) String() string { return [...]string{"pending", "ok", "locked", "unknown"}[o] }
+
+// Op is one invocation and its completion. Times are nanoseconds since the
+// history began, on the test process's monotonic clock (not a node clock).
+type Op struct {
+	ID      int
+	Client  int
+	Node    uint64
+	Kind    OpKind
+	Name    string
+	Owner   string // unique per Acquire; the Unlock carries its Acquire's owner
+	Start   int64
+	End     int64
+	Outcome Outcome
+	Token   uint64
+	Err     string
+	// HeldFrom (Unlock only): when the Acquire it releases returned. A hold
+	// can be lost (session expiry) any time after that.
+	HeldFrom int64
+}
+
+// History is a concurrent-safe record of operations.
+type History struct {
+	mu    sync.Mutex
+	start time.Time
+	ops   []*Op
+}
+
+// NewHistory starts a history now.
+func NewHistory() *History { return &History{start: time.Now()} }
+
+// Now is the history's clock.
+func (h *History) Now() int64 { return int64(time.Since(h.start)) }
+
+// Begin records an invocation.
+func (h *History) Begin(client int, nodeID uint64, kind OpKind, name, owner string) *Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	op := &Op{ID: len(h.ops), Client: client, Node: nodeID, Kind: kind, Name: name, Owner: owner, Start: h.Now()}
+	h.ops = append(h.ops, op)
+	return op
+}
+
+// End records a completion.
+func (h *History) End(op *Op, out Outcome, token uint64, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	op.End = h.Now()
+	op.Outcome = out
+	op.Token = token
+	if err != nil {
+		op.Err = err.Error()
+	}
+}
+
+// SetHeldFrom records when the hold an Unlock releases was granted.
+func (h *History) SetHeldFrom(op *Op, t int64) {
+	h.mu.Lock()
+	op.HeldFrom = t
+	h.mu.Unlock()
+}
+
+// Add appends a finished operation (used by tests that forge histories).
+func (h *History) Add(op Op) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	op.ID = len(h.ops)
+	h.ops = append(h.ops, &op)
+}
+
+// Ops returns a copy of the operations.
+func (h *History) Ops() []Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Op, len(h.ops))
+	for i, op := range h.ops {
+		out[i] = *op
+	}
+	return out
+}
+
+// LongestGap is the longest interval with no operation completing with a
+// determinate outcome (ok or locked): the longest unavailability seen by
+// clients.
+func LongestGap(ops []Op, end int64) time.Duration {
+	var ends []int64
+	for _, op := range ops {
+		if op.Outcome == OK || op.Outcome == Locked {
+			ends = append(ends, op.End)
+		}
+	}
+	slices.Sort(ends)
+	var gap, prev int64
+	for _, e := range ends {
+		gap = max(gap, e-prev)
+		prev = e
+	}
+	gap = max(gap, end-prev)
+	return time.Duration(gap)
+}

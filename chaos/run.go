@@ -1,0 +1,231 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// RunConfig is one bounded, seeded run.
+type RunConfig struct {
+	Seed     uint64
+	Duration time.Duration
+	Faults   []string // kinds; empty: no faults
+	Size     int      // default 3
+	BaseDir  string   // default a temp dir, removed afterwards
+	Workload WorkloadOptions
+	Logf     func(string, ...any)
+	Logger   *slog.Logger // node logs (default discarded)
+	// CheckTimeout bounds porcupine (default 60 s).
+	CheckTimeout time.Duration
+	// SkipDurability skips the full-cluster crash and replay at the end.
+	SkipDurability bool
+	// Store, if set, is used instead of a correct one (planted bugs).
+	Store *FencedStore
+}
+
+// Report is what a run found.
+type Report struct {
+	Seed           uint64
+	Faults         string
+	Ops            int // completed client operations
+	Determinate    int // ok or locked
+	Grants         int
+	Entries        int // distinct log indices applied
+	Linearizable   porcupine.CheckResult
+	Writes, Stale  int64
+	Accepted, Live int64
+	LongestGap     time.Duration
+	Injected       map[string]int
+	Violations     []string // must be empty
+	Notes          []string // informational
+}
+
+// S5Exempt: faults under which the holder cannot learn first by design:
+// a leader clock that runs fast or jumps beyond DriftRatio expires sessions
+// early, and a SIGSTOPped process notices nothing while stopped. Live
+// overlaps under these are notes; fencing must still hold.
+func S5Exempt(kinds []string) bool {
+	for _, k := range kinds {
+		if k == FaultPause || k == FaultClockJump || k == FaultClockRate {
+			return true
+		}
+	}
+	return false
+}
+
+// Run starts a cluster, runs the workload under the schedule, then checks.
+func Run(ctx context.Context, rc RunConfig) (*Report, error) {
+	if rc.Size == 0 {
+		rc.Size = 3
+	}
+	if rc.Logf == nil {
+		rc.Logf = func(string, ...any) {}
+	}
+	if rc.Workload.ClientsPerNode == 0 {
+		rc.Workload = DefaultWorkload()
+	}
+	if rc.CheckTimeout == 0 {
+		rc.CheckTimeout = 60 * time.Second
+	}
+	if rc.BaseDir == "" {
+		d, err := os.MkdirTemp("", "chaos-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		rc.BaseDir = d
+	}
+	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
+	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
+	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger}, rc.Logf)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	_, err = c.WaitLeader(wctx)
+	wcancel()
+	if err != nil {
+		return nil, err
+	}
+	w := NewWorkload(c, rc.Seed, rc.Workload)
+	if rc.Store != nil {
+		w.Store = rc.Store
+	}
+	runCtx, cancel := context.WithTimeout(ctx, rc.Duration)
+	defer cancel()
+	sched := &Schedule{C: c, Kinds: rc.Faults, RNG: rng, Logf: rc.Logf}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if len(rc.Faults) > 0 {
+			sched.Run(runCtx)
+		}
+	}()
+	w.Run(runCtx)
+	<-done
+	end := w.H.Now()
+
+	rep := &Report{Seed: rc.Seed, Faults: strings.Join(rc.Faults, ","), Injected: sched.Applied}
+	viol := func(f string, a ...any) { rep.Violations = append(rep.Violations, fmt.Sprintf(f, a...)) }
+
+	// Settle: end every fault, restart crashed nodes (their restart closes
+	// the sessions of the crashed incarnation), wait for a leader.
+	if err := c.HealAll(); err != nil {
+		return nil, err
+	}
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if _, err := c.WaitLeader(sctx); err != nil {
+		viol("no leader after healing: %v", err)
+	}
+	for _, s := range WaitNoLeftovers(sctx, c) {
+		viol("left behind: %s", s)
+	}
+	for _, s := range WaitIdentical(sctx, c) {
+		viol("%s", s)
+	}
+
+	// Durability: crash every node at once, wipe one node's lock table so its
+	// restart replays the whole raft log, restart all and compare.
+	if !rc.SkipDurability {
+		replay := c.IDs()[rng.IntN(rc.Size)]
+		c.Stop()
+		if err := c.WipeLockTable(replay); err != nil {
+			viol("wipe n%d: %v", replay, err)
+		}
+		c.Applied.Watch(replay, c.Incarnation(replay)+1)
+		for _, id := range c.IDs() {
+			if err := c.Restart(id); err != nil {
+				return nil, err
+			}
+		}
+		dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+		if _, err := c.WaitLeader(dctx); err != nil {
+			viol("no leader after full restart: %v", err)
+		}
+		for _, s := range WaitNoLeftovers(dctx, c) {
+			viol("left behind after full restart: %s", s)
+		}
+		for _, s := range WaitIdentical(dctx, c) {
+			viol("after full restart: %s", s)
+		}
+		dcancel()
+		lost := 0
+		for _, op := range w.H.Ops() {
+			if op.Kind != OpUnlock && op.Outcome == OK && !c.Applied.WatchedSaw(op.Token) {
+				if lost++; lost <= 5 {
+					viol("S3: acknowledged grant %s/%s token %d not replayed by n%d from its log", op.Name, op.Owner, op.Token, replay)
+				}
+			}
+		}
+		if lost > 5 {
+			viol("S3: %d acknowledged grants not replayed in all", lost)
+		}
+	}
+
+	ops := w.H.Ops()
+	rep.Ops = len(ops)
+	for _, op := range ops {
+		if op.Outcome == OK || op.Outcome == Locked {
+			rep.Determinate++
+		}
+		if op.Kind != OpUnlock && op.Outcome == OK {
+			rep.Grants++
+		}
+	}
+	rep.LongestGap = LongestGap(ops, end)
+	rep.Entries = c.Applied.Entries()
+	for _, s := range c.Applied.Divergence() {
+		viol("replicas diverge: %s", s)
+	}
+	for i, s := range c.Applied.TokenOrder() {
+		if i < 5 {
+			viol("S2: %s", s)
+		}
+	}
+	for i, s := range c.Applied.AckedLost(ops) {
+		if i < 5 {
+			viol("S3: %s", s)
+		}
+	}
+	res, info := CheckLinearizable(ops, c.Applied.Granted, rc.CheckTimeout)
+	rep.Linearizable = res
+	switch res {
+	case porcupine.Illegal:
+		viol("porcupine: history not linearizable under the mutex model")
+		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
+			if porcupine.Visualize(MutexModel(), info, f) == nil {
+				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())
+			}
+			f.Close()
+		}
+	case porcupine.Unknown:
+		rep.Notes = append(rep.Notes, "porcupine timed out: linearizability not decided")
+	}
+	rep.Writes, rep.Stale, rep.Accepted, rep.Live = w.Store.Counts()
+	if rep.Accepted > 0 {
+		viol("fencing: %d accepted overlapping critical sections", rep.Accepted)
+	}
+	if rep.Live > 0 {
+		msg := fmt.Sprintf("S5/S1: %d critical sections entered while the previous holder still believed it held the lock", rep.Live)
+		if S5Exempt(rc.Faults) {
+			rep.Notes = append(rep.Notes, msg+" (expected under this fault: fencing must cover it)")
+		} else {
+			viol("%s", msg)
+		}
+	}
+	for _, e := range w.Store.Examples {
+		rep.Notes = append(rep.Notes, e)
+	}
+	slices.Sort(rep.Notes)
+	return rep, nil
+}

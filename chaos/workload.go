@@ -1,0 +1,164 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/lockraft/lockraft/node"
+)
+
+var sprintf = fmt.Sprintf
+
+// WorkloadOptions shapes the clients.
+type WorkloadOptions struct {
+	ClientsPerNode int
+	Names          []string
+	TryLockShare   float64       // share of acquires that are TryLock
+	MaxWait        time.Duration // Lock timeouts are uniform in [MaxWait/20, MaxWait]
+	MaxHold        time.Duration // hold times uniform in [0, MaxHold]
+	// BugIgnoreFailedLock is a planted client bug: after a failed Lock the
+	// client enters the critical section anyway, with the token of its last
+	// grant.
+	BugIgnoreFailedLock bool
+}
+
+// DefaultWorkload: 3 clients per node on 3 names.
+func DefaultWorkload() WorkloadOptions {
+	return WorkloadOptions{ClientsPerNode: 3, Names: []string{"a", "b", "c"}, TryLockShare: 0.3,
+		MaxWait: time.Second, MaxHold: 20 * time.Millisecond}
+}
+
+// Workload runs clients against a cluster, recording a history and writing
+// to a fenced store inside every critical section.
+type Workload struct {
+	c     *Cluster
+	opts  WorkloadOptions
+	H     *History
+	Store *FencedStore
+	seed  uint64
+}
+
+// NewWorkload prepares clients.
+func NewWorkload(c *Cluster, seed uint64, opts WorkloadOptions) *Workload {
+	return &Workload{c: c, opts: opts, H: NewHistory(), Store: NewFencedStore(), seed: seed}
+}
+
+// Run runs every client until ctx is done, then waits for them.
+func (w *Workload) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	client := 0
+	for _, id := range w.c.IDs() {
+		for k := 0; k < w.opts.ClientsPerNode; k++ {
+			wg.Add(1)
+			go func(client int, id uint64) {
+				defer wg.Done()
+				w.client(ctx, client, id)
+			}(client, id)
+			client++
+		}
+	}
+	wg.Wait()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (w *Workload) waitUnpaused(ctx context.Context, id uint64) {
+	if g := w.c.PauseGate(id); g != nil {
+		select {
+		case <-g:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (w *Workload) client(ctx context.Context, client int, id uint64) {
+	rng := rand.New(rand.NewPCG(w.seed, uint64(client)+1))
+	var lastToken uint64
+	for seq := 0; ctx.Err() == nil; seq++ {
+		w.waitUnpaused(ctx, id)
+		n := w.c.Node(id)
+		if n == nil {
+			sleepCtx(ctx, 20*time.Millisecond)
+			continue
+		}
+		name := w.opts.Names[rng.IntN(len(w.opts.Names))]
+		owner := fmt.Sprintf("c%d-%d", client, seq)
+		wait := rng.Float64() >= w.opts.TryLockShare
+		timeout := time.Duration(float64(w.opts.MaxWait) * (0.05 + 0.95*rng.Float64()))
+		hold := time.Duration(float64(w.opts.MaxHold) * rng.Float64())
+		kind := OpTryLock
+		if wait {
+			kind = OpLock
+		}
+		op := w.H.Begin(client, id, kind, name, owner)
+		actx, cancel := context.WithTimeout(context.Background(), timeout)
+		h, err := n.Acquire(actx, name, owner, wait, 0)
+		cancel()
+		switch {
+		case err == nil:
+			w.H.End(op, OK, h.Token(), nil)
+		case !wait && errors.Is(err, node.ErrLocked):
+			w.H.End(op, Locked, 0, err)
+		default:
+			w.H.End(op, Unknown, 0, err)
+		}
+		if err != nil {
+			if w.opts.BugIgnoreFailedLock && lastToken != 0 {
+				sec := w.Store.Enter(name, owner, lastToken, nil)
+				w.Store.Write(sec)
+				sleepCtx(ctx, hold)
+				w.Store.Write(sec)
+				w.Store.Exit(sec)
+			}
+			if !errors.Is(err, node.ErrLocked) {
+				sleepCtx(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
+			}
+			continue
+		}
+		lastToken = h.Token()
+		w.critical(ctx, id, h, hold)
+		// Release: a fresh op whose hold may already be lost.
+		uop := w.H.Begin(client, id, OpUnlock, name, owner)
+		w.H.SetHeldFrom(uop, op.End)
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = h.Release(rctx)
+		rcancel()
+		if err == nil {
+			w.H.End(uop, OK, h.Token(), nil)
+		} else {
+			w.H.End(uop, Unknown, h.Token(), err)
+		}
+	}
+}
+
+// critical writes to the store with the hold's token: at entry, a few times
+// in between and at exit, stopping as soon as the hold is lost.
+func (w *Workload) critical(ctx context.Context, id uint64, h *node.Hold, hold time.Duration) {
+	live := func() bool {
+		return h.Context().Err() == nil && w.c.PauseGate(id) == nil
+	}
+	sec := w.Store.Enter(h.Name(), h.Owner(), h.Token(), live)
+	defer w.Store.Exit(sec)
+	steps := 3
+	for i := 0; i < steps; i++ {
+		w.waitUnpaused(ctx, id)
+		if h.Context().Err() != nil {
+			return
+		}
+		w.Store.Write(sec)
+		if i < steps-1 {
+			sleepCtx(h.Context(), hold/time.Duration(steps-1))
+		}
+	}
+}
