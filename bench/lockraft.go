@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/lockraft/lockraft/node"
+)
+
+// The lockraft system: a 3-node cluster in this process, real gRPC on
+// loopback and real bbolt files with fsync, default timings (100 ms tick,
+// election after 10 ticks). The node package is used directly because S4
+// needs Crash (the public Node has only Close); Acquire/Release are what
+// lockraft.Node.Lock and Lock.Unlock call.
+func init() {
+	register(systemFactory{
+		name:          "lockraft",
+		available:     func() error { return nil },
+		start:         func(dir string, ttl time.Duration) (system, error) { return startLockraft(dir, ttl) },
+		crashTakeover: lockraftCrashTakeover,
+		failover:      lockraftFailover,
+	})
+}
+
+type lockraftCluster struct {
+	nodes []*node.Node // index i is raft id i+1
+}
+
+func startLockraft(dir string, ttl time.Duration) (*lockraftCluster, error) {
+	var members []node.Member
+	var lns []net.Listener
+	for id := uint64(1); id <= 3; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+		members = append(members, node.Member{ID: id, Addr: ln.Addr().String()})
+	}
+	c := &lockraftCluster{}
+	for i, ln := range lns {
+		n, err := node.Start(node.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprint(i+1)),
+			Members: members, Listener: ln, SessionTTL: ttl, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			for _, l := range lns[i:] {
+				l.Close()
+			}
+			c.stop()
+			return nil, err
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	// Ready when every node has a session: a first lock succeeds on each.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, n := range c.nodes {
+		h, err := n.Acquire(ctx, fmt.Sprintf("warmup/%d", i), "warmup", true, 0)
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("lockraft node %d not ready: %w", i+1, err)
+		}
+		if err := h.Release(ctx); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *lockraftCluster) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, n := range c.nodes {
+		n.Close(ctx)
+	}
+}
+
+func (c *lockraftCluster) leader() int {
+	for i, n := range c.nodes {
+		if n.Leader() == n.ID() {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *lockraftCluster) caller(i int) (caller, error) {
+	return &lockraftCaller{n: c.nodes[i%len(c.nodes)], owner: fmt.Sprintf("caller-%d", i)}, nil
+}
+
+type lockraftCaller struct {
+	n     *node.Node
+	owner string
+}
+
+func (c *lockraftCaller) lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	h, err := c.n.Acquire(ctx, name, c.owner, true, 0)
+	if err != nil {
+		return nil, err
+	}
+	return h.Release, nil
+}
+
+func (c *lockraftCaller) close() {}
+
+// lockraftCrashTakeover: the holder's node (a follower) crashes while a
+// waiter on the other follower waits; its session, and so the lock, lasts
+// until the session TTL runs out on the leader.
+func lockraftCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
+	c, err := startLockraft(dir, ttl)
+	if err != nil {
+		return 0, err
+	}
+	defer c.stop()
+	ld := c.leader()
+	if ld < 0 {
+		return 0, fmt.Errorf("no leader")
+	}
+	h, w := (ld+1)%3, (ld+2)%3
+	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
+	defer cancel()
+	if _, err := c.nodes[h].Acquire(ctx, "s4/crash", "holder", true, 0); err != nil {
+		return 0, err
+	}
+	got := waitGrant(ctx, func(ctx context.Context) error {
+		_, err := c.nodes[w].Acquire(ctx, "s4/crash", "waiter", true, 0)
+		return err
+	})
+	time.Sleep(300 * time.Millisecond) // the waiter is queued
+	t0 := time.Now()
+	c.nodes[h].Crash()
+	r := <-got
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.t.Sub(t0), nil
+}
+
+// lockraftFailover: crash the leader; a caller on a follower keeps asking
+// for a lock; the time from the crash until one is granted.
+func lockraftFailover(dir string) (time.Duration, error) {
+	c, err := startLockraft(dir, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.stop()
+	ld := c.leader()
+	if ld < 0 {
+		return 0, fmt.Errorf("no leader")
+	}
+	f := c.nodes[(ld+1)%3]
+	t0 := time.Now()
+	c.nodes[ld].Crash()
+	for i := 0; time.Since(t0) < 30*time.Second; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		h, err := f.Acquire(ctx, fmt.Sprintf("s5/%d", i), "s5", true, 0)
+		cancel()
+		if err == nil {
+			d := time.Since(t0)
+			h.Release(context.Background())
+			return d, nil
+		}
+	}
+	return 0, errTimeout
+}

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// config holds the scenario sizes.
+type config struct {
+	quick       bool
+	runs        int
+	scenarios   map[string]bool
+	tmp         string
+	s1Pairs     int           // S1: sequential pairs (also bounded by s1Max)
+	s1Max       time.Duration //
+	s2Dur       time.Duration // S2: 64 callers for this long
+	s3Dur       time.Duration // S3: 16 callers on one name for this long
+	s4Handoffs  int           // S4: graceful handoffs measured
+	ttl         time.Duration // S4/S5: session TTL, lease TTL or PX for every system
+	opTimeout   time.Duration
+	s2Callers   int
+	s3Callers   int
+}
+
+func defaultConfig(quick bool) config {
+	c := config{quick: quick, s1Pairs: 1000, s1Max: 8 * time.Second, s2Dur: 10 * time.Second,
+		s3Dur: 6 * time.Second, s4Handoffs: 20, ttl: 3 * time.Second, opTimeout: 30 * time.Second,
+		s2Callers: 64, s3Callers: 16}
+	if quick {
+		c.s1Pairs, c.s1Max, c.s2Dur, c.s3Dur, c.s4Handoffs = 150, 2*time.Second, 3*time.Second, 2*time.Second, 5
+	}
+	return c
+}
+
+// A system is one running cluster or server set.
+type system interface {
+	// caller returns the i-th caller; callers are spread over the members
+	// the way an embedding service (or a client pool) would spread them.
+	caller(i int) (caller, error)
+	stop()
+}
+
+// A caller takes and releases locks. Each caller is its own owner.
+type caller interface {
+	lock(ctx context.Context, name string) (unlock func(context.Context) error, err error)
+	close()
+}
+
+// systemFactory starts fresh instances of one system.
+type systemFactory struct {
+	name      string
+	available func() error
+	// start starts a fresh instance; ttl is the session/lease/PX TTL.
+	start func(dir string, ttl time.Duration) (system, error)
+	// crashTakeover (S4): a holder takes name and then dies without
+	// releasing while a waiter waits; returns the time from the death to
+	// the waiter's grant.
+	crashTakeover func(dir string, ttl time.Duration) (time.Duration, error)
+	// failover (S5): kill the leader, return the time until a Lock succeeds.
+	// nil for systems without a leader.
+	failover func(dir string) (time.Duration, error)
+}
+
+var factories = map[string]systemFactory{}
+
+func register(f systemFactory) { factories[f.name] = f }
+
+func runSystem(cfg config, f systemFactory, run int, rep *report) {
+	dir, err := os.MkdirTemp(cfg.tmp, f.name+"-")
+	if err != nil {
+		rep.fail(f.name, "setup", run, err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	fmt.Fprintf(os.Stderr, "run %d: %s (load %s)\n", run, f.name, loadAvg())
+	if cfg.scenarios["S1"] || cfg.scenarios["S2"] || cfg.scenarios["S3"] || cfg.scenarios["S4"] {
+		sys, err := f.start(dir+"/main", cfg.ttl)
+		if err != nil {
+			rep.fail(f.name, "start", run, err)
+			return
+		}
+		if cfg.scenarios["S1"] {
+			rep.fail(f.name, "S1", run, runS1(cfg, f.name, sys, run, rep))
+		}
+		if cfg.scenarios["S2"] {
+			rep.fail(f.name, "S2", run, runS2(cfg, f.name, sys, run, rep))
+		}
+		if cfg.scenarios["S3"] {
+			rep.fail(f.name, "S3", run, runS3(cfg, f.name, sys, run, rep))
+		}
+		if cfg.scenarios["S4"] {
+			rep.fail(f.name, "S4", run, runS4Graceful(cfg, f.name, sys, run, rep))
+		}
+		sys.stop()
+	}
+	if cfg.scenarios["S4"] {
+		d, err := f.crashTakeover(dir+"/s4", cfg.ttl)
+		if err == nil {
+			rep.add(f.name, "S4", "takeover_ms", ms(d-cfg.ttl), run)
+			rep.add(f.name, "S4", "crash_to_grant_ms", ms(d), run)
+		}
+		rep.fail(f.name, "S4 crash", run, err)
+	}
+	if cfg.scenarios["S5"] && f.failover != nil {
+		d, err := f.failover(dir + "/s5")
+		if err == nil {
+			rep.add(f.name, "S5", "unavailable_ms", ms(d), run)
+		}
+		rep.fail(f.name, "S5", run, err)
+	}
+}
+
+func callers(sys system, n int) ([]caller, error) {
+	cs := make([]caller, 0, n)
+	for i := range n {
+		c, err := sys.caller(i)
+		if err != nil {
+			closeCallers(cs)
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func closeCallers(cs []caller) {
+	for _, c := range cs {
+		c.close()
+	}
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p)]
+}
+
+// pair takes and releases name once; it returns the pair's latency.
+func pair(ctx context.Context, c caller, name string) (time.Duration, error) {
+	t := time.Now()
+	unlock, err := c.lock(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("lock %s: %w", name, err)
+	}
+	if err := unlock(ctx); err != nil {
+		return 0, fmt.Errorf("unlock %s: %w", name, err)
+	}
+	return time.Since(t), nil
+}
+
+// S1: one caller, sequential Lock+Unlock of distinct names, round robin
+// over the members (for lockraft: callers on every node).
+func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
+	cs, err := callers(sys, 3)
+	if err != nil {
+		return err
+	}
+	defer closeCallers(cs)
+	ctx := context.Background()
+	for i := range 3 * 5 { // warm up every connection
+		if _, err := pair(ctx, cs[i%3], fmt.Sprintf("s1w/%d/%d", run, i)); err != nil {
+			return err
+		}
+	}
+	lat := make([]time.Duration, 0, cfg.s1Pairs)
+	start := time.Now()
+	for i := 0; i < cfg.s1Pairs && time.Since(start) < cfg.s1Max; i++ {
+		c, cancel := context.WithTimeout(ctx, cfg.opTimeout)
+		d, err := pair(c, cs[i%3], fmt.Sprintf("s1/%d/%d", run, i))
+		cancel()
+		if err != nil {
+			return err
+		}
+		lat = append(lat, d)
+	}
+	el := time.Since(start)
+	rep.add(sysName, "S1", "pair_p50_ms", ms(pct(lat, 0.5)), run)
+	rep.add(sysName, "S1", "pair_p99_ms", ms(pct(lat, 0.99)), run)
+	rep.add(sysName, "S1", "pairs_per_s", float64(len(lat))/el.Seconds(), run)
+	return nil
+}
+
+// S2: 64 callers, each on its own names, for a fixed time.
+func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
+	cs, err := callers(sys, cfg.s2Callers)
+	if err != nil {
+		return err
+	}
+	defer closeCallers(cs)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var all []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(cfg.s2Dur)
+	for g, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			for i := 0; time.Now().Before(deadline); i++ {
+				cc, cancel := context.WithTimeout(ctx, cfg.opTimeout)
+				d, err := pair(cc, c, fmt.Sprintf("s2/%d/%d/%d", run, g, i))
+				cancel()
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, d)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		return firstErr
+	}
+	rep.add(sysName, "S2", "pairs_per_s", float64(len(all))/el.Seconds(), run)
+	rep.add(sysName, "S2", "pair_p50_ms", ms(pct(all, 0.5)), run)
+	rep.add(sysName, "S2", "pair_p99_ms", ms(pct(all, 0.99)), run)
+	return nil
+}
+
+// grant is one S3 acquisition: who, when it asked (global request order)
+// and when it was granted (global grant order, taken under the lock).
+type grant struct {
+	caller  int
+	reqSeq  int64
+	reqTime time.Time
+}
+
+// S3: 16 callers on one name, empty critical section.
+func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
+	cs, err := callers(sys, cfg.s3Callers)
+	if err != nil {
+		return err
+	}
+	defer closeCallers(cs)
+	ctx := context.Background()
+	name := fmt.Sprintf("s3/%d/hot", run)
+	var reqSeq atomic.Int64
+	var grants []grant // appended under the lock being measured
+	var gmu sync.Mutex
+	var inside atomic.Int32
+	var overlaps atomic.Int64
+	var mu sync.Mutex
+	var waits []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(cfg.s3Dur)
+	for g, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			defer func() { mu.Lock(); waits = append(waits, lat...); mu.Unlock() }()
+			for time.Now().Before(deadline) {
+				cc, cancel := context.WithTimeout(ctx, cfg.opTimeout)
+				seq := reqSeq.Add(1)
+				t := time.Now()
+				unlock, err := c.lock(cc, name)
+				if err != nil {
+					cancel()
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("caller %d: %w", g, err)
+					}
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, time.Since(t))
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				gmu.Lock() // exclusion comes from the lock under test; this only orders memory
+				grants = append(grants, grant{caller: g, reqSeq: seq, reqTime: t})
+				gmu.Unlock()
+				inside.Add(-1)
+				err = unlock(cc)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("caller %d unlock: %w", g, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		return firstErr
+	}
+	changes := 0
+	for i := 1; i < len(grants); i++ {
+		if grants[i].caller != grants[i-1].caller {
+			changes++
+		}
+	}
+	inv, inv1ms, barging := fifoStats(grants)
+	rep.add(sysName, "S3", "holder_changes_per_s", float64(changes)/el.Seconds(), run)
+	rep.add(sysName, "S3", "grants_per_s", float64(len(grants))/el.Seconds(), run)
+	rep.add(sysName, "S3", "wait_p50_ms", ms(pct(waits, 0.5)), run)
+	rep.add(sysName, "S3", "wait_p99_ms", ms(pct(waits, 0.99)), run)
+	rep.add(sysName, "S3", "fifo_inversions", float64(inv), run)
+	rep.add(sysName, "S3", "fifo_inversions_gt1ms", float64(inv1ms), run)
+	rep.add(sysName, "S3", "barging", float64(barging), run)
+	if n := overlaps.Load(); n > 0 {
+		rep.add(sysName, "S3", "mutual_exclusion_violations", float64(n), run)
+	}
+	return nil
+}
+
+// fifoStats counts, in grant order:
+//   - inversions: grants whose request came after the request of some grant
+//     made later (someone who asked earlier was overtaken);
+//   - inversions by more than 1 ms of request time (excludes near-ties
+//     between requests issued on different members at the same moment);
+//   - barging: a caller granted twice in a row although another caller had
+//     asked before its second request and was still waiting.
+func fifoStats(gs []grant) (inv, inv1ms, barging int) {
+	minSeq := int64(1 << 62)
+	var minTime time.Time
+	for i := len(gs) - 1; i >= 0; i-- {
+		g := gs[i]
+		if g.reqSeq > minSeq {
+			inv++
+			if g.reqTime.Sub(minTime) > time.Millisecond {
+				inv1ms++
+			}
+			if i > 0 && gs[i-1].caller == g.caller {
+				barging++
+			}
+		}
+		if g.reqSeq < minSeq {
+			minSeq, minTime = g.reqSeq, g.reqTime
+		}
+	}
+	return inv, inv1ms, barging
+}
+
+// S4 (graceful): the holder unlocks while a waiter on another member waits;
+// time from the Unlock call to the waiter's grant.
+func runS4Graceful(cfg config, sysName string, sys system, run int, rep *report) error {
+	cs, err := callers(sys, 2)
+	if err != nil {
+		return err
+	}
+	defer closeCallers(cs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var lat []time.Duration
+	for i := range cfg.s4Handoffs {
+		name := fmt.Sprintf("s4g/%d/%d", run, i)
+		holder, waiter := cs[i%2], cs[(i+1)%2]
+		unlock, err := holder.lock(ctx, name)
+		if err != nil {
+			return err
+		}
+		granted := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		go func() {
+			u, err := waiter.lock(ctx, name)
+			if err != nil {
+				errc <- err
+				return
+			}
+			granted <- time.Now()
+			u(ctx)
+		}()
+		time.Sleep(150 * time.Millisecond) // let the waiter queue (or start polling)
+		t0 := time.Now()
+		if err := unlock(ctx); err != nil {
+			return err
+		}
+		select {
+		case t1 := <-granted:
+			lat = append(lat, t1.Sub(t0))
+		case err := <-errc:
+			return err
+		}
+	}
+	rep.add(sysName, "S4", "graceful_handoff_p50_ms", ms(pct(lat, 0.5)), run)
+	rep.add(sysName, "S4", "graceful_handoff_max_ms", ms(pct(lat, 1)), run)
+	return nil
+}
+
+// waitGrant runs lock in the background and returns a channel with the
+// grant time (or the error).
+type grantResult struct {
+	t   time.Time
+	err error
+}
+
+func waitGrant(ctx context.Context, lock func(context.Context) error) chan grantResult {
+	ch := make(chan grantResult, 1)
+	go func() {
+		err := lock(ctx)
+		ch <- grantResult{time.Now(), err}
+	}()
+	return ch
+}
+
+var errTimeout = errors.New("timed out")
