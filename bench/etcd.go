@@ -125,7 +125,7 @@ func (c *etcdCluster) stop() {
 
 func (c *etcdCluster) leader() int {
 	for i, e := range c.members {
-		if e.Server.Leader() == e.Server.MemberID() {
+		if e != nil && e.Server.Leader() == e.Server.MemberID() {
 			return i
 		}
 	}
@@ -235,6 +235,7 @@ func etcdFailover(dir string) (time.Duration, error) {
 	}
 	t0 := time.Now()
 	c.members[ld].Close()
+	c.members[ld] = nil
 	for i := 0; time.Since(t0) < 30*time.Second; i++ {
 		if err := pairEtcd(s, fmt.Sprintf("s5/%d", i), 2*time.Second); err == nil {
 			return time.Since(t0), nil
