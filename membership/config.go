@@ -126,16 +126,16 @@ func LANTiming() Timing {
 // across a real network.
 func FastTiming() Timing {
 	return Timing{
-		ProbeInterval:       100 * time.Millisecond,
-		ProbeTimeout:        50 * time.Millisecond,
-		SuspicionMult:       2,
-		GossipInterval:      20 * time.Millisecond,
+		ProbeInterval:       200 * time.Millisecond,
+		ProbeTimeout:        100 * time.Millisecond,
+		SuspicionMult:       3,
+		GossipInterval:      30 * time.Millisecond,
 		GossipNodes:         3,
 		RetransmitMult:      4,
-		PushPullInterval:    500 * time.Millisecond,
+		PushPullInterval:    time.Second,
 		TCPTimeout:          time.Second,
-		GossipToTheDeadTime: time.Second,
-		DeadNodeReclaimTime: 200 * time.Millisecond,
+		GossipToTheDeadTime: 2 * time.Second,
+		DeadNodeReclaimTime: 500 * time.Millisecond,
 		RetryJoinInterval:   50 * time.Millisecond,
 		ForgetAfter:         time.Minute,
 	}
