@@ -77,7 +77,9 @@ func TestShutdownIsFailedLeaveIsLeft(t *testing.T) {
 	// Graceful.
 	require.NoError(t, nodes[3].m.Leave(time.Second))
 	require.NoError(t, nodes[3].m.Shutdown())
-	ev = waitEvent(t, nodes[0], 10*time.Second, func(e Event) bool { return e.Member.Meta.RaftID == 4 && (e.Kind == EventLeave || e.Kind == EventFailed) })
+	ev = waitEvent(t, nodes[0], 10*time.Second, func(e Event) bool {
+		return e.Member.Meta.RaftID == 4 && (e.Kind == EventLeave || e.Kind == EventFailed)
+	})
 	require.Equal(t, EventLeave, ev.Kind)
 
 	require.Eventually(t, func() bool {
