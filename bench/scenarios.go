@@ -318,13 +318,14 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 			changes++
 		}
 	}
-	inv, inv1ms, barging := fifoStats(grants)
+	inv, inv1ms, barging, maxGap := fifoStatsMax(grants)
 	rep.add(sysName, "S3", "holder_changes_per_s", float64(changes)/el.Seconds(), run)
 	rep.add(sysName, "S3", "grants_per_s", float64(len(grants))/el.Seconds(), run)
 	rep.add(sysName, "S3", "wait_p50_ms", ms(pct(waits, 0.5)), run)
 	rep.add(sysName, "S3", "wait_p99_ms", ms(pct(waits, 0.99)), run)
 	rep.add(sysName, "S3", "fifo_inversions", float64(inv), run)
 	rep.add(sysName, "S3", "fifo_inversions_gt1ms", float64(inv1ms), run)
+	rep.add(sysName, "S3", "fifo_inversion_max_head_start_ms", ms(maxGap), run)
 	rep.add(sysName, "S3", "barging", float64(barging), run)
 	if n := overlaps.Load(); n > 0 {
 		rep.add(sysName, "S3", "mutual_exclusion_violations", float64(n), run)
@@ -340,15 +341,24 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 //   - barging: a caller granted twice in a row although another caller had
 //     asked before its second request and was still waiting.
 func fifoStats(gs []grant) (inv, inv1ms, barging int) {
+	inv, inv1ms, barging, _ = fifoStatsMax(gs)
+	return
+}
+
+// fifoStatsMax is fifoStats plus the largest head start (request time) an
+// overtaken request had over the grant that overtook it.
+func fifoStatsMax(gs []grant) (inv, inv1ms, barging int, maxGap time.Duration) {
 	minSeq := int64(1 << 62)
 	var minTime time.Time
 	for i := len(gs) - 1; i >= 0; i-- {
 		g := gs[i]
 		if g.reqSeq > minSeq {
 			inv++
-			if g.reqTime.Sub(minTime) > time.Millisecond {
+			gap := g.reqTime.Sub(minTime)
+			if gap > time.Millisecond {
 				inv1ms++
 			}
+			maxGap = max(maxGap, gap)
 			if i > 0 && gs[i-1].caller == g.caller {
 				barging++
 			}
@@ -357,7 +367,7 @@ func fifoStats(gs []grant) (inv, inv1ms, barging int) {
 			minSeq, minTime = g.reqSeq, g.reqTime
 		}
 	}
-	return inv, inv1ms, barging
+	return inv, inv1ms, barging, maxGap
 }
 
 // S4 (graceful): the holder unlocks while a waiter on another member waits;
