@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -91,8 +92,17 @@ func (c *lockraftCluster) leader() int {
 	return -1
 }
 
+// caller i lives on node i%3, as callers of an embedding service live on
+// every replica. LOCKRAFT_BENCH_CALLERS=leader puts every caller on the
+// leader instead (a diagnostic: it shows what forwarding costs).
 func (c *lockraftCluster) caller(i int) (caller, error) {
-	return &lockraftCaller{n: c.nodes[i%len(c.nodes)], owner: fmt.Sprintf("caller-%d", i)}, nil
+	n := c.nodes[i%len(c.nodes)]
+	if os.Getenv("LOCKRAFT_BENCH_CALLERS") == "leader" {
+		if ld := c.leader(); ld >= 0 {
+			n = c.nodes[ld]
+		}
+	}
+	return &lockraftCaller{n: n, owner: fmt.Sprintf("caller-%d", i)}, nil
 }
 
 type lockraftCaller struct {
