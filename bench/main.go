@@ -59,7 +59,7 @@ func main() {
 
 	rep := newReport(*jsonPath)
 	rep.host = describeHost(root)
-	fmt.Print(rep.host.String())
+	fmt.Fprint(os.Stderr, rep.host.String())
 
 	var sys []systemFactory
 	for _, name := range strings.Split(*systems, ",") {
