@@ -122,3 +122,149 @@ func BenchmarkParallelPairs64(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
 }
+
+// benchClusterWith starts 3 nodes with default timings except tune.
+func benchClusterWith(b *testing.B, tune func(*Config)) (map[uint64]*Node, []Member) {
+	b.Helper()
+	var members []Member
+	lns := map[uint64]net.Listener{}
+	for id := uint64(1); id <= 3; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lns[id] = ln
+		members = append(members, Member{ID: id, Addr: ln.Addr().String()})
+	}
+	nodes := map[uint64]*Node{}
+	for id := uint64(1); id <= 3; id++ {
+		cfg := Config{ID: id, DataDir: b.TempDir(), Members: members, Listener: lns[id],
+			Logger: slog.New(slog.DiscardHandler)}
+		if tune != nil {
+			tune(&cfg)
+		}
+		n, err := Start(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		nodes[id] = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, n := range nodes {
+		h, err := n.Acquire(ctx, fmt.Sprintf("warmup/%d", id), "w", true, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Release(ctx)
+	}
+	return nodes, members
+}
+
+func leaderOf(nodes map[uint64]*Node) uint64 {
+	for _, n := range nodes {
+		if l := n.Leader(); l != 0 {
+			return l
+		}
+	}
+	return 0
+}
+
+func pick(nodes map[uint64]*Node, not ...uint64) uint64 {
+	for id := range nodes {
+		if !slices.Contains(not, id) {
+			return id
+		}
+	}
+	return 0
+}
+
+// BenchmarkCrashTakeover: the holder's node crashes (no Close); reports how
+// long after the session TTL the waiter on another node is granted, counted
+// from the crash (crash_minus_ttl_ms) and from the send time of the holder's
+// last acknowledged keepalive (after_last_keepalive_minus_ttl_ms: the
+// promise L3 counts from there). Default timings, TTL 3 s.
+//
+//	go test -run '^$' -bench CrashTakeover -benchtime 5x ./node/
+func BenchmarkCrashTakeover(b *testing.B) {
+	ttl := 3 * time.Second
+	var fromCrash, fromKeepalive []time.Duration
+	for i := 0; i < b.N; i++ {
+		nodes, _ := benchClusterWith(b, func(c *Config) { c.SessionTTL = ttl })
+		lead := leaderOf(nodes)
+		a := pick(nodes, lead)
+		w := pick(nodes, lead, a)
+		ctx := context.Background()
+		if _, err := nodes[a].Acquire(ctx, "x", "a", true, 0); err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			if _, err := nodes[w].Acquire(ctx, "x", "w", true, 0); err == nil {
+				got <- time.Now()
+			}
+		}()
+		time.Sleep(200 * time.Millisecond) // queued
+		crash := time.Now()
+		lastKA := time.Unix(0, nodes[a].lastAcked.Load())
+		nodes[a].Crash()
+		delete(nodes, a)
+		at := <-got
+		fromCrash = append(fromCrash, at.Sub(crash)-ttl)
+		fromKeepalive = append(fromKeepalive, at.Sub(lastKA)-ttl)
+	}
+	b.ReportMetric(float64(percentile(fromCrash, 0.5).Microseconds())/1000, "crash_minus_ttl_p50_ms")
+	b.ReportMetric(float64(percentile(fromKeepalive, 0.5).Microseconds())/1000, "after_last_keepalive_minus_ttl_p50_ms")
+	b.ReportMetric(float64(percentile(fromKeepalive, 1).Microseconds())/1000, "after_last_keepalive_minus_ttl_max_ms")
+}
+
+// BenchmarkCloseHandoff: the holder's node closes gracefully; reports the
+// time from Close to the waiter's grant on another node.
+//
+//	go test -run '^$' -bench CloseHandoff -benchtime 5x ./node/
+func BenchmarkCloseHandoff(b *testing.B) {
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		nodes, _ := benchClusterWith(b, nil)
+		lead := leaderOf(nodes)
+		a := pick(nodes, lead)
+		w := pick(nodes, lead, a)
+		ctx := context.Background()
+		if _, err := nodes[a].Acquire(ctx, "x", "a", true, 0); err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			if _, err := nodes[w].Acquire(ctx, "x", "w", true, 0); err == nil {
+				got <- time.Now()
+			}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		go nodes[a].Close(ctx)
+		lat = append(lat, (<-got).Sub(start))
+	}
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "close_to_grant_p50_ms")
+}
+
+// BenchmarkLeaderFailover: the leader crashes; reports the time until a
+// Lock on a survivor succeeds, with default timings (100 ms tick, election
+// after 1–2 s).
+//
+//	go test -run '^$' -bench LeaderFailover -benchtime 5x ./node/
+func BenchmarkLeaderFailover(b *testing.B) {
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		nodes, _ := benchClusterWith(b, nil)
+		lead := leaderOf(nodes)
+		s := pick(nodes, lead)
+		start := time.Now()
+		nodes[lead].Crash()
+		if _, err := nodes[s].Acquire(context.Background(), fmt.Sprintf("after/%d", i), "s", true, 0); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "unavailable_p50_ms")
+	b.ReportMetric(float64(percentile(lat, 1).Microseconds())/1000, "unavailable_max_ms")
+}

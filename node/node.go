@@ -186,10 +186,10 @@ func Start(cfg Config) (*Node, error) {
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	ok = true
-	go n.run()
+	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
+	go n.run() // from here on only the loop touches n.loop
 	n.bgwg.Add(1)
 	go n.keepaliveLoop()
-	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
 	return n, nil
 }
 
@@ -265,11 +265,20 @@ func (n *Node) run() {
 	defer close(n.donec)
 	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
 	defer stopTick()
+	// The leader checks its expiry deadlines ten times per tick, so a
+	// crashed holder's lock moves on within ~10 ms of its TTL rather than
+	// up to a whole tick later.
+	finec, stopFine := n.clock.NewTicker(max(n.cfg.TickInterval/10, time.Millisecond))
+	defer stopFine()
 	for {
 		select {
 		case <-tickc:
 			n.rn.Tick()
 			n.onTick()
+		case <-finec:
+			if n.loop.isLeader {
+				n.loop.lead.tick(n, n.clock.Now())
+			}
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:

@@ -284,9 +284,6 @@ func (n *Node) onTick() {
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
 	n.checkOwnSession(now)
-	if n.loop.isLeader {
-		n.loop.lead.tick(n, now)
-	}
 	if err := n.maybeCommitFSM(false); err != nil {
 		n.fail(err)
 	}
