@@ -69,7 +69,6 @@ func (r *report) close() error {
 	return r.f.Close()
 }
 
-
 // printTable prints one row per (scenario, metric): the mean over runs for
 // each system (the per-run values are in the JSON lines), then lockraft's
 // ratio to each peer.

@@ -13,19 +13,19 @@ import (
 
 // config holds the scenario sizes.
 type config struct {
-	quick       bool
-	runs        int
-	scenarios   map[string]bool
-	tmp         string
-	s1Pairs     int           // S1: sequential pairs (also bounded by s1Max)
-	s1Max       time.Duration //
-	s2Dur       time.Duration // S2: 64 callers for this long
-	s3Dur       time.Duration // S3: 16 callers on one name for this long
-	s4Handoffs  int           // S4: graceful handoffs measured
-	ttl         time.Duration // S4/S5: session TTL, lease TTL or PX for every system
-	opTimeout   time.Duration
-	s2Callers   int
-	s3Callers   int
+	quick      bool
+	runs       int
+	scenarios  map[string]bool
+	tmp        string
+	s1Pairs    int           // S1: sequential pairs (also bounded by s1Max)
+	s1Max      time.Duration //
+	s2Dur      time.Duration // S2: 64 callers for this long
+	s3Dur      time.Duration // S3: 16 callers on one name for this long
+	s4Handoffs int           // S4: graceful handoffs measured
+	ttl        time.Duration // S4/S5: session TTL, lease TTL or PX for every system
+	opTimeout  time.Duration
+	s2Callers  int
+	s3Callers  int
 }
 
 func defaultConfig(quick bool) config {

@@ -51,16 +51,16 @@ func runKinds(t *testing.T, kinds ...string) *Report {
 	return rep
 }
 
-func TestNoFaults(t *testing.T)            { runKinds(t) }
-func TestPartitionMajority(t *testing.T)   { runKinds(t, FaultPartitionMajority) }
-func TestIsolateLeader(t *testing.T)       { runKinds(t, FaultIsolateLeader) }
-func TestOneWay(t *testing.T)              { runKinds(t, FaultOneWay) }
-func TestBridge(t *testing.T)              { runKinds(t, FaultBridge) }
-func TestCrashRestart(t *testing.T)        { runKinds(t, FaultCrash) }
-func TestPause(t *testing.T)               { runKinds(t, FaultPause) }
-func TestClockJump(t *testing.T)           { runKinds(t, FaultClockJump) }
-func TestClockRate(t *testing.T)           { runKinds(t, FaultClockRate) }
-func TestNetDelayAndResets(t *testing.T)   { runKinds(t, FaultNet) }
+func TestNoFaults(t *testing.T)          { runKinds(t) }
+func TestPartitionMajority(t *testing.T) { runKinds(t, FaultPartitionMajority) }
+func TestIsolateLeader(t *testing.T)     { runKinds(t, FaultIsolateLeader) }
+func TestOneWay(t *testing.T)            { runKinds(t, FaultOneWay) }
+func TestBridge(t *testing.T)            { runKinds(t, FaultBridge) }
+func TestCrashRestart(t *testing.T)      { runKinds(t, FaultCrash) }
+func TestPause(t *testing.T)             { runKinds(t, FaultPause) }
+func TestClockJump(t *testing.T)         { runKinds(t, FaultClockJump) }
+func TestClockRate(t *testing.T)         { runKinds(t, FaultClockRate) }
+func TestNetDelayAndResets(t *testing.T) { runKinds(t, FaultNet) }
 
 func TestMessageDropDuplicateReorder(t *testing.T) {
 	t.Skip("needs a per-message hook in node.Faults (e.g. Faults.Filter func(from, to uint64, m *raftpb.Message) (deliver int, delay time.Duration)) to drop, duplicate or reorder single raft messages; whole-connection resets and delays are covered by TestNetDelayAndResets")

@@ -42,11 +42,11 @@ type Cluster struct {
 	netems  map[uint64]*netem
 	Applied *AppliedLog
 
-	mu      sync.Mutex
-	nodes   map[uint64]*node.Node // nil while crashed
-	paused  map[uint64]chan struct{}
-	incarn  map[uint64]int
-	logf    func(format string, a ...any)
+	mu     sync.Mutex
+	nodes  map[uint64]*node.Node // nil while crashed
+	paused map[uint64]chan struct{}
+	incarn map[uint64]int
+	logf   func(format string, a ...any)
 }
 
 // FastConfig is the timing the checker runs with: 20 ms ticks, 200 ms

@@ -18,12 +18,12 @@ type FencedStore struct {
 	// AcceptStale is a planted bug: accept every token.
 	AcceptStale bool
 
-	mu                                       sync.Mutex
-	highest                                  map[string]uint64
-	last                                     map[string]*Section // section of the last accepted write
-	open                                     map[string]map[*Section]bool
+	mu                                            sync.Mutex
+	highest                                       map[string]uint64
+	last                                          map[string]*Section // section of the last accepted write
+	open                                          map[string]map[*Section]bool
 	Writes, Stale, AcceptedOverlaps, LiveOverlaps int64
-	Examples                                 []string
+	Examples                                      []string
 }
 
 // Section is one critical section.

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -248,4 +249,28 @@ func TestCloseReleasesEverything(t *testing.T) {
 	_, err = a.Acquire(ctx, "z", "a", true, 0)
 	require.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, a.Close(ctx), "Close is idempotent")
+}
+
+// TestDiskFailureStopsServing: when a node's raft log write fails, it stops
+// serving (its calls fail with ErrStorage, its handles end) instead of
+// acknowledging anything it could not make durable; the rest of the cluster
+// carries on.
+func TestDiskFailureStopsServing(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	ctx := ctxT(t, 20*time.Second)
+	h, err := tc.nodes[a].Acquire(ctx, "disk", "a", true, 0)
+	require.NoError(t, err)
+	tc.faults[a].FailWrites(errors.New("injected: no space left on device"))
+	_, err = tc.nodes[a].Acquire(ctx, "other", "a", true, 0)
+	require.ErrorIs(t, err, ErrStorage)
+	require.ErrorIs(t, context.Cause(h.Context()), ErrStorage)
+	_, err = tc.nodes[a].Acquire(ctx, "again", "a", true, 0)
+	require.ErrorIs(t, err, ErrStorage, "a failed node keeps refusing")
+	// The others still serve, and a's lock moves on once its session expires.
+	b := otherThan(tc, lead, a)
+	h2, err := tc.nodes[b].Acquire(ctx, "disk", "b", true, 0)
+	require.NoError(t, err)
+	require.Greater(t, h2.Token(), h.Token())
 }

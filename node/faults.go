@@ -17,6 +17,25 @@ type Faults struct {
 	out    map[uint64]bool // blocked destinations
 	in     map[uint64]bool // blocked sources
 	paused chan struct{}   // non-nil while paused; closed by Resume
+	disk   error           // non-nil: every raft log write fails with it
+}
+
+// FailWrites makes every following raft log write fail with err (nil heals),
+// as a full or failing disk would. The node must stop serving rather than
+// acknowledge anything it could not make durable.
+func (f *Faults) FailWrites(err error) {
+	f.mu.Lock()
+	f.disk = err
+	f.mu.Unlock()
+}
+
+func (f *Faults) writeError() error {
+	if f == nil {
+		return nil
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.disk
 }
 
 // Pause freezes the node's loop and keepalive sender, as SIGSTOP or a long

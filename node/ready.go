@@ -80,6 +80,9 @@ func (n *Node) persist(rd *raft.Ready) error {
 		return nil
 	}
 	n.loop.unsavedHS = nil
+	if err := n.cfg.Faults.writeError(); err != nil {
+		return err
+	}
 	return n.storage.Save(rd.Snapshot, hs, rd.Entries)
 }
 

@@ -251,6 +251,10 @@ func (n *Node) keepaliveLoop() {
 		select {
 		case <-n.stopc:
 			return
+		case <-n.donec:
+			// The loop stopped (a storage failure): stop keeping the
+			// session alive so the cluster expires it and its locks move on.
+			return
 		case <-tick:
 		}
 		n.cfg.Faults.waitIfPaused(n.stopc)
