@@ -112,6 +112,23 @@ type Config struct {
 	// Faults, if set, injects network faults around the transport (tests
 	// and the fault checker).
 	Faults *Faults
+
+	// TestHooks plants bugs on purpose. Tests only: the fault checker turns
+	// them on to show that it catches each one. Never set in production.
+	TestHooks TestHooks
+}
+
+// TestHooks are planted bugs, for tests only (see Config.TestHooks). The zero
+// value is the correct behaviour.
+type TestHooks struct {
+	// AckBeforeFsync sends this node's acknowledgements (MsgAppResp, votes)
+	// before the Ready's entries and HardState are written.
+	AckBeforeFsync bool
+	// FollowerExpiry makes followers expire sessions on their own clock:
+	// they arm a TTL deadline when they apply a session's opening and
+	// propose its expiry when it passes, though keepalives only reach the
+	// leader.
+	FollowerExpiry bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

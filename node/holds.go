@@ -310,6 +310,9 @@ func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
 // waiters and handles for this node's own.
 func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 	n.loop.lead.onEvent(n, ev)
+	if n.cfg.TestHooks.FollowerExpiry {
+		n.loop.local.onEvent(n, ev)
+	}
 	if ev.Kind == lockfsm.EventSessionOpened {
 		n.onSessionOpenedEvent(index, ev)
 		return

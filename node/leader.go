@@ -204,3 +204,13 @@ func (l *leaderDuties) renewLease(n *Node, name string, token uint64, now time.T
 	}
 	return keepaliveOK
 }
+
+// followerExpiry is the planted bug TestHooks.FollowerExpiry: a follower
+// expires sessions on its own clock, with deadlines that no keepalive ever
+// moves (keepalives reach only the leader).
+func (n *Node) followerExpiry() {
+	if !n.loop.local.active {
+		n.loop.local.ready(n)
+	}
+	n.loop.local.tick(n, n.clock.Now())
+}

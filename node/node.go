@@ -77,6 +77,7 @@ type loopState struct {
 	holds   holdRegistry
 	own     ownSession
 	lead    leaderDuties
+	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
 }
 
@@ -182,6 +183,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop.ops.init()
 	n.loop.holds.init()
 	n.loop.lead.init()
+	n.loop.local.init()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
@@ -274,10 +276,17 @@ func (n *Node) run() {
 		select {
 		case <-tickc:
 			n.rn.Tick()
-			n.onTick()
+			if err := n.onTick(); err != nil {
+				// A failed lock-table commit: stop like a failed log write,
+				// so the keepalives stop and the session's locks move on.
+				n.fail(err)
+				return
+			}
 		case <-finec:
 			if n.loop.isLeader {
 				n.loop.lead.tick(n, n.clock.Now())
+			} else if n.cfg.TestHooks.FollowerExpiry {
+				n.followerExpiry()
 			}
 		case f := <-n.reqc:
 			f()

@@ -36,7 +36,7 @@ func (n *Node) handleReady() error {
 				later = append(later, m)
 			}
 		}
-		n.tr.Send(n.cfg.Faults.filterOut(early))
+		n.tr.Send(n.cfg.Faults.filterOut(early, n.tr.Send))
 	} else {
 		later = rd.Messages
 	}
@@ -50,10 +50,15 @@ func (n *Node) handleReady() error {
 		n.snapshotsRestored.Add(1)
 		n.onRestored()
 	}
+	if n.cfg.TestHooks.AckBeforeFsync {
+		// Planted bug (tests only): acknowledge before the entries are durable.
+		n.tr.Send(n.cfg.Faults.filterOut(later, n.tr.Send))
+		later = nil
+	}
 	if err := n.persist(&rd); err != nil {
 		return err
 	}
-	n.tr.Send(n.cfg.Faults.filterOut(later))
+	n.tr.Send(n.cfg.Faults.filterOut(later, n.tr.Send))
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
@@ -183,6 +188,9 @@ func (n *Node) maybeCommitFSM(force bool) error {
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
 		return nil
 	}
+	if err := n.cfg.Faults.commitError(); err != nil {
+		return err
+	}
 	return n.fsm.Commit()
 }
 
@@ -281,15 +289,14 @@ func (n *Node) removeOldSnapshots(newest uint64) {
 	}
 }
 
-// onTick runs once per raft tick inside the loop.
-func (n *Node) onTick() {
+// onTick runs once per raft tick inside the loop. An error is a storage
+// failure: the loop must stop.
+func (n *Node) onTick() error {
 	now := n.clock.Now()
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
 	n.checkOwnSession(now)
-	if err := n.maybeCommitFSM(false); err != nil {
-		n.fail(err)
-	}
+	return n.maybeCommitFSM(false)
 }
 
 // transferLeadership hands leadership to the most caught-up voter and closes

@@ -46,6 +46,12 @@ func (h *Hold) Renew(ctx context.Context) error {
 		st = n.localRenew(ctx, h.name, h.token)
 	} else if !n.cfg.Faults.allowsOut(lead) {
 		return ErrUnavailable
+	} else if !n.cfg.Faults.callFault(ctx, lead, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
+		defer cancel()
+		_, _ = n.tr.Call(dctx, lead, methodRenew, encodeRenew(h.name, h.token))
+	}) {
+		return ErrUnavailable
 	} else {
 		resp, err := n.tr.Call(ctx, lead, methodRenew, encodeRenew(h.name, h.token))
 		if err != nil || len(resp) != 1 {

@@ -106,6 +106,15 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 	}
 }
 
+// onSessionGone: a CloseSession found its session already gone.
+func (n *Node) onSessionGone(id uint64) {
+	s := &n.loop.own
+	delete(s.toClose, id)
+	if id == s.id && s.closing {
+		n.onOwnSessionEnded(&lockfsm.Event{Kind: lockfsm.EventSessionEnded, Session: id, Reason: lockfsm.ReasonSessionClosed})
+	}
+}
+
 // onOwnSessionEnded: our session was closed (by Close) or expired.
 func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 	s := &n.loop.own
@@ -301,6 +310,14 @@ func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveSt
 	}
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], sess)
+	if !n.cfg.Faults.callFault(ctx, lead, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
+		defer cancel()
+		_, _ = n.tr.Call(dctx, lead, methodKeepalive, req[:])
+	}) {
+		<-ctx.Done()
+		return keepaliveFailed
+	}
 	resp, err := n.tr.Call(ctx, lead, methodKeepalive, req[:])
 	if err != nil || len(resp) != 1 {
 		return keepaliveFailed
