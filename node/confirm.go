@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/binary"
 	"time"
 
@@ -40,7 +41,26 @@ type confirmer struct {
 	issued   time.Time
 }
 
-// enqueue adds a waiter and starts a round if none is in flight.
+// awaitConfirmed hands w to the loop and waits for its answer (or ctx).
+func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveStatus {
+	w.reply = make(chan keepaliveStatus, 1)
+	if err := n.do(ctx, func() {
+		w.recv = n.clock.Now()
+		n.confirmLeadership(w)
+	}); err != nil {
+		return keepaliveFailed
+	}
+	select {
+	case st := <-w.reply:
+		return st
+	case <-ctx.Done():
+		return keepaliveFailed
+	case <-n.donec:
+		return keepaliveFailed
+	}
+}
+
+// confirmLeadership adds a waiter and starts a round if none is in flight.
 func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	if !n.loop.isLeader {
 		w.reply <- keepaliveNotLeader

@@ -76,18 +76,5 @@ func (h *Hold) Renew(ctx context.Context) error {
 }
 
 func (n *Node) localRenew(ctx context.Context, name string, token uint64) keepaliveStatus {
-	reply := make(chan keepaliveStatus, 1)
-	if err := n.do(ctx, func() {
-		n.confirmLeadership(keepaliveWaiter{name: name, token: token, renew: true, recv: n.clock.Now(), reply: reply})
-	}); err != nil {
-		return keepaliveFailed
-	}
-	select {
-	case st := <-reply:
-		return st
-	case <-ctx.Done():
-		return keepaliveFailed
-	case <-n.donec:
-		return keepaliveFailed
-	}
+	return n.awaitConfirmed(ctx, keepaliveWaiter{name: name, token: token, renew: true})
 }

@@ -329,20 +329,7 @@ func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveSt
 // session and for calls arriving from other nodes). It answers once the
 // leader has confirmed its leadership with a quorum (confirm.go).
 func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus {
-	reply := make(chan keepaliveStatus, 1)
-	if err := n.do(ctx, func() {
-		n.confirmLeadership(keepaliveWaiter{session: sess, recv: n.clock.Now(), reply: reply})
-	}); err != nil {
-		return keepaliveFailed
-	}
-	select {
-	case st := <-reply:
-		return st
-	case <-ctx.Done():
-		return keepaliveFailed
-	case <-n.donec:
-		return keepaliveFailed
-	}
+	return n.awaitConfirmed(ctx, keepaliveWaiter{session: sess})
 }
 
 // onRestored reconciles the node's callers with a lock table that was just
