@@ -58,7 +58,7 @@ func (f *FSM) acquire(index uint64, s *session, c *Command, ev []Event) (Result,
 		f.touchLock(l)
 		return Result{Status: Granted, Token: l.token, HoldCount: l.holdCount}, ev
 	}
-	if !l.held() && !l.delayed {
+	if (!l.held() || testHookGrantWhileHeld) && !l.delayed {
 		ev = f.grant(l, s, own(c.Owner), c.Seq, index, c.LeaseMillis, false, ev)
 		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 	}
