@@ -124,10 +124,10 @@ type TestHooks struct {
 	// AckBeforeFsync sends this node's acknowledgements (MsgAppResp, votes)
 	// before the Ready's entries and HardState are written.
 	AckBeforeFsync bool
-	// FollowerExpiry makes followers expire sessions on their own clock:
-	// they arm a TTL deadline when they apply a session's opening and
-	// propose its expiry when it passes, though keepalives only reach the
-	// leader.
+	// FollowerExpiry makes followers expire other nodes' sessions on their
+	// own clock: they arm a TTL deadline when they apply a session's opening
+	// and propose its expiry when it passes, though keepalives only reach
+	// the leader.
 	FollowerExpiry bool
 }
 

@@ -206,11 +206,13 @@ func (l *leaderDuties) renewLease(n *Node, name string, token uint64, now time.T
 }
 
 // followerExpiry is the planted bug TestHooks.FollowerExpiry: a follower
-// expires sessions on its own clock, with deadlines that no keepalive ever
-// moves (keepalives reach only the leader).
+// expires other nodes' sessions on its own clock, with deadlines that no
+// keepalive ever moves (keepalives reach only the leader). Its own session it
+// trusts, as its keepalives are acknowledged.
 func (n *Node) followerExpiry() {
 	if !n.loop.local.active {
 		n.loop.local.ready(n)
 	}
+	delete(n.loop.local.sessions, n.loop.own.id)
 	n.loop.local.tick(n, n.clock.Now())
 }
