@@ -8,6 +8,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,6 +46,7 @@ type Cluster struct {
 	mu     sync.Mutex
 	nodes  map[uint64]*node.Node // nil while crashed
 	paused map[uint64]chan struct{}
+	disk   map[uint64]bool // disk faults injected (FailDisk) not yet repaired
 	incarn map[uint64]int
 	logf   func(format string, a ...any)
 }
@@ -70,6 +72,7 @@ func NewCluster(opts Options, logf func(string, ...any)) (*Cluster, error) {
 		opts: opts, dirs: map[uint64]string{}, addrs: map[uint64]string{},
 		faults: map[uint64]*node.Faults{}, clocks: map[uint64]*SkewClock{}, netems: map[uint64]*netem{},
 		nodes: map[uint64]*node.Node{}, paused: map[uint64]chan struct{}{}, incarn: map[uint64]int{},
+		disk:    map[uint64]bool{},
 		Applied: NewAppliedLog(), logf: logf,
 	}
 	lns := map[uint64]net.Listener{}
@@ -259,12 +262,56 @@ func (c *Cluster) Bridge(bridge uint64) {
 	c.logf("bridge n%d between %v and %v", bridge, a, b)
 }
 
-// Heal removes every network block and listener degradation.
+// Heal removes every network block, message policy and listener
+// degradation.
 func (c *Cluster) Heal() {
 	for _, id := range c.ids {
 		c.faults[id].Heal()
+		c.faults[id].SetMessagePolicy(node.MessagePolicy{})
 		c.netems[id].set(0, 0)
 	}
+}
+
+// SetMessagePolicy drops, duplicates and delays single messages and calls
+// that node id sends.
+func (c *Cluster) SetMessagePolicy(id uint64, p node.MessagePolicy) {
+	c.faults[id].SetMessagePolicy(p)
+	c.logf("messages from n%d: drop=%.2f dup=%.2f delay=%.2f up to %v", id, p.DropRate, p.DupRate, p.DelayRate, p.DelayMax)
+}
+
+// ErrInjectedDisk is the error injected disk faults fail with.
+var ErrInjectedDisk = errors.New("chaos: injected disk failure")
+
+// FailDisk makes node id's raft log writes (raftLog) or its lock-table
+// commits fail from now on: the node must stop serving. RepairDisk (or
+// HealAll) replaces the disk and restarts the node.
+func (c *Cluster) FailDisk(id uint64, raftLog bool) {
+	c.mu.Lock()
+	c.disk[id] = true
+	c.mu.Unlock()
+	if raftLog {
+		c.faults[id].FailWrites(ErrInjectedDisk)
+		c.logf("disk n%d: raft log writes fail", id)
+	} else {
+		c.faults[id].FailCommits(ErrInjectedDisk)
+		c.logf("disk n%d: lock-table commits fail", id)
+	}
+}
+
+// RepairDisk crashes a node whose disk failed, heals the disk and restarts
+// it from what it had made durable.
+func (c *Cluster) RepairDisk(id uint64) error {
+	c.mu.Lock()
+	failed := c.disk[id]
+	delete(c.disk, id)
+	c.mu.Unlock()
+	if !failed {
+		return nil
+	}
+	c.Crash(id)
+	c.faults[id].FailWrites(nil)
+	c.faults[id].FailCommits(nil)
+	return c.Restart(id)
 }
 
 // Degrade delays every read of the node's accepted connections by delay and
@@ -357,6 +404,9 @@ func (c *Cluster) HealAll() error {
 		c.clocks[id].SetRate(1)
 	}
 	for _, id := range c.ids {
+		if err := c.RepairDisk(id); err != nil {
+			return err
+		}
 		if err := c.Restart(id); err != nil {
 			return err
 		}

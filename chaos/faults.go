@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/lockraft/lockraft/node"
 )
 
 // Fault kinds a schedule can inject.
@@ -18,7 +20,9 @@ const (
 	FaultPause             = "pause" // freeze a node (the leader half the time)
 	FaultClockJump         = "clock-jump"
 	FaultClockRate         = "clock-rate"
-	FaultNet               = "net" // delay and connection resets into one node
+	FaultNet               = "net"  // delay and connection resets into one node
+	FaultMessages          = "msgs" // drop, duplicate, delay/reorder single raft messages and calls
+	FaultDisk              = "disk" // a node's raft log writes or lock-table commits fail; repaired by a restart
 )
 
 // Groups: the coarse names the soak command accepts.
@@ -28,6 +32,8 @@ var Groups = map[string][]string{
 	"net":       {FaultNet},
 	"crash":     {FaultCrash},
 	"pause":     {FaultPause},
+	"msgs":      {FaultMessages},
+	"disk":      {FaultDisk},
 }
 
 // ExpandFaults turns "partition,crash" into fault kinds.
@@ -40,7 +46,7 @@ func ExpandFaults(s string) ([]string, error) {
 			continue
 		}
 		switch f {
-		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet:
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk:
 			out = append(out, f)
 		case "":
 		default:
@@ -144,6 +150,22 @@ func (s *Schedule) Run(ctx context.Context) {
 			r := 0.5 + 1.5*s.RNG.Float64()
 			s.C.ClockRate(id, r)
 			undo = func() { s.C.ClockRate(id, 1) }
+		case FaultMessages:
+			for _, id := range ids {
+				p := node.MessagePolicy{Seed: s.RNG.Uint64(), DropRate: 0.3 * s.RNG.Float64(),
+					DupRate: 0.3 * s.RNG.Float64(), DelayRate: s.RNG.Float64(),
+					DelayMax: s.dur(time.Millisecond, 60*time.Millisecond)}
+				s.C.SetMessagePolicy(id, p)
+			}
+			undo = s.C.Heal
+		case FaultDisk:
+			id := s.leaderOr(ids)
+			s.C.FailDisk(id, s.RNG.IntN(2) == 0)
+			undo = func() {
+				if err := s.C.RepairDisk(id); err != nil {
+					s.Logf("repair n%d: %v", id, err)
+				}
+			}
 		case FaultNet:
 			id := s.pick(ids)
 			s.C.Degrade(id, s.dur(0, 20*time.Millisecond), uint32(s.RNG.IntN(20000)))

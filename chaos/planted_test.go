@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +125,142 @@ func TestPlantedClientIgnoresFailedLock(t *testing.T) {
 	}
 	if len(rep.Violations) == 0 {
 		t.Fatal("no violation reported")
+	}
+}
+
+// Planted in lockfsm: an acquire granted while another owner holds the name.
+func TestPlantedGrantWhileHeldCaught(t *testing.T) {
+	restore := lockfsm.SetTestHooks(lockfsm.TestHooks{GrantWhileHeld: true})
+	defer restore()
+	wl := DefaultWorkload()
+	wl.Names = []string{"a"}
+	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: 2 * time.Second, BaseDir: t.TempDir(),
+		Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("porcupine=%s live=%d violations: %s", rep.Linearizable, rep.Live, strings.Join(rep.Violations, "; "))
+	if rep.Linearizable != porcupine.Illegal || rep.Live == 0 {
+		t.Fatalf("grant without the holder check not caught: porcupine=%s live=%d", rep.Linearizable, rep.Live)
+	}
+}
+
+// Planted in node: followers expire other nodes' sessions on their own
+// clock, with deadlines no keepalive moves. A holder cut off from the
+// majority (isolate/partition faults) is then expired before its own
+// keepalive-based deadline tells it so, and the name is granted elsewhere
+// while it still believes it holds: the lock-set check sees two live holders.
+// Up to three seeds are tried, as the overlap needs a partition to cut off a
+// holder inside its critical section.
+func TestPlantedFollowerExpiryCaught(t *testing.T) {
+	wl := DefaultWorkload()
+	wl.Names = []string{"a"}
+	wl.MaxHold = 1500 * time.Millisecond
+	for try := uint64(0); try < 3; try++ {
+		rep, err := Run(context.Background(), RunConfig{Seed: seed(t) + try, Duration: 6 * time.Second, BaseDir: t.TempDir(),
+			Faults:   []string{FaultIsolateLeader, FaultPartitionMajority},
+			Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second,
+			Tune: func(c *node.Config) { c.TestHooks.FollowerExpiry = true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: live=%d violations: %s", rep.Seed, rep.Live, strings.Join(rep.Violations, "; "))
+		if rep.Live > 0 && len(rep.Violations) > 0 {
+			return
+		}
+	}
+	t.Fatal("follower-clock expiry not caught: no live overlap in three runs")
+}
+
+// Planted in node: acknowledgements sent before the fsync. The leader L and
+// follower F form the quorum (the third node is cut off); F's disk fails as
+// it writes a Lock's entry. With the bug F has already acked, L commits and
+// the client is told it holds the lock; then L crashes, F restarts from its
+// disk without the entry, and F and the third node elect a leader that never
+// heard of the grant: a second owner gets the lock. Porcupine catches it.
+// Without the bug the Lock is never acknowledged.
+func TestPlantedAckBeforeFsyncCaught(t *testing.T) {
+	for _, buggy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bug=%v", buggy), func(t *testing.T) { ackBeforeFsync(t, buggy) })
+	}
+}
+
+func ackBeforeFsync(t *testing.T, buggy bool) {
+	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t),
+		Tune: func(c *node.Config) { c.TestHooks.AckBeforeFsync = buggy }}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f, cut uint64
+	for _, id := range c.IDs() {
+		if id != lead && f == 0 {
+			f = id
+		} else if id != lead {
+			cut = id
+		}
+	}
+	// Every node's session must be open before the cut (its opening is a write).
+	for _, id := range c.IDs() {
+		h, err := c.Node(id).Acquire(ctx, fmt.Sprintf("warm%d", id), "w", true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Partition([]uint64{lead, f}, []uint64{cut})
+	c.FailDisk(f, true)
+	h := NewHistory()
+	op := h.Begin(0, lead, OpLock, "x", "first")
+	actx, acancel := context.WithTimeout(ctx, time.Second)
+	hold, err := c.Node(lead).Acquire(actx, "x", "first", true, 0)
+	acancel()
+	if err != nil {
+		h.End(op, Unknown, 0, err)
+		if buggy {
+			t.Fatalf("with the bug the Lock should have been acknowledged: %v", err)
+		}
+		t.Logf("correct node: the Lock was not acknowledged (%v)", err)
+		return
+	}
+	h.End(op, OK, hold.Token(), nil)
+	if !buggy {
+		t.Fatalf("correct node: Lock acknowledged (token %d) though only the leader made it durable", hold.Token())
+	}
+	t.Logf("acknowledged x to first, token %d, durable only on n%d", hold.Token(), lead)
+	c.Crash(lead)
+	if err := c.RepairDisk(f); err != nil {
+		t.Fatal(err)
+	}
+	c.Heal()
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	op2 := h.Begin(1, cut, OpTryLock, "x", "second")
+	var h2 *node.Hold
+	for ctx.Err() == nil {
+		h2, err = c.Node(cut).Acquire(ctx, "x", "second", false, 0)
+		if err == nil || errors.Is(err, node.ErrLocked) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		h.End(op2, Locked, 0, err)
+	} else {
+		h.End(op2, OK, h2.Token(), nil)
+	}
+	res, _ := CheckLinearizable(h.Ops(), c.Applied.Granted, 10*time.Second)
+	t.Logf("second TryLock: err=%v; porcupine=%s", err, res)
+	if res != porcupine.Illegal {
+		t.Fatalf("ack before fsync not caught: porcupine=%s", res)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/lockraft/lockraft/node"
 )
 
 // RunConfig is one bounded, seeded run.
@@ -29,6 +31,8 @@ type RunConfig struct {
 	SkipDurability bool
 	// Store, if set, is used instead of a correct one (planted bugs).
 	Store *FencedStore
+	// Tune, if set, adjusts every node's Config (planted bugs).
+	Tune func(*node.Config)
 }
 
 // Report is what a run found.
@@ -85,7 +89,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
 	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
-	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger}, rc.Logf)
+	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger, Tune: rc.Tune}, rc.Logf)
 	if err != nil {
 		return nil, err
 	}

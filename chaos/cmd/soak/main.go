@@ -24,7 +24,7 @@ import (
 func main() {
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
-	faults := flag.String("faults", "partition,crash,pause,clock,net", "comma-separated faults or groups (partition, crash, pause, clock, net, or single kinds such as isolate-leader)")
+	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated faults or groups (partition, crash, pause, clock, net, msgs, disk, or single kinds such as isolate-leader)")
 	size := flag.Int("nodes", 3, "cluster size")
 	clients := flag.Int("clients", 3, "clients per node")
 	verbose := flag.Bool("v", false, "log every fault")
