@@ -89,18 +89,31 @@ type Node struct {
 // waits (bounded by its context) until the cluster has a leader and this
 // node's session is open.
 //
-// Until gossip membership lands, peers is the static list of every founding
-// member's gRPC address, identical and in the same order on every replica;
-// this replica finds itself by WithListenAddr and takes the raft id of its
-// position (1-based). A data directory (WithDataDir) is required; a restart
-// with an existing directory never re-bootstraps.
+// With WithGossip, peers are gossip seeds ("host:port" of any other
+// members; none for the first): the fleet finds itself, forms once the
+// expected number of members is seen, and the leader adds, promotes and
+// replaces voters by itself. The raft id is random, made on first start and
+// kept in the data directory.
+//
+// Without it, peers is the static list of every founding member's gRPC
+// address, identical and in the same order on every replica; this replica
+// finds itself by WithListenAddr and takes the raft id of its position
+// (1-based). A data directory (WithDataDir) is required; a restart with an
+// existing directory never re-bootstraps.
 func Join(peers []string, opts ...Option) (*Node, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	cfg := o.cfg
-	if len(o.members) == 0 {
+	if o.gossip != nil {
+		if len(o.members) > 0 {
+			return nil, fmt.Errorf("%w: WithGossip and WithStaticMembers are mutually exclusive", ErrInvalidConfig)
+		}
+		g := *o.gossip
+		g.Seeds = append(slices.Clone(g.Seeds), peers...)
+		cfg.Gossip = &g
+	} else if len(o.members) == 0 {
 		for i, p := range peers {
 			id := uint64(i + 1)
 			cfg.Members = append(cfg.Members, node.Member{ID: id, Addr: p})
@@ -168,6 +181,10 @@ func (n *Node) ID() uint64 { return n.n.ID() }
 // Leader is the raft id of the leader as this node last saw it (0: none).
 func (n *Node) Leader() uint64 { return n.n.Leader() }
 
+// GossipAddr is the gossip address to give other members as a seed ("" without
+// WithGossip).
+func (n *Node) GossipAddr() string { return n.n.GossipAddr() }
+
 // Lock is a held lock. Safe for concurrent use.
 type Lock struct{ h *node.Hold }
 
@@ -218,6 +235,7 @@ type Option func(*options)
 type options struct {
 	cfg     node.Config
 	members []node.Member
+	gossip  *node.GossipConfig
 }
 
 func defaultOptions() options { return options{} }
@@ -249,6 +267,14 @@ func WithStaticMembers(self uint64, members map[uint64]string) Option {
 		}
 		slices.SortFunc(o.members, func(a, b node.Member) int { return cmp.Compare(a.ID, b.ID) })
 	}
+}
+
+// WithGossip makes Join form and heal the cluster by gossip membership:
+// Join's peers are then gossip seeds. g sets the gossip bind address and
+// port (default 127.0.0.1 and a free port), BootstrapExpect (default 3; 1 is
+// single-node development mode), an encryption key and timings.
+func WithGossip(g node.GossipConfig) Option {
+	return func(o *options) { o.gossip = &g }
 }
 
 // WithTimings sets the raft tick and election timeout in ticks (defaults

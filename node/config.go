@@ -43,6 +43,11 @@ type Config struct {
 	// re-bootstraps. Every founding node must be given the same list.
 	Members []Member
 
+	// Gossip, when set (and Members empty), forms and heals the cluster by
+	// gossip membership instead; ID may then be 0: a random id is generated
+	// on first start and kept in the data directory.
+	Gossip *GossipConfig
+
 	// TickInterval is one raft tick (default 100 ms). ElectionTicks (default
 	// 10) and HeartbeatTicks (default 1) are counted in ticks, as in etcd:
 	// a follower campaigns after a randomized [1, 2) election timeouts
@@ -263,6 +268,12 @@ func (c Config) Validate() error {
 		if !self {
 			return bad("ID %d is not among Members", c.ID)
 		}
+	}
+	if c.Gossip != nil {
+		if len(c.Members) > 0 {
+			return bad("Members (static) and Gossip are mutually exclusive")
+		}
+		return c.Gossip.validate()
 	}
 	if c.ID == 0 {
 		return bad("ID is required")

@@ -25,6 +25,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -58,6 +59,11 @@ type Node struct {
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
 
+	// Gossip membership (nil/zero with static Members).
+	gcfg    GossipConfig
+	gevents chan membership.Event
+	ml      *membership.Membership
+
 	loop loopState // touched only by the loop goroutine
 }
 
@@ -79,6 +85,7 @@ type loopState struct {
 	lead    leaderDuties
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
+	gossip  gossipState
 }
 
 // Start opens (or creates) the node's data directory, starts the transport
@@ -91,6 +98,13 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Gossip != nil && cfg.ID == 0 {
+		id, err := resolveID(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ID = id
+	}
 	n := &Node{
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.ID),
@@ -126,7 +140,7 @@ func Start(cfg Config) (*Node, error) {
 	if err := n.recoverFSM(); err != nil {
 		return nil, err
 	}
-	if !n.storage.HasState() {
+	if !n.storage.HasState() && cfg.Gossip == nil {
 		if len(cfg.Members) == 0 {
 			return nil, fmt.Errorf("%w: empty data directory and no Members to bootstrap from", ErrInvalidConfig)
 		}
@@ -187,6 +201,11 @@ func Start(cfg Config) (*Node, error) {
 	n.loop.own.toClose = map[uint64]time.Time{}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
+	if cfg.Gossip != nil {
+		if err := n.startGossip(); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
 	go n.run() // from here on only the loop touches n.loop
@@ -367,6 +386,9 @@ func (n *Node) stop() {
 	<-n.donec
 	n.loop.ops.failAll(ErrClosed)
 	n.loop.holds.loseAll(ErrClosed)
+	if n.ml != nil {
+		_ = n.ml.Shutdown()
+	}
 	n.bgwg.Wait()
 	n.closeResources()
 }
@@ -389,6 +411,9 @@ func (n *Node) closeResources() {
 func (n *Node) gracefulStop(ctx context.Context) error {
 	if n.err() != nil {
 		return nil
+	}
+	if n.ml != nil {
+		defer n.leaveGossip()
 	}
 	bound := 3 * n.cfg.electionTimeout()
 	ctx, cancel := context.WithTimeoutCause(ctx, bound+n.cfg.RetryInterval, ErrUnavailable)
@@ -419,5 +444,7 @@ func (n *Node) gracefulStop(ctx context.Context) error {
 		case <-n.donec:
 		}
 	}
+	// With gossip, leave the raft configuration and gossip for good.
+	n.leaveCluster(ctx)
 	return nil
 }

@@ -174,6 +174,7 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
 	if err := n.storage.SetConfState(n.loop.confState); err != nil {
 		n.log.Error("persist conf state", "err", err)
 	}
+	n.onConfChangeApplied(cc)
 }
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file

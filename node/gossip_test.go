@@ -1,0 +1,320 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/membership"
+)
+
+// gossipFleet is a set of real nodes (real gRPC, bbolt, memberlist on
+// loopback) that find each other by gossip.
+type gossipFleet struct {
+	t       *testing.T
+	cluster string
+	expect  int
+	mu      sync.Mutex
+	nodes   map[int]*Node
+	dirs    map[int]string
+}
+
+func newGossipFleet(t *testing.T, cluster string, expect int) *gossipFleet {
+	f := &gossipFleet{t: t, cluster: cluster, expect: expect, nodes: map[int]*Node{}, dirs: map[int]string{}}
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, n := range f.nodes {
+			n.Crash()
+		}
+	})
+	return f
+}
+
+func (f *gossipFleet) config(i int, seeds []string) Config {
+	if f.dirs[i] == "" {
+		f.dirs[i] = f.t.TempDir()
+	}
+	cfg := Config{
+		DataDir:   f.dirs[i],
+		ClusterID: f.cluster,
+		Logger:    testLogger(f.t, uint64(i)),
+		Gossip: &GossipConfig{
+			Seeds:           seeds,
+			BootstrapExpect: f.expect,
+			Timing:          membership.FastTiming(),
+			Thresholds: membership.Thresholds{
+				StabilizeFor:     300 * time.Millisecond,
+				DeadVoterAfter:   1500 * time.Millisecond,
+				DeadLearnerAfter: time.Second,
+			},
+			ReconcileEvery: 100 * time.Millisecond,
+		},
+	}
+	fastConfig(&cfg)
+	return cfg
+}
+
+// start starts instance i with the given seeds.
+func (f *gossipFleet) start(i int, seeds ...string) *Node {
+	f.t.Helper()
+	n, err := Start(f.config(i, seeds))
+	require.NoError(f.t, err)
+	f.mu.Lock()
+	f.nodes[i] = n
+	f.mu.Unlock()
+	return n
+}
+
+func (f *gossipFleet) crash(i int) {
+	f.mu.Lock()
+	n := f.nodes[i]
+	delete(f.nodes, i)
+	f.mu.Unlock()
+	n.Crash()
+}
+
+func (f *gossipFleet) running() []*Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*Node
+	for _, n := range f.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// leader returns the running node that leads, once every running node
+// that is in the configuration agrees.
+func (f *gossipFleet) leader(timeout time.Duration) *Node {
+	f.t.Helper()
+	var lead *Node
+	require.Eventually(f.t, func() bool {
+		lead = nil
+		for _, n := range f.running() {
+			if n.Leader() == n.ID() {
+				lead = n
+			}
+		}
+		return lead != nil
+	}, timeout, 10*time.Millisecond, "no leader")
+	return lead
+}
+
+// waitConf waits until the leader's configuration satisfies ok.
+func (f *gossipFleet) waitConf(timeout time.Duration, what string, ok func(voters, learners []uint64) bool) (voters, learners []uint64) {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, n := range f.running() {
+			if n.Leader() != n.ID() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			v, l, err := n.ConfState(ctx)
+			cancel()
+			if err == nil && ok(v, l) {
+				return v, l
+			}
+			voters, learners = v, l
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.t.Fatalf("configuration never reached %s: last voters %x learners %x", what, voters, learners)
+	return nil, nil
+}
+
+func TestGossipFormAndGrow(t *testing.T) {
+	f := newGossipFleet(t, "grow", 3)
+	start := time.Now()
+	f.start(1)
+	for i := 2; i <= 5; i++ {
+		// Each is given one seed: the previous instance.
+		prev := f.nodes[i-1].GossipAddr()
+		f.start(i, prev)
+	}
+	voters, _ := f.waitConf(20*time.Second, "formed", func(v, l []uint64) bool { return len(v) >= 3 })
+	t.Logf("formed with voters %x after %v", voters, time.Since(start))
+	ids := map[uint64]bool{}
+	for _, n := range f.running() {
+		ids[n.ID()] = true
+	}
+	for _, v := range voters {
+		require.True(t, ids[v], "voter %x is one of ours", v)
+	}
+	// Every instance sees the same leader: one cluster.
+	require.Eventually(t, func() bool {
+		lead := uint64(0)
+		for _, n := range f.running() {
+			if l := n.Leader(); l == 0 || (lead != 0 && l != lead) {
+				return false
+			}
+			lead = n.Leader()
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "one leader for all five")
+
+	f.start(6, f.nodes[5].GossipAddr())
+	f.start(7, f.nodes[6].GossipAddr())
+	voters, learners := f.waitConf(30*time.Second, "5 voters + 2 learners", func(v, l []uint64) bool { return len(v) == 5 && len(l) == 2 })
+	t.Logf("voters %x learners %x after %v", voters, learners, time.Since(start))
+
+	ctx := ctxT(t, 10*time.Second)
+	for _, n := range f.running() {
+		if slices.Contains(voters, n.ID()) || slices.Contains(learners, n.ID()) {
+			h, err := n.Acquire(ctx, "grow", fmt.Sprintf("o-%x", n.ID()), true, 0)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+}
+
+func TestGossipReplaceDeadVoter(t *testing.T) {
+	f := newGossipFleet(t, "heal", 3)
+	f.start(1)
+	for i := 2; i <= 4; i++ {
+		f.start(i, f.nodes[1].GossipAddr())
+	}
+	voters, learners := f.waitConf(20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	lead := f.leader(5 * time.Second)
+
+	// A lock held on the leader across the whole failure, and a stream of
+	// lock operations that must keep succeeding.
+	ctx := ctxT(t, 30*time.Second)
+	held, err := lead.Acquire(ctx, "held", "holder", true, 0)
+	require.NoError(t, err)
+	var ops, fails atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			h, err := lead.Acquire(octx, fmt.Sprintf("op-%d", i%8), "worker", true, 0)
+			if err == nil {
+				err = h.Release(octx)
+			}
+			cancel()
+			if err != nil {
+				fails.Add(1)
+				t.Logf("lock op: %v", err)
+			} else {
+				ops.Add(1)
+			}
+		}
+	}()
+
+	var victim int
+	for i, n := range f.nodes {
+		if n != lead && slices.Contains(voters, n.ID()) {
+			victim = i
+		}
+	}
+	victimID := f.nodes[victim].ID()
+	killed := time.Now()
+	f.crash(victim)
+	voters, learners = f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
+		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)
+	})
+	t.Logf("voter %x replaced after %v: voters %x learners %x", victimID, time.Since(killed), voters, learners)
+	require.GreaterOrEqual(t, time.Since(killed), 1500*time.Millisecond, "not before the threshold")
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	require.Zero(t, fails.Load(), "every lock operation succeeded")
+	require.Positive(t, ops.Load())
+	require.NoError(t, context.Cause(held.Context()), "the held lock was never lost")
+	require.NoError(t, held.Release(ctx))
+}
+
+func TestGossipRestartRejoins(t *testing.T) {
+	f := newGossipFleet(t, "restart", 3)
+	f.start(1)
+	f.start(2, f.nodes[1].GossipAddr())
+	f.start(3, f.nodes[2].GossipAddr())
+	voters, _ := f.waitConf(20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	h, err := lead.Acquire(ctx, "before", "o", true, 0)
+	require.NoError(t, err)
+	var victim int
+	for i, n := range f.nodes {
+		if n != lead {
+			victim = i
+		}
+	}
+	oldID := f.nodes[victim].ID()
+	f.crash(victim)
+	n := f.start(victim, lead.GossipAddr())
+	require.Equal(t, oldID, n.ID(), "restarted with its old raft id")
+	require.Eventually(t, func() bool { return n.Leader() != 0 && n.Leader() == lead.Leader() }, 10*time.Second, 10*time.Millisecond)
+	after, _ := f.waitConf(10*time.Second, "same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+	require.Equal(t, voters, after)
+	// It serves locks in the old cluster: the name held before is still held.
+	_, err = n.Acquire(ctx, "before", "other", false, 0)
+	require.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, h.Release(ctx))
+	h2, err := n.Acquire(ctx, "before", "other", true, 0)
+	require.NoError(t, err)
+	require.NoError(t, h2.Release(ctx))
+}
+
+func TestGossipClustersNeverMerge(t *testing.T) {
+	a := newGossipFleet(t, "alpha", 3)
+	b := newGossipFleet(t, "beta", 3)
+	a.start(1)
+	b.start(1, a.nodes[1].GossipAddr()) // a wrong seed: the other cluster
+	for i := 2; i <= 3; i++ {
+		a.start(i, a.nodes[1].GossipAddr(), b.nodes[1].GossipAddr())
+		b.start(i, b.nodes[1].GossipAddr(), a.nodes[1].GossipAddr())
+	}
+	va, _ := a.waitConf(20*time.Second, "alpha formed", func(v, l []uint64) bool { return len(v) == 3 })
+	vb, _ := b.waitConf(20*time.Second, "beta formed", func(v, l []uint64) bool { return len(v) == 3 })
+	for _, id := range va {
+		require.NotContains(t, vb, id)
+	}
+	for _, f := range []*gossipFleet{a, b} {
+		for _, n := range f.running() {
+			for _, m := range n.Members() {
+				require.Equal(t, f.cluster, m.Meta.ClusterID)
+			}
+		}
+	}
+}
+
+func TestGossipSingleNodeAndLeave(t *testing.T) {
+	f := newGossipFleet(t, "single", 1)
+	n := f.start(1)
+	f.waitConf(10*time.Second, "1 voter", func(v, l []uint64) bool { return len(v) == 1 && v[0] == n.ID() })
+	ctx := ctxT(t, 10*time.Second)
+	h, err := n.Acquire(ctx, "x", "o", true, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+
+	// Two more join (never re-bootstrapping: the first has data); then a
+	// voter leaves gracefully and is removed from the configuration.
+	f.start(2, n.GossipAddr())
+	f.start(3, n.GossipAddr())
+	voters, _ := f.waitConf(20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	leaver := f.nodes[2]
+	require.Contains(t, voters, leaver.ID())
+	require.NoError(t, leaver.Close(ctx))
+	f.mu.Lock()
+	delete(f.nodes, 2)
+	f.mu.Unlock()
+	f.waitConf(10*time.Second, "leaver removed", func(v, l []uint64) bool {
+		return !slices.Contains(v, leaver.ID()) && !slices.Contains(l, leaver.ID())
+	})
+}
