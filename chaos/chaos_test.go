@@ -68,8 +68,13 @@ func TestNetDelayAndResets(t *testing.T) { runKinds(t, FaultNet) }
 
 func TestMessageDropDuplicateReorder(t *testing.T) { runKinds(t, FaultMessages) }
 
+// TestMembershipChurn: gossip-mode fleet under traffic; voters killed for
+// good are replaced, members are added, killed and restarted, and leave.
 func TestMembershipChurn(t *testing.T) {
-	t.Skip("needs the membership package's AddVoter/RemoveVoter on node (being built concurrently)")
+	rep := runKinds(t, FaultChurn)
+	if len(rep.Injected) == 0 {
+		t.Error("no membership change injected")
+	}
 }
 
 // TestStorageFaults: a node whose raft log writes or lock-table commits fail

@@ -53,27 +53,34 @@ func digest(r node.ApplyRecord) string {
 
 // Observe is the node Observer (loop goroutine: quick, copies what it keeps).
 func (l *AppliedLog) Observe(id uint64, inc int, r node.ApplyRecord) {
-	d := digest(r)
+	var gs []grant
+	for _, e := range r.Events {
+		if e.Kind == lockfsm.EventGranted {
+			gs = append(gs, grant{e.Name, e.Owner, e.Token})
+		}
+	}
+	l.ObserveDigest(id, inc, r.Index, digest(r), gs)
+}
+
+// ObserveDigest records one applied entry given as its digest and grants
+// (multi-process mode: node processes send these to the parent).
+func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, gs []grant) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if old, ok := l.digest[r.Index]; ok {
+	if old, ok := l.digest[index]; ok {
 		if old != d && len(l.divergence) < 10 {
-			l.divergence = append(l.divergence, fmt.Sprintf("index %d: n%d applied %q, another replica %q", r.Index, id, d, old))
+			l.divergence = append(l.divergence, fmt.Sprintf("index %d: n%d applied %q, another replica %q", index, id, d, old))
 		}
 	} else {
-		l.digest[r.Index] = d
-		for _, e := range r.Events {
-			if e.Kind == lockfsm.EventGranted {
-				l.grants[r.Index] = append(l.grants[r.Index], grant{e.Name, e.Owner, e.Token})
-				l.owners[e.Owner] = true
-			}
+		l.digest[index] = d
+		for _, g := range gs {
+			l.grants[index] = append(l.grants[index], g)
+			l.owners[g.Owner] = true
 		}
 	}
 	if l.watch.seen != nil && l.watch.id == id && l.watch.inc == inc {
-		for _, e := range r.Events {
-			if e.Kind == lockfsm.EventGranted {
-				l.watch.seen[e.Token] = true
-			}
+		for _, g := range gs {
+			l.watch.seen[g.Token] = true
 		}
 	}
 }
@@ -182,7 +189,7 @@ func Leftovers(ctx context.Context, n *node.Node) ([]string, error) {
 }
 
 // WaitNoLeftovers polls every node until none has leftovers or ctx ends.
-func WaitNoLeftovers(ctx context.Context, c *Cluster) []string {
+func WaitNoLeftovers(ctx context.Context, c NodeSet) []string {
 	var last []string
 	for {
 		last = nil
@@ -215,7 +222,7 @@ func WaitNoLeftovers(ctx context.Context, c *Cluster) []string {
 // WaitIdentical polls until every node's TableSnapshot is taken at the same
 // applied index; it reports S7 violations (same index, different bytes) at
 // once, and a timeout if the indices never meet.
-func WaitIdentical(ctx context.Context, c *Cluster) []string {
+func WaitIdentical(ctx context.Context, c NodeSet) []string {
 	for {
 		var ref []byte
 		var refIdx uint64

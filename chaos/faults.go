@@ -34,6 +34,7 @@ var Groups = map[string][]string{
 	"pause":     {FaultPause},
 	"msgs":      {FaultMessages},
 	"disk":      {FaultDisk},
+	"churn":     {FaultChurn},
 }
 
 // ExpandFaults turns "partition,crash" into fault kinds.
@@ -46,7 +47,7 @@ func ExpandFaults(s string) ([]string, error) {
 			continue
 		}
 		switch f {
-		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk:
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn:
 			out = append(out, f)
 		case "":
 		default:

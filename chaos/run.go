@@ -87,6 +87,12 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		defer os.RemoveAll(d)
 		rc.BaseDir = d
 	}
+	if slices.Contains(rc.Faults, FaultChurn) {
+		if len(rc.Faults) != 1 {
+			return nil, fmt.Errorf("fault %q runs on its own (gossip-mode fleet)", FaultChurn)
+		}
+		return runChurn(ctx, rc)
+	}
 	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
 	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
 	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger, Tune: rc.Tune}, rc.Logf)

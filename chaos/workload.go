@@ -13,6 +13,14 @@ import (
 
 var sprintf = fmt.Sprintf
 
+// NodeSet is what clients and end checks need of a cluster: slots by id,
+// the running node in a slot (nil while down) and its pause gate.
+type NodeSet interface {
+	IDs() []uint64
+	Node(id uint64) *node.Node
+	PauseGate(id uint64) <-chan struct{}
+}
+
 // WorkloadOptions shapes the clients.
 type WorkloadOptions struct {
 	ClientsPerNode int
@@ -35,7 +43,7 @@ func DefaultWorkload() WorkloadOptions {
 // Workload runs clients against a cluster, recording a history and writing
 // to a fenced store inside every critical section.
 type Workload struct {
-	c     *Cluster
+	c     NodeSet
 	opts  WorkloadOptions
 	H     *History
 	Store *FencedStore
@@ -43,7 +51,7 @@ type Workload struct {
 }
 
 // NewWorkload prepares clients.
-func NewWorkload(c *Cluster, seed uint64, opts WorkloadOptions) *Workload {
+func NewWorkload(c NodeSet, seed uint64, opts WorkloadOptions) *Workload {
 	return &Workload{c: c, opts: opts, H: NewHistory(), Store: NewFencedStore(), seed: seed}
 }
 

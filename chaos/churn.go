@@ -1,0 +1,458 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node"
+)
+
+// FaultChurn: membership changes under traffic with gossip-mode nodes (the
+// leader grows and heals the voter set by itself): kill a voter and leave it
+// dead (it is replaced after DeadVoterAfter), kill and restart from disk,
+// add new members, close members (graceful leave).
+const FaultChurn = "churn"
+
+// ChurnThresholds are the short voter-policy thresholds churn runs with.
+func ChurnThresholds() membership.Thresholds {
+	return membership.Thresholds{StabilizeFor: 300 * time.Millisecond, DeadVoterAfter: 1500 * time.Millisecond,
+		DeadLearnerAfter: time.Second}
+}
+
+// GossipCluster is a fleet of gossip-mode nodes in slots 1..Slots. A slot
+// holds at most one running node; a slot restarted "fresh" gets a new data
+// directory, i.e. a new member with a new raft id.
+type GossipCluster struct {
+	Applied *AppliedLog
+	slots   []uint64
+	base    string
+	logger  *slog.Logger
+	logf    func(string, ...any)
+
+	mu     sync.Mutex
+	nodes  map[uint64]*node.Node
+	dirs   map[uint64]string
+	gen    map[uint64]int
+	incarn map[uint64]int
+	raftID map[uint64]uint64 // slot -> raft id of its current data dir
+}
+
+// NewGossipCluster starts `initial` members (bootstrap-expect 3) in a fleet
+// of `slots` slots.
+func NewGossipCluster(base string, initial, slots int, logger *slog.Logger, logf func(string, ...any)) (*GossipCluster, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c := &GossipCluster{Applied: NewAppliedLog(), base: base, logger: logger, logf: logf,
+		nodes: map[uint64]*node.Node{}, dirs: map[uint64]string{}, gen: map[uint64]int{}, incarn: map[uint64]int{},
+		raftID: map[uint64]uint64{}}
+	for i := 1; i <= slots; i++ {
+		c.slots = append(c.slots, uint64(i))
+	}
+	for i := 1; i <= initial; i++ {
+		if err := c.Start(uint64(i), true); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// IDs lists the slots.
+func (c *GossipCluster) IDs() []uint64 { return slices.Clone(c.slots) }
+
+// Node is the running node in a slot (nil if none).
+func (c *GossipCluster) Node(slot uint64) *node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[slot]
+}
+
+// PauseGate: churn pauses nothing.
+func (c *GossipCluster) PauseGate(uint64) <-chan struct{} { return nil }
+
+// Running lists the slots with a running node.
+func (c *GossipCluster) Running() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uint64
+	for _, s := range c.slots {
+		if c.nodes[s] != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Start starts a node in an empty slot: from its data directory, or with a
+// fresh one (a new member).
+func (c *GossipCluster) Start(slot uint64, fresh bool) error {
+	c.mu.Lock()
+	if c.nodes[slot] != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	if fresh || c.dirs[slot] == "" {
+		c.gen[slot]++
+		c.dirs[slot] = filepath.Join(c.base, fmt.Sprintf("s%d-g%d", slot, c.gen[slot]))
+	}
+	c.incarn[slot]++
+	inc := c.incarn[slot]
+	dir := c.dirs[slot]
+	var seeds []string
+	for _, n := range c.nodes {
+		if n != nil {
+			seeds = append(seeds, n.GossipAddr())
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(seeds)
+	cfg := node.Config{
+		ClusterID: "churn", DataDir: dir,
+		Logger:   c.logger.With("slot", slot, "inc", inc),
+		Observer: func(r node.ApplyRecord) { c.Applied.Observe(slot, inc, r) },
+		Gossip: &node.GossipConfig{Seeds: seeds, BootstrapExpect: 3, Timing: membership.FastTiming(),
+			Thresholds: ChurnThresholds(), ReconcileEvery: 100 * time.Millisecond},
+	}
+	FastConfig(&cfg)
+	n, err := node.Start(cfg)
+	if err != nil {
+		return fmt.Errorf("start slot %d: %w", slot, err)
+	}
+	c.mu.Lock()
+	c.nodes[slot] = n
+	c.raftID[slot] = n.ID()
+	c.mu.Unlock()
+	c.logf("start slot %d (fresh=%v) raft id %x", slot, fresh, n.ID())
+	return nil
+}
+
+// Crash kills the node in a slot without cleanup.
+func (c *GossipCluster) Crash(slot uint64) {
+	c.mu.Lock()
+	n := c.nodes[slot]
+	delete(c.nodes, slot)
+	c.mu.Unlock()
+	if n != nil {
+		c.logf("crash slot %d (raft id %x)", slot, n.ID())
+		n.Crash()
+	}
+}
+
+// Leave closes the node in a slot gracefully: it leaves the configuration.
+// The slot's data directory is dropped (the next start there is fresh).
+func (c *GossipCluster) Leave(ctx context.Context, slot uint64) error {
+	c.mu.Lock()
+	n := c.nodes[slot]
+	delete(c.nodes, slot)
+	c.dirs[slot] = ""
+	c.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	c.logf("close slot %d (raft id %x)", slot, n.ID())
+	return n.Close(ctx)
+}
+
+// SlotOf returns the slot running raft id (0 if none).
+func (c *GossipCluster) SlotOf(id uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s, n := range c.nodes {
+		if n != nil && n.ID() == id {
+			return s
+		}
+	}
+	return 0
+}
+
+// ConfState asks the running leader for its configuration.
+func (c *GossipCluster) ConfState(ctx context.Context) (voters, learners []uint64, err error) {
+	for _, s := range c.Running() {
+		n := c.Node(s)
+		if n != nil && n.Leader() == n.ID() {
+			return n.ConfState(ctx)
+		}
+	}
+	return nil, nil, fmt.Errorf("no running leader")
+}
+
+// WaitConf polls the leader's configuration until ok or ctx ends.
+func (c *GossipCluster) WaitConf(ctx context.Context, ok func(voters, learners []uint64) bool) ([]uint64, []uint64, error) {
+	var v, l []uint64
+	for {
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		vv, ll, err := c.ConfState(qctx)
+		cancel()
+		if err == nil {
+			v, l = vv, ll
+			if ok(v, l) {
+				return v, l, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return v, l, fmt.Errorf("configuration not reached (voters %x learners %x): %w", v, l, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// WaitLeader waits until every running node agrees on a running leader.
+func (c *GossipCluster) WaitLeader(ctx context.Context) (uint64, error) {
+	for {
+		var lead uint64
+		ok := true
+		for _, s := range c.Running() {
+			n := c.Node(s)
+			if n == nil {
+				continue
+			}
+			l := n.Leader()
+			if l == 0 || (lead != 0 && l != lead) {
+				ok = false
+				break
+			}
+			lead = l
+		}
+		if ok && lead != 0 && c.SlotOf(lead) != 0 {
+			return lead, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("no agreed leader: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Stop crashes every node.
+func (c *GossipCluster) Stop() {
+	for _, s := range c.slots {
+		c.Crash(s)
+	}
+}
+
+// churnSchedule: one membership change at a time, keeping at least three
+// running members and never more than one voter down, so that a quorum of
+// the configuration is always up.
+func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applied map[string]int, viol, logf func(string, ...any)) {
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for ctx.Err() == nil {
+		sleepCtx(ctx, dur(300*time.Millisecond, 1200*time.Millisecond))
+		if ctx.Err() != nil {
+			return
+		}
+		// Wait for a healthy configuration: 3 voters, all running.
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		voters, _, err := c.WaitConf(wctx, func(v, l []uint64) bool {
+			if len(v) != 3 {
+				return false
+			}
+			for _, id := range v {
+				if c.SlotOf(id) == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			viol("churn: configuration did not heal: %v", err)
+			return
+		}
+		running := c.Running()
+		var empty []uint64
+		for _, s := range c.IDs() {
+			if !slices.Contains(running, s) {
+				empty = append(empty, s)
+			}
+		}
+		action := rng.IntN(4)
+		if len(running) < 4 {
+			action = 0 // grow first: a replacement must exist
+		} else if len(empty) == 0 && action == 0 {
+			action = 1 + rng.IntN(3)
+		}
+		switch action {
+		case 0: // add a new member
+			s := empty[rng.IntN(len(empty))]
+			applied["add"]++
+			if err := c.Start(s, true); err != nil {
+				logf("add slot %d: %v", s, err)
+			}
+		case 1: // kill a voter for good: it must be replaced
+			victim := voters[rng.IntN(len(voters))]
+			s := c.SlotOf(victim)
+			applied["kill-voter"]++
+			killed := time.Now()
+			c.Crash(s)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_, _, err := c.WaitConf(wctx, func(v, l []uint64) bool {
+				return len(v) == 3 && !slices.Contains(v, victim) && !slices.Contains(l, victim)
+			})
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				viol("churn: dead voter %x not replaced: %v", victim, err)
+				return
+			}
+			logf("voter %x replaced after %v", victim, time.Since(killed).Round(time.Millisecond))
+			if time.Since(killed) < ChurnThresholds().DeadVoterAfter {
+				viol("churn: voter %x replaced after %v, before the %v threshold", victim, time.Since(killed), ChurnThresholds().DeadVoterAfter)
+			}
+			c.mu.Lock()
+			c.dirs[s] = "" // gone for good: the slot's next start is fresh
+			c.mu.Unlock()
+		case 2: // kill -9 any member and restart it from disk soon after
+			s := running[rng.IntN(len(running))]
+			applied["kill-restart"]++
+			c.Crash(s)
+			sleepCtx(ctx, dur(100*time.Millisecond, time.Second))
+			if err := c.Start(s, false); err != nil {
+				logf("restart slot %d: %v", s, err)
+			}
+		case 3: // close a member gracefully: it leaves
+			s := running[rng.IntN(len(running))]
+			applied["leave"]++
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := c.Leave(lctx, s); err != nil {
+				logf("close slot %d: %v", s, err)
+			}
+			cancel()
+		}
+	}
+}
+
+// runChurn is Run for FaultChurn: the same workload and checks against a
+// gossip-mode fleet (5 slots, 3 to 5 members running).
+func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
+	rc.Logf("seed %d faults %v duration %v (gossip fleet)", rc.Seed, rc.Faults, rc.Duration)
+	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
+	slots := max(rc.Size, 3) + 2
+	c, err := NewGossipCluster(rc.BaseDir, 3, slots, rc.Logger, rc.Logf)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, _, err = c.WaitConf(wctx, func(v, l []uint64) bool { return len(v) == 3 })
+	if err == nil {
+		_, err = c.WaitLeader(wctx)
+	}
+	wcancel()
+	if err != nil {
+		return nil, fmt.Errorf("gossip fleet did not form: %w", err)
+	}
+	rep := &Report{Seed: rc.Seed, Faults: strings.Join(rc.Faults, ","), Injected: map[string]int{}}
+	var vmu sync.Mutex
+	viol := func(f string, a ...any) {
+		vmu.Lock()
+		rep.Violations = append(rep.Violations, fmt.Sprintf(f, a...))
+		vmu.Unlock()
+	}
+	w := NewWorkload(c, rc.Seed, rc.Workload)
+	runCtx, cancel := context.WithTimeout(ctx, rc.Duration)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		churnSchedule(runCtx, c, rng, rep.Injected, viol, rc.Logf)
+	}()
+	w.Run(runCtx)
+	<-done
+	end := w.H.Now()
+
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if _, err := c.WaitLeader(sctx); err != nil {
+		viol("no leader at the end: %v", err)
+	}
+	for _, s := range WaitNoLeftovers(sctx, c) {
+		viol("left behind: %s", s)
+	}
+	for _, s := range WaitIdentical(sctx, c) {
+		viol("%s", s)
+	}
+	rep.Notes = append(rep.Notes, "churn: full-cluster crash/replay (S3 replay) not run: gossip addresses change on restart; S3 checked on the applied log")
+
+	ops := w.H.Ops()
+	finishReport(rep, ops, end, c.Applied, w.Store, rc, viol)
+	return rep, nil
+}
+
+// finishReport fills the counts and runs the history checks shared by every
+// mode: replica agreement, token order, acknowledged grants in the log,
+// porcupine and the fencing store.
+func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *FencedStore, rc RunConfig, viol func(string, ...any)) {
+	rep.Ops = len(ops)
+	for _, op := range ops {
+		if op.Outcome == OK || op.Outcome == Locked {
+			rep.Determinate++
+		}
+		if op.Kind != OpUnlock && op.Outcome == OK {
+			rep.Grants++
+		}
+	}
+	rep.LongestGap = LongestGap(ops, end)
+	rep.Entries = applied.Entries()
+	for _, s := range applied.Divergence() {
+		viol("replicas diverge: %s", s)
+	}
+	for i, s := range applied.TokenOrder() {
+		if i < 5 {
+			viol("S2: %s", s)
+		}
+	}
+	for i, s := range applied.AckedLost(ops) {
+		if i < 5 {
+			viol("S3: %s", s)
+		}
+	}
+	res, info := CheckLinearizable(ops, applied.Granted, rc.CheckTimeout)
+	rep.Linearizable = res
+	switch res {
+	case porcupine.Illegal:
+		viol("porcupine: history not linearizable under the mutex model")
+		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
+			if porcupine.Visualize(MutexModel(), info, f) == nil {
+				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())
+			}
+			f.Close()
+		}
+	case porcupine.Unknown:
+		rep.Notes = append(rep.Notes, "porcupine timed out: linearizability not decided")
+	}
+	rep.Writes, rep.Stale, rep.Accepted, rep.Live = store.Counts()
+	if rep.Accepted > 0 {
+		viol("fencing: %d accepted overlapping critical sections", rep.Accepted)
+	}
+	if rep.Live > 0 {
+		msg := fmt.Sprintf("S5/S1: %d critical sections entered while the previous holder still believed it held the lock", rep.Live)
+		if S5Exempt(rc.Faults) {
+			rep.Notes = append(rep.Notes, msg+" (expected under this fault: fencing must cover it)")
+		} else {
+			viol("%s", msg)
+		}
+	}
+	store.mu.Lock()
+	rep.Notes = append(rep.Notes, store.Examples...)
+	store.mu.Unlock()
+	slices.Sort(rep.Notes)
+}
