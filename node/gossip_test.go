@@ -3,7 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -317,4 +320,59 @@ func TestGossipSingleNodeAndLeave(t *testing.T) {
 	f.waitConf(10*time.Second, "leaver removed", func(v, l []uint64) bool {
 		return !slices.Contains(v, leaver.ID()) && !slices.Contains(l, leaver.ID())
 	})
+}
+
+// syncBuffer is a goroutine-safe log sink for asserting on log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestGossipWrongKeyRefused: a member with the wrong gossip key is refused —
+// it never appears among the members nor in the raft configuration — and
+// the refusal is logged clearly on the member it tried to reach.
+func TestGossipWrongKeyRefused(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	f := newGossipFleet(t, "keyed", 3)
+	var logs syncBuffer
+	start := func(i int, k []byte, seeds ...string) *Node {
+		cfg := f.config(i, seeds)
+		cfg.Gossip.SecretKey = k
+		if i == 1 {
+			cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), nil))
+		}
+		n, err := Start(cfg)
+		require.NoError(t, err)
+		f.mu.Lock()
+		f.nodes[i] = n
+		f.mu.Unlock()
+		return n
+	}
+	first := start(1, key)
+	start(2, key, first.GossipAddr())
+	start(3, key, first.GossipAddr())
+	voters, _ := f.waitConf(20*time.Second, "keyed cluster formed", func(v, l []uint64) bool { return len(v) == 3 })
+	intruder := start(4, []byte("fedcba9876543210"), first.GossipAddr())
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "decrypt") }, 10*time.Second, 20*time.Millisecond,
+		"the refusal of a wrong-key member must be logged")
+	for _, n := range []*Node{first, f.nodes[2], f.nodes[3]} {
+		for _, m := range n.Members() {
+			require.NotEqual(t, intruder.ID(), m.Meta.RaftID, "wrong-key member admitted to gossip")
+		}
+	}
+	v, l := f.waitConf(5*time.Second, "configuration unchanged", func(v, l []uint64) bool { return len(v) == 3 })
+	require.ElementsMatch(t, voters, v)
+	require.NotContains(t, append(v, l...), intruder.ID())
 }
