@@ -58,7 +58,7 @@ type Report struct {
 // overlaps under these are notes; fencing must still hold.
 func S5Exempt(kinds []string) bool {
 	for _, k := range kinds {
-		if k == FaultPause || k == FaultClockJump || k == FaultClockRate {
+		if k == FaultPause || k == ProcStop || k == FaultClockJump || k == FaultClockRate {
 			return true
 		}
 	}

@@ -22,12 +22,14 @@ import (
 )
 
 func main() {
+	chaos.MaybeChild() // hidden: this binary re-executed as one node process (-procs)
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
-	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated faults or groups (partition, crash, pause, clock, net, msgs, disk, or single kinds such as isolate-leader)")
+	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated faults or groups (partition, crash, pause, clock, net, msgs, disk, churn, or single kinds such as isolate-leader; with -procs: kill, stop, partition, or kinds joined by +)")
 	size := flag.Int("nodes", 3, "cluster size")
 	clients := flag.Int("clients", 3, "clients per node")
 	verbose := flag.Bool("v", false, "log every fault")
+	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
 	flag.Parse()
 	logf := func(string, ...any) {}
 	if *verbose {
@@ -38,14 +40,23 @@ func main() {
 	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected")
 	failed := false
 	for _, f := range strings.Split(*faults, ",") {
-		kinds, err := chaos.ExpandFaults(f)
-		if err != nil {
-			log.Fatal(err)
+		var rep *chaos.Report
+		var err error
+		if *procs {
+			kinds := strings.Split(f, "+") // kill+stop mixes kinds in one run
+			rep, err = chaos.RunProcs(context.Background(), chaos.ProcsConfig{Seed: *seed, Duration: *dur, Faults: kinds,
+				Size: *size, Clients: *clients, Logf: logf, CheckTimeout: 5 * time.Minute})
+			f = "procs:" + f
+		} else {
+			kinds, xerr := chaos.ExpandFaults(f)
+			if xerr != nil {
+				log.Fatal(xerr)
+			}
+			wl := chaos.DefaultWorkload()
+			wl.ClientsPerNode = *clients
+			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size,
+				Workload: wl, Logf: logf, CheckTimeout: 5 * time.Minute})
 		}
-		wl := chaos.DefaultWorkload()
-		wl.ClientsPerNode = *clients
-		rep, err := chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size,
-			Workload: wl, Logf: logf, CheckTimeout: 5 * time.Minute})
 		if err != nil {
 			log.Fatalf("%s: %v", f, err)
 		}
