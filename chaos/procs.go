@@ -250,7 +250,9 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 }
 
 func (r *procRun) dir(id uint64) string { return filepath.Join(r.base, fmt.Sprintf("n%d", id)) }
-func (r *procRun) ctl(id uint64) string { return filepath.Join(r.base, fmt.Sprintf("ctl-n%d.sock", id)) }
+func (r *procRun) ctl(id uint64) string {
+	return filepath.Join(r.base, fmt.Sprintf("ctl-n%d.sock", id))
+}
 
 // start (re)starts node process id from its data directory.
 func (r *procRun) start(id uint64, noClients bool) error {
