@@ -254,19 +254,10 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 		if ctx.Err() != nil {
 			return
 		}
-		// Wait for a healthy configuration: 3 voters, all running.
+		// Wait for a healthy configuration: at least 3 voters (the policy
+		// grows to 5 when 5 members run), all running.
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		voters, _, err := c.WaitConf(wctx, func(v, l []uint64) bool {
-			if len(v) != 3 {
-				return false
-			}
-			for _, id := range v {
-				if c.SlotOf(id) == 0 {
-					return false
-				}
-			}
-			return true
-		})
+		voters, _, err := c.WaitConf(wctx, func(v, l []uint64) bool { return healthyVoters(c, v) })
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -303,7 +294,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			c.Crash(s)
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			_, _, err := c.WaitConf(wctx, func(v, l []uint64) bool {
-				return len(v) == 3 && !slices.Contains(v, victim) && !slices.Contains(l, victim)
+				return healthyVoters(c, v) && !slices.Contains(v, victim) && !slices.Contains(l, victim)
 			})
 			cancel()
 			if ctx.Err() != nil {
@@ -338,6 +329,18 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			cancel()
 		}
 	}
+}
+
+func healthyVoters(c *GossipCluster, v []uint64) bool {
+	if len(v) < 3 {
+		return false
+	}
+	for _, id := range v {
+		if c.SlotOf(id) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // runChurn is Run for FaultChurn: the same workload and checks against a
