@@ -16,26 +16,32 @@ import (
 
 var conformanceSeed = flag.Uint64("raftlog.seed", 0, "seed for TestConformance (0: time-based)")
 
-// TestConformance runs random operation sequences against raft.MemoryStorage and Storage
-// and compares every raft.Storage method after each step, including after Close+Open.
+// TestConformance runs random operation sequences against raft.MemoryStorage and each
+// engine (bbolt Storage, WAL) and compares every raft.Storage method after each step,
+// including after Close+Open.
 func TestConformance(t *testing.T) {
 	seed := *conformanceSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (rerun with -raftlog.seed=%d)", seed, seed)
-	for run := range 12 {
-		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, uint64(run)))
-			opts := Options{NoSync: true, CacheEntries: []int{1, 3, 16, 10000}[run%4]}
-			runConformance(t, rng, opts, 150)
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			for run := range 12 {
+				t.Run(fmt.Sprint(run), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(seed, uint64(run)))
+					opts := Options{NoSync: true, CacheEntries: []int{1, 3, 16, 10000}[run%4],
+						SegmentSize: []int64{1, 200, 4096, 0}[run%4]}
+					runConformance(t, eng, rng, opts, 150)
+				})
+			}
 		})
 	}
 }
 
-func runConformance(t *testing.T, rng *rand.Rand, opts Options, steps int) {
+func runConformance(t *testing.T, eng engine, rng *rand.Rand, opts Options, steps int) {
 	ms := raft.NewMemoryStorage()
-	s, path := openTemp(t, opts)
+	s, path := eng.openTemp(t, opts)
 	term := uint64(1)
 	for step := range steps {
 		first, _ := ms.FirstIndex()
@@ -113,7 +119,7 @@ func runConformance(t *testing.T, rng *rand.Rand, opts Options, steps int) {
 		}
 		compareStorages(t, fmt.Sprintf("step %d %s", step, desc), ms, s)
 		if rng.IntN(4) == 0 {
-			s = reopen(t, s, path, opts)
+			s = eng.reopen(t, s, path, opts)
 			compareStorages(t, fmt.Sprintf("step %d after reopen", step), ms, s)
 		}
 	}
@@ -135,7 +141,7 @@ func sameErr(got, want error) bool {
 }
 
 // compareStorages checks every raft.Storage method of s against ms over the whole range.
-func compareStorages(t *testing.T, ctx string, ms *raft.MemoryStorage, s *Storage) {
+func compareStorages(t *testing.T, ctx string, ms *raft.MemoryStorage, s Log) {
 	t.Helper()
 	wantHS, wantCS, _ := ms.InitialState()
 	gotHS, gotCS, err := s.InitialState()

@@ -1,4 +1,14 @@
-// Package raftlog is lockraft's raft log: a [raft.Storage] kept in its own bbolt file.
+// Package raftlog is lockraft's raft log: a [raft.Storage] with durable writes, behind the
+// [Log] interface, in two engines with identical semantics:
+//   - [WAL] (wal.go, segment.go, record.go, walstate.go): an append-only, segmented
+//     write-ahead log in a directory. Each write method appends its records with one
+//     write and one fdatasync; every entry after the compaction point is in memory.
+//     Segments ("<seq>-<first index>.wal", DefaultSegmentSize) each start with a state
+//     record, so Compact deletes whole segments below the compaction point. On open a
+//     torn tail (a crash mid-write) is cut off; any other damage is ErrCorrupt.
+//   - [Storage] (open.go, read.go, write.go): a bbolt file, described below.
+//
+// The rest of this comment describes Storage; WAL follows the same rules.
 //
 // It stores the entries, the HardState, the latest ConfState and the metadata of the
 // latest snapshot. The node loop writes through [Storage.Save] once per Ready; raft reads

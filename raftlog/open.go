@@ -67,6 +67,9 @@ type Options struct {
 	// LockTimeout bounds the wait for the file lock held by another opener before Open
 	// fails with ErrLocked (default DefaultLockTimeout).
 	LockTimeout time.Duration
+	// SegmentSize (WAL only) is the size after which a new segment file is started
+	// (default DefaultSegmentSize).
+	SegmentSize int64
 	// NoSync skips fsync on commit. UNSAFE: a crash loses acknowledged writes and can
 	// corrupt the file. For tests and benchmarks only.
 	NoSync bool

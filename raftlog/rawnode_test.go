@@ -18,13 +18,14 @@ import (
 type member struct {
 	id      uint64
 	path    string
-	st      *Storage
+	st      Log
 	rn      *raft.RawNode
 	applied []string // data of applied normal entries, in order
 }
 
 type cluster struct {
 	t       *testing.T
+	eng     engine
 	members map[uint64]*member
 	ids     []uint64
 	inbox   []*raftpb.Message
@@ -32,15 +33,15 @@ type cluster struct {
 
 var quietRaft = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
 
-func newCluster(t *testing.T, n int) *cluster {
-	c := &cluster{t: t, members: map[uint64]*member{}}
+func newCluster(t *testing.T, eng engine, n int) *cluster {
+	c := &cluster{t: t, eng: eng, members: map[uint64]*member{}}
 	dir := t.TempDir()
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 	}
 	for _, id := range c.ids {
-		m := &member{id: id, path: filepath.Join(dir, fmt.Sprintf("raft-%d.db", id))}
-		st, err := Open(m.path, Options{NoSync: true})
+		m := &member{id: id, path: filepath.Join(dir, fmt.Sprintf("%s-%d", eng.file, id))}
+		st, err := eng.open(m.path, Options{NoSync: true, SegmentSize: 4096})
 		require.NoError(t, err)
 		require.False(t, st.HasState())
 		require.NoError(t, st.Bootstrap(&raftpb.ConfState{Voters: c.ids}))
@@ -71,7 +72,7 @@ func (c *cluster) restart() {
 	c.inbox = nil
 	for _, m := range c.members {
 		require.NoError(c.t, m.st.Close())
-		st, err := Open(m.path, Options{NoSync: true})
+		st, err := c.eng.open(m.path, Options{NoSync: true, SegmentSize: 4096})
 		require.NoError(c.t, err)
 		require.True(c.t, st.HasState())
 		require.ErrorIs(c.t, st.Bootstrap(&raftpb.ConfState{Voters: c.ids}), ErrNotEmpty)
@@ -148,43 +149,49 @@ func (c *cluster) propose(leader *member, data []string) {
 }
 
 func TestRawNodeOverStorage(t *testing.T) {
-	for _, n := range []int{1, 3} {
-		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
-			c := newCluster(t, n)
-			leader := c.elect()
-			var want []string
-			for i := range 50 {
-				want = append(want, fmt.Sprintf("cmd-%d", i))
-			}
-			c.propose(leader, want)
-			for _, m := range c.members {
-				require.Equal(t, want, m.applied, "member %d", m.id)
-			}
-			term := leader.rn.Status().GetTerm()
+	for _, eng := range engines {
+		for _, n := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/%d nodes", eng.name, n), func(t *testing.T) {
+				testRawNode(t, eng, n)
+			})
+		}
+	}
+}
 
-			c.restart()
-			leader = c.elect()
-			require.Greater(t, leader.rn.Status().GetTerm(), term)
-			for _, m := range c.members {
-				// Committed entries are replayed from disk on restart.
-				require.Equal(t, want, m.applied, "member %d after restart", m.id)
-				first, _ := m.st.FirstIndex()
-				last, _ := m.st.LastIndex()
-				ents, err := m.st.Entries(first, last+1, 1<<30)
-				require.NoError(t, err)
-				var got []string
-				for _, e := range ents {
-					if len(e.GetData()) > 0 {
-						got = append(got, string(e.GetData()))
-					}
-				}
-				require.Equal(t, want, got)
+func testRawNode(t *testing.T, eng engine, n int) {
+	c := newCluster(t, eng, n)
+	leader := c.elect()
+	var want []string
+	for i := range 50 {
+		want = append(want, fmt.Sprintf("cmd-%d", i))
+	}
+	c.propose(leader, want)
+	for _, m := range c.members {
+		require.Equal(t, want, m.applied, "member %d", m.id)
+	}
+	term := leader.rn.Status().GetTerm()
+
+	c.restart()
+	leader = c.elect()
+	require.Greater(t, leader.rn.Status().GetTerm(), term)
+	for _, m := range c.members {
+		// Committed entries are replayed from disk on restart.
+		require.Equal(t, want, m.applied, "member %d after restart", m.id)
+		first, _ := m.st.FirstIndex()
+		last, _ := m.st.LastIndex()
+		ents, err := m.st.Entries(first, last+1, 1<<30)
+		require.NoError(t, err)
+		var got []string
+		for _, e := range ents {
+			if len(e.GetData()) > 0 {
+				got = append(got, string(e.GetData()))
 			}
-			more := []string{"after-restart"}
-			c.propose(leader, more)
-			for _, m := range c.members {
-				require.Equal(t, slices.Concat(want, more), m.applied)
-			}
-		})
+		}
+		require.Equal(t, want, got)
+	}
+	more := []string{"after-restart"}
+	c.propose(leader, more)
+	for _, m := range c.members {
+		require.Equal(t, slices.Concat(want, more), m.applied)
 	}
 }

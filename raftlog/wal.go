@@ -1,0 +1,509 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultSegmentSize is the size after which the WAL starts a new segment.
+const DefaultSegmentSize = 64 << 20
+
+// WAL is a raft log kept as an append-only, segmented write-ahead log in a directory:
+// the second engine behind [Log], with the same semantics as [Storage]. Each write
+// method appends its records (see record.go) with ONE write and ONE fdatasync (plus a
+// directory fsync when it starts a new segment). Every entry after the compaction point
+// is kept in memory, so raft's reads never touch the disk; the node's compaction bounds
+// that memory. A torn tail record (a crash mid-write, never acknowledged) is cut off on
+// open; damage anywhere else gives ErrCorrupt naming the file. It is safe for concurrent
+// use.
+type WAL struct {
+	mu      sync.Mutex
+	dir     string
+	log     *slog.Logger
+	segSize int64
+	noSync  bool
+	lockf   *os.File
+	closed  bool
+	failed  error // a write failed: the tail may hold garbage, refuse further writes
+
+	segs []*segment // in seq order; the last one is open for append in f
+	f    *os.File
+	size int64 // bytes in f
+	buf  []byte
+	st   *walState
+}
+
+// OpenWAL opens the WAL in dir, creating dir (not its parents) if absent. Options'
+// SegmentSize, LockTimeout, NoSync and Logger apply; the bbolt ones are ignored.
+func OpenWAL(dir string, opts Options) (*WAL, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	w := &WAL{dir: dir, log: lg.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync}
+	if err := os.Mkdir(dir, 0o700); err == nil {
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
+	}
+	lockPath := filepath.Join(dir, "LOCK")
+	lf, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open %s: %w", lockPath, err)
+	}
+	ok, err := lockFile(lf, opts.LockTimeout)
+	if err != nil || !ok {
+		_ = lf.Close()
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: lock %s: %w", lockPath, err)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	w.lockf = lf
+	if err := w.load(); err != nil {
+		w.closeFiles()
+		return nil, err
+	}
+	w.log.Debug("raftlog WAL opened", "segments", len(w.segs), "first", w.st.dummyIndex+1, "last", w.st.last)
+	return w, nil
+}
+
+func (w *WAL) corrupt(path string, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
+}
+
+// load replays every segment, cuts a torn tail and opens the last segment for append.
+func (w *WAL) load() error {
+	segs, err := listSegments(w.dir)
+	if err != nil {
+		return fmt.Errorf("raftlog: open %s: %w", w.dir, err)
+	}
+	w.st = newWalState()
+	for i, seg := range segs {
+		if i > 0 && seg.seq != segs[i-1].seq+1 {
+			return w.corrupt(seg.path, "segment %d missing before it", segs[i-1].seq+1)
+		}
+		data, err := os.ReadFile(seg.path)
+		if err != nil {
+			return fmt.Errorf("raftlog: read %s: %w", seg.path, err)
+		}
+		valid, torn, err := scanSegment(data, w.st, seg)
+		if err != nil {
+			return w.corrupt(seg.path, "%v", err)
+		}
+		if !torn {
+			continue
+		}
+		if i < len(segs)-1 {
+			return w.corrupt(seg.path, "bad record at offset %d of %d (not the last segment)", valid, len(data))
+		}
+		if p := findRecord(data, valid+1); p >= 0 {
+			return w.corrupt(seg.path, "bad record at offset %d followed by a valid one at %d", valid, p)
+		}
+		// A torn tail: the crash interrupted a write that was never acknowledged.
+		w.log.Warn("raftlog WAL: cutting torn tail", "file", seg.path, "offset", valid, "bytes", len(data)-valid)
+		if valid == 0 {
+			// Not even the state record: a segment whose creation was interrupted.
+			if err := os.Remove(seg.path); err != nil {
+				return fmt.Errorf("raftlog: remove %s: %w", seg.path, err)
+			}
+			if err := syncDir(w.dir); err != nil {
+				return fmt.Errorf("raftlog: sync %s: %w", w.dir, err)
+			}
+			segs = segs[:i]
+			break
+		}
+		if err := truncateFile(seg.path, int64(valid)); err != nil {
+			return fmt.Errorf("raftlog: truncate %s: %w", seg.path, err)
+		}
+	}
+	if !w.st.complete() {
+		return w.corrupt(w.dir, "entries (%d, %d) are missing (deleted segments)", w.st.dummyIndex, w.st.base)
+	}
+	w.segs = segs
+	if len(segs) == 0 {
+		w.st = newWalState()
+		return w.createSegment(nil)
+	}
+	tail := segs[len(segs)-1]
+	f, err := os.OpenFile(tail.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("raftlog: open %s: %w", tail.path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return fmt.Errorf("raftlog: stat %s: %w", tail.path, err)
+	}
+	w.f, w.size = f, st.Size()
+	return nil
+}
+
+// findRecord returns the first offset >= from where a valid top-level record starts, or
+// -1. (Records inside a torn batch are not top-level, so they do not count.)
+func findRecord(data []byte, from int) int {
+	for p := from; p+recHeaderSize <= len(data); p++ {
+		if typ, _, _, err := readRecord(data[p:]); err == nil && topLevel(typ) {
+			return p
+		}
+	}
+	return -1
+}
+
+func truncateFile(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// createSegment starts a new segment holding the current state followed by recs, syncs
+// it and the directory, and makes it the tail. The caller holds the mutex.
+func (w *WAL) createSegment(recs []byte) error {
+	var seq uint64
+	if n := len(w.segs); n > 0 {
+		seq = w.segs[n-1].seq + 1
+	}
+	sr := w.st.stateRecord()
+	payload, err := sr.marshal()
+	if err != nil {
+		return err
+	}
+	buf := appendRecord(make([]byte, 0, recHeaderSize+len(payload)+len(recs)), recState, payload)
+	buf = append(buf, recs...)
+	seg := &segment{seq: seq, first: w.st.last + 1, last: w.st.last}
+	seg.path = filepath.Join(w.dir, segmentName(seg.seq, seg.first))
+	f, err := os.OpenFile(seg.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(buf); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if !w.noSync {
+		if err := fdatasync(f); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := syncDir(w.dir); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if w.f != nil {
+		_ = w.f.Close()
+	}
+	w.f, w.size = f, int64(len(buf))
+	w.segs = append(w.segs, seg)
+	return nil
+}
+
+// commit makes recs durable: one write and one fdatasync (a new segment first if the
+// tail is full). Any failure is wrapped in ErrWrite, logged, and poisons later writes.
+// The caller holds the mutex and applies the records to memory only on success.
+func (w *WAL) commit(recs []byte) error {
+	if w.failed != nil {
+		return fmt.Errorf("%w: %s: an earlier write failed: %v", ErrWrite, w.dir, w.failed)
+	}
+	var err error
+	if w.size >= w.segSize {
+		err = w.createSegment(recs)
+	} else {
+		_, err = w.f.Write(recs)
+		if err == nil && !w.noSync {
+			err = fdatasync(w.f)
+		}
+		if err == nil {
+			w.size += int64(len(recs))
+		}
+	}
+	if err != nil {
+		w.failed = err
+		w.log.Error("raftlog WAL write failed", "err", err)
+		return fmt.Errorf("%w: %s: %v", ErrWrite, w.dir, err)
+	}
+	return nil
+}
+
+// dropSegments deletes the oldest segments when a later segment's state record already
+// lies at or before the compaction point (so nothing they hold is still needed).
+func (w *WAL) dropSegments() {
+	j := -1
+	for k := 1; k < len(w.segs); k++ {
+		if w.segs[k].last <= w.st.dummyIndex {
+			j = k - 1
+		}
+	}
+	if j < 0 {
+		return
+	}
+	for _, seg := range w.segs[:j+1] {
+		if err := os.Remove(seg.path); err != nil {
+			w.log.Warn("raftlog WAL: cannot remove segment", "file", seg.path, "err", err)
+			w.segs = w.segs[slicesIndex(w.segs, seg):]
+			return
+		}
+	}
+	w.segs = append([]*segment(nil), w.segs[j+1:]...)
+	if err := syncDir(w.dir); err != nil {
+		w.log.Warn("raftlog WAL: sync dir", "err", err)
+	}
+}
+
+func slicesIndex(segs []*segment, s *segment) int {
+	for i := range segs {
+		if segs[i] == s {
+			return i
+		}
+	}
+	return 0
+}
+
+// Save is [Storage.Save] on the WAL: snapshot, entries and HardState as records, in one
+// write and one fdatasync.
+func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	st := w.st
+	dummyIndex, last := st.dummyIndex, st.last
+	var newSnap *raftpb.Snapshot
+	if snap != nil && !raft.IsEmptySnap(snap) {
+		cur, idx := st.snap.GetMetadata().GetIndex(), snap.GetMetadata().GetIndex()
+		if cur != 0 && cur >= idx {
+			return raft.ErrSnapOutOfDate
+		}
+		newSnap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
+		dummyIndex, last = idx, idx
+	}
+	ents, err := trimEntries(ents, dummyIndex+1, last)
+	if err != nil {
+		return err
+	}
+	if hs != nil && st.hardState != nil && proto.Equal(hs, st.hardState) {
+		hs = nil
+	}
+	if newSnap == nil && len(ents) == 0 && hs == nil {
+		return nil
+	}
+	var hsCopy *raftpb.HardState
+	if hs != nil {
+		hsCopy = proto.Clone(hs).(*raftpb.HardState)
+	}
+	buf, start := beginBatch(w.buf[:0])
+	if newSnap != nil {
+		if buf, err = appendProtoRecord(buf, recSnapInstall, newSnap); err != nil {
+			return err
+		}
+	}
+	for _, e := range ents {
+		if buf, err = appendProtoRecord(buf, recEntry, e); err != nil {
+			return err
+		}
+	}
+	if hsCopy != nil {
+		if buf, err = appendProtoRecord(buf, recHardState, hsCopy); err != nil {
+			return err
+		}
+	}
+	buf = endBatch(buf, start)
+	w.keepBuf(buf)
+	if err := w.commit(buf); err != nil {
+		return err
+	}
+	if newSnap != nil {
+		st.installSnapshot(newSnap)
+	}
+	for _, e := range ents {
+		if err := st.appendEntry(e); err != nil {
+			panic(err) // trimEntries checked it
+		}
+	}
+	if hsCopy != nil {
+		st.hardState = hsCopy
+	}
+	if newSnap != nil {
+		w.dropSegments()
+	}
+	return nil
+}
+
+// keepBuf keeps a modest buffer for reuse.
+func (w *WAL) keepBuf(buf []byte) {
+	if cap(buf) <= 1<<20 {
+		w.buf = buf
+	}
+}
+
+// CreateSnapshot is [Storage.CreateSnapshot] on the WAL.
+func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, ErrClosed
+	}
+	st := w.st
+	if i <= st.snap.GetMetadata().GetIndex() {
+		return nil, raft.ErrSnapOutOfDate
+	}
+	if i > st.last {
+		return nil, fmt.Errorf("raftlog: snapshot %d is out of bound last index %d", i, st.last)
+	}
+	term, err := w.term(i)
+	if err != nil {
+		return nil, err
+	}
+	snap := proto.Clone(st.snap).(*raftpb.Snapshot)
+	snap.Metadata.Index, snap.Metadata.Term = new(i), new(term)
+	if cs != nil {
+		snap.Metadata.ConfState = proto.Clone(cs).(*raftpb.ConfState)
+	}
+	snap.Data = append([]byte(nil), data...)
+	buf, err := appendProtoRecord(nil, recSnapCreate, snap)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.commit(buf); err != nil {
+		return nil, err
+	}
+	st.snap = snap
+	return proto.Clone(snap).(*raftpb.Snapshot), nil
+}
+
+// Compact is [Storage.Compact] on the WAL; segments entirely below the new compaction
+// point are deleted.
+func (w *WAL) Compact(index uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	if index <= w.st.dummyIndex {
+		return raft.ErrCompacted
+	}
+	if index > w.st.last {
+		return fmt.Errorf("raftlog: compact %d is out of bound last index %d", index, w.st.last)
+	}
+	term, err := w.term(index)
+	if err != nil {
+		return err
+	}
+	if err := w.commit(appendRecord(nil, recCompact, compactPayload(index, term))); err != nil {
+		return err
+	}
+	if err := w.st.compact(index, term); err != nil {
+		panic(err) // checked above
+	}
+	w.dropSegments()
+	return nil
+}
+
+// SetConfState is [Storage.SetConfState] on the WAL.
+func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
+	if cs == nil {
+		return fmt.Errorf("raftlog: nil ConfState")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	c := proto.Clone(cs).(*raftpb.ConfState)
+	buf, err := appendProtoRecord(nil, recConfState, c)
+	if err != nil {
+		return err
+	}
+	if err := w.commit(buf); err != nil {
+		return err
+	}
+	w.st.confState = c
+	return nil
+}
+
+// Bootstrap is [Storage.Bootstrap] on the WAL.
+func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
+	if cs == nil || len(cs.GetVoters()) == 0 {
+		return fmt.Errorf("raftlog: bootstrap needs at least one voter")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	if w.hasState() {
+		return fmt.Errorf("%w: %s", ErrNotEmpty, w.dir)
+	}
+	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index: new(uint64(1)), Term: new(uint64(1)), ConfState: proto.Clone(cs).(*raftpb.ConfState),
+	}}
+	hs := &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}
+	buf, start := beginBatch(nil)
+	buf, err := appendProtoRecord(buf, recSnapInstall, snap)
+	if err != nil {
+		return err
+	}
+	if buf, err = appendProtoRecord(buf, recHardState, hs); err != nil {
+		return err
+	}
+	if err := w.commit(endBatch(buf, start)); err != nil {
+		return err
+	}
+	w.st.installSnapshot(raftpb.EnsureSnapshot(snap))
+	w.st.hardState = hs
+	return nil
+}
+
+// Close closes the files and releases the directory lock. It is idempotent; later
+// calls to other methods return ErrClosed.
+func (w *WAL) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	err := w.closeFiles()
+	w.st = newWalState()
+	if err != nil {
+		return fmt.Errorf("raftlog: close %s: %w", w.dir, err)
+	}
+	return nil
+}
+
+func (w *WAL) closeFiles() error {
+	var err error
+	if w.f != nil {
+		err = w.f.Close()
+		w.f = nil
+	}
+	if w.lockf != nil {
+		_ = w.lockf.Close()
+		w.lockf = nil
+	}
+	return err
+}

@@ -1,0 +1,122 @@
+package raftlog
+
+import (
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The WAL's raft.Storage read side: everything is answered from memory.
+
+// InitialState is [Storage.InitialState] on the WAL.
+func (w *WAL) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, nil, ErrClosed
+	}
+	var hs *raftpb.HardState
+	if w.st.hardState != nil {
+		hs = proto.Clone(w.st.hardState).(*raftpb.HardState)
+	}
+	cs := w.st.confState
+	if cs == nil {
+		cs = raftpb.EnsureConfState(w.st.snap.GetMetadata().GetConfState())
+	}
+	return hs, proto.Clone(cs).(*raftpb.ConfState), nil
+}
+
+// HasState is [Storage.HasState] on the WAL.
+func (w *WAL) HasState() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hasState()
+}
+
+func (w *WAL) hasState() bool {
+	return w.st.hardState != nil || w.st.last > 0 || w.st.snap.GetMetadata().GetIndex() > 0
+}
+
+// FirstIndex returns the index of the first entry Entries may return.
+func (w *WAL) FirstIndex() (uint64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, ErrClosed
+	}
+	return w.st.dummyIndex + 1, nil
+}
+
+// LastIndex returns the index of the last entry (FirstIndex()-1 if there is none).
+func (w *WAL) LastIndex() (uint64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, ErrClosed
+	}
+	return w.st.last, nil
+}
+
+// Snapshot returns a copy of the latest snapshot.
+func (w *WAL) Snapshot() (*raftpb.Snapshot, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, ErrClosed
+	}
+	return proto.Clone(w.st.snap).(*raftpb.Snapshot), nil
+}
+
+// Term is [Storage.Term] on the WAL.
+func (w *WAL) Term(i uint64) (uint64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, ErrClosed
+	}
+	return w.term(i)
+}
+
+func (w *WAL) term(i uint64) (uint64, error) {
+	switch st := w.st; {
+	case i < st.dummyIndex:
+		return 0, raft.ErrCompacted
+	case i == st.dummyIndex:
+		return st.dummyTerm, nil
+	case i > st.last:
+		return 0, raft.ErrUnavailable
+	default:
+		return st.entry(i).GetTerm(), nil
+	}
+}
+
+// Entries is [Storage.Entries] on the WAL.
+func (w *WAL) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, ErrClosed
+	}
+	st := w.st
+	if lo <= st.dummyIndex {
+		return nil, raft.ErrCompacted
+	}
+	if hi > st.last+1 || lo > hi {
+		return nil, fmt.Errorf("%w: entries [%d, %d) out of bounds [%d, %d]", raft.ErrUnavailable, lo, hi, st.dummyIndex+1, st.last)
+	}
+	if st.last == st.dummyIndex {
+		return nil, raft.ErrUnavailable
+	}
+	out := make([]*raftpb.Entry, 0, hi-lo)
+	var size uint64
+	for i := lo; i < hi; i++ {
+		e := st.entry(i)
+		if size += uint64(proto.Size(e)); len(out) > 0 && size > maxSize {
+			break
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

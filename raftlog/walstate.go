@@ -1,0 +1,161 @@
+package raftlog
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// walState is the WAL's in-memory log: every record, live or replayed, goes through
+// apply, so a reopened WAL holds exactly what the running one held.
+type walState struct {
+	hardState *raftpb.HardState // nil until one is saved
+	confState *raftpb.ConfState // from SetConfState; nil means "use the snapshot's"
+	snap      *raftpb.Snapshot  // never nil
+	// dummyIndex/dummyTerm describe the entry just before FirstIndex.
+	dummyIndex, dummyTerm uint64
+	// ents holds entries base, base+1, ...; last is the last index. During replay
+	// base may exceed dummyIndex+1: entries (dummyIndex, base) live in deleted
+	// segments and must be compacted away before replay ends.
+	base uint64
+	ents []*raftpb.Entry
+	last uint64
+	// replayed is set once a record has been applied.
+	replayed bool
+}
+
+func newWalState() *walState {
+	return &walState{snap: raftpb.EnsureSnapshot(nil), base: 1}
+}
+
+// complete reports whether every entry (dummyIndex, last] is held.
+func (st *walState) complete() bool {
+	return st.base == st.dummyIndex+1 && st.last == st.dummyIndex+uint64(len(st.ents))
+}
+
+func (st *walState) stateRecord() *stateRecord {
+	return &stateRecord{dummyIndex: st.dummyIndex, dummyTerm: st.dummyTerm, last: st.last,
+		hs: st.hardState, cs: st.confState, snap: st.snap}
+}
+
+// apply applies one decoded record. Payloads are not retained (protos are copied by
+// Unmarshal); an error means the record contradicts the state: corruption.
+func (st *walState) apply(typ byte, payload []byte) error {
+	defer func() { st.replayed = true }()
+	switch typ {
+	case recEntry:
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(payload, e); err != nil {
+			return fmt.Errorf("entry: %v", err)
+		}
+		return st.appendEntry(e)
+	case recHardState:
+		hs := &raftpb.HardState{}
+		if err := proto.Unmarshal(payload, hs); err != nil {
+			return fmt.Errorf("hardstate: %v", err)
+		}
+		st.hardState = hs
+	case recConfState:
+		cs := &raftpb.ConfState{}
+		if err := proto.Unmarshal(payload, cs); err != nil {
+			return fmt.Errorf("confstate: %v", err)
+		}
+		st.confState = cs
+	case recSnapInstall, recSnapCreate:
+		snap := &raftpb.Snapshot{}
+		if err := proto.Unmarshal(payload, snap); err != nil {
+			return fmt.Errorf("snapshot: %v", err)
+		}
+		snap = raftpb.EnsureSnapshot(snap)
+		if typ == recSnapCreate {
+			st.snap = snap
+			return nil
+		}
+		st.installSnapshot(snap)
+	case recBatch:
+		for len(payload) > 0 {
+			typ, inner, n, err := readRecord(payload)
+			if err != nil {
+				return fmt.Errorf("batch: %v", err)
+			}
+			if typ == recBatch || typ == recState {
+				return fmt.Errorf("batch holds a record of type %d", typ)
+			}
+			if err := st.apply(typ, inner); err != nil {
+				return err
+			}
+			payload = payload[n:]
+		}
+	case recCompact:
+		if len(payload) != 16 {
+			return fmt.Errorf("compact record of %d bytes", len(payload))
+		}
+		return st.compact(binary.LittleEndian.Uint64(payload), binary.LittleEndian.Uint64(payload[8:]))
+	case recState:
+		var r stateRecord
+		if err := r.unmarshal(payload); err != nil {
+			return err
+		}
+		if r.last < r.dummyIndex {
+			return fmt.Errorf("state record: last %d before compaction point %d", r.last, r.dummyIndex)
+		}
+		if st.replayed {
+			// A later segment's state repeats what replay already built.
+			if r.last != st.last || r.dummyIndex != st.dummyIndex || r.dummyTerm != st.dummyTerm {
+				return fmt.Errorf("state record (%d@%d, %d] disagrees with the log (%d@%d, %d]",
+					r.dummyIndex, r.dummyTerm, r.last, st.dummyIndex, st.dummyTerm, st.last)
+			}
+		} else {
+			// The first segment: entries up to r.last are in deleted segments and
+			// must be compacted away by the records that follow.
+			st.dummyIndex, st.dummyTerm, st.last = r.dummyIndex, r.dummyTerm, r.last
+			st.base, st.ents = r.last+1, nil
+		}
+		st.hardState, st.confState, st.snap = r.hs, r.cs, raftpb.EnsureSnapshot(r.snap)
+	default:
+		return fmt.Errorf("unknown record type %d", typ)
+	}
+	return nil
+}
+
+func (st *walState) installSnapshot(snap *raftpb.Snapshot) {
+	st.snap, st.confState = snap, nil
+	st.dummyIndex, st.dummyTerm = snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
+	st.last, st.base, st.ents = st.dummyIndex, st.dummyIndex+1, nil
+}
+
+// appendEntry drops entries >= e.Index and appends e.
+func (st *walState) appendEntry(e *raftpb.Entry) error {
+	i := e.GetIndex()
+	if i <= st.dummyIndex || i > st.last+1 {
+		return fmt.Errorf("entry %d outside (%d, %d]", i, st.dummyIndex, st.last+1)
+	}
+	if i < st.base {
+		st.base, st.ents = i, nil
+	} else {
+		st.ents = st.ents[:i-st.base]
+	}
+	st.ents = append(st.ents, e)
+	st.last = i
+	return nil
+}
+
+func (st *walState) compact(index, term uint64) error {
+	if index < st.dummyIndex || index > st.last {
+		return fmt.Errorf("compact %d outside [%d, %d]", index, st.dummyIndex, st.last)
+	}
+	st.dummyIndex, st.dummyTerm = index, term
+	if index+1 > st.base {
+		drop := min(index+1-st.base, uint64(len(st.ents)))
+		st.ents = append([]*raftpb.Entry(nil), st.ents[drop:]...)
+		st.base = index + 1
+	}
+	return nil
+}
+
+// entry returns entry i, which must be in (dummyIndex, last].
+func (st *walState) entry(i uint64) *raftpb.Entry {
+	return st.ents[i-st.base]
+}
