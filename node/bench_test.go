@@ -12,11 +12,19 @@ import (
 	"time"
 )
 
-// benchCluster starts 3 nodes with default timings (100 ms ticks), real
-// bbolt files with fsync, gRPC on loopback, logs discarded.
-func benchCluster(b *testing.B) map[uint64]*Node {
-	nodes, _ := benchClusterWith(b, nil)
+// benchCluster starts 3 nodes with default timings (100 ms ticks), the given
+// raft log engine, real files with fsync, gRPC on loopback, logs discarded.
+func benchCluster(b *testing.B, engine string) map[uint64]*Node {
+	nodes, _ := benchClusterWith(b, func(c *Config) { c.LogEngine = engine })
 	return nodes
+}
+
+// benchEngines runs fn once per raft log engine, as sub-benchmarks, so one
+// command compares them in the same minute.
+func benchEngines(b *testing.B, fn func(b *testing.B, engine string)) {
+	for _, e := range []string{LogEngineWAL, LogEngineBbolt} {
+		b.Run("log="+e, func(b *testing.B) { fn(b, e) })
+	}
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -29,8 +37,10 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // on every replica). Reports p50/p99 of the pair.
 //
 //	go test -run '^$' -bench SequentialPair -benchtime 2000x ./node/
-func BenchmarkSequentialPair(b *testing.B) {
-	nodes := benchCluster(b)
+func BenchmarkSequentialPair(b *testing.B) { benchEngines(b, benchSequentialPair) }
+
+func benchSequentialPair(b *testing.B, engine string) {
+	nodes := benchCluster(b, engine)
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -55,8 +65,10 @@ func BenchmarkSequentialPair(b *testing.B) {
 // doing Lock+Unlock on its own names. Reports pairs/s.
 //
 //	go test -run '^$' -bench ParallelPairs64 -benchtime 5s ./node/
-func BenchmarkParallelPairs64(b *testing.B) {
-	nodes := benchCluster(b)
+func BenchmarkParallelPairs64(b *testing.B) { benchEngines(b, benchParallelPairs64) }
+
+func benchParallelPairs64(b *testing.B, engine string) {
+	nodes := benchCluster(b, engine)
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup

@@ -29,9 +29,17 @@ type Config struct {
 	// Default "lockraft".
 	ClusterID string
 
-	// DataDir holds the raft log (raft.db), the lock table (locks.db),
-	// snapshots (snap/) and the node identity (node.id). Required.
+	// DataDir holds the raft log (wal/ or raft.db, see LogEngine), the lock
+	// table (locks.db), snapshots (snap/) and the node identity (node.id).
+	// Required.
 	DataDir string
+
+	// LogEngine selects the raft log: LogEngineWAL ("wal", DataDir/wal/, one
+	// fdatasync per Ready) or LogEngineBbolt ("bbolt", DataDir/raft.db, a bbolt
+	// transaction per Ready). Empty (the default) keeps the engine of existing
+	// data (raft.db present: bbolt) and uses the WAL for a new directory. An
+	// engine that does not match existing data is refused (ErrDataDir).
+	LogEngine string
 
 	// ListenAddr is the gRPC address to listen on (default 127.0.0.1:0), or
 	// Listener an already bound listener (it takes precedence).
@@ -214,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return bad("DataDir is required")
+	}
+	if c.LogEngine != "" && c.LogEngine != LogEngineWAL && c.LogEngine != LogEngineBbolt {
+		return bad("LogEngine %q is not %q or %q", c.LogEngine, LogEngineWAL, LogEngineBbolt)
 	}
 	if len(c.ClusterID) > 128 {
 		return bad("ClusterID longer than 128 bytes")

@@ -4,8 +4,8 @@
 //
 // Per Ready the loop follows raft's contract (see raft-guide.md §1): a leader
 // sends its appends first and persists in parallel (Raft thesis §10.2.1);
-// then the snapshot, entries and HardState are saved in one raftlog
-// transaction (one fsync); then the remaining messages are sent; then the
+// then the snapshot, entries and HardState are saved in one raftlog Save
+// (with the default WAL engine one write and one fdatasync); then the remaining messages are sent; then the
 // committed entries are applied to lockfsm and each result or event is
 // handed to the caller waiting for it; then Advance.
 package node
@@ -38,7 +38,7 @@ type Node struct {
 	clock   Clock
 	snapDir string
 
-	storage *raftlog.Storage
+	storage raftlog.Log
 	fsm     *lockfsm.FSM
 	tr      *transport.Transport
 	rn      *raft.RawNode // owned by the loop goroutine
@@ -129,10 +129,12 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}()
 	var err error
-	n.storage, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft.db"), raftlog.Options{Logger: n.log})
+	var engine string
+	n.storage, engine, err = openLog(cfg.DataDir, cfg.LogEngine, n.log)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
+	n.log.Debug("raft log opened", "engine", engine)
 	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), lockfsm.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)

@@ -70,7 +70,7 @@ func (n *Node) handleReady() error {
 }
 
 // persist saves the Ready's snapshot, entries and HardState in one raftlog
-// transaction. A Ready that only moves the commit index (MustSync false, no
+// Save (one fdatasync with the WAL engine). A Ready that only moves the commit index (MustSync false, no
 // entries, no snapshot) is not written: the commit index is volatile state
 // in Raft, and re-learning it after a restart is safe, so it rides along
 // with the next synced write instead of costing an fsync of its own on every
