@@ -67,6 +67,9 @@ type Schedule struct {
 	Logf    func(string, ...any)
 	MaxHold time.Duration // longest fault (default 2.5 s)
 	Applied map[string]int
+	// LeaderClock lets clock faults hit the leader too (outside the
+	// clock-rate assumption: see followerOr).
+	LeaderClock bool
 }
 
 func (s *Schedule) pick(ids []uint64) uint64 { return ids[s.RNG.IntN(len(ids))] }
@@ -78,6 +81,29 @@ func (s *Schedule) leaderOr(ids []uint64) uint64 {
 		}
 	}
 	return s.pick(ids)
+}
+
+// followerOr picks a node that does not lead now (any node if unknown).
+// Clock faults use it unless LeaderClock is set: a leader whose monotonic
+// clock jumps or runs at 0.5–2× is outside the clock-rate assumption S5
+// rests on (it expires sessions early, so a holder can learn too late);
+// mutual exclusion in the log and fencing still hold there, but the
+// client-visible mutex history need not be linearizable.
+func (s *Schedule) followerOr(ids []uint64) uint64 {
+	if s.LeaderClock {
+		return s.leaderOr(ids)
+	}
+	l := s.C.Leader()
+	var others []uint64
+	for _, id := range ids {
+		if id != l {
+			others = append(others, id)
+		}
+	}
+	if len(others) == 0 {
+		return s.pick(ids)
+	}
+	return s.pick(others)
 }
 
 func (s *Schedule) dur(lo, hi time.Duration) time.Duration {
@@ -143,11 +169,11 @@ func (s *Schedule) Run(ctx context.Context) {
 			s.C.Pause(id)
 			undo = func() { s.C.Resume(id); s.Logf("resume n%d", id) }
 		case FaultClockJump:
-			id := s.leaderOr(ids)
+			id := s.followerOr(ids)
 			s.C.ClockJump(id, s.dur(100*time.Millisecond, 5*time.Second))
 			undo = func() {}
 		case FaultClockRate:
-			id := s.leaderOr(ids)
+			id := s.followerOr(ids)
 			r := 0.5 + 1.5*s.RNG.Float64()
 			s.C.ClockRate(id, r)
 			undo = func() { s.C.ClockRate(id, 1) }

@@ -17,14 +17,16 @@ import (
 
 // RunConfig is one bounded, seeded run.
 type RunConfig struct {
-	Seed     uint64
-	Duration time.Duration
-	Faults   []string // kinds; empty: no faults
-	Size     int      // default 3
-	BaseDir  string   // default a temp dir, removed afterwards
-	Workload WorkloadOptions
-	Logf     func(string, ...any)
-	Logger   *slog.Logger // node logs (default discarded)
+	// LeaderClock lets clock faults hit the leader (see Schedule.followerOr).
+	LeaderClock bool
+	Seed        uint64
+	Duration    time.Duration
+	Faults      []string // kinds; empty: no faults
+	Size        int      // default 3
+	BaseDir     string   // default a temp dir, removed afterwards
+	Workload    WorkloadOptions
+	Logf        func(string, ...any)
+	Logger      *slog.Logger // node logs (default discarded)
 	// CheckTimeout bounds porcupine (default 60 s).
 	CheckTimeout time.Duration
 	// SkipDurability skips the full-cluster crash and replay at the end.
@@ -112,7 +114,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 	runCtx, cancel := context.WithTimeout(ctx, rc.Duration)
 	defer cancel()
-	sched := &Schedule{C: c, Kinds: rc.Faults, RNG: rng, Logf: rc.Logf}
+	sched := &Schedule{C: c, Kinds: rc.Faults, RNG: rng, Logf: rc.Logf, LeaderClock: rc.LeaderClock}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

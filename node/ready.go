@@ -115,6 +115,14 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 
 // apply hands committed entries to lockfsm and routes results and events.
 func (n *Node) apply(ents []*raftpb.Entry) error {
+	if len(ents) > 0 {
+		// A loop that was slow (a long fsync, a pause) may reach these
+		// entries after the holder-side deadline passed without a tick
+		// noticing. Check first, so no grant in this batch is handed to a
+		// caller after the moment the cluster may have expired the session
+		// and granted the lock elsewhere (S5).
+		n.checkOwnSession(n.clock.Now())
+	}
 	for _, e := range ents {
 		idx := e.GetIndex()
 		switch e.GetType() {

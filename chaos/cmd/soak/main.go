@@ -29,6 +29,7 @@ func main() {
 	size := flag.Int("nodes", 3, "cluster size")
 	clients := flag.Int("clients", 3, "clients per node")
 	verbose := flag.Bool("v", false, "log every fault")
+	leaderClock := flag.Bool("leader-clock", false, "let clock faults hit the leader (outside the clock-rate assumption: porcupine may flag S5 losses; fencing must still hold)")
 	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
 	flag.Parse()
 	logf := func(string, ...any) {}
@@ -54,7 +55,7 @@ func main() {
 			}
 			wl := chaos.DefaultWorkload()
 			wl.ClientsPerNode = *clients
-			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size,
+			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size, LeaderClock: *leaderClock,
 				Workload: wl, Logf: logf, CheckTimeout: 5 * time.Minute})
 		}
 		if err != nil {
