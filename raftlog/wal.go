@@ -368,22 +368,10 @@ func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raft
 		return nil, ErrClosed
 	}
 	st := w.st
-	if i <= st.snap.GetMetadata().GetIndex() {
-		return nil, raft.ErrSnapOutOfDate
-	}
-	if i > st.last {
-		return nil, fmt.Errorf("raftlog: snapshot %d is out of bound last index %d", i, st.last)
-	}
-	term, err := w.term(i)
+	snap, err := nextSnapshot(st.snap, st.last, i, w.term, cs, data)
 	if err != nil {
 		return nil, err
 	}
-	snap := proto.Clone(st.snap).(*raftpb.Snapshot)
-	snap.Metadata.Index, snap.Metadata.Term = new(i), new(term)
-	if cs != nil {
-		snap.Metadata.ConfState = proto.Clone(cs).(*raftpb.ConfState)
-	}
-	snap.Data = append([]byte(nil), data...)
 	buf, err := appendProtoRecord(nil, recSnapCreate, snap)
 	if err != nil {
 		return nil, err

@@ -164,22 +164,10 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 	if s.closed {
 		return nil, ErrClosed
 	}
-	if i <= s.snap.GetMetadata().GetIndex() {
-		return nil, raft.ErrSnapOutOfDate
-	}
-	if i > s.last {
-		return nil, fmt.Errorf("raftlog: snapshot %d is out of bound last index %d", i, s.last)
-	}
-	term, err := s.term(i)
+	snap, err := nextSnapshot(s.snap, s.last, i, s.term, cs, data)
 	if err != nil {
 		return nil, err
 	}
-	snap := proto.Clone(s.snap).(*raftpb.Snapshot)
-	snap.Metadata.Index, snap.Metadata.Term = new(i), new(term)
-	if cs != nil {
-		snap.Metadata.ConfState = proto.Clone(cs).(*raftpb.ConfState)
-	}
-	snap.Data = append([]byte(nil), data...)
 	if err := s.update(func(meta, _ *bolt.Bucket) error {
 		return putProto(meta, keySnapshot, snap)
 	}); err != nil {
