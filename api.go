@@ -65,6 +65,9 @@ var (
 	ErrUnavailable = node.ErrUnavailable
 	// ErrStorage: a disk write failed; the node stopped serving.
 	ErrStorage = node.ErrStorage
+	// ErrRemoved: the cluster removed this member while it was away; it
+	// stopped serving. Restart it with a fresh data directory to rejoin.
+	ErrRemoved = node.ErrRemoved
 	// ErrDataDir: the data directory is corrupt, locked, or belongs to
 	// another node or cluster; the message says which.
 	ErrDataDir = node.ErrDataDir

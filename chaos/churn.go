@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -257,7 +258,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 		// Wait for a healthy configuration: at least 3 voters (the policy
 		// grows to 5 when 5 members run), all running.
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		voters, _, err := c.WaitConf(wctx, func(v, l []uint64) bool { return healthyVoters(c, v) })
+		voters, learners, err := c.WaitConf(wctx, func(v, l []uint64) bool { return healthyVoters(c, v) })
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -278,6 +279,16 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			action = 0 // grow first: a replacement must exist
 		} else if len(empty) == 0 && action == 0 {
 			action = 1 + rng.IntN(3)
+		}
+		if action == 1 && len(learners) == 0 {
+			// No learner to take a dead voter's place: the policy rightly
+			// keeps the dead voter (removing it could not restore the
+			// target), so killing one now tests nothing. Grow instead.
+			if len(empty) > 0 {
+				action = 0
+			} else {
+				action = 2
+			}
 		}
 		switch action {
 		case 0: // add a new member
@@ -318,6 +329,18 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			sleepCtx(ctx, dur(100*time.Millisecond, time.Second))
 			if err := c.Start(s, false); err != nil {
 				logf("restart slot %d: %v", s, err)
+			} else if c.removedWhileAway(ctx, s) {
+				// Removed from the configuration while it was down: it
+				// stopped with ErrRemoved, as it should. Rejoin fresh.
+				logf("slot %d was removed while down (ErrRemoved); rejoining with a fresh data dir", s)
+				applied["rejoin-fresh"]++
+				c.Crash(s)
+				c.mu.Lock()
+				c.dirs[s] = ""
+				c.mu.Unlock()
+				if err := c.Start(s, true); err != nil {
+					logf("rejoin slot %d: %v", s, err)
+				}
 			}
 		case 3: // close a member gracefully: it leaves
 			s := running[rng.IntN(len(running))]
@@ -458,4 +481,30 @@ func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *
 	rep.Notes = append(rep.Notes, store.Examples...)
 	store.mu.Unlock()
 	slices.Sort(rep.Notes)
+}
+
+// removedWhileAway reports whether the node in slot stopped with
+// node.ErrRemoved shortly after its restart (it was removed from the
+// configuration while it was down).
+func (c *GossipCluster) removedWhileAway(ctx context.Context, slot uint64) bool {
+	n := c.Node(slot)
+	if n == nil {
+		return false
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := n.Status(sctx)
+		cancel()
+		if errors.Is(err, node.ErrRemoved) {
+			return true
+		}
+		if err == nil {
+			if st, _ := n.Status(ctx); st.Leader != 0 {
+				return false
+			}
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+	return false
 }

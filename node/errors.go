@@ -61,6 +61,12 @@ var (
 	// acknowledge anything it could not make durable.
 	ErrStorage = errors.New("lockraft: storage failure")
 
+	// ErrRemoved: the cluster removed this node from its configuration (for
+	// example while it was down past the dead-member threshold) and it came
+	// back with its old raft state. It stops serving; start it with a fresh
+	// data directory to rejoin as a new member. Nothing it had was held.
+	ErrRemoved = errors.New("lockraft: removed from the cluster; start with a fresh data directory to rejoin")
+
 	// ErrDataDir: the data directory belongs to another node or cluster, is
 	// locked by another process, or is corrupt. The message says which.
 	ErrDataDir = errors.New("lockraft: unusable data directory")

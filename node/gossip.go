@@ -62,6 +62,10 @@ type GossipConfig struct {
 
 const methodLeave = "leave"
 
+// methodRemoved tells a member with raft state that is not in the
+// configuration that it was removed (see tellRemoved).
+const methodRemoved = "removed"
+
 // Version is gossiped in each member's metadata.
 const Version = "lockraft/0.1"
 
@@ -134,6 +138,7 @@ type gossipState struct {
 	since     map[uint64]healthMark
 	removed   map[uint64]bool
 	leaveWait map[uint64][]chan error // raft id -> Leave calls waiting for its removal
+	told      map[uint64]time.Time    // last "removed" notice sent, by raft id
 }
 
 type pendingChange struct {
@@ -409,6 +414,12 @@ func (n *Node) reconcile() {
 		}
 		seen[m.Meta.RaftID] = info{m.State, m.Meta}
 	}
+	for id, inf := range seen {
+		if inf.state == membership.StateAlive && inf.meta.HasData && id != n.id &&
+			!slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) {
+			n.tellRemoved(id, now)
+		}
+	}
 	ids := map[uint64]bool{}
 	for id := range seen {
 		ids[id] = true
@@ -566,4 +577,38 @@ func (n *Node) leaveGossip() {
 	if err := n.ml.Leave(n.gcfg.Timing.TCPTimeout); err != nil {
 		n.log.Warn("leave gossip", "err", err)
 	}
+}
+
+// tellRemoved notifies a live member that has raft state but is not in the
+// configuration. New members join with no state and are added as learners
+// before they receive any, so such a member was removed (typically while it
+// was down past the threshold) and came back with a stale log: without the
+// notice it would campaign forever and its Lock calls would wait forever.
+// Runs in the loop; the call itself runs on its own goroutine. At most one
+// notice per member every 10 s.
+func (n *Node) tellRemoved(id uint64, now time.Time) {
+	gs := &n.loop.gossip
+	if gs.told == nil {
+		gs.told = map[uint64]time.Time{}
+	}
+	if at, ok := gs.told[id]; ok && now.Sub(at) < 10*time.Second {
+		return
+	}
+	gs.told[id] = now
+	n.log.Warn("gossip: member has raft state but is not in the configuration; telling it it was removed", "id", id)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.electionTimeout())
+		defer cancel()
+		if _, err := n.tr.Call(ctx, id, methodRemoved, nil); err != nil {
+			n.log.Debug("gossip: removed notice not delivered", "id", id, "err", err)
+		}
+	}()
+}
+
+// handleRemoved stops this node: the leader says it is not a member.
+func (n *Node) handleRemoved(from uint64) ([]byte, error) {
+	n.log.Error("removed from the cluster while away: stopping; start with a fresh data directory to rejoin",
+		"told_by", from, "id", n.id)
+	n.tryDo(func() { n.loop.stopWith = ErrRemoved })
+	return nil, nil
 }

@@ -376,3 +376,35 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 	require.ElementsMatch(t, voters, v)
 	require.NotContains(t, append(v, l...), intruder.ID())
 }
+
+// TestGossipRemovedWhileAwayStops: a learner that was removed while it was
+// down comes back with its old raft state. The leader tells it it is no
+// longer a member, so it stops with ErrRemoved instead of campaigning
+// forever with Lock calls that never return.
+func TestGossipRemovedWhileAwayStops(t *testing.T) {
+	f := newGossipFleet(t, "removed", 3)
+	f.start(1)
+	for i := 2; i <= 4; i++ {
+		f.start(i, f.nodes[1].GossipAddr())
+	}
+	_, learners := f.waitConf(20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	var slot int
+	for i, n := range f.nodes {
+		if n.ID() == learners[0] {
+			slot = i
+		}
+	}
+	require.NotZero(t, slot)
+	f.crash(slot)
+	f.waitConf(20*time.Second, "the dead learner removed", func(v, l []uint64) bool {
+		return len(v) == 3 && !slices.Contains(l, learners[0])
+	})
+	back := f.start(slot, f.nodes[1].GossipAddr())
+	require.Equal(t, learners[0], back.ID(), "restarted with its data and id")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := back.Acquire(ctx, "x", "o", true, 0)
+	require.ErrorIs(t, err, ErrRemoved)
+	_, err = back.Acquire(ctx, "y", "o", false, 0)
+	require.ErrorIs(t, err, ErrRemoved, "it keeps refusing")
+}

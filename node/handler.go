@@ -66,6 +66,8 @@ func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method s
 			return nil, err
 		}
 		return []byte{byte(n.localRenew(ctx, name, token))}, nil
+	case methodRemoved:
+		return n.handleRemoved(from)
 	case methodLeave:
 		return n.handleLeave(ctx, from)
 	}

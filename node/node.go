@@ -78,6 +78,7 @@ type loopState struct {
 	lastCommit  time.Time
 	events      []lockfsm.Event
 	unsavedHS   *raftpb.HardState // a commit-only HardState not yet written
+	stopWith    error             // set to stop serving with this error (ErrRemoved)
 
 	ops     opRegistry
 	holds   holdRegistry
@@ -318,6 +319,10 @@ func (n *Node) run() {
 		}
 		n.cfg.Faults.waitIfPaused(n.stopc)
 		n.drainInputs()
+		if n.loop.stopWith != nil {
+			n.stopServing(n.loop.stopWith)
+			return
+		}
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
 				n.fail(err)
@@ -353,7 +358,12 @@ func (n *Node) step(msgs []*raftpb.Message) {
 // fail stops serving after a storage error: the node must not acknowledge
 // anything it could not make durable (S3).
 func (n *Node) fail(err error) {
-	err = fmt.Errorf("%w: %v", ErrStorage, err)
+	n.stopServing(fmt.Errorf("%w: %v", ErrStorage, err))
+}
+
+// stopServing fails every pending call and ends every handle with err; the
+// loop returns right after, and every later call fails with err.
+func (n *Node) stopServing(err error) {
 	n.dead.CompareAndSwap(nil, &err)
 	n.log.Error("node stopped serving", "err", err)
 	n.loop.ops.failAll(err)

@@ -243,6 +243,9 @@ func (n *Node) closeOwnSession(done chan error) {
 		done <- nil
 		return
 	}
+	// Tell the holders before the release is proposed: once the close
+	// commits, another node may be granted their locks at once.
+	n.loop.holds.loseAll(ErrClosed)
 	s.closeDone = done
 	s.toClose[s.id] = time.Time{}
 	n.retrySessionOpen(time.Time{})
