@@ -407,6 +407,24 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
+	// A member the leader removed while it was away (or that was too slow
+	// to count as healthy and was replaced) stops with node.ErrRemoved; like
+	// an operator would, rejoin it with a fresh data dir before settling.
+	for _, s := range c.Running() {
+		if n := c.Node(s); n != nil {
+			if _, err := n.Status(sctx); errors.Is(err, node.ErrRemoved) {
+				rc.Logf("slot %d stopped with ErrRemoved; rejoining it fresh before the checks", s)
+				rep.Injected["rejoin-fresh"]++
+				c.Crash(s)
+				c.mu.Lock()
+				c.dirs[s] = ""
+				c.mu.Unlock()
+				if err := c.Start(s, true); err != nil {
+					rc.Logf("rejoin slot %d: %v", s, err)
+				}
+			}
+		}
+	}
 	if _, err := c.WaitLeader(sctx); err != nil {
 		viol("no leader at the end: %v", err)
 	}
