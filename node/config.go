@@ -142,6 +142,9 @@ type TestHooks struct {
 	// and propose its expiry when it passes, though keepalives only reach
 	// the leader.
 	FollowerExpiry bool
+	// LockLoopThread pins the node loop to its own OS thread so that the
+	// thread's CPU time (LoopCPU) is the loop's alone: for measuring.
+	LockLoopThread bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

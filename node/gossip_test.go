@@ -26,6 +26,7 @@ type gossipFleet struct {
 	mu      sync.Mutex
 	nodes   map[int]*Node
 	dirs    map[int]string
+	tune    func(*Config) // applied after the defaults
 }
 
 func newGossipFleet(t *testing.T, cluster string, expect int) *gossipFleet {
@@ -61,6 +62,9 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 		},
 	}
 	fastConfig(&cfg)
+	if f.tune != nil {
+		f.tune(&cfg)
+	}
 	return cfg
 }
 

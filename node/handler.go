@@ -70,6 +70,8 @@ func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method s
 		return n.handleRemoved(from)
 	case methodLeave:
 		return n.handleLeave(ctx, from)
+	case methodFwdOpen, methodFwdPropose, methodFwdPush, methodFwdStatus:
+		return n.handleFwd(ctx, from, method, req)
 	}
 	return nil, fmt.Errorf("lockraft: unknown method %q from %d", method, from)
 }

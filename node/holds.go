@@ -309,6 +309,7 @@ func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
 // onEvent reacts to one lockfsm event: leader timers for every session, and
 // waiters and handles for this node's own.
 func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
+	n.fwdOnEvent(ev)
 	n.loop.lead.onEvent(n, ev)
 	if n.cfg.TestHooks.FollowerExpiry {
 		n.loop.local.onEvent(n, ev)

@@ -56,6 +56,9 @@ type Node struct {
 	lastAcked atomic.Int64
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
 
+	dropPushes        atomic.Bool   // tests: refuse every fwd-push, so only fwd-status informs
+	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
+	loopTID           atomic.Int64  // OS thread of the loop (TestHooks.LockLoopThread)
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
 
@@ -87,6 +90,7 @@ type loopState struct {
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
 	gossip  gossipState
+	fwd     fwdState
 }
 
 // Start opens (or creates) the node's data directory, starts the transport
@@ -201,6 +205,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop.holds.init()
 	n.loop.lead.init()
 	n.loop.local.init()
+	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
@@ -287,6 +292,9 @@ func (n *Node) do(ctx context.Context, f func()) error {
 // run is the loop: the only goroutine that touches rn, fsm and loopState.
 func (n *Node) run() {
 	defer close(n.donec)
+	if n.cfg.TestHooks.LockLoopThread {
+		n.lockLoopThread()
+	}
 	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
 	defer stopTick()
 	// The leader checks its expiry deadlines ten times per tick, so a

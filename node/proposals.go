@@ -118,6 +118,10 @@ func (n *Node) propose(o *op) {
 	}
 	o.data = o.cmd.AppendEncode(o.data[:0])
 	o.proposedAt = n.clock.Now()
+	if n.light() {
+		n.forward(o.data)
+		return
+	}
 	if err := n.rn.Propose(o.data); err != nil {
 		o.proposedAt = time.Time{} // try again on the next tick
 	}
@@ -135,6 +139,9 @@ func (n *Node) retryProposals(now time.Time) {
 	}
 	n.retrySessionOpen(now)
 	n.loop.lead.retry(n, now)
+	if n.light() {
+		n.fwdTick(now)
+	}
 }
 
 // reproposeAll re-proposes every in-flight op (after a leader change).

@@ -105,11 +105,13 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	}
 	if wasLeader && !n.loop.isLeader {
 		n.loop.lead.stepDown()
+		n.fwdStepDown()
 		n.failConfirmRounds()
 	}
 	if !wasLeader && n.loop.isLeader {
 		n.loop.term = n.rn.BasicStatus().GetTerm()
 		n.loop.lead.becomeLeader(n.loop.term)
+		n.fwdBecomeLeader()
 	}
 }
 
@@ -149,6 +151,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			} else {
 				res, n.loop.events = n.fsm.ApplyCommand(idx, &cmd, n.loop.events)
 				n.onResult(idx, &cmd, res)
+				n.fwdOnResult(&cmd, res)
 			}
 			for i := range n.loop.events {
 				n.onEvent(idx, &n.loop.events[i])

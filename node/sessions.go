@@ -52,7 +52,8 @@ func (n *Node) retrySessionOpen(now time.Time) {
 			s.toClose[id] = n.clock.Now()
 		}
 	}
-	if s.id != 0 || s.closing || n.loop.leader == 0 {
+	light := n.light()
+	if s.id != 0 || s.closing || (n.loop.leader == 0 && !light) {
 		return
 	}
 	if !s.openRetry.IsZero() && !now.IsZero() && now.Sub(s.openRetry) < n.cfg.RetryInterval {
@@ -63,6 +64,10 @@ func (n *Node) retrySessionOpen(now time.Time) {
 		s.openSentAt = n.clock.Now()
 	}
 	s.openRetry = n.clock.Now()
+	if light {
+		n.fwdOpen(s.nonce)
+		return
+	}
 	n.proposeSessionless(lockfsm.Command{
 		Kind:      lockfsm.KindOpenSession,
 		Node:      n.id,
@@ -74,6 +79,10 @@ func (n *Node) retrySessionOpen(now time.Time) {
 // proposeSessionless proposes a command outside the session's sequence
 // (session open/close, leader expiries). These are idempotent by nature.
 func (n *Node) proposeSessionless(c lockfsm.Command) {
+	if n.light() {
+		n.forward(c.AppendEncode(nil))
+		return
+	}
 	_ = n.rn.Propose(c.AppendEncode(nil))
 }
 
@@ -281,6 +290,10 @@ func (n *Node) keepaliveLoop() {
 		switch st {
 		case keepaliveOK:
 			n.noteAcked(sent)
+		case keepaliveNotLeader, keepaliveFailed:
+			if n.light() {
+				n.tryDo(func() { n.fwdLeaderLost(lead) })
+			}
 		case keepaliveNoSession:
 			_ = n.do(context.Background(), func() {
 				if n.loop.own.id == sess && !n.loop.own.closing {

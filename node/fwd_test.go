@@ -1,0 +1,240 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// lightFleet starts n instances with 3 voters and 2 learners at most; the
+// rest are light members. It returns the fleet once the configuration is
+// 3 voters + min(2, n-3) learners and every instance has a session.
+func lightFleet(t *testing.T, cluster string, size int, tune func(*Config)) (*gossipFleet, []*Node) {
+	t.Helper()
+	f := newGossipFleet(t, cluster, 3)
+	f.tune = func(c *Config) {
+		c.Gossip.Thresholds.MaxVoters = 3
+		if tune != nil {
+			tune(c)
+		}
+	}
+	f.start(0)
+	seed := f.nodes[0].GossipAddr()
+	for i := 1; i < size; i++ {
+		f.start(i, seed)
+	}
+	learners := min(2, size-3)
+	f.waitConf(60*time.Second, "3 voters + learners", func(v, l []uint64) bool { return len(v) == 3 && len(l) == learners })
+	require.Eventually(t, func() bool {
+		for _, n := range f.running() {
+			if n.sess.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "every instance has a session")
+	return f, f.lightNodes()
+}
+
+// lightNodes are the running instances outside the raft configuration.
+func (f *gossipFleet) lightNodes() []*Node {
+	var out []*Node
+	for _, n := range f.running() {
+		if n.light() {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Node) int { return int(int64(a.ID()>>1) - int64(b.ID()>>1)) })
+	return out
+}
+
+func TestLightMemberLockUnlock(t *testing.T) {
+	f, lights := lightFleet(t, "light", 7, nil)
+	require.Len(t, lights, 2)
+	a, b := lights[0], lights[1]
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 20*time.Second)
+
+	// Lock, reentrancy, TryLock refused to another owner, Unlock.
+	h1, err := a.Acquire(ctx, "x", "alice", true, 0)
+	require.NoError(t, err)
+	h2, err := a.Acquire(ctx, "x", "alice", true, 0)
+	require.NoError(t, err)
+	require.Equal(t, h1.Token(), h2.Token())
+	_, err = b.Acquire(ctx, "x", "bob", false, 0)
+	require.ErrorIs(t, err, ErrLocked)
+	_, err = lead.Acquire(ctx, "x", "carol", false, 0)
+	require.ErrorIs(t, err, ErrLocked)
+
+	// FIFO across light and raft members: bob (light) queues, then carol
+	// (leader), then dave (light a).
+	type got struct {
+		who string
+		h   *Hold
+	}
+	order := make(chan got, 3)
+	var wg sync.WaitGroup
+	waitFor := func(n *Node, owner string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := n.Acquire(ctx, "x", owner, true, 0)
+			if err != nil {
+				t.Errorf("%s: %v", owner, err)
+				return
+			}
+			order <- got{owner, h}
+		}()
+	}
+	waitQueued := func(k int) {
+		require.Eventually(t, func() bool {
+			return lead.waiters("x") == k
+		}, 5*time.Second, 5*time.Millisecond)
+	}
+	waitFor(b, "bob")
+	waitQueued(1)
+	waitFor(lead, "carol")
+	waitQueued(2)
+	waitFor(a, "dave")
+	waitQueued(3)
+	require.NoError(t, h2.Release(ctx))
+	require.NoError(t, h1.Release(ctx))
+	prev := h1.Token()
+	for _, want := range []string{"bob", "carol", "dave"} {
+		g := <-order
+		require.Equal(t, want, g.who)
+		require.Greater(t, g.h.Token(), prev)
+		prev = g.h.Token()
+		require.NoError(t, g.h.Release(ctx))
+	}
+	wg.Wait()
+	require.ErrorIs(t, h1.Release(ctx), ErrNotHeld)
+}
+
+// waiters is how many waiters the named lock has in n's lock table (tests).
+func (n *Node) waiters(name string) int {
+	res := make(chan int, 1)
+	if n.do(context.Background(), func() {
+		l, _ := n.fsm.Lock(name)
+		res <- len(l.Waiters)
+	}) != nil {
+		return -1
+	}
+	return <-res
+}
+
+func TestLightMemberCrashReleasesAfterTTL(t *testing.T) {
+	f, lights := lightFleet(t, "lightcrash", 6, nil)
+	a := lights[0]
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	_, err := a.Acquire(ctx, "crash", "alice", true, 0)
+	require.NoError(t, err)
+	for i, n := range f.nodes {
+		if n == a {
+			f.crash(i)
+		}
+	}
+	start := time.Now()
+	h, err := lead.Acquire(ctx, "crash", "bob", true, 0)
+	require.NoError(t, err)
+	el := time.Since(start)
+	t.Logf("granted %v after the light member crashed", el)
+	require.Greater(t, el, time.Second, "not before the TTL (2 s) minus slack")
+	require.NoError(t, h.Release(ctx))
+}
+
+func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
+	f, lights := lightFleet(t, "lightfail", 6, nil)
+	a := lights[0]
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	// Held by a voter that is not the leader, so it survives the change.
+	var holder *Node
+	for _, n := range f.running() {
+		if n != lead && !n.light() {
+			voters, _, err := n.ConfState(ctx)
+			if err == nil && slices.Contains(voters, n.ID()) {
+				holder = n
+				break
+			}
+		}
+	}
+	require.NotNil(t, holder)
+	h, err := holder.Acquire(ctx, "fo", "holder", true, 0)
+	require.NoError(t, err)
+	got := make(chan *Hold, 1)
+	go func() {
+		hh, err := a.Acquire(ctx, "fo", "light", true, 0)
+		if err != nil {
+			t.Errorf("light acquire: %v", err)
+		}
+		got <- hh
+	}()
+	require.Eventually(t, func() bool {
+		return lead.waiters("fo") == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	// From now on no push reaches the light member: the grant must be
+	// re-learned with fwd-status from the new leader.
+	a.dropPushes.Store(true)
+	for i, n := range f.nodes {
+		if n == lead {
+			f.crash(i)
+		}
+	}
+	require.Eventually(t, func() bool { l := holder.Leader(); return l != 0 && l != lead.ID() }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, h.Release(ctx))
+	select {
+	case hh := <-got:
+		require.NotNil(t, hh)
+		require.Greater(t, hh.Token(), h.Token())
+		require.Positive(t, a.relearned.Load(), "granted through fwd-status")
+		a.dropPushes.Store(false)
+		require.NoError(t, hh.Release(ctx))
+	case <-ctx.Done():
+		t.Fatal("light waiter never granted after the leader change")
+	}
+}
+
+func fleetTune(c *Config) {
+	c.TickInterval = 50 * time.Millisecond
+	c.ElectionTicks = 10
+	c.HeartbeatTicks = 1
+	c.SessionTTL = 5 * time.Second
+	c.KeepaliveInterval = 250 * time.Millisecond
+	c.RetryInterval = 250 * time.Millisecond
+	c.Gossip.Thresholds.StabilizeFor = 200 * time.Millisecond
+}
+
+func TestFleetOf50(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 instances")
+	}
+	start := time.Now()
+	f, lights := lightFleet(t, "fleet50", 50, fleetTune)
+	t.Logf("50 instances formed, %d light, after %v", len(lights), time.Since(start))
+	require.Len(t, lights, 45)
+	ctx := ctxT(t, 60*time.Second)
+	var wg sync.WaitGroup
+	for i, n := range f.running() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := n.Acquire(ctx, "fleet", fmt.Sprintf("o%d", i), true, 0)
+			if err != nil {
+				t.Errorf("instance %x: %v", n.ID(), err)
+				return
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Errorf("instance %x release: %v", n.ID(), err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("Lock+Unlock from all 50 done after %v", time.Since(start))
+}
