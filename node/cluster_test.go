@@ -157,7 +157,7 @@ func (tc *testCluster) follower() uint64 {
 	return 0
 }
 
-func testLogger(t *testing.T, id uint64) *slog.Logger {
+func testLogger(t testing.TB, id uint64) *slog.Logger {
 	level := slog.LevelInfo
 	if os.Getenv("LOCKRAFT_DEBUG") != "" {
 		level = slog.LevelDebug
@@ -165,7 +165,7 @@ func testLogger(t *testing.T, id uint64) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level})).With("n", id)
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	defer func() { recover() }() // a log line after the test ended

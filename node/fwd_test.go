@@ -14,7 +14,7 @@ import (
 // lightFleet starts n instances with 3 voters and 2 learners at most; the
 // rest are light members. It returns the fleet once the configuration is
 // 3 voters + min(2, n-3) learners and every instance has a session.
-func lightFleet(t *testing.T, cluster string, size int, tune func(*Config)) (*gossipFleet, []*Node) {
+func lightFleet(t testing.TB, cluster string, size int, tune func(*Config)) (*gossipFleet, []*Node) {
 	t.Helper()
 	f := newGossipFleet(t, cluster, 3)
 	f.tune = func(c *Config) {

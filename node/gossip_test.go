@@ -20,7 +20,7 @@ import (
 // gossipFleet is a set of real nodes (real gRPC, bbolt, memberlist on
 // loopback) that find each other by gossip.
 type gossipFleet struct {
-	t       *testing.T
+	t       testing.TB
 	cluster string
 	expect  int
 	mu      sync.Mutex
@@ -29,7 +29,7 @@ type gossipFleet struct {
 	tune    func(*Config) // applied after the defaults
 }
 
-func newGossipFleet(t *testing.T, cluster string, expect int) *gossipFleet {
+func newGossipFleet(t testing.TB, cluster string, expect int) *gossipFleet {
 	f := &gossipFleet{t: t, cluster: cluster, expect: expect, nodes: map[int]*Node{}, dirs: map[int]string{}}
 	t.Cleanup(func() {
 		f.mu.Lock()
