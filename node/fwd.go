@@ -305,20 +305,34 @@ func (n *Node) fwdTick(now time.Time) {
 		return
 	}
 	r := &n.loop.ops
-	if len(r.queued) == 0 || n.loop.own.id == 0 || now.Sub(f.statusAt) < n.cfg.RetryInterval {
+	if n.loop.own.id == 0 || now.Sub(f.statusAt) < n.cfg.RetryInterval {
 		return
 	}
-	f.statusAt = now
 	sess := n.loop.own.id
 	var req []byte
 	req = binary.AppendUvarint(req, sess)
 	var seqs []uint64
-	for seq, o := range r.queued {
+	add := func(seq uint64, o *op) {
 		seqs = append(seqs, seq)
 		req = binary.AppendUvarint(req, seq)
 		req = appendStr(req, o.cmd.Name)
 		req = appendStr(req, o.cmd.Owner)
 	}
+	for seq, o := range r.queued {
+		add(seq, o)
+	}
+	// Acquires whose result is overdue: their result push may have been
+	// lost, and a retry's duplicate result is pushed the same way.
+	for seq, o := range r.inflight {
+		if o.cmd.Kind == lockfsm.KindAcquire && !o.parked && !o.abandoned && !o.firstProposed.IsZero() &&
+			now.Sub(o.firstProposed) >= n.cfg.RetryInterval {
+			add(seq, o)
+		}
+	}
+	if len(seqs) == 0 {
+		return
+	}
+	f.statusAt = now
 	target := n.loop.leader
 	n.bgwg.Add(1)
 	go func() {
@@ -355,7 +369,20 @@ func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
 			return
 		}
 		facts = facts[k:]
-		o := n.loop.ops.queued[seq]
+		r := &n.loop.ops
+		if o := r.inflight[seq]; o != nil && !o.parked && !o.abandoned && o.cmd.Kind == lockfsm.KindAcquire && st != statusGone {
+			// Its result was lost on the way: the lock table says what it was.
+			delete(r.inflight, seq)
+			if st == statusGranted {
+				n.relearned.Add(1)
+				n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: tok})
+			} else {
+				n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Queued})
+			}
+			r.advanceAck()
+			continue
+		}
+		o := r.queued[seq]
 		if o == nil {
 			continue
 		}

@@ -38,6 +38,9 @@ func lightFleet(t testing.TB, cluster string, size int, tune func(*Config)) (*go
 		}
 		return true
 	}, 60*time.Second, 20*time.Millisecond, "every instance has a session")
+	// A learner just added may not have received raft state yet.
+	require.Eventually(t, func() bool { return len(f.lightNodes()) == size-3-learners }, 20*time.Second, 10*time.Millisecond,
+		"every member outside the configuration is light, no other")
 	return f, f.lightNodes()
 }
 
@@ -193,6 +196,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	case hh := <-got:
 		require.NotNil(t, hh)
 		require.Greater(t, hh.Token(), h.Token())
+		t.Logf("light now: %v, relearned %d", a.light(), a.relearned.Load())
 		require.Positive(t, a.relearned.Load(), "granted through fwd-status")
 		a.dropPushes.Store(false)
 		require.NoError(t, hh.Release(ctx))
@@ -212,8 +216,11 @@ func fleetTune(c *Config) {
 }
 
 func TestFleetOf50(t *testing.T) {
-	if testing.Short() {
-		t.Skip("50 instances")
+	if testing.Short() || raceEnabled {
+		// Under the race detector 50 instances on 2 cores starve their
+		// timers (elections, keepalives); the light-member paths are
+		// race-checked by the smaller tests above.
+		t.Skip("50 instances: not with -short or -race")
 	}
 	start := time.Now()
 	f, lights := lightFleet(t, "fleet50", 50, fleetTune)

@@ -20,11 +20,14 @@ type op struct {
 	done chan opResult
 
 	proposedAt time.Time // zero until proposed; reset on every re-proposal
-	queued     bool      // an Acquire applied as Queued: awaiting its grant event
-	abandoned  bool      // the caller gave up; a Cancel for it is on its way
-	parked     bool      // not re-proposed: the Cancel for it settles it
-	cancelOf   *op       // for a Cancel: the Acquire it cancels
-	hold       *holdRequest
+	// firstProposed: the first proposal (light members ask the leader about
+	// an Acquire whose result is overdue).
+	firstProposed time.Time
+	queued        bool // an Acquire applied as Queued: awaiting its grant event
+	abandoned     bool // the caller gave up; a Cancel for it is on its way
+	parked        bool // not re-proposed: the Cancel for it settles it
+	cancelOf      *op  // for a Cancel: the Acquire it cancels
+	hold          *holdRequest
 }
 
 // opResult is what a caller waiting on an op receives.
@@ -118,6 +121,9 @@ func (n *Node) propose(o *op) {
 	}
 	o.data = o.cmd.AppendEncode(o.data[:0])
 	o.proposedAt = n.clock.Now()
+	if o.firstProposed.IsZero() {
+		o.firstProposed = o.proposedAt
+	}
 	if n.light() {
 		n.forward(o.data)
 		return
