@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -405,10 +406,21 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	})
 	back := f.start(slot, f.running()[0].GossipAddr()) // instance 1 may be the one that was crashed
 	require.Equal(t, learners[0], back.ID(), "restarted with its data and id")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// The leader notices it on its next reconcile; until then a call may
+	// still go through. It must end up stopped with ErrRemoved, not hanging.
+	var err error
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var h *Hold
+		h, err = back.Acquire(ctx, "x", "o", true, 0)
+		if h != nil {
+			h.Release(ctx)
+		}
+		return errors.Is(err, ErrRemoved)
+	}, 20*time.Second, 50*time.Millisecond, "never told it was removed (last error %v)", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := back.Acquire(ctx, "x", "o", true, 0)
-	require.ErrorIs(t, err, ErrRemoved)
 	_, err = back.Acquire(ctx, "y", "o", false, 0)
 	require.ErrorIs(t, err, ErrRemoved, "it keeps refusing")
 }
