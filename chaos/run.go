@@ -185,59 +185,6 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 
 	ops := w.H.Ops()
-	rep.Ops = len(ops)
-	for _, op := range ops {
-		if op.Outcome == OK || op.Outcome == Locked {
-			rep.Determinate++
-		}
-		if op.Kind != OpUnlock && op.Outcome == OK {
-			rep.Grants++
-		}
-	}
-	rep.LongestGap = LongestGap(ops, end)
-	rep.Entries = c.Applied.Entries()
-	for _, s := range c.Applied.Divergence() {
-		viol("replicas diverge: %s", s)
-	}
-	for i, s := range c.Applied.TokenOrder() {
-		if i < 5 {
-			viol("S2: %s", s)
-		}
-	}
-	for i, s := range c.Applied.AckedLost(ops) {
-		if i < 5 {
-			viol("S3: %s", s)
-		}
-	}
-	res, info := CheckLinearizable(ops, c.Applied.Granted, rc.CheckTimeout)
-	rep.Linearizable = res
-	switch res {
-	case porcupine.Illegal:
-		viol("porcupine: history not linearizable under the mutex model")
-		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
-			if porcupine.Visualize(MutexModel(), info, f) == nil {
-				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())
-			}
-			f.Close()
-		}
-	case porcupine.Unknown:
-		rep.Notes = append(rep.Notes, "porcupine timed out: linearizability not decided")
-	}
-	rep.Writes, rep.Stale, rep.Accepted, rep.Live = w.Store.Counts()
-	if rep.Accepted > 0 {
-		viol("fencing: %d accepted overlapping critical sections", rep.Accepted)
-	}
-	if rep.Live > 0 {
-		msg := fmt.Sprintf("S5/S1: %d critical sections entered while the previous holder still believed it held the lock", rep.Live)
-		if S5Exempt(rc.Faults) {
-			rep.Notes = append(rep.Notes, msg+" (expected under this fault: fencing must cover it)")
-		} else {
-			viol("%s", msg)
-		}
-	}
-	for _, e := range w.Store.Examples {
-		rep.Notes = append(rep.Notes, e)
-	}
-	slices.Sort(rep.Notes)
+	finishReport(rep, ops, end, c.Applied, w.Store, rc, viol)
 	return rep, nil
 }
