@@ -307,3 +307,12 @@ func (c Config) electionTimeout() time.Duration {
 func (c Config) holderMargin() time.Duration {
 	return time.Duration(2*c.DriftRatio*float64(c.SessionTTL)) + c.TickInterval
 }
+
+// keepaliveTimeout is how long a keepalive may wait for its answer. Longer
+// than the interval: under load a confirmation round can take longer than
+// KeepaliveInterval, and an answer that comes late still counts from the
+// time the keepalive was sent (so waiting is always safe). A quarter of the
+// TTL leaves time for the next keepalive to reach a new leader.
+func (c Config) keepaliveTimeout() time.Duration {
+	return max(c.KeepaliveInterval, c.SessionTTL/4)
+}

@@ -34,11 +34,26 @@ type keepaliveWaiter struct {
 }
 
 // confirmer batches waiters behind ReadIndex rounds. Owned by the loop.
+//
+// Rounds are answered in order: raft releases a ReadIndex together with
+// every earlier one, and a round confirmed at its issue time also covers
+// every waiter of an earlier round (they all arrived before it was issued).
+// So an unanswered round is never failed or dropped for being slow: its
+// waiters are answered by the first later round that completes. A new round
+// is issued for the waiters that arrived meanwhile once the newest round has
+// been out for RetryInterval (or has been answered): under load a round can
+// take longer than that, and replacing it by a fresh one each time would
+// never confirm anything.
 type confirmer struct {
-	next     []keepaliveWaiter
-	inflight []keepaliveWaiter
-	id       uint64
-	issued   time.Time
+	next   []keepaliveWaiter
+	rounds []confirmRound // issued, oldest first
+	id     uint64
+}
+
+type confirmRound struct {
+	id      uint64
+	issued  time.Time
+	waiters []keepaliveWaiter
 }
 
 // awaitConfirmed hands w to the loop and waits for its answer (or ctx).
@@ -60,7 +75,7 @@ func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveS
 	}
 }
 
-// confirmLeadership adds a waiter and starts a round if none is in flight.
+// confirmLeadership adds a waiter and starts a round if it may.
 func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	if !n.loop.isLeader {
 		w.reply <- keepaliveNotLeader
@@ -71,66 +86,93 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	n.issueConfirmRound()
 }
 
+// issueConfirmRound starts a round for the waiting keepalives unless the
+// newest round is younger than RetryInterval (they join the next one).
 func (n *Node) issueConfirmRound() {
 	c := &n.loop.confirm
-	if c.inflight != nil || len(c.next) == 0 {
+	if len(c.next) == 0 {
+		return
+	}
+	now := n.clock.Now()
+	if k := len(c.rounds); k > 0 && now.Sub(c.rounds[k-1].issued) < n.cfg.RetryInterval {
 		return
 	}
 	c.id++
 	var rctx [9]byte
 	rctx[0] = 'k'
 	binary.BigEndian.PutUint64(rctx[1:], c.id)
-	c.inflight, c.next = c.next, nil
-	c.issued = n.clock.Now()
+	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next})
+	c.next = nil
 	n.rn.ReadIndex(rctx[:])
 }
 
-// onReadStates answers the waiters of a confirmed round.
+// onReadStates answers the waiters of a confirmed round and of every
+// earlier one.
 func (n *Node) onReadStates(rss []raft.ReadState) {
 	c := &n.loop.confirm
 	for _, rs := range rss {
 		ctx := rs.RequestCtx
-		if len(ctx) != 9 || ctx[0] != 'k' || binary.BigEndian.Uint64(ctx[1:]) != c.id || c.inflight == nil {
-			continue // a stale round
+		if len(ctx) != 9 || ctx[0] != 'k' {
+			continue
 		}
-		batch := c.inflight
-		c.inflight = nil
-		for _, w := range batch {
-			if !n.loop.isLeader {
-				w.reply <- keepaliveNotLeader
-				continue
-			}
-			if w.renew {
-				w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
-			} else {
-				w.reply <- n.loop.lead.keepalive(n, w.session, w.recv)
+		id := binary.BigEndian.Uint64(ctx[1:])
+		upto := -1
+		for i, r := range c.rounds {
+			if r.id == id {
+				upto = i
+				break
 			}
 		}
+		if upto < 0 {
+			continue // already answered through a later round
+		}
+		done := c.rounds[:upto+1]
+		c.rounds = c.rounds[upto+1:]
+		for _, r := range done {
+			for _, w := range r.waiters {
+				if !n.loop.isLeader {
+					w.reply <- keepaliveNotLeader
+					continue
+				}
+				if w.renew {
+					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
+				} else {
+					w.reply <- n.loop.lead.keepalive(n, w.session, w.recv)
+				}
+			}
+		}
+	}
+	if len(c.rounds) == 0 {
+		c.rounds = nil
 	}
 	n.issueConfirmRound()
 }
 
-// expireConfirmRounds fails a round that got no answer (the ReadIndex was
-// dropped, or no quorum answers) so its callers retry.
+// expireConfirmRounds runs every tick: it issues a round for the waiters
+// queued behind a slow one, and answers as failed the waiters older than the
+// session TTL (their callers gave up long ago; without a quorum they would
+// otherwise pile up until CheckQuorum makes this leader step down).
 func (n *Node) expireConfirmRounds(now time.Time) {
 	c := &n.loop.confirm
-	if c.inflight != nil && now.Sub(c.issued) >= n.cfg.RetryInterval {
-		for _, w := range c.inflight {
+	for len(c.rounds) > 0 && now.Sub(c.rounds[0].issued) >= n.cfg.SessionTTL {
+		for _, w := range c.rounds[0].waiters {
 			w.reply <- keepaliveFailed
 		}
-		c.inflight = nil
-		n.issueConfirmRound()
+		c.rounds = c.rounds[1:]
 	}
+	n.issueConfirmRound()
 }
 
 // failConfirmRounds answers everyone with NotLeader (on stepping down).
 func (n *Node) failConfirmRounds() {
 	c := &n.loop.confirm
-	for _, w := range c.inflight {
-		w.reply <- keepaliveNotLeader
+	for _, r := range c.rounds {
+		for _, w := range r.waiters {
+			w.reply <- keepaliveNotLeader
+		}
 	}
 	for _, w := range c.next {
 		w.reply <- keepaliveNotLeader
 	}
-	c.inflight, c.next = nil, nil
+	c.rounds, c.next = nil, nil
 }

@@ -37,7 +37,8 @@ type MessagePolicy struct {
 	DropRate  float64       // share of messages/calls dropped
 	DupRate   float64       // share of messages/calls sent twice
 	DelayRate float64       // share of messages/calls delayed
-	DelayMax  time.Duration // delays are uniform in (0, DelayMax]
+	DelayMin  time.Duration // delays are uniform in (DelayMin, DelayMax]
+	DelayMax  time.Duration
 }
 
 type msgFaults struct {
@@ -77,7 +78,8 @@ func (m *msgFaults) decide(to uint64) (drop, dup bool, delay time.Duration) {
 	}
 	dup = m.rng.Float64() < m.p.DupRate
 	if m.p.DelayMax > 0 && m.rng.Float64() < m.p.DelayRate {
-		delay = 1 + time.Duration(m.rng.Int64N(int64(m.p.DelayMax)))
+		lo := min(max(m.p.DelayMin, 0), m.p.DelayMax-1)
+		delay = lo + 1 + time.Duration(m.rng.Int64N(int64(m.p.DelayMax-lo)))
 	}
 	return false, dup, delay
 }

@@ -266,17 +266,13 @@ func (n *Node) sendForwarded(items [][]byte) {
 	n.fwdReply(target, resp, err)
 }
 
-// fwdOpen asks the leader to open this member's session (from the loop; the
-// call runs in the background).
-func (n *Node) fwdOpen(nonce uint64) {
+// fwdOpen asks target (the leader, or a member that may know it) to open
+// this member's session (from the loop; the call runs in the background).
+func (n *Node) fwdOpen(nonce, target uint64) {
 	ttl := uint64(n.cfg.SessionTTL.Milliseconds())
 	n.bgwg.Add(1)
 	go func() {
 		defer n.bgwg.Done()
-		target := n.fwdTarget()
-		if target == 0 {
-			return
-		}
 		var req [16]byte
 		binary.BigEndian.PutUint64(req[:8], nonce)
 		binary.BigEndian.PutUint64(req[8:], ttl)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 )
 
@@ -423,4 +424,44 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	defer cancel()
 	_, err = back.Acquire(ctx, "y", "o", false, 0)
 	require.ErrorIs(t, err, ErrRemoved, "it keeps refusing")
+}
+
+// TestSessionOpenedLateIsKept: a member that starts more than a TTL before
+// the cluster forms keeps the session it then gets. Its holder-side deadline
+// counts from the first OpenSession that could reach a leader; counted from
+// its first attempt (made before any cluster existed), the session looked
+// expired on arrival and was given up at once for another.
+func TestSessionOpenedLateIsKept(t *testing.T) {
+	var id0 atomic.Uint64
+	var mu sync.Mutex
+	opened := map[uint64]bool{} // sessions opened for instance 0
+	f := newGossipFleet(t, "late", 3)
+	f.tune = func(c *Config) {
+		c.Observer = func(r ApplyRecord) {
+			for _, ev := range r.Events {
+				if ev.Kind == lockfsm.EventSessionOpened && ev.Node == id0.Load() {
+					mu.Lock()
+					opened[ev.Session] = true
+					mu.Unlock()
+				}
+			}
+		}
+	}
+	n0 := f.start(0)
+	id0.Store(n0.ID())
+	ttl := n0.cfg.SessionTTL
+	// The premise is elapsed time: instance 0 tries to open its session
+	// alone, with no cluster to answer, for longer than a TTL.
+	time.Sleep(ttl + ttl/2)
+	f.start(1, n0.GossipAddr())
+	f.start(2, n0.GossipAddr())
+	ctx := ctxT(t, 30*time.Second)
+	h, err := n0.Acquire(ctx, "late", "o", true, 0)
+	require.NoError(t, err)
+	require.Never(t, func() bool { return h.Context().Err() != nil }, ttl/2, 10*time.Millisecond,
+		"the hold was given up: the late session looked expired")
+	mu.Lock()
+	require.Len(t, opened, 1, "instance 0 opened more than one session")
+	mu.Unlock()
+	require.NoError(t, h.Release(ctx))
 }

@@ -291,3 +291,36 @@ func TestSessionConfigValidation(t *testing.T) {
 	}
 	require.NoError(t, base.Validate())
 }
+
+// TestKeepalivesSurviveSlowConfirmation: when every leadership-confirmation
+// round takes longer than RetryInterval (the followers' answers to the
+// leader are delayed by 3–4 ticks), keepalives are still acknowledged and
+// holds are kept for more than a TTL. Before the fix a round unanswered
+// after RetryInterval was failed and replaced by a fresh one, just as slow,
+// and a keepalive call gave up after one KeepaliveInterval: no keepalive was
+// ever acknowledged and every holder gave its locks up at the TTL, on a
+// cluster that was merely slow.
+func TestKeepalivesSurviveSlowConfirmation(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.RetryInterval = c.TickInterval })
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	ctx := ctxT(t, 30*time.Second)
+	ha, err := tc.nodes[a].Acquire(ctx, "x", "a", true, 0)
+	require.NoError(t, err)
+	hl, err := tc.nodes[lead].Acquire(ctx, "y", "l", true, 0)
+	require.NoError(t, err)
+	tick := tc.config(a).TickInterval
+	for id, f := range tc.faults {
+		if id != lead {
+			f.SetMessagePolicy(MessagePolicy{Seed: 1, Peers: []uint64{lead}, DelayRate: 1, DelayMin: 3 * tick, DelayMax: 4 * tick})
+		}
+	}
+	ttl := tc.config(a).SessionTTL
+	require.Never(t, func() bool { return ha.Context().Err() != nil || hl.Context().Err() != nil },
+		ttl+ttl/2, 10*time.Millisecond, "a hold was given up on a slow but healthy cluster")
+	for _, f := range tc.faults {
+		f.SetMessagePolicy(MessagePolicy{})
+	}
+	require.NoError(t, ha.Release(ctx))
+	require.NoError(t, hl.Release(ctx))
+}

@@ -16,7 +16,7 @@ import (
 type ownSession struct {
 	id         uint64
 	nonce      uint64    // tells our OpenSession apart from replayed or older ones
-	openSentAt time.Time // first send of the current OpenSession round
+	openSentAt time.Time // first real send of the current nonce's OpenSession (zero: none yet)
 	openRetry  time.Time // last (re)proposal of it
 	closing    bool
 	closeDone  chan error
@@ -61,12 +61,27 @@ func (n *Node) retrySessionOpen(now time.Time) {
 	}
 	if s.nonce == 0 {
 		s.nonce = rand.Uint64() | 1
-		s.openSentAt = n.clock.Now()
+		s.openSentAt = time.Time{}
 	}
 	s.openRetry = n.clock.Now()
+	// The holder's first deadline counts from the first send that could
+	// reach a leader (the leader arms its deadline when it applies the
+	// open, which is later). Not from the first attempt: a member that
+	// starts before the cluster exists would otherwise get a session whose
+	// deadline has already passed, and give it up at once.
 	if light {
-		n.fwdOpen(s.nonce)
+		target := n.fwdTarget()
+		if target == 0 {
+			return
+		}
+		if s.openSentAt.IsZero() {
+			s.openSentAt = n.clock.Now()
+		}
+		n.fwdOpen(s.nonce, target)
 		return
+	}
+	if s.openSentAt.IsZero() {
+		s.openSentAt = n.clock.Now()
 	}
 	n.proposeSessionless(lockfsm.Command{
 		Kind:      lockfsm.KindOpenSession,
@@ -284,7 +299,7 @@ func (n *Node) keepaliveLoop() {
 			continue
 		}
 		sent := n.clock.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.keepaliveTimeout())
 		st := n.sendKeepalive(ctx, lead, sess)
 		cancel()
 		switch st {
