@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,23 @@ func Start(cfg Config) (*Node, error) {
 		}
 		cfg.ID = id
 	}
+	// Every goroutine of this node (loop, keepalives, transport, gossip,
+	// pushes) inherits a profiler label with its raft id, so a CPU profile
+	// of a process that embeds several nodes tells them apart.
+	var n *Node
+	var err error
+	pprof.Do(context.Background(), pprof.Labels(ProfileLabel, fmt.Sprintf("%016x", cfg.ID)), func(context.Context) {
+		n, err = start(cfg)
+	})
+	return n, err
+}
+
+// ProfileLabel is the pprof label key carried by every goroutine a node
+// starts; its value is the node's raft id in hex (16 digits).
+const ProfileLabel = "lockraft_node"
+
+// start is Start once the configuration is complete.
+func start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.ID),
