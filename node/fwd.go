@@ -68,6 +68,7 @@ type fwdState struct {
 	remote  map[uint64]uint64 // session -> node, sessions of light members
 	pushers map[uint64]*batcher
 	opens   map[openKey]*pendingOpen
+	replies map[uint64]*fwdReplyWaiter // node -> its fwd-propose call held for results (fwdreply.go)
 }
 
 type openKey struct{ node, nonce uint64 }
@@ -85,6 +86,7 @@ func (n *Node) initFwd() {
 	f.remote = map[uint64]uint64{}
 	f.pushers = map[uint64]*batcher{}
 	f.opens = map[openKey]*pendingOpen{}
+	f.replies = map[uint64]*fwdReplyWaiter{}
 	f.out = &batcher{send: n.sendForwarded}
 }
 
@@ -190,6 +192,13 @@ func (b *batcher) add(n *Node, item []byte) {
 	}
 }
 
+// busy reports whether items are queued or a send is in flight.
+func (b *batcher) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running || len(b.items) > 0
+}
+
 func (b *batcher) run(n *Node) {
 	defer n.bgwg.Done()
 	for {
@@ -263,7 +272,9 @@ func (n *Node) sendForwarded(items [][]byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RetryInterval)
 	defer cancel()
 	resp, err := n.tr.Call(ctx, target, methodFwdPropose, encodeBatch(items))
-	n.fwdReply(target, resp, err)
+	if n.fwdReply(target, resp, err) {
+		n.fwdReplyItems(resp)
+	}
 }
 
 // fwdOpen asks target (the leader, or a member that may know it) to open
@@ -431,6 +442,7 @@ func (n *Node) fwdBecomeLeader() {
 
 // fwdStepDown answers pending opens: the caller asks the new leader.
 func (n *Node) fwdStepDown() {
+	n.fwdExpireReplies(time.Time{}, true)
 	for k, p := range n.loop.fwd.opens {
 		for _, w := range p.waiters {
 			w <- notLeaderReply(n.loop.leader)
@@ -457,7 +469,10 @@ func (n *Node) fwdOnResult(cmd *lockfsm.Command, res lockfsm.Result) {
 	if !ok || !n.isLightNode(node) {
 		return
 	}
-	n.push(node, encodePushResult(cmd, res))
+	item := encodePushResult(cmd, res)
+	if !n.fwdToReply(node, item, cmd) {
+		n.push(node, item)
+	}
 }
 
 // fwdOnEvent keeps the remote-session map, answers pending opens and pushes
@@ -491,8 +506,14 @@ func (n *Node) fwdOnEvent(ev *lockfsm.Event) {
 	if ev.Kind == lockfsm.EventSessionEnded {
 		delete(f.remote, ev.Session)
 	}
+	if ev.Kind == lockfsm.EventGranted && !ev.FromQueue {
+		return // the member learns an immediate grant from the Acquire's result
+	}
 	if n.isLightNode(node) {
-		n.push(node, encodePushEvent(ev))
+		item := encodePushEvent(ev)
+		if !n.fwdToReply(node, item, nil) {
+			n.push(node, item)
+		}
 	}
 }
 
@@ -531,12 +552,7 @@ func (n *Node) handleFwd(ctx context.Context, from uint64, method string, req []
 				reply <- notLeaderReply(n.loop.leader)
 				return
 			}
-			for _, it := range items {
-				if len(it) > 0 {
-					_ = n.rn.Propose(it)
-				}
-			}
-			reply <- []byte{fwdOK}
+			n.fwdProposeOnLeader(from, items, reply)
 		}
 	case methodFwdPush:
 		if n.dropPushes.Load() {

@@ -62,6 +62,7 @@ func (n *Node) handleReady() error {
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
+	n.fwdFlushComplete()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
 	}
@@ -307,6 +308,7 @@ func (n *Node) onTick() error {
 	now := n.clock.Now()
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
+	n.fwdExpireReplies(now, false)
 	n.checkOwnSession(now)
 	return n.maybeCommitFSM(false)
 }

@@ -1,0 +1,142 @@
+package node
+
+// Results in the reply of a forwarded proposal (light members, fwd.go).
+//
+// A light member's command used to cost the leader two calls: the member's
+// "fwd-propose", answered at once, and a "fwd-push" of the result once the
+// command was applied. Most commands are applied within a commit or two, so
+// the leader now holds the fwd-propose call open until the results of the
+// commands it carried are applied (at most fwdReplyWait) and answers with
+// them: one call per command batch instead of two. What comes later (the
+// results of slow commands, a grant from the queue after the Acquire's
+// Queued result, lease and session events) is pushed as before.
+//
+// Order: while a reply is open for a member, that member's events go into
+// the reply too, after the results applied before them, so the member sees
+// them in apply order. If the member's pusher still has an earlier push
+// queued or in flight when the reply is due, the reply's items are queued
+// behind it instead and the reply carries none. The remaining race, a push
+// sent after the reply but handled by the member first, only delays: a
+// grant event that finds no queued Acquire is dropped and re-learned through
+// fwd-status, and the holder-side deadlines (session, lease) count from the
+// member's own send times whatever order items arrive in.
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// fwdReplyWaiter is a fwd-propose call held open for its results.
+type fwdReplyWaiter struct {
+	node  uint64
+	want  map[uint64]bool // seqs of the member's session still without a result
+	sess  uint64
+	items [][]byte // encoded push items, in apply order
+	reply chan []byte
+	at    time.Time
+}
+
+// fwdReplyWait is how long the leader holds a fwd-propose call for its
+// results: well inside the member's call timeout (RetryInterval), plus up to
+// one tick before the tick pass notices.
+func (n *Node) fwdReplyWait() time.Duration { return n.cfg.RetryInterval / 4 }
+
+// fwdProposeOnLeader proposes a member's forwarded commands and opens a reply
+// for their results (loop, leader).
+func (n *Node) fwdProposeOnLeader(from uint64, items [][]byte, reply chan []byte) {
+	f := &n.loop.fwd
+	if old := f.replies[from]; old != nil {
+		n.fwdFlushReply(old) // one call at a time per member; answer the older one now
+	}
+	w := &fwdReplyWaiter{node: from, want: map[uint64]bool{}, reply: reply, at: n.clock.Now()}
+	for _, it := range items {
+		if len(it) == 0 {
+			continue
+		}
+		_ = n.rn.Propose(it)
+		cmd, err := lockfsm.DecodeCommand(it)
+		if err != nil || cmd.Session == 0 || cmd.Seq == 0 {
+			continue // lockfsm rejects it; no result for the member
+		}
+		if w.sess != 0 && w.sess != cmd.Session {
+			continue // one session per member; anything else is pushed
+		}
+		w.sess = cmd.Session
+		w.want[cmd.Seq] = true
+	}
+	if len(w.want) == 0 {
+		reply <- []byte{fwdOK}
+		return
+	}
+	f.replies[from] = w
+}
+
+// fwdToReply adds a push item for node to its open reply, if there is one;
+// false means push it. A result completes a wanted seq; the reply is sent
+// once none is left, at the end of the applied batch (fwdFlushComplete).
+func (n *Node) fwdToReply(node uint64, item []byte, cmd *lockfsm.Command) bool {
+	w := n.loop.fwd.replies[node]
+	if w == nil {
+		return false
+	}
+	w.items = append(w.items, item)
+	if cmd != nil && cmd.Session == w.sess {
+		delete(w.want, cmd.Seq)
+	}
+	return true
+}
+
+// fwdFlushComplete answers the replies whose results are all in, after a
+// batch of entries is applied, so the events of those entries (applied
+// after the results) ride along.
+func (n *Node) fwdFlushComplete() {
+	for _, w := range n.loop.fwd.replies {
+		if len(w.want) == 0 {
+			n.fwdFlushReply(w)
+		}
+	}
+}
+
+// fwdFlushReply answers w with the items it gathered (loop).
+func (n *Node) fwdFlushReply(w *fwdReplyWaiter) {
+	delete(n.loop.fwd.replies, w.node)
+	if len(w.items) == 0 {
+		w.reply <- []byte{fwdOK}
+		return
+	}
+	if p := n.loop.fwd.pushers[w.node]; p != nil && p.busy() {
+		// An earlier push is still on its way: keep the order.
+		for _, it := range w.items {
+			p.add(n, it)
+		}
+		w.reply <- []byte{fwdOK}
+		return
+	}
+	w.reply <- append([]byte{fwdOK}, encodeBatch(w.items)...)
+}
+
+// fwdExpireReplies answers the replies that waited fwdReplyWait (tick);
+// results applied later are pushed. all: answer every reply now (stepping
+// down).
+func (n *Node) fwdExpireReplies(now time.Time, all bool) {
+	for _, w := range n.loop.fwd.replies {
+		if all || now.Sub(w.at) >= n.fwdReplyWait() {
+			n.fwdFlushReply(w)
+		}
+	}
+}
+
+// fwdReplyItems hands the items of a fwd-propose reply to the loop (member
+// side, from the calling goroutine).
+func (n *Node) fwdReplyItems(resp []byte) {
+	if len(resp) <= 1 || resp[0] != fwdOK {
+		return
+	}
+	items, err := decodeBatch(resp[1:])
+	if err != nil || len(items) == 0 {
+		return
+	}
+	_ = n.do(context.Background(), func() { n.onPush(items) })
+}
