@@ -39,6 +39,9 @@ import (
 // reference.
 //
 // Run with: go test ./node/ -run '^$' -bench LeaderCPUPerThousandOps -benchtime 1x
+// (FLEET_BENCH_LOG=1 keeps the nodes' logs; FLEET_BENCH_PROFILE_DIR=dir
+// writes each fleet's CPU profile there, for
+// go tool pprof -tagfocus=lockraft_node=<leader id>).
 func BenchmarkLeaderCPUPerThousandOps(b *testing.B) {
 	for _, size := range []int{3, 10, 30, 50} {
 		b.Run(fmt.Sprintf("members=%d", size), func(b *testing.B) {
