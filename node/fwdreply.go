@@ -39,8 +39,8 @@ type fwdReplyWaiter struct {
 }
 
 // fwdReplyWait is how long the leader holds a fwd-propose call for its
-// results: well inside the member's call timeout (RetryInterval), plus up to
-// one tick before the tick pass notices.
+// results: well inside the member's call timeout (RetryInterval), checked
+// ten times per tick (the leader's fine ticker).
 func (n *Node) fwdReplyWait() time.Duration { return n.cfg.RetryInterval / 4 }
 
 // fwdProposeOnLeader proposes a member's forwarded commands and opens a reply
@@ -117,7 +117,8 @@ func (n *Node) fwdFlushReply(w *fwdReplyWaiter) {
 	w.reply <- append([]byte{fwdOK}, encodeBatch(w.items)...)
 }
 
-// fwdExpireReplies answers the replies that waited fwdReplyWait (tick);
+// fwdExpireReplies answers the replies that waited fwdReplyWait (leader's
+// fine ticker);
 // results applied later are pushed. all: answer every reply now (stepping
 // down).
 func (n *Node) fwdExpireReplies(now time.Time, all bool) {

@@ -332,7 +332,9 @@ func (n *Node) run() {
 			}
 		case <-finec:
 			if n.loop.isLeader {
-				n.loop.lead.tick(n, n.clock.Now())
+				now := n.clock.Now()
+				n.loop.lead.tick(n, now)
+				n.fwdExpireReplies(now, false)
 			} else if n.cfg.TestHooks.FollowerExpiry {
 				n.followerExpiry()
 			}

@@ -308,7 +308,6 @@ func (n *Node) onTick() error {
 	now := n.clock.Now()
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
-	n.fwdExpireReplies(now, false)
 	n.checkOwnSession(now)
 	return n.maybeCommitFSM(false)
 }
