@@ -223,7 +223,9 @@ func ackBeforeFsync(t *testing.T, buggy bool) {
 	c.FailDisk(f, true)
 	h := NewHistory()
 	op := h.Begin(0, lead, OpLock, "x", "first")
-	actx, acancel := context.WithTimeout(ctx, time.Second)
+	// Generous for a loaded machine (under -race the buggy run once missed
+	// 1 s); the correct node never acknowledges, whatever the wait.
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
 	hold, err := c.Node(lead).Acquire(actx, "x", "first", true, 0)
 	acancel()
 	if err != nil {

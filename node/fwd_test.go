@@ -182,8 +182,9 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return lead.waiters("fo") == 1
 	}, 5*time.Second, 5*time.Millisecond)
-	// From now on no push reaches the light member: the grant must be
-	// re-learned with fwd-status from the new leader.
+	// From now on no push (and no result in a reply) reaches the light
+	// member: the grant must be re-learned with fwd-status from the new
+	// leader.
 	a.dropPushes.Store(true)
 	for i, n := range f.nodes {
 		if n == lead {

@@ -132,7 +132,7 @@ func (n *Node) fwdExpireReplies(now time.Time, all bool) {
 // fwdReplyItems hands the items of a fwd-propose reply to the loop (member
 // side, from the calling goroutine).
 func (n *Node) fwdReplyItems(resp []byte) {
-	if len(resp) <= 1 || resp[0] != fwdOK {
+	if len(resp) <= 1 || resp[0] != fwdOK || n.dropPushes.Load() {
 		return
 	}
 	items, err := decodeBatch(resp[1:])

@@ -57,7 +57,7 @@ type Node struct {
 	lastAcked atomic.Int64
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
 
-	dropPushes        atomic.Bool   // tests: refuse every fwd-push, so only fwd-status informs
+	dropPushes        atomic.Bool   // tests: refuse every fwd-push and ignore results in fwd-propose replies, so only fwd-status informs
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
 	loopTID           atomic.Int64  // OS thread of the loop (TestHooks.LockLoopThread)
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
