@@ -107,6 +107,21 @@ func (l *AppliedLog) WatchedSaw(token uint64) bool {
 	return l.watch.seen[token]
 }
 
+// Describe returns the applied records at indices from..to (diagnostics).
+func (l *AppliedLog) Describe(from, to uint64) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for i := from; i <= to && i-from < 64; i++ {
+		if d, ok := l.digest[i]; ok {
+			out = append(out, fmt.Sprintf("%d: %s", i, d))
+		} else {
+			out = append(out, fmt.Sprintf("%d: (not observed)", i))
+		}
+	}
+	return out
+}
+
 // Divergence lists indices where replicas applied different records.
 func (l *AppliedLog) Divergence() []string {
 	l.mu.Lock()
@@ -259,5 +274,45 @@ func WaitIdentical(ctx context.Context, c NodeSet) []string {
 			return []string{"nodes never reached the same applied index (S7 not checked)"}
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// explainLive returns a FencedStore.OnLive hook that logs what a live
+// overlap looked like: both holders, whether the entering one was live, the
+// applied entries between the two grants, and when (and why) the earlier
+// holder's Context was finally cancelled, if it was before its section
+// ended. Waiting for that stops when stop closes; wg counts the waiters.
+func explainLive(applied *AppliedLog, logf func(string, ...any), stop <-chan struct{}, wg *sync.WaitGroup) func(prev, next *Section) {
+	return func(prev, next *Section) {
+		at := time.Now()
+		nextLive := "live"
+		if next.Live != nil && !next.Live() {
+			nextLive = "not live"
+			if next.Ctx != nil && next.Ctx.Err() != nil {
+				nextLive = fmt.Sprintf("already cancelled (%v)", context.Cause(next.Ctx))
+			}
+		}
+		logf("LIVE OVERLAP on %s: %s (token %d, node %x, entered %v before) still live when %s (token %d, node %x, %s) entered",
+			next.Name, prev.Owner, prev.Token, prev.Node, at.Sub(prev.At).Round(time.Millisecond), next.Owner, next.Token, next.Node, nextLive)
+		for _, d := range applied.Describe(min(prev.Token, next.Token), max(prev.Token, next.Token)) {
+			logf("  applied %s", d)
+		}
+		if prev.Ctx == nil {
+			return
+		}
+		exited := prev.exited
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-prev.Ctx.Done():
+				logf("  %s's hold (token %d) was cancelled %v after the overlap: %v", prev.Owner, prev.Token,
+					time.Since(at).Round(time.Millisecond), context.Cause(prev.Ctx))
+			case <-exited:
+				logf("  %s left its section %v after the overlap, its hold still not cancelled", prev.Owner,
+					time.Since(at).Round(time.Millisecond))
+			case <-stop:
+			}
+		}()
 	}
 }

@@ -258,7 +258,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 		// Wait for a healthy configuration: at least 3 voters (the policy
 		// grows to 5 when 5 members run), all running.
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		voters, learners, err := c.WaitConf(wctx, func(v, l []uint64) bool { return healthyVoters(c, v) })
+		voters, learners, err := c.waitHealthy(wctx, applied, logf, func(v, l []uint64) bool { return healthyVoters(c, v) })
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -304,7 +304,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			killed := time.Now()
 			c.Crash(s)
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			_, _, err := c.WaitConf(wctx, func(v, l []uint64) bool {
+			_, _, err := c.waitHealthy(wctx, applied, logf, func(v, l []uint64) bool {
 				return healthyVoters(c, v) && !slices.Contains(v, victim) && !slices.Contains(l, victim)
 			})
 			cancel()
@@ -394,6 +394,11 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 		vmu.Unlock()
 	}
 	w := NewWorkload(c, rc.Seed, rc.Workload)
+	explainStop := make(chan struct{})
+	var explaining sync.WaitGroup
+	defer explaining.Wait()
+	defer close(explainStop)
+	w.Store.OnLive = explainLive(c.Applied, rc.Logf, explainStop, &explaining)
 	runCtx, cancel := context.WithTimeout(ctx, rc.Duration)
 	defer cancel()
 	done := make(chan struct{})
@@ -405,29 +410,13 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 	<-done
 	end := w.H.Now()
 
+	settleCtx, settleCancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := c.settle(settleCtx, rep.Injected, rc.Logf); err != nil {
+		viol("the fleet did not settle at the end: %v", err)
+	}
+	settleCancel()
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
-	// A member the leader removed while it was away (or that was too slow
-	// to count as healthy and was replaced) stops with node.ErrRemoved; like
-	// an operator would, rejoin it with a fresh data dir before settling.
-	for _, s := range c.Running() {
-		if n := c.Node(s); n != nil {
-			if _, err := n.Status(sctx); errors.Is(err, node.ErrRemoved) {
-				rc.Logf("slot %d stopped with ErrRemoved; rejoining it fresh before the checks", s)
-				rep.Injected["rejoin-fresh"]++
-				c.Crash(s)
-				c.mu.Lock()
-				c.dirs[s] = ""
-				c.mu.Unlock()
-				if err := c.Start(s, true); err != nil {
-					rc.Logf("rejoin slot %d: %v", s, err)
-				}
-			}
-		}
-	}
-	if _, err := c.WaitLeader(sctx); err != nil {
-		viol("no leader at the end: %v", err)
-	}
 	for _, s := range WaitNoLeftovers(sctx, c) {
 		viol("left behind: %s", s)
 	}
@@ -499,6 +488,91 @@ func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *
 	rep.Notes = append(rep.Notes, store.Examples...)
 	store.mu.Unlock()
 	slices.Sort(rep.Notes)
+}
+
+// rejoinRemoved restarts, with a fresh data directory (a new member), every
+// running member that stopped with node.ErrRemoved: the leader removed it
+// from the configuration (it was down, or gossip counted it as failed, past
+// the threshold) and it learned so from the leader's notice. That is what
+// ErrRemoved asks of an operator; here the harness is the operator. The
+// removed member cancelled its holds when it stopped, and its session
+// expires by TTL like a crashed member's, so rejoining hides nothing.
+func (c *GossipCluster) rejoinRemoved(ctx context.Context, injected map[string]int, logf func(string, ...any)) {
+	for _, s := range c.Running() {
+		n := c.Node(s)
+		if n == nil {
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := n.Status(qctx)
+		cancel()
+		if !errors.Is(err, node.ErrRemoved) {
+			continue
+		}
+		logf("slot %d (raft id %x) stopped with ErrRemoved; rejoining it with a fresh data dir", s, n.ID())
+		injected["rejoin-fresh"]++
+		c.Crash(s)
+		c.mu.Lock()
+		c.dirs[s] = ""
+		c.mu.Unlock()
+		if err := c.Start(s, true); err != nil {
+			logf("rejoin slot %d: %v", s, err)
+		}
+	}
+}
+
+// waitHealthy is WaitConf that also rejoins removed members while it waits
+// (a member may be removed at any time, e.g. one restarted from disk that
+// gossip still counted as failed).
+func (c *GossipCluster) waitHealthy(ctx context.Context, injected map[string]int, logf func(string, ...any),
+	ok func(voters, learners []uint64) bool) ([]uint64, []uint64, error) {
+	var v, l []uint64
+	for {
+		c.rejoinRemoved(ctx, injected, logf)
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		vv, ll, err := c.ConfState(qctx)
+		cancel()
+		if err == nil {
+			v, l = vv, ll
+			if ok(v, l) {
+				return v, l, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return v, l, fmt.Errorf("configuration not reached (voters %x learners %x): %w", v, l, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// settle brings the fleet to what the end checks need: removed members
+// rejoined, a healthy configuration that every running member is part of
+// (none left to be removed during the checks), and one leader all agree on.
+func (c *GossipCluster) settle(ctx context.Context, injected map[string]int, logf func(string, ...any)) error {
+	var last error
+	for {
+		_, _, err := c.waitHealthy(ctx, injected, logf, func(v, l []uint64) bool {
+			if !healthyVoters(c, v) {
+				return false
+			}
+			for _, s := range c.Running() {
+				if n := c.Node(s); n != nil && !slices.Contains(v, n.ID()) && !slices.Contains(l, n.ID()) {
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return errors.Join(err, last)
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, last = c.WaitLeader(lctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+	}
 }
 
 // removedWhileAway reports whether the node in slot stopped with

@@ -1,6 +1,10 @@
 package chaos
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // FencedStore is the resource the locks protect. Each critical section
 // writes with its fencing token; the store rejects a token lower than the
@@ -17,6 +21,10 @@ import "sync"
 type FencedStore struct {
 	// AcceptStale is a planted bug: accept every token.
 	AcceptStale bool
+	// OnLive, if set, is told about every live overlap (prev was open and
+	// live when next entered). Called under the store's lock: must not
+	// block. Diagnostics only; the count is kept either way.
+	OnLive func(prev, next *Section)
 
 	mu                                            sync.Mutex
 	highest                                       map[string]uint64
@@ -28,10 +36,16 @@ type FencedStore struct {
 
 // Section is one critical section.
 type Section struct {
-	Name     string
-	Token    uint64
-	Owner    string
-	Live     func() bool // does the holder still believe it holds?
+	Name  string
+	Token uint64
+	Owner string
+	Live  func() bool // does the holder still believe it holds?
+	// Diagnostics (optional): the holder's node (raft id), its hold's
+	// Context and when the section was entered.
+	Node     uint64
+	Ctx      context.Context
+	At       time.Time
+	exited   chan struct{}
 	accepted int
 }
 
@@ -42,13 +56,26 @@ func NewFencedStore() *FencedStore {
 
 // Enter opens a section.
 func (s *FencedStore) Enter(name, owner string, token uint64, live func() bool) *Section {
+	return s.EnterSection(&Section{Name: name, Token: token, Owner: owner, Live: live})
+}
+
+// EnterSection opens sec (Name, Token, Owner, Live and the optional
+// diagnostic fields set by the caller).
+func (s *FencedStore) EnterSection(sec *Section) *Section {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sec := &Section{Name: name, Token: token, Owner: owner, Live: live}
+	if sec.At.IsZero() {
+		sec.At = time.Now()
+	}
+	sec.exited = make(chan struct{})
+	name := sec.Name
 	for o := range s.open[name] {
 		if o.Live == nil || o.Live() {
 			s.LiveOverlaps++
-			s.example("live overlap on %s: %s (token %d) entered while %s (token %d) still held it", name, owner, token, o.Owner, o.Token)
+			s.example("live overlap on %s: %s (token %d) entered while %s (token %d) still held it", name, sec.Owner, sec.Token, o.Owner, o.Token)
+			if s.OnLive != nil {
+				s.OnLive(o, sec)
+			}
 		}
 	}
 	if s.open[name] == nil {
@@ -82,6 +109,10 @@ func (s *FencedStore) Exit(sec *Section) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.open[sec.Name], sec)
+	if sec.exited != nil {
+		close(sec.exited)
+		sec.exited = nil
+	}
 }
 
 func (s *FencedStore) example(format string, a ...any) {

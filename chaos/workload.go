@@ -135,7 +135,7 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 			continue
 		}
 		lastToken = h.Token()
-		w.critical(ctx, id, h, hold)
+		w.critical(ctx, id, n, h, hold)
 		// Release: a fresh op whose hold may already be lost.
 		uop := w.H.Begin(client, id, OpUnlock, name, owner)
 		w.H.SetHeldFrom(uop, op.End)
@@ -152,11 +152,12 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 
 // critical writes to the store with the hold's token: at entry, a few times
 // in between and at exit, stopping as soon as the hold is lost.
-func (w *Workload) critical(ctx context.Context, id uint64, h *node.Hold, hold time.Duration) {
+func (w *Workload) critical(ctx context.Context, id uint64, n *node.Node, h *node.Hold, hold time.Duration) {
 	live := func() bool {
 		return h.Context().Err() == nil && w.c.PauseGate(id) == nil
 	}
-	sec := w.Store.Enter(h.Name(), h.Owner(), h.Token(), live)
+	sec := w.Store.EnterSection(&Section{Name: h.Name(), Owner: h.Owner(), Token: h.Token(), Live: live,
+		Node: n.ID(), Ctx: h.Context()})
 	defer w.Store.Exit(sec)
 	steps := 3
 	for i := 0; i < steps; i++ {

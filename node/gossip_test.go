@@ -454,3 +454,109 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 		"the hold or the session was given up: the late session looked expired")
 	require.NoError(t, h.Release(ctx))
 }
+
+// TestCloseHandsOutNoLiveHold: Close tells every holder that its lock is
+// lost before it proposes the CloseSession that releases them all (S5: once
+// that entry commits, the next waiter may be granted at once, on a node that
+// applies it before this one does). A grant this node applies after Close
+// began must therefore not hand out a live hold either: neither to a Lock
+// call that was queued (its grant comes as an event) nor to one whose
+// Acquire was still in flight (its grant comes as its result). Here both
+// grants commit while the closing learner hears nothing, Close starts, and
+// only then does the learner catch up and apply them: both Lock calls must
+// fail with ErrClosed. Found by the churn soak (members closed while one of
+// their Lock calls was queued: live overlaps).
+func TestCloseHandsOutNoLiveHold(t *testing.T) {
+	f := newGossipFleet(t, "closegrant", 3)
+	f.tune = func(c *Config) { c.Faults = new(Faults) }
+	f.start(1)
+	for i := 2; i <= 4; i++ {
+		f.start(i, f.nodes[1].GossipAddr())
+	}
+	_, learners := f.waitConf(30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	var a *Node
+	for _, n := range f.running() {
+		if n.ID() == learners[0] {
+			a = n
+		}
+	}
+	require.NotNil(t, a)
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+
+	type result struct {
+		name string
+		h    *Hold
+		err  error
+	}
+	got := make(chan result, 2)
+	lock := func(name string) {
+		go func() {
+			hh, err := a.Acquire(ctx, name, "closing", true, 0)
+			got <- result{name, hh, err}
+		}()
+	}
+	// "queued": held by the leader; the learner applies its own enqueue.
+	h, err := lead.Acquire(ctx, "queued", "holder", true, 0)
+	require.NoError(t, err)
+	lock("queued")
+	require.Eventually(t, func() bool { return a.waiters("queued") == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	// From now on the learner hears nothing (a learner never campaigns, so
+	// this disturbs nobody), while what it proposes still reaches the
+	// leader: "inflight" is granted and "queued" passes to its waiter.
+	var peers []uint64
+	for _, n := range f.running() {
+		if n != a {
+			peers = append(peers, n.ID())
+		}
+	}
+	a.cfg.Faults.BlockIn(peers...)
+	lock("inflight")
+	require.Eventually(t, func() bool { return lead.holderOf("inflight") == "closing" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, h.Release(ctx))
+	require.Equal(t, "closing", lead.holderOf("queued"))
+	require.Equal(t, 1, a.waiters("queued"), "the learner has not applied the grant yet")
+
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close(ctx) }()
+	require.Eventually(t, a.closing.Load, 5*time.Second, time.Millisecond, "Close began")
+	a.cfg.Faults.Heal()
+
+	for range 2 {
+		select {
+		case r := <-got:
+			if r.h != nil {
+				t.Errorf("%s: Lock on a closing node returned a hold (token %d, context err %v): once the close "+
+					"commits, another node may be granted the lock before this one applies the close",
+					r.name, r.h.Token(), r.h.Context().Err())
+			}
+			require.ErrorIs(t, r.err, ErrClosed, r.name)
+		case <-ctx.Done():
+			t.Fatal("the closing node's Lock calls never returned")
+		}
+	}
+	require.NoError(t, <-closed)
+	// The close released both grants.
+	for _, name := range []string{"queued", "inflight"} {
+		h2, err := lead.Acquire(ctx, name, "next", false, 0)
+		require.NoError(t, err, name)
+		require.NoError(t, h2.Release(ctx))
+	}
+}
+
+// holderOf is the owner holding name in n's lock table ("" if free; tests).
+func (n *Node) holderOf(name string) string {
+	res := make(chan string, 1)
+	if n.do(context.Background(), func() {
+		l, _ := n.fsm.Lock(name)
+		if l.HoldCount == 0 {
+			res <- ""
+			return
+		}
+		res <- l.Holder.Owner
+	}) != nil {
+		return "?"
+	}
+	return <-res
+}

@@ -208,6 +208,12 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 	switch {
 	case res.Err != nil:
 		r.complete(o, opResult{err: n.mapFSMError(res, o.cmd.Name)})
+	case n.loop.own.closing:
+		// Close already told every holder their locks are lost and proposed
+		// the CloseSession that releases this grant (or this waiter) too:
+		// once it commits, another node may be granted the lock before this
+		// one applies it, so no live hold may be handed out now (S5).
+		r.complete(o, opResult{err: ErrClosed})
 	case res.Status == lockfsm.Queued:
 		o.queued = true
 		r.queued[o.cmd.Seq] = o

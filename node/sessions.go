@@ -268,8 +268,15 @@ func (n *Node) closeOwnSession(done chan error) {
 		return
 	}
 	// Tell the holders before the release is proposed: once the close
-	// commits, another node may be granted their locks at once.
+	// commits, another node may be granted their locks at once. For the
+	// same reason no waiter may become a holder from now on: the queued
+	// Lock calls fail now (the close removes their waiters), and an Acquire
+	// still in flight fails when its result is applied (onAcquireResult).
 	n.loop.holds.loseAll(ErrClosed)
+	for seq, o := range n.loop.ops.queued {
+		n.loop.ops.complete(o, opResult{err: ErrClosed})
+		delete(n.loop.ops.queued, seq)
+	}
 	s.closeDone = done
 	s.toClose[s.id] = time.Time{}
 	n.retrySessionOpen(time.Time{})

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -30,11 +31,21 @@ func main() {
 	clients := flag.Int("clients", 3, "clients per node")
 	verbose := flag.Bool("v", false, "log every fault")
 	leaderClock := flag.Bool("leader-clock", false, "let clock faults hit the leader (outside the clock-rate assumption: porcupine may flag S5 losses; fencing must still hold)")
+	nodeLog := flag.String("nodelog", "", "write the nodes' logs (slog text, info level) to this file")
 	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
 	flag.Parse()
 	logf := func(string, ...any) {}
 	if *verbose {
 		logf = log.Printf
+	}
+	var logger *slog.Logger
+	if *nodeLog != "" {
+		f, err := os.Create(*nodeLog)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	fmt.Printf("seed %d, %v per fault, %d nodes x %d clients\n", *seed, *dur, *size, *clients)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
@@ -56,7 +67,7 @@ func main() {
 			wl := chaos.DefaultWorkload()
 			wl.ClientsPerNode = *clients
 			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size, LeaderClock: *leaderClock,
-				Workload: wl, Logf: logf, CheckTimeout: 5 * time.Minute})
+				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute})
 		}
 		if err != nil {
 			log.Fatalf("%s: %v", f, err)
