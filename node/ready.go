@@ -16,79 +16,56 @@ import (
 	"github.com/lockraft/lockraft/transport"
 )
 
-// handleReady processes one Ready in the order raft requires.
+// handleReady processes one Ready. The node runs raft with
+// AsyncStorageWrites: the raft log write is a MsgStorageAppend handed to the
+// appender goroutine (appender.go), which delivers the message's responses
+// (acknowledgements, votes, the leader's own vote for its entries) only once
+// the write is durable. Everything else in Messages goes out at once — a
+// leader's appends before its own fsync (thesis §10.2.1), a follower's
+// forwarded proposals — and the committed entries (a MsgStorageApply, which
+// raft fills only with entries already durable on this node) are applied
+// here, in the loop, before their responses are stepped back in.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
 		n.onSoftState(rd.SoftState)
 	}
-	// A leader may send its appends before persisting them (thesis §10.2.1);
-	// its own vote for them counts only after Advance. Everything else, in
-	// particular acknowledgements of this Ready's entries, waits for the fsync.
-	var later []*raftpb.Message
-	if n.loop.isLeader {
-		var early []*raftpb.Message
-		for _, m := range rd.Messages {
-			switch m.GetType() {
-			case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
-				early = append(early, m)
-			default:
-				later = append(later, m)
+	out := rd.Messages[:0:0]
+	var applies []*raftpb.Message
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			if hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
+				// The transport stored the snapshot file before stepping
+				// MsgSnap in. Entries before the snapshot were applied by
+				// earlier Readys (apply runs in this loop, in order).
+				md := m.Snapshot.GetMetadata()
+				if err := n.restoreFSM(md.GetIndex()); err != nil {
+					return err
+				}
+				n.loop.confState = md.GetConfState()
+				n.loop.lastApplied = md.GetIndex()
+				n.snapshotsRestored.Add(1)
+				n.onRestored()
 			}
+			n.app.enqueue(m)
+		case raft.LocalApplyThread:
+			applies = append(applies, m)
+		default:
+			out = append(out, m)
 		}
-		n.tr.Send(n.cfg.Faults.filterOut(early, n.tr.Send))
-	} else {
-		later = rd.Messages
 	}
-	if !raft.IsEmptySnap(rd.Snapshot) && len(rd.Snapshot.GetData()) > 0 {
-		// The transport stored the snapshot file before stepping MsgSnap in.
-		if err := n.restoreFSM(rd.Snapshot.GetMetadata().GetIndex()); err != nil {
+	n.tr.Send(n.cfg.Faults.filterOut(out, n.tr.Send))
+	for _, m := range applies {
+		if err := n.apply(m.GetEntries()); err != nil {
 			return err
 		}
-		n.loop.confState = rd.Snapshot.GetMetadata().GetConfState()
-		n.loop.lastApplied = rd.Snapshot.GetMetadata().GetIndex()
-		n.snapshotsRestored.Add(1)
-		n.onRestored()
-	}
-	if n.cfg.TestHooks.AckBeforeFsync {
-		// Planted bug (tests only): acknowledge before the entries are durable.
-		n.tr.Send(n.cfg.Faults.filterOut(later, n.tr.Send))
-		later = nil
-	}
-	if err := n.persist(&rd); err != nil {
-		return err
-	}
-	n.tr.Send(n.cfg.Faults.filterOut(later, n.tr.Send))
-	if err := n.apply(rd.CommittedEntries); err != nil {
-		return err
+		n.step(m.GetResponses())
 	}
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
 	}
-	n.rn.Advance(rd)
 	return n.maybeSnapshot()
-}
-
-// persist saves the Ready's snapshot, entries and HardState in one raftlog
-// Save (one fdatasync with the WAL engine). A Ready that only moves the commit index (MustSync false, no
-// entries, no snapshot) is not written: the commit index is volatile state
-// in Raft, and re-learning it after a restart is safe, so it rides along
-// with the next synced write instead of costing an fsync of its own on every
-// follower for every commit.
-func (n *Node) persist(rd *raft.Ready) error {
-	hs := rd.HardState
-	if hs == nil {
-		hs = n.loop.unsavedHS
-	}
-	if !rd.MustSync && len(rd.Entries) == 0 && raft.IsEmptySnap(rd.Snapshot) {
-		n.loop.unsavedHS = hs
-		return nil
-	}
-	n.loop.unsavedHS = nil
-	if err := n.cfg.Faults.writeError(); err != nil {
-		return err
-	}
-	return n.storage.Save(rd.Snapshot, hs, rd.Entries)
 }
 
 func (n *Node) onSoftState(ss *raft.SoftState) {
