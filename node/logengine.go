@@ -52,7 +52,9 @@ func openLog(dir, engine string, lg *slog.Logger) (raftlog.Log, string, error) {
 	case engine == LogEngineBbolt && hasWAL:
 		return nil, "", fmt.Errorf("LogEngine %q but %s holds a WAL raft log (%s/); use %q or leave LogEngine empty", engine, dir, walLogName, LogEngineWAL)
 	}
-	opts := raftlog.Options{Logger: lg}
+	// The WAL zero-fills its tail a MiB at a time, so a write's fdatasync
+	// flushes data only, without a filesystem journal commit for the new size.
+	opts := raftlog.Options{Logger: lg, Preallocate: 1 << 20}
 	switch engine {
 	case LogEngineWAL:
 		w, err := raftlog.OpenWAL(walPath, opts)

@@ -26,20 +26,22 @@ const DefaultSegmentSize = 64 << 20
 // open; damage anywhere else gives ErrCorrupt naming the file. It is safe for concurrent
 // use.
 type WAL struct {
-	mu      sync.Mutex
-	dir     string
-	log     *slog.Logger
-	segSize int64
-	noSync  bool
-	lockf   *os.File
-	closed  bool
-	failed  error // a write failed: the tail may hold garbage, refuse further writes
+	mu       sync.Mutex
+	dir      string
+	log      *slog.Logger
+	segSize  int64
+	prealloc int64
+	noSync   bool
+	lockf    *os.File
+	closed   bool
+	failed   error // a write failed: the tail may hold garbage, refuse further writes
 
-	segs []*segment // in seq order; the last one is open for append in f
-	f    *os.File
-	size int64 // bytes in f
-	buf  []byte
-	st   *walState
+	segs  []*segment // in seq order; the last one is open for append in f
+	f     *os.File
+	size  int64 // bytes of records in f: where the next write goes
+	alloc int64 // bytes in f (>= size; the rest is zero-filled preallocation)
+	buf   []byte
+	st    *walState
 }
 
 // OpenWAL opens the WAL in dir, creating dir (not its parents) if absent. Options'
@@ -55,7 +57,8 @@ func OpenWAL(dir string, opts Options) (*WAL, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	w := &WAL{dir: dir, log: lg.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync}
+	w := &WAL{dir: dir, log: lg.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync,
+		prealloc: max(opts.Preallocate, 0)}
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		if err := syncDir(filepath.Dir(dir)); err != nil {
 			return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
@@ -111,6 +114,12 @@ func (w *WAL) load() error {
 		if !torn {
 			continue
 		}
+		if w.prealloc > 0 && i == len(segs)-1 && valid > 0 && allZero(data[valid:]) {
+			// Preallocated space after the last record (or a write of
+			// which nothing reached the disk): the next write goes at valid.
+			w.size = int64(valid)
+			continue
+		}
 		if i < len(segs)-1 {
 			return w.corrupt(seg.path, "bad record at offset %d of %d (not the last segment)", valid, len(data))
 		}
@@ -143,7 +152,7 @@ func (w *WAL) load() error {
 		return w.createSegment(nil)
 	}
 	tail := segs[len(segs)-1]
-	f, err := os.OpenFile(tail.path, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(tail.path, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("raftlog: open %s: %w", tail.path, err)
 	}
@@ -152,8 +161,20 @@ func (w *WAL) load() error {
 		_ = f.Close()
 		return fmt.Errorf("raftlog: stat %s: %w", tail.path, err)
 	}
-	w.f, w.size = f, st.Size()
+	w.f, w.alloc = f, st.Size()
+	if w.size == 0 || w.size > w.alloc {
+		w.size = w.alloc
+	}
 	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // findRecord returns the first offset >= from where a valid top-level record starts, or
@@ -195,7 +216,20 @@ func (w *WAL) createSegment(recs []byte) error {
 	buf = append(buf, recs...)
 	seg := &segment{seq: seq, first: w.st.last + 1, last: w.st.last}
 	seg.path = filepath.Join(w.dir, segmentName(seg.seq, seg.first))
-	f, err := os.OpenFile(seg.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
+	if w.f != nil && w.alloc > w.size {
+		// Cut the preallocated zeros off the segment being closed: only the
+		// last segment may end in them.
+		if err := w.f.Truncate(w.size); err != nil {
+			return err
+		}
+		if !w.noSync {
+			if err := fdatasync(w.f); err != nil {
+				return err
+			}
+		}
+		w.alloc = w.size
+	}
+	f, err := os.OpenFile(seg.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -216,7 +250,7 @@ func (w *WAL) createSegment(recs []byte) error {
 	if w.f != nil {
 		_ = w.f.Close()
 	}
-	w.f, w.size = f, int64(len(buf))
+	w.f, w.size, w.alloc = f, int64(len(buf)), int64(len(buf))
 	w.segs = append(w.segs, seg)
 	return nil
 }
@@ -232,12 +266,20 @@ func (w *WAL) commit(recs []byte) error {
 	if w.size >= w.segSize {
 		err = w.createSegment(recs)
 	} else {
-		_, err = w.f.Write(recs)
+		end := w.size + int64(len(recs))
+		if w.prealloc > 0 && end > w.alloc {
+			// Zero-fill the next chunk; this write's fdatasync makes the new
+			// size durable, later writes in the chunk change no metadata.
+			err = w.extend(end)
+		}
+		if err == nil {
+			_, err = w.f.WriteAt(recs, w.size)
+		}
 		if err == nil && !w.noSync {
 			err = fdatasync(w.f)
 		}
 		if err == nil {
-			w.size += int64(len(recs))
+			w.size = end
 		}
 	}
 	if err != nil {
@@ -245,6 +287,22 @@ func (w *WAL) commit(recs []byte) error {
 		w.log.Error("raftlog WAL write failed", "err", err)
 		return fmt.Errorf("%w: %s: %v", ErrWrite, w.dir, err)
 	}
+	return nil
+}
+
+// extend zero-fills the tail segment from alloc up to at least end, in
+// Preallocate chunks (to the next multiple of it).
+func (w *WAL) extend(end int64) error {
+	to := (end + w.prealloc - 1) / w.prealloc * w.prealloc
+	zeros := make([]byte, min(to-w.alloc, 1<<20))
+	for off := w.alloc; off < to; {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := w.f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	w.alloc = to
 	return nil
 }
 
