@@ -26,6 +26,15 @@ const DefaultSegmentSize = 64 << 20
 // open; damage anywhere else gives ErrCorrupt naming the file. It is safe for concurrent
 // use.
 type WAL struct {
+	// wmu serializes the writers (Save, CreateSnapshot, Compact, SetConfState,
+	// Bootstrap, Close) and guards the files; it is held across the write and
+	// fdatasync. mu guards the in-memory state that raft reads (st, closed)
+	// and is held only briefly: a writer takes it, after its fdatasync, to
+	// publish the new state. So raft's reads (Term, Entries, LastIndex …) on
+	// the node loop never wait for the disk while the node's appender syncs.
+	// Lock order: wmu, then mu. Readers take only mu; only a holder of wmu
+	// changes st, so a writer reads st without mu.
+	wmu      sync.Mutex
 	mu       sync.Mutex
 	dir      string
 	log      *slog.Logger
@@ -343,8 +352,8 @@ func slicesIndex(segs []*segment, s *segment) int {
 // Save is [Storage.Save] on the WAL: snapshot, entries and HardState as records, in one
 // write and one fdatasync.
 func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -394,17 +403,20 @@ func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.E
 	if err := w.commit(buf); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	if newSnap != nil {
 		st.installSnapshot(newSnap)
 	}
 	for _, e := range ents {
 		if err := st.appendEntry(e); err != nil {
+			w.mu.Unlock()
 			panic(err) // trimEntries checked it
 		}
 	}
 	if hsCopy != nil {
 		st.hardState = hsCopy
 	}
+	w.mu.Unlock()
 	if newSnap != nil {
 		w.dropSegments()
 	}
@@ -420,8 +432,8 @@ func (w *WAL) keepBuf(buf []byte) {
 
 // CreateSnapshot is [Storage.CreateSnapshot] on the WAL.
 func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return nil, ErrClosed
 	}
@@ -437,15 +449,17 @@ func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raft
 	if err := w.commit(buf); err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
 	st.snap = snap
+	w.mu.Unlock()
 	return proto.Clone(snap).(*raftpb.Snapshot), nil
 }
 
 // Compact is [Storage.Compact] on the WAL; segments entirely below the new compaction
 // point are deleted.
 func (w *WAL) Compact(index uint64) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -462,7 +476,10 @@ func (w *WAL) Compact(index uint64) error {
 	if err := w.commit(appendRecord(nil, recCompact, compactPayload(index, term))); err != nil {
 		return err
 	}
-	if err := w.st.compact(index, term); err != nil {
+	w.mu.Lock()
+	err = w.st.compact(index, term)
+	w.mu.Unlock()
+	if err != nil {
 		panic(err) // checked above
 	}
 	w.dropSegments()
@@ -474,8 +491,8 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
 	if cs == nil {
 		return fmt.Errorf("raftlog: nil ConfState")
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -487,7 +504,9 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
 	if err := w.commit(buf); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.st.confState = c
+	w.mu.Unlock()
 	return nil
 }
 
@@ -496,8 +515,8 @@ func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
 	if cs == nil || len(cs.GetVoters()) == 0 {
 		return fmt.Errorf("raftlog: bootstrap needs at least one voter")
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -519,22 +538,26 @@ func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
 	if err := w.commit(endBatch(buf, start)); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.st.installSnapshot(raftpb.EnsureSnapshot(snap))
 	w.st.hardState = hs
+	w.mu.Unlock()
 	return nil
 }
 
 // Close closes the files and releases the directory lock. It is idempotent; later
 // calls to other methods return ErrClosed.
 func (w *WAL) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return nil
 	}
-	w.closed = true
 	err := w.closeFiles()
+	w.mu.Lock()
+	w.closed = true
 	w.st = newWalState()
+	w.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("raftlog: close %s: %w", w.dir, err)
 	}
