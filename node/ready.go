@@ -296,15 +296,24 @@ func (n *Node) transferLeadership(done chan struct{}) {
 		return
 	}
 	st := n.rn.Status()
+	// The most caught-up voter, preferring those heard from lately: a
+	// transfer to a crashed or cut-off voter only times out after two
+	// election timeouts. (RecentActive is reset every election timeout, so
+	// right after that reset no one may look active: then take any.)
 	var best uint64
 	var bestMatch uint64
+	var bestActive bool
 	for id, pr := range st.Progress {
 		if id == n.id || pr.IsLearner {
 			continue
 		}
-		if pr.Match >= bestMatch {
-			best, bestMatch = id, pr.Match
+		switch {
+		case pr.RecentActive && !bestActive:
+		case pr.RecentActive == bestActive && pr.Match >= bestMatch:
+		default:
+			continue
 		}
+		best, bestMatch, bestActive = id, pr.Match, pr.RecentActive
 	}
 	if best == 0 {
 		close(done)
