@@ -52,12 +52,16 @@ type Node struct {
 	localc chan []*raftpb.Message
 	appErr chan error
 	app    appender
-	stopc  chan struct{}         // closed by Close / crash to stop the loop
-	donec  chan struct{}         // closed when the loop has exited
-	bgwg   sync.WaitGroup        // keepalive sender and other helpers
-	dead   atomic.Pointer[error] // set once the node stopped serving
-	lead   atomic.Uint64         // current leader id as last seen by the loop
-	sess   atomic.Uint64         // current session id (0 until opened)
+	// fsmc carries lock-table commit batches to the committer; fsmDone its
+	// outcome back to the loop (see maybeCommitFSM).
+	fsmc    chan *lockfsm.CommitBatch
+	fsmDone chan error
+	stopc   chan struct{}         // closed by Close / crash to stop the loop
+	donec   chan struct{}         // closed when the loop has exited
+	bgwg    sync.WaitGroup        // keepalive sender and other helpers
+	dead    atomic.Pointer[error] // set once the node stopped serving
+	lead    atomic.Uint64         // current leader id as last seen by the loop
+	sess    atomic.Uint64         // current session id (0 until opened)
 	// lastAcked is the send time (UnixNano of the node clock) of the last
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64
@@ -86,6 +90,7 @@ type loopState struct {
 	lastApplied uint64
 	sinceSnap   uint64
 	lastCommit  time.Time
+	fsmBusy     bool // a lock-table commit batch is with the committer
 	events      []lockfsm.Event
 	stopWith    error // set to stop serving with this error (ErrRemoved)
 
@@ -126,6 +131,8 @@ func Start(cfg Config) (*Node, error) {
 		recvc:   make(chan []*raftpb.Message, 1024),
 		localc:  make(chan []*raftpb.Message, 64),
 		appErr:  make(chan error, 1),
+		fsmc:    make(chan *lockfsm.CommitBatch, 1),
+		fsmDone: make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 	}
@@ -227,8 +234,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	ok = true
 	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
-	n.bgwg.Add(2)
+	n.bgwg.Add(3)
 	go n.appendLoop()
+	go n.commitLoop()
 	go n.run() // from here on only the loop touches n.loop
 	go n.keepaliveLoop()
 	return n, nil
@@ -339,6 +347,12 @@ func (n *Node) run() {
 		case err := <-n.appErr:
 			n.fail(err)
 			return
+		case err := <-n.fsmDone:
+			n.loop.fsmBusy = false
+			if err != nil {
+				n.fail(err) // a failed lock-table commit: stop like a failed log write
+				return
+			}
 		case <-n.stopc:
 			return
 		}

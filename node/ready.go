@@ -39,6 +39,9 @@ func (n *Node) handleReady() error {
 				// The transport stored the snapshot file before stepping
 				// MsgSnap in. Entries before the snapshot were applied by
 				// earlier Readys (apply runs in this loop, in order).
+				if err := n.waitFSMCommit(); err != nil {
+					return err
+				}
 				md := m.Snapshot.GetMetadata()
 				if err := n.restoreFSM(md.GetIndex()); err != nil {
 					return err
@@ -167,11 +170,23 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file
 // every CommitInterval (or when forced). The raft log is the durability
-// source, so this only bounds how much a restart replays.
+// source, so this only bounds how much a restart replays. The records are
+// encoded here and written (one bbolt transaction, two fdatasyncs) by the
+// committer goroutine, so the loop does not stop for the disk; one batch is
+// in flight at a time, and a forced commit waits for it and then writes
+// synchronously.
 func (n *Node) maybeCommitFSM(force bool) error {
 	now := n.clock.Now()
 	if !force && now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval {
 		return nil
+	}
+	if n.loop.fsmBusy {
+		if !force {
+			return nil // still writing the last batch: try again next time
+		}
+		if err := n.waitFSMCommit(); err != nil {
+			return err
+		}
 	}
 	n.loop.lastCommit = now
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
@@ -180,7 +195,48 @@ func (n *Node) maybeCommitFSM(force bool) error {
 	if err := n.cfg.Faults.commitError(); err != nil {
 		return err
 	}
-	return n.fsm.Commit()
+	if force {
+		return n.fsm.Commit()
+	}
+	n.loop.fsmBusy = true
+	n.fsmc <- n.fsm.PrepareCommit() // capacity 1 and nothing in flight: never blocks
+	return nil
+}
+
+// waitFSMCommit waits until the committer has written the batch in flight,
+// if any (before a restore, a forced commit).
+func (n *Node) waitFSMCommit() error {
+	if !n.loop.fsmBusy {
+		return nil
+	}
+	select {
+	case err := <-n.fsmDone:
+		n.loop.fsmBusy = false
+		return err
+	case <-n.stopc:
+		return ErrClosed
+	}
+}
+
+// commitLoop is the committer: it writes the lock-table batches the loop
+// prepares, one at a time, and reports each outcome back to the loop.
+func (n *Node) commitLoop() {
+	defer n.bgwg.Done()
+	for {
+		select {
+		case b := <-n.fsmc:
+			err := n.fsm.WriteCommit(b)
+			select {
+			case n.fsmDone <- err:
+			case <-n.stopc:
+				return
+			}
+		case <-n.stopc:
+			return
+		case <-n.donec:
+			return
+		}
+	}
 }
 
 // maybeSnapshot writes a lock-table snapshot file and compacts the raft log
