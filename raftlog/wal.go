@@ -303,7 +303,6 @@ func (w *WAL) commit(recs []byte) error {
 // Preallocate chunks (to the next multiple of it).
 func (w *WAL) extend(end int64) error {
 	to := (end + w.prealloc - 1) / w.prealloc * w.prealloc
-	zeros := make([]byte, min(to-w.alloc, 1<<20))
 	for off := w.alloc; off < to; {
 		n := min(int64(len(zeros)), to-off)
 		if _, err := w.f.WriteAt(zeros[:n], off); err != nil {
@@ -314,6 +313,9 @@ func (w *WAL) extend(end int64) error {
 	w.alloc = to
 	return nil
 }
+
+// zeros is the source of the zero-fill (never written to).
+var zeros = make([]byte, 64<<10)
 
 // dropSegments deletes the oldest segments when a later segment's state record already
 // lies at or before the compaction point (so nothing they hold is still needed).
