@@ -14,10 +14,10 @@ import (
 // Raft log engines for Config.LogEngine.
 const (
 	// LogEngineWAL is raftlog's append-only segmented WAL in DataDir/wal/: one write
-	// and one fdatasync per Ready. The default for a new data directory.
+	// and one fdatasync per group of Readys. The default for a new data directory.
 	LogEngineWAL = "wal"
 	// LogEngineBbolt is raftlog's bbolt file DataDir/raft.db: one transaction (two
-	// fsyncs) per Ready. Chosen automatically for a directory that already has raft.db.
+	// fsyncs) per group of Readys. Chosen automatically for a directory that already has raft.db.
 	LogEngineBbolt = "bbolt"
 )
 
