@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 )
@@ -25,6 +26,7 @@ func main() {
 	scenarios := flag.String("scenarios", "S1,S2,S3,S4,S5", "comma-separated scenarios to run")
 	runs := flag.Int("runs", 2, "interleaved runs per system")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	tracePath := flag.String("trace", "", "write a runtime execution trace of the whole run to this file")
 	flag.Parse()
 
 	cfg = defaultConfig(*quick)
@@ -54,6 +56,13 @@ func main() {
 		if err == nil {
 			pprof.StartCPUProfile(f)
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
+
+	if *tracePath != "" {
+		f, err := os.Create(*tracePath)
+		if err == nil && trace.Start(f) == nil {
+			defer func() { trace.Stop(); f.Close() }()
 		}
 	}
 

@@ -2,6 +2,7 @@ package lockfsm
 
 import (
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
@@ -23,8 +24,8 @@ type FSM struct {
 	path string
 	db   *bolt.DB
 
-	applied uint64 // last applied index, in memory
-	durable uint64 // last index whose state is committed to db
+	applied uint64        // last applied index, in memory
+	durable atomic.Uint64 // last index whose state is committed to db (read by any goroutine)
 
 	sessions map[uint64]*session
 	locks    map[string]*lock
@@ -47,7 +48,7 @@ func (f *FSM) AppliedIndex() uint64 { return f.applied }
 
 // DurableIndex returns the last index whose state is committed to the bbolt file. After a crash, Open
 // returns the state as of this index and the node replays the entries after it.
-func (f *FSM) DurableIndex() uint64 { return f.durable }
+func (f *FSM) DurableIndex() uint64 { return f.durable.Load() }
 
 // Apply decodes and applies the committed entry at index, appends the events it causes to events and
 // returns the result and the extended slice. It does not allocate when events has room and no new name,

@@ -155,7 +155,8 @@ func (f *FSM) load() error {
 		return fmt.Errorf("lockfsm: load %s: %w", f.path, err)
 	}
 	f.sessions, f.locks = sessions, locks
-	f.applied, f.durable = applied, applied
+	f.applied = applied
+	f.durable.Store(applied)
 	return nil
 }
 
@@ -166,59 +167,117 @@ func (f *FSM) Commit() error {
 	if f.db == nil {
 		return fmt.Errorf("lockfsm: commit %s: closed", f.path)
 	}
-	applied := f.applied
+	b := f.prepare(&f.buf)
+	if err := f.write(b); err != nil {
+		return err
+	}
+	clear(f.dirtySessions)
+	clear(f.dirtyLocks)
+	return nil
+}
+
+// A CommitBatch is the lock table's changed records, encoded by PrepareCommit, for WriteCommit to write
+// while the state machine goes on applying entries.
+type CommitBatch struct {
+	applied  uint64
+	sessions []kv
+	locks    []kv
+	buf      []byte // the arena the keys and values point into
+}
+
+type kv struct{ k, v []byte } // v == nil: delete
+
+// Applied is the index the batch makes durable.
+func (b *CommitBatch) Applied() uint64 { return b.applied }
+
+// PrepareCommit encodes every record changed since the last PrepareCommit or Commit, and the applied
+// index, into a batch and marks them clean. It does no I/O; WriteCommit writes the batch, from any
+// goroutine, while Apply goes on. Batches must be written in the order they were prepared, one at a
+// time, and neither Commit, Restore nor Close may run while one is being written. If WriteCommit fails
+// the records stay unwritten (a later batch does not contain them): the node must stop, as after any
+// failed commit, and replay from the raft log after a restart.
+func (f *FSM) PrepareCommit() *CommitBatch {
+	b := f.prepare(nil)
+	clear(f.dirtySessions)
+	clear(f.dirtyLocks)
+	return b
+}
+
+// WriteCommit writes a batch from PrepareCommit in one bbolt write transaction (one fsync). After it
+// returns nil, DurableIndex is the batch's applied index. DurableIndex may be read concurrently.
+func (f *FSM) WriteCommit(b *CommitBatch) error {
+	if f.db == nil {
+		return fmt.Errorf("lockfsm: commit %s: closed", f.path)
+	}
+	return f.write(b)
+}
+
+// prepare encodes the dirty records into a batch whose arena is *arena (reused) or a new one.
+func (f *FSM) prepare(arena *[]byte) *CommitBatch {
+	b := &CommitBatch{applied: f.applied}
+	if arena != nil {
+		b.buf = (*arena)[:0]
+	}
+	// bbolt keeps references to keys and values until the transaction ends, so every key and value
+	// gets its own bytes in the arena (a reallocation leaves earlier slices valid).
+	put := func(fn func([]byte) []byte) []byte {
+		start := len(b.buf)
+		b.buf = fn(b.buf)
+		return b.buf[start:len(b.buf):len(b.buf)]
+	}
+	ids := make([]uint64, 0, len(f.dirtySessions))
+	for id := range f.dirtySessions {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		x := kv{k: put(func(buf []byte) []byte { return binary.BigEndian.AppendUint64(buf, id) })}
+		if s := f.sessions[id]; s != nil {
+			x.v = put(func(buf []byte) []byte { return appendSession(buf, s) })
+		}
+		b.sessions = append(b.sessions, x)
+	}
+	f.names = sortedKeys(f.names, f.dirtyLocks)
+	for _, name := range f.names {
+		x := kv{k: put(func(buf []byte) []byte { return append(buf, name...) })}
+		if l := f.locks[name]; l != nil {
+			x.v = put(func(buf []byte) []byte { return appendLock(buf, l) })
+		}
+		b.locks = append(b.locks, x)
+	}
+	clear(f.names)
+	if arena != nil {
+		*arena = b.buf
+	}
+	return b
+}
+
+func (f *FSM) write(b *CommitBatch) error {
 	err := f.db.Update(func(tx *bolt.Tx) error {
-		sb, lb := tx.Bucket(bucketSessions), tx.Bucket(bucketLocks)
-		ids := make([]uint64, 0, len(f.dirtySessions))
-		for id := range f.dirtySessions {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		// bbolt keeps references to keys and values until the transaction ends, so every key and value
-		// gets its own bytes in the arena f.buf (a reallocation leaves earlier slices valid).
-		f.buf = f.buf[:0]
-		for _, id := range ids {
-			key := f.arena(func(b []byte) []byte { return binary.BigEndian.AppendUint64(b, id) })
-			var err error
-			if s := f.sessions[id]; s != nil {
-				err = sb.Put(key, f.arena(func(b []byte) []byte { return appendSession(b, s) }))
-			} else {
-				err = sb.Delete(key)
-			}
-			if err != nil {
-				return err
+		for _, x := range [2]struct {
+			bucket []byte
+			kvs    []kv
+		}{{bucketSessions, b.sessions}, {bucketLocks, b.locks}} {
+			bk := tx.Bucket(x.bucket)
+			for _, e := range x.kvs {
+				var err error
+				if e.v != nil {
+					err = bk.Put(e.k, e.v)
+				} else {
+					err = bk.Delete(e.k)
+				}
+				if err != nil {
+					return err
+				}
 			}
 		}
-		f.names = sortedKeys(f.names, f.dirtyLocks)
-		for _, name := range f.names {
-			key := f.arena(func(b []byte) []byte { return append(b, name...) })
-			var err error
-			if l := f.locks[name]; l != nil {
-				err = lb.Put(key, f.arena(func(b []byte) []byte { return appendLock(b, l) }))
-			} else {
-				err = lb.Delete(key)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		clear(f.names)
-		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, applied))
+		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, b.applied))
 	})
 	if err != nil {
 		return fmt.Errorf("lockfsm: commit %s: %w", f.path, err)
 	}
-	clear(f.dirtySessions)
-	clear(f.dirtyLocks)
-	f.durable = applied
+	f.durable.Store(b.applied)
 	return nil
-}
-
-// arena appends with fn to f.buf and returns the appended bytes, capacity-clipped.
-func (f *FSM) arena(fn func([]byte) []byte) []byte {
-	start := len(f.buf)
-	f.buf = fn(f.buf)
-	return f.buf[start:len(f.buf):len(f.buf)]
 }
 
 // Close closes the file without committing (call Commit first to keep the tail; otherwise it is replayed

@@ -161,7 +161,8 @@ func (f *FSM) Restore(r io.Reader) error {
 		return fmt.Errorf("lockfsm: restore %s: %w", f.path, err)
 	}
 	f.sessions, f.locks = sessions, locks
-	f.applied, f.durable = applied, applied
+	f.applied = applied
+	f.durable.Store(applied)
 	clear(f.dirtySessions)
 	clear(f.dirtyLocks)
 	return nil

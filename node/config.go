@@ -35,8 +35,8 @@ type Config struct {
 	DataDir string
 
 	// LogEngine selects the raft log: LogEngineWAL ("wal", DataDir/wal/, one
-	// fdatasync per Ready) or LogEngineBbolt ("bbolt", DataDir/raft.db, a bbolt
-	// transaction per Ready). Empty (the default) keeps the engine of existing
+	// fdatasync per group of Readys) or LogEngineBbolt ("bbolt", DataDir/raft.db, a bbolt
+	// transaction per group). Empty (the default) keeps the engine of existing
 	// data (raft.db present: bbolt) and uses the WAL for a new directory. An
 	// engine that does not match existing data is refused (ErrDataDir).
 	LogEngine string

@@ -14,10 +14,10 @@ import (
 // Raft log engines for Config.LogEngine.
 const (
 	// LogEngineWAL is raftlog's append-only segmented WAL in DataDir/wal/: one write
-	// and one fdatasync per Ready. The default for a new data directory.
+	// and one fdatasync per group of Readys. The default for a new data directory.
 	LogEngineWAL = "wal"
 	// LogEngineBbolt is raftlog's bbolt file DataDir/raft.db: one transaction (two
-	// fsyncs) per Ready. Chosen automatically for a directory that already has raft.db.
+	// fsyncs) per group of Readys. Chosen automatically for a directory that already has raft.db.
 	LogEngineBbolt = "bbolt"
 )
 
@@ -52,7 +52,9 @@ func openLog(dir, engine string, lg *slog.Logger) (raftlog.Log, string, error) {
 	case engine == LogEngineBbolt && hasWAL:
 		return nil, "", fmt.Errorf("LogEngine %q but %s holds a WAL raft log (%s/); use %q or leave LogEngine empty", engine, dir, walLogName, LogEngineWAL)
 	}
-	opts := raftlog.Options{Logger: lg}
+	// The WAL zero-fills its tail a MiB at a time, so a write's fdatasync
+	// flushes data only, without a filesystem journal commit for the new size.
+	opts := raftlog.Options{Logger: lg, Preallocate: 1 << 20}
 	switch engine {
 	case LogEngineWAL:
 		w, err := raftlog.OpenWAL(walPath, opts)

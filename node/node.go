@@ -2,12 +2,14 @@
 // raft.RawNode and the lock table, and everything else (the public API, the
 // transport, the keepalive sender) talks to it through channels.
 //
-// Per Ready the loop follows raft's contract (see raft-guide.md §1): a leader
-// sends its appends first and persists in parallel (Raft thesis §10.2.1);
-// then the snapshot, entries and HardState are saved in one raftlog Save
-// (with the default WAL engine one write and one fdatasync); then the remaining messages are sent; then the
-// committed entries are applied to lockfsm and each result or event is
-// handed to the caller waiting for it; then Advance.
+// Raft runs with AsyncStorageWrites (raft-guide.md §1, raft doc.go): per
+// Ready the loop sends every outgoing message at once (a leader's appends
+// before its own fsync, Raft thesis §10.2.1), hands the snapshot, entries and
+// HardState to the appender goroutine, which saves everything queued in one
+// raftlog Save (with the default WAL engine one write and one fdatasync) and
+// only then delivers the acknowledgements, and applies the committed entries
+// (only ones already durable here) to lockfsm, handing each result or event
+// to the caller waiting for it.
 package node
 
 import (
@@ -46,12 +48,21 @@ type Node struct {
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
-	stopc chan struct{}          // closed by Close / crash to stop the loop
-	donec chan struct{}          // closed when the loop has exited
-	bgwg  sync.WaitGroup         // keepalive sender and other helpers
-	dead  atomic.Pointer[error]  // set once the node stopped serving
-	lead  atomic.Uint64          // current leader id as last seen by the loop
-	sess  atomic.Uint64          // current session id (0 until opened)
+	// localc: responses of durable raft log writes, for this node's raft
+	// (from the appender); appErr: the appender's write failure.
+	localc chan []*raftpb.Message
+	appErr chan error
+	app    appender
+	// fsmc carries lock-table commit batches to the committer; fsmDone its
+	// outcome back to the loop (see maybeCommitFSM).
+	fsmc    chan *lockfsm.CommitBatch
+	fsmDone chan error
+	stopc   chan struct{}         // closed by Close / crash to stop the loop
+	donec   chan struct{}         // closed when the loop has exited
+	bgwg    sync.WaitGroup        // keepalive sender and other helpers
+	dead    atomic.Pointer[error] // set once the node stopped serving
+	lead    atomic.Uint64         // current leader id as last seen by the loop
+	sess    atomic.Uint64         // current session id (0 until opened)
 	// lastAcked is the send time (UnixNano of the node clock) of the last
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64
@@ -80,9 +91,9 @@ type loopState struct {
 	lastApplied uint64
 	sinceSnap   uint64
 	lastCommit  time.Time
+	fsmBusy     bool // a lock-table commit batch is with the committer
 	events      []lockfsm.Event
-	unsavedHS   *raftpb.HardState // a commit-only HardState not yet written
-	stopWith    error             // set to stop serving with this error (ErrRemoved)
+	stopWith    error // set to stop serving with this error (ErrRemoved)
 
 	ops     opRegistry
 	holds   holdRegistry
@@ -136,6 +147,10 @@ func start(cfg Config) (*Node, error) {
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
 		reqc:    make(chan func(), 1024),
 		recvc:   make(chan []*raftpb.Message, 1024),
+		localc:  make(chan []*raftpb.Message, 64),
+		appErr:  make(chan error, 1),
+		fsmc:    make(chan *lockfsm.CommitBatch, 1),
+		fsmDone: make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 	}
@@ -178,10 +193,12 @@ func start(cfg Config) (*Node, error) {
 		}
 		n.log.Info("bootstrapped new cluster", "voters", cs.Voters, "cluster", cfg.ClusterID)
 	}
-	_, cs, err := n.storage.InitialState()
+	hs, cs, err := n.storage.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
+	n.app.wake = make(chan struct{}, 1)
+	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
@@ -195,6 +212,7 @@ func start(cfg Config) (*Node, error) {
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
+		AsyncStorageWrites:        true,
 		Logger:                    raftLogger{n.log},
 	})
 	if err != nil {
@@ -234,8 +252,10 @@ func start(cfg Config) (*Node, error) {
 	}
 	ok = true
 	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
+	n.bgwg.Add(3)
+	go n.appendLoop()
+	go n.commitLoop()
 	go n.run() // from here on only the loop touches n.loop
-	n.bgwg.Add(1)
 	go n.keepaliveLoop()
 	return n, nil
 }
@@ -342,6 +362,17 @@ func (n *Node) run() {
 			f()
 		case msgs := <-n.recvc:
 			n.step(msgs)
+		case msgs := <-n.localc:
+			n.step(msgs)
+		case err := <-n.appErr:
+			n.fail(err)
+			return
+		case err := <-n.fsmDone:
+			n.loop.fsmBusy = false
+			if err != nil {
+				n.fail(err) // a failed lock-table commit: stop like a failed log write
+				return
+			}
 		case <-n.stopc:
 			return
 		}
@@ -368,6 +399,8 @@ func (n *Node) drainInputs() {
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
+			n.step(msgs)
+		case msgs := <-n.localc:
 			n.step(msgs)
 		default:
 			return

@@ -16,80 +16,60 @@ import (
 	"github.com/lockraft/lockraft/transport"
 )
 
-// handleReady processes one Ready in the order raft requires.
+// handleReady processes one Ready. The node runs raft with
+// AsyncStorageWrites: the raft log write is a MsgStorageAppend handed to the
+// appender goroutine (appender.go), which delivers the message's responses
+// (acknowledgements, votes, the leader's own vote for its entries) only once
+// the write is durable. Everything else in Messages goes out at once — a
+// leader's appends before its own fsync (thesis §10.2.1), a follower's
+// forwarded proposals — and the committed entries (a MsgStorageApply, which
+// raft fills only with entries already durable on this node) are applied
+// here, in the loop, before their responses are stepped back in.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
 		n.onSoftState(rd.SoftState)
 	}
-	// A leader may send its appends before persisting them (thesis §10.2.1);
-	// its own vote for them counts only after Advance. Everything else, in
-	// particular acknowledgements of this Ready's entries, waits for the fsync.
-	var later []*raftpb.Message
-	if n.loop.isLeader {
-		var early []*raftpb.Message
-		for _, m := range rd.Messages {
-			switch m.GetType() {
-			case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
-				early = append(early, m)
-			default:
-				later = append(later, m)
+	out := rd.Messages[:0:0]
+	var applies []*raftpb.Message
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			if hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
+				// The transport stored the snapshot file before stepping
+				// MsgSnap in. Entries before the snapshot were applied by
+				// earlier Readys (apply runs in this loop, in order).
+				if err := n.waitFSMCommit(); err != nil {
+					return err
+				}
+				md := m.Snapshot.GetMetadata()
+				if err := n.restoreFSM(md.GetIndex()); err != nil {
+					return err
+				}
+				n.loop.confState = md.GetConfState()
+				n.loop.lastApplied = md.GetIndex()
+				n.snapshotsRestored.Add(1)
+				n.onRestored()
 			}
+			n.app.enqueue(m)
+		case raft.LocalApplyThread:
+			applies = append(applies, m)
+		default:
+			out = append(out, m)
 		}
-		n.tr.Send(n.cfg.Faults.filterOut(early, n.tr.Send))
-	} else {
-		later = rd.Messages
 	}
-	if !raft.IsEmptySnap(rd.Snapshot) && len(rd.Snapshot.GetData()) > 0 {
-		// The transport stored the snapshot file before stepping MsgSnap in.
-		if err := n.restoreFSM(rd.Snapshot.GetMetadata().GetIndex()); err != nil {
+	n.tr.Send(n.cfg.Faults.filterOut(out, n.tr.Send))
+	for _, m := range applies {
+		if err := n.apply(m.GetEntries()); err != nil {
 			return err
 		}
-		n.loop.confState = rd.Snapshot.GetMetadata().GetConfState()
-		n.loop.lastApplied = rd.Snapshot.GetMetadata().GetIndex()
-		n.snapshotsRestored.Add(1)
-		n.onRestored()
-	}
-	if n.cfg.TestHooks.AckBeforeFsync {
-		// Planted bug (tests only): acknowledge before the entries are durable.
-		n.tr.Send(n.cfg.Faults.filterOut(later, n.tr.Send))
-		later = nil
-	}
-	if err := n.persist(&rd); err != nil {
-		return err
-	}
-	n.tr.Send(n.cfg.Faults.filterOut(later, n.tr.Send))
-	if err := n.apply(rd.CommittedEntries); err != nil {
-		return err
+		n.step(m.GetResponses())
 	}
 	n.fwdFlushComplete()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
 	}
-	n.rn.Advance(rd)
 	return n.maybeSnapshot()
-}
-
-// persist saves the Ready's snapshot, entries and HardState in one raftlog
-// Save (one fdatasync with the WAL engine). A Ready that only moves the commit index (MustSync false, no
-// entries, no snapshot) is not written: the commit index is volatile state
-// in Raft, and re-learning it after a restart is safe, so it rides along
-// with the next synced write instead of costing an fsync of its own on every
-// follower for every commit.
-func (n *Node) persist(rd *raft.Ready) error {
-	hs := rd.HardState
-	if hs == nil {
-		hs = n.loop.unsavedHS
-	}
-	if !rd.MustSync && len(rd.Entries) == 0 && raft.IsEmptySnap(rd.Snapshot) {
-		n.loop.unsavedHS = hs
-		return nil
-	}
-	n.loop.unsavedHS = nil
-	if err := n.cfg.Faults.writeError(); err != nil {
-		return err
-	}
-	return n.storage.Save(rd.Snapshot, hs, rd.Entries)
 }
 
 func (n *Node) onSoftState(ss *raft.SoftState) {
@@ -191,11 +171,23 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file
 // every CommitInterval (or when forced). The raft log is the durability
-// source, so this only bounds how much a restart replays.
+// source, so this only bounds how much a restart replays. The records are
+// encoded here and written (one bbolt transaction, two fdatasyncs) by the
+// committer goroutine, so the loop does not stop for the disk; one batch is
+// in flight at a time, and a forced commit waits for it and then writes
+// synchronously.
 func (n *Node) maybeCommitFSM(force bool) error {
 	now := n.clock.Now()
 	if !force && now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval {
 		return nil
+	}
+	if n.loop.fsmBusy {
+		if !force {
+			return nil // still writing the last batch: try again next time
+		}
+		if err := n.waitFSMCommit(); err != nil {
+			return err
+		}
 	}
 	n.loop.lastCommit = now
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
@@ -204,7 +196,48 @@ func (n *Node) maybeCommitFSM(force bool) error {
 	if err := n.cfg.Faults.commitError(); err != nil {
 		return err
 	}
-	return n.fsm.Commit()
+	if force {
+		return n.fsm.Commit()
+	}
+	n.loop.fsmBusy = true
+	n.fsmc <- n.fsm.PrepareCommit() // capacity 1 and nothing in flight: never blocks
+	return nil
+}
+
+// waitFSMCommit waits until the committer has written the batch in flight,
+// if any (before a restore, a forced commit).
+func (n *Node) waitFSMCommit() error {
+	if !n.loop.fsmBusy {
+		return nil
+	}
+	select {
+	case err := <-n.fsmDone:
+		n.loop.fsmBusy = false
+		return err
+	case <-n.stopc:
+		return ErrClosed
+	}
+}
+
+// commitLoop is the committer: it writes the lock-table batches the loop
+// prepares, one at a time, and reports each outcome back to the loop.
+func (n *Node) commitLoop() {
+	defer n.bgwg.Done()
+	for {
+		select {
+		case b := <-n.fsmc:
+			err := n.fsm.WriteCommit(b)
+			select {
+			case n.fsmDone <- err:
+			case <-n.stopc:
+				return
+			}
+		case <-n.stopc:
+			return
+		case <-n.donec:
+			return
+		}
+	}
 }
 
 // maybeSnapshot writes a lock-table snapshot file and compacts the raft log
@@ -320,15 +353,24 @@ func (n *Node) transferLeadership(done chan struct{}) {
 		return
 	}
 	st := n.rn.Status()
+	// The most caught-up voter, preferring those heard from lately: a
+	// transfer to a crashed or cut-off voter only times out after two
+	// election timeouts. (RecentActive is reset every election timeout, so
+	// right after that reset no one may look active: then take any.)
 	var best uint64
 	var bestMatch uint64
+	var bestActive bool
 	for id, pr := range st.Progress {
 		if id == n.id || pr.IsLearner {
 			continue
 		}
-		if pr.Match >= bestMatch {
-			best, bestMatch = id, pr.Match
+		switch {
+		case pr.RecentActive && !bestActive:
+		case pr.RecentActive == bestActive && pr.Match >= bestMatch:
+		default:
+			continue
 		}
+		best, bestMatch, bestActive = id, pr.Match, pr.RecentActive
 	}
 	if best == 0 {
 		close(done)

@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 				t.Run(fmt.Sprint(run), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(seed, uint64(run)))
 					opts := Options{NoSync: true, CacheEntries: []int{1, 3, 16, 10000}[run%4],
-						SegmentSize: []int64{1, 200, 4096, 0}[run%4]}
+						SegmentSize: []int64{1, 200, 4096, 0}[run%4], Preallocate: []int64{0, 64, 777}[run%3]}
 					runConformance(t, eng, rng, opts, 150)
 				})
 			}

@@ -11,7 +11,7 @@
 // The rest of this comment describes Storage; WAL follows the same rules.
 //
 // It stores the entries, the HardState, the latest ConfState and the metadata of the
-// latest snapshot. The node loop writes through [Storage.Save] once per Ready; raft reads
+// latest snapshot. The node's appender writes through [Storage.Save] once per group of Readys; raft reads
 // through the raft.Storage methods. Semantics follow raft's MemoryStorage exactly
 // (including the conceptual "dummy" entry at FirstIndex()-1 whose term is kept for
 // matching), with three differences:

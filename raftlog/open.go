@@ -70,6 +70,14 @@ type Options struct {
 	// SegmentSize (WAL only) is the size after which a new segment file is started
 	// (default DefaultSegmentSize).
 	SegmentSize int64
+	// Preallocate (WAL only), when > 0, zero-fills the tail segment ahead of the
+	// writes in chunks of this many bytes, so that a write lands in space that
+	// already exists on disk and its fdatasync flushes data only: no file-size
+	// change, so no filesystem journal commit per write (on ext4 about a fifth of
+	// an fdatasync's cost, more when several files sync at once). Open treats an
+	// all-zero tail after the last record as preallocated space, not as a torn
+	// write; a segment is cut back to its records before the next one starts.
+	Preallocate int64
 	// NoSync skips fsync on commit. UNSAFE: a crash loses acknowledged writes and can
 	// corrupt the file. For tests and benchmarks only.
 	NoSync bool

@@ -26,20 +26,31 @@ const DefaultSegmentSize = 64 << 20
 // open; damage anywhere else gives ErrCorrupt naming the file. It is safe for concurrent
 // use.
 type WAL struct {
-	mu      sync.Mutex
-	dir     string
-	log     *slog.Logger
-	segSize int64
-	noSync  bool
-	lockf   *os.File
-	closed  bool
-	failed  error // a write failed: the tail may hold garbage, refuse further writes
+	// wmu serializes the writers (Save, CreateSnapshot, Compact, SetConfState,
+	// Bootstrap, Close) and guards the files; it is held across the write and
+	// fdatasync. mu guards the in-memory state that raft reads (st, closed)
+	// and is held only briefly: a writer takes it, after its fdatasync, to
+	// publish the new state. So raft's reads (Term, Entries, LastIndex …) on
+	// the node loop never wait for the disk while the node's appender syncs.
+	// Lock order: wmu, then mu. Readers take only mu; only a holder of wmu
+	// changes st, so a writer reads st without mu.
+	wmu      sync.Mutex
+	mu       sync.Mutex
+	dir      string
+	log      *slog.Logger
+	segSize  int64
+	prealloc int64
+	noSync   bool
+	lockf    *os.File
+	closed   bool
+	failed   error // a write failed: the tail may hold garbage, refuse further writes
 
-	segs []*segment // in seq order; the last one is open for append in f
-	f    *os.File
-	size int64 // bytes in f
-	buf  []byte
-	st   *walState
+	segs  []*segment // in seq order; the last one is open for append in f
+	f     *os.File
+	size  int64 // bytes of records in f: where the next write goes
+	alloc int64 // bytes in f (>= size; the rest is zero-filled preallocation)
+	buf   []byte
+	st    *walState
 }
 
 // OpenWAL opens the WAL in dir, creating dir (not its parents) if absent. Options'
@@ -55,7 +66,8 @@ func OpenWAL(dir string, opts Options) (*WAL, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	w := &WAL{dir: dir, log: lg.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync}
+	w := &WAL{dir: dir, log: lg.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync,
+		prealloc: max(opts.Preallocate, 0)}
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		if err := syncDir(filepath.Dir(dir)); err != nil {
 			return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
@@ -111,6 +123,12 @@ func (w *WAL) load() error {
 		if !torn {
 			continue
 		}
+		if w.prealloc > 0 && i == len(segs)-1 && valid > 0 && allZero(data[valid:]) {
+			// Preallocated space after the last record (or a write of
+			// which nothing reached the disk): the next write goes at valid.
+			w.size = int64(valid)
+			continue
+		}
 		if i < len(segs)-1 {
 			return w.corrupt(seg.path, "bad record at offset %d of %d (not the last segment)", valid, len(data))
 		}
@@ -143,7 +161,7 @@ func (w *WAL) load() error {
 		return w.createSegment(nil)
 	}
 	tail := segs[len(segs)-1]
-	f, err := os.OpenFile(tail.path, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(tail.path, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("raftlog: open %s: %w", tail.path, err)
 	}
@@ -152,8 +170,20 @@ func (w *WAL) load() error {
 		_ = f.Close()
 		return fmt.Errorf("raftlog: stat %s: %w", tail.path, err)
 	}
-	w.f, w.size = f, st.Size()
+	w.f, w.alloc = f, st.Size()
+	if w.size == 0 || w.size > w.alloc {
+		w.size = w.alloc
+	}
 	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // findRecord returns the first offset >= from where a valid top-level record starts, or
@@ -195,7 +225,20 @@ func (w *WAL) createSegment(recs []byte) error {
 	buf = append(buf, recs...)
 	seg := &segment{seq: seq, first: w.st.last + 1, last: w.st.last}
 	seg.path = filepath.Join(w.dir, segmentName(seg.seq, seg.first))
-	f, err := os.OpenFile(seg.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
+	if w.f != nil && w.alloc > w.size {
+		// Cut the preallocated zeros off the segment being closed: only the
+		// last segment may end in them.
+		if err := w.f.Truncate(w.size); err != nil {
+			return err
+		}
+		if !w.noSync {
+			if err := fdatasync(w.f); err != nil {
+				return err
+			}
+		}
+		w.alloc = w.size
+	}
+	f, err := os.OpenFile(seg.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -216,7 +259,7 @@ func (w *WAL) createSegment(recs []byte) error {
 	if w.f != nil {
 		_ = w.f.Close()
 	}
-	w.f, w.size = f, int64(len(buf))
+	w.f, w.size, w.alloc = f, int64(len(buf)), int64(len(buf))
 	w.segs = append(w.segs, seg)
 	return nil
 }
@@ -232,12 +275,20 @@ func (w *WAL) commit(recs []byte) error {
 	if w.size >= w.segSize {
 		err = w.createSegment(recs)
 	} else {
-		_, err = w.f.Write(recs)
+		end := w.size + int64(len(recs))
+		if w.prealloc > 0 && end > w.alloc {
+			// Zero-fill the next chunk; this write's fdatasync makes the new
+			// size durable, later writes in the chunk change no metadata.
+			err = w.extend(end)
+		}
+		if err == nil {
+			_, err = w.f.WriteAt(recs, w.size)
+		}
 		if err == nil && !w.noSync {
 			err = fdatasync(w.f)
 		}
 		if err == nil {
-			w.size += int64(len(recs))
+			w.size = end
 		}
 	}
 	if err != nil {
@@ -247,6 +298,24 @@ func (w *WAL) commit(recs []byte) error {
 	}
 	return nil
 }
+
+// extend zero-fills the tail segment from alloc up to at least end, in
+// Preallocate chunks (to the next multiple of it).
+func (w *WAL) extend(end int64) error {
+	to := (end + w.prealloc - 1) / w.prealloc * w.prealloc
+	for off := w.alloc; off < to; {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := w.f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	w.alloc = to
+	return nil
+}
+
+// zeros is the source of the zero-fill (never written to).
+var zeros = make([]byte, 64<<10)
 
 // dropSegments deletes the oldest segments when a later segment's state record already
 // lies at or before the compaction point (so nothing they hold is still needed).
@@ -285,8 +354,8 @@ func slicesIndex(segs []*segment, s *segment) int {
 // Save is [Storage.Save] on the WAL: snapshot, entries and HardState as records, in one
 // write and one fdatasync.
 func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -336,17 +405,20 @@ func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.E
 	if err := w.commit(buf); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	if newSnap != nil {
 		st.installSnapshot(newSnap)
 	}
 	for _, e := range ents {
 		if err := st.appendEntry(e); err != nil {
+			w.mu.Unlock()
 			panic(err) // trimEntries checked it
 		}
 	}
 	if hsCopy != nil {
 		st.hardState = hsCopy
 	}
+	w.mu.Unlock()
 	if newSnap != nil {
 		w.dropSegments()
 	}
@@ -362,8 +434,8 @@ func (w *WAL) keepBuf(buf []byte) {
 
 // CreateSnapshot is [Storage.CreateSnapshot] on the WAL.
 func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return nil, ErrClosed
 	}
@@ -379,15 +451,17 @@ func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raft
 	if err := w.commit(buf); err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
 	st.snap = snap
+	w.mu.Unlock()
 	return proto.Clone(snap).(*raftpb.Snapshot), nil
 }
 
 // Compact is [Storage.Compact] on the WAL; segments entirely below the new compaction
 // point are deleted.
 func (w *WAL) Compact(index uint64) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -404,7 +478,10 @@ func (w *WAL) Compact(index uint64) error {
 	if err := w.commit(appendRecord(nil, recCompact, compactPayload(index, term))); err != nil {
 		return err
 	}
-	if err := w.st.compact(index, term); err != nil {
+	w.mu.Lock()
+	err = w.st.compact(index, term)
+	w.mu.Unlock()
+	if err != nil {
 		panic(err) // checked above
 	}
 	w.dropSegments()
@@ -416,8 +493,8 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
 	if cs == nil {
 		return fmt.Errorf("raftlog: nil ConfState")
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -429,7 +506,9 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
 	if err := w.commit(buf); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.st.confState = c
+	w.mu.Unlock()
 	return nil
 }
 
@@ -438,8 +517,8 @@ func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
 	if cs == nil || len(cs.GetVoters()) == 0 {
 		return fmt.Errorf("raftlog: bootstrap needs at least one voter")
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
@@ -461,22 +540,26 @@ func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
 	if err := w.commit(endBatch(buf, start)); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.st.installSnapshot(raftpb.EnsureSnapshot(snap))
 	w.st.hardState = hs
+	w.mu.Unlock()
 	return nil
 }
 
 // Close closes the files and releases the directory lock. It is idempotent; later
 // calls to other methods return ErrClosed.
 func (w *WAL) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.closed {
 		return nil
 	}
-	w.closed = true
 	err := w.closeFiles()
+	w.mu.Lock()
+	w.closed = true
 	w.st = newWalState()
+	w.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("raftlog: close %s: %w", w.dir, err)
 	}

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -200,4 +201,140 @@ func TestWALCompactDropsSegments(t *testing.T) {
 	hs, cs, _ := w.InitialState()
 	require.Equal(t, uint64(191), hs.GetCommit())
 	require.Equal(t, []uint64{1, 2, 3}, cs.GetVoters())
+}
+
+// TestWALPreallocate: with Preallocate the tail segment is zero-filled ahead of the
+// records; reopening treats the zeros as free space (not a torn write) and writes on
+// after the last record, a torn write inside the preallocated space is still cut off,
+// and every segment but the last is cut back to its records.
+func TestWALPreallocate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "wal")
+	opts := Options{Preallocate: 4096, SegmentSize: 1 << 20}
+	w, err := OpenWAL(dir, opts)
+	require.NoError(t, err)
+	ref := raft.NewMemoryStorage()
+	for i := uint64(1); i <= 5; i++ {
+		require.NoError(t, w.Save(nil, &raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, mkEnts(i, i, 1)))
+		require.NoError(t, ref.Append(mkEnts(i, i, 1)))
+	}
+	require.NoError(t, ref.SetHardState(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(5))}))
+	require.NoError(t, w.Close())
+	seg := lastSegment(t, dir)
+	full, err := os.ReadFile(seg)
+	require.NoError(t, err)
+	require.Equal(t, 4096, len(full), "one preallocated chunk")
+	used := len(full)
+	for used > 0 && full[used-1] == 0 {
+		used--
+	}
+	require.Less(t, used, len(full))
+
+	// Reopen: the zeros are free space; the log is intact and grows in place.
+	w, err = OpenWAL(dir, opts)
+	require.NoError(t, err)
+	compareStorages(t, "reopened", ref, w)
+	require.NoError(t, w.Save(nil, nil, mkEnts(6, 6, 1)))
+	require.NoError(t, ref.Append(mkEnts(6, 6, 1)))
+	require.NoError(t, w.Close())
+	st, err := os.Stat(seg)
+	require.NoError(t, err)
+	require.Equal(t, int64(4096), st.Size(), "written inside the chunk")
+	w, err = OpenWAL(dir, opts)
+	require.NoError(t, err)
+	compareStorages(t, "appended in place", ref, w)
+	require.NoError(t, w.Close())
+
+	// A torn write inside the preallocated space: garbage after the last record.
+	full, err = os.ReadFile(seg)
+	require.NoError(t, err)
+	used = len(full)
+	for used > 0 && full[used-1] == 0 {
+		used--
+	}
+	torn := append([]byte(nil), full...)
+	copy(torn[used:], []byte{7, 0, 0, 0, 1, 2, 3, 4, 2, 9})
+	require.NoError(t, os.WriteFile(seg, torn, 0o600))
+	w, err = OpenWAL(dir, opts)
+	require.NoError(t, err)
+	compareStorages(t, "torn in preallocated space", ref, w)
+	require.NoError(t, w.Save(nil, nil, mkEnts(7, 7, 1)))
+	require.NoError(t, ref.Append(mkEnts(7, 7, 1)))
+	require.NoError(t, w.Close())
+
+	// Segments roll over: only the last keeps preallocated zeros.
+	opts.SegmentSize = 1
+	w, err = OpenWAL(dir, opts)
+	require.NoError(t, err)
+	for i := uint64(8); i <= 10; i++ {
+		require.NoError(t, w.Save(nil, nil, mkEnts(i, i, 1)))
+		require.NoError(t, ref.Append(mkEnts(i, i, 1)))
+	}
+	require.NoError(t, w.Close())
+	segs, err := listSegments(dir)
+	require.NoError(t, err)
+	require.Greater(t, len(segs), 2)
+	for _, sg := range segs[:len(segs)-1] {
+		b, err := os.ReadFile(sg.path)
+		require.NoError(t, err)
+		for off := 0; off < len(b); {
+			_, _, n, err := readRecord(b[off:])
+			require.NoError(t, err, "%s ends in its records (offset %d of %d)", sg.path, off, len(b))
+			off += n
+		}
+	}
+	w, err = OpenWAL(dir, opts)
+	require.NoError(t, err)
+	compareStorages(t, "after rollover", ref, w)
+	require.NoError(t, w.Close())
+}
+
+// TestWALReadsDuringWrites: raft reads (Term, Entries, LastIndex …) run while the
+// writer saves, compacts and snapshots (the node's appender and loop); under -race this
+// checks the two-lock scheme, and every read must see a consistent log.
+func TestWALReadsDuringWrites(t *testing.T) {
+	w, err := OpenWAL(filepath.Join(t.TempDir(), "wal"), Options{NoSync: true, Preallocate: 4096, SegmentSize: 8192})
+	require.NoError(t, err)
+	defer w.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := uint64(1); i <= 400; i++ {
+			if err := w.Save(nil, &raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, mkEnts(i, i, 1)); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%50 == 0 {
+				if _, err := w.CreateSnapshot(i-10, nil, []byte("s")); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := w.Compact(i - 20); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		first, err := w.FirstIndex()
+		require.NoError(t, err)
+		last, err := w.LastIndex()
+		require.NoError(t, err)
+		if last >= first {
+			if _, err := w.Term(last); err != nil {
+				require.ErrorIs(t, err, raft.ErrCompacted)
+			}
+			if ents, err := w.Entries(first, last+1, math.MaxUint64); err == nil {
+				require.NotEmpty(t, ents)
+			} else {
+				require.ErrorIs(t, err, raft.ErrCompacted)
+			}
+		}
+		_ = w.HasState()
+	}
 }

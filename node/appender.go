@@ -1,0 +1,189 @@
+package node
+
+import (
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// appender is raft's LocalAppendThread (raft.Config.AsyncStorageWrites): a
+// goroutine that makes MsgStorageAppend messages durable and then delivers
+// their responses. It takes the raft log write (one write + one fdatasync
+// with the WAL engine) off the loop, so the loop keeps stepping messages,
+// proposing and applying while the disk syncs, and it groups every append
+// queued during one sync into the next one: one fdatasync covers many
+// Readys (group commit).
+//
+// Durability (S3) is unchanged: a response (the MsgAppResp that counts this
+// node towards a commit, a vote, the leader's own MsgStorageAppendResp) is
+// delivered only after everything before and in its message has been
+// written and synced, and messages are processed strictly in order.
+type appender struct {
+	mu    sync.Mutex
+	queue []*raftpb.Message
+	wake  chan struct{} // capacity 1: "the queue is not empty"
+
+	// Owned by the appender goroutine.
+	pendingHS  *raftpb.HardState // a commit-only HardState not yet written
+	term, vote uint64            // of the last HardState written
+}
+
+// enqueue hands one MsgStorageAppend to the appender; it never blocks.
+func (a *appender) enqueue(m *raftpb.Message) {
+	a.mu.Lock()
+	a.queue = append(a.queue, m)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes the next group of messages from the queue: everything queued,
+// except that a message carrying a snapshot starts a group of its own (the
+// snapshot is written before the group's entries).
+func (a *appender) take() []*raftpb.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := len(a.queue)
+	for i := 1; i < n; i++ {
+		if hasSnap(a.queue[i]) {
+			n = i
+			break
+		}
+	}
+	batch := a.queue[:n:n]
+	if n == len(a.queue) {
+		a.queue = nil
+	} else {
+		a.queue = a.queue[n:]
+	}
+	return batch
+}
+
+func hasSnap(m *raftpb.Message) bool {
+	return m.Snapshot != nil && !raft.IsEmptySnap(m.Snapshot)
+}
+
+// appendLoop runs until the node stops. A write error is handed to the loop,
+// which stops serving; nothing after it is acknowledged.
+func (n *Node) appendLoop() {
+	defer n.bgwg.Done()
+	a := &n.app
+	for {
+		select {
+		case <-a.wake:
+		case <-n.stopc:
+			return
+		case <-n.donec:
+			return
+		}
+		for {
+			// A paused process (fault injection) does not write either.
+			n.cfg.Faults.waitIfPaused(n.stopc)
+			batch := a.take()
+			if len(batch) == 0 {
+				break
+			}
+			local, err := n.persistBatch(batch)
+			if err != nil {
+				select {
+				case n.appErr <- err:
+				default:
+				}
+				return
+			}
+			if len(local) == 0 {
+				continue
+			}
+			select {
+			case n.localc <- local:
+			case <-n.stopc:
+				return
+			case <-n.donec:
+				return
+			}
+		}
+	}
+}
+
+// persistBatch writes a group of MsgStorageAppend with one Save, sends the
+// responses meant for other nodes and returns those meant for this node's
+// raft. A group that only moves the commit index is not written (the commit
+// index is volatile in Raft and re-learnt after a restart); it rides along
+// with the next synced write, exactly as the synchronous loop did.
+func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) {
+	a := &n.app
+	var snap *raftpb.Snapshot
+	var ents []*raftpb.Entry
+	hs := a.pendingHS
+	merged := false
+	nresp := 0
+	for i, m := range batch {
+		if i == 0 && hasSnap(m) {
+			snap = m.Snapshot
+		}
+		if es := m.GetEntries(); len(es) > 0 {
+			if len(ents) == 0 {
+				ents = es
+			} else {
+				// A later append replaces the suffix from its first index.
+				first := es[0].GetIndex()
+				keep := 0
+				for keep < len(ents) && ents[keep].GetIndex() < first {
+					keep++
+				}
+				if !merged {
+					ents = append(make([]*raftpb.Entry, 0, keep+len(es)), ents[:keep]...)
+					merged = true
+				} else {
+					ents = ents[:keep]
+				}
+				ents = append(ents, es...)
+			}
+		}
+		if m.Term != nil {
+			hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+		}
+		nresp += len(m.GetResponses())
+	}
+	var local, remote []*raftpb.Message
+	if nresp > 0 {
+		local = make([]*raftpb.Message, 0, nresp)
+		for _, m := range batch {
+			for _, r := range m.GetResponses() {
+				if r.GetTo() == n.id {
+					local = append(local, r)
+				} else {
+					remote = append(remote, r)
+				}
+			}
+		}
+	}
+	if n.cfg.TestHooks.AckBeforeFsync {
+		// Planted bug (tests only): acknowledge before the entries are durable.
+		n.tr.Send(n.cfg.Faults.filterOut(remote, n.tr.Send))
+		remote = nil
+	}
+	mustSync := snap != nil || len(ents) > 0 ||
+		(hs != nil && (hs.GetTerm() != a.term || hs.GetVote() != a.vote))
+	if !mustSync {
+		a.pendingHS = hs
+	} else {
+		if err := n.cfg.Faults.writeError(); err != nil {
+			return nil, err
+		}
+		if err := n.storage.Save(snap, hs, ents); err != nil {
+			return nil, err
+		}
+		a.pendingHS = nil
+		if hs != nil {
+			a.term, a.vote = hs.GetTerm(), hs.GetVote()
+		}
+	}
+	if len(remote) > 0 {
+		n.tr.Send(n.cfg.Faults.filterOut(remote, n.tr.Send))
+	}
+	return local, nil
+}
