@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // row is one JSON line.
@@ -20,6 +21,7 @@ type row struct {
 }
 
 type report struct {
+	mu     sync.Mutex // add and fail may be called from concurrent scenarios (-quick)
 	host   hostInfo
 	rows   []row
 	fails  []string
@@ -42,6 +44,8 @@ func newReport(path string) *report {
 }
 
 func (r *report) add(system, scenario, metric string, v float64, run int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	x := row{system, scenario, metric, v, run}
 	r.rows = append(r.rows, x)
 	fmt.Fprintf(os.Stderr, "  %-17s %-3s %-26s %12.3f (run %d)\n", system, scenario, metric, v, run)
@@ -56,6 +60,8 @@ func (r *report) fail(system, what string, run int, err error) {
 	if err == nil {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	msg := fmt.Sprintf("%s %s run %d: %v", system, what, run, err)
 	fmt.Fprintln(os.Stderr, "FAILED:", msg)
 	r.fails = append(r.fails, msg)
