@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -16,12 +17,13 @@ type hostInfo struct {
 	cpu, kernel, goVersion string
 	cores                  int
 	fsyncP50, fsyncP99     time.Duration
+	fsync3P50              time.Duration // three files synced at once, as a 3-node cluster on one disk does
 	loadStart, loadEnd     string
 }
 
 func (h hostInfo) String() string {
-	return fmt.Sprintf("host: %s, %d cores, %s, kernel %s, fsync(4 KiB) p50 %.3f ms p99 %.3f ms, load average %s\n",
-		h.cpu, h.cores, h.goVersion, h.kernel, ms(h.fsyncP50), ms(h.fsyncP99), h.loadStart)
+	return fmt.Sprintf("host: %s, %d cores, %s, kernel %s, fsync(4 KiB) p50 %.3f ms p99 %.3f ms, three at once p50 %.3f ms, load average %s\n",
+		h.cpu, h.cores, h.goVersion, h.kernel, ms(h.fsyncP50), ms(h.fsyncP99), ms(h.fsync3P50), h.loadStart)
 }
 
 func describeHost(dir string) hostInfo {
@@ -40,7 +42,47 @@ func describeHost(dir string) hostInfo {
 		h.kernel = strings.TrimSpace(string(b))
 	}
 	h.fsyncP50, h.fsyncP99 = measureFsync(dir, 100)
+	h.fsync3P50 = measureFsyncConcurrent(dir, 3, 100)
 	return h
+}
+
+// measureFsyncConcurrent is measureFsync in k files at once: the p50 of every
+// write+fsync. Three nodes of one cluster on one machine sync at the same
+// moment for the same entry, and a commit waits for the second of them.
+func measureFsyncConcurrent(dir string, k, n int) time.Duration {
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() {
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fsync-probe-%d", i)))
+			if err != nil {
+				return
+			}
+			defer os.Remove(f.Name())
+			defer f.Close()
+			buf := make([]byte, 4096)
+			for range n {
+				t := time.Now()
+				if _, err := f.Write(buf); err != nil {
+					return
+				}
+				if err := f.Sync(); err != nil {
+					return
+				}
+				d := time.Since(t)
+				mu.Lock()
+				all = append(all, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(all) == 0 {
+		return 0
+	}
+	slices.Sort(all)
+	return all[len(all)/2]
 }
 
 // measureFsync appends 4 KiB and fsyncs, n times, in the directory the

@@ -61,6 +61,44 @@ func benchSequentialPair(b *testing.B, engine string) {
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99_ms")
 }
 
+// BenchmarkOpByRole: one caller's Acquire and Release latency (p50), on the
+// leader and on a follower, WAL log, alternated: where a pair's time goes.
+// On a leader every operation is one commit (its fsync in parallel with a
+// follower's, on the same disk here, plus one round trip); a follower adds
+// the forwarding hop and the commit notice.
+//
+//	go test -run '^$' -bench OpByRole -benchtime 400x ./node/
+func BenchmarkOpByRole(b *testing.B) {
+	nodes := benchCluster(b, LogEngineWAL)
+	lead := nodes[leaderOf(nodes)]
+	fol := nodes[pick(nodes, lead.ID())]
+	ctx := context.Background()
+	lat := map[string][]time.Duration{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, r := range []struct {
+			role string
+			n    *Node
+		}{{"leader", lead}, {"follower", fol}} {
+			t0 := time.Now()
+			h, err := r.n.Acquire(ctx, fmt.Sprintf("role/%s/%d", r.role, i), "o", true, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := h.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			lat[r.role+"-acquire"] = append(lat[r.role+"-acquire"], t1.Sub(t0))
+			lat[r.role+"-release"] = append(lat[r.role+"-release"], time.Since(t1))
+		}
+	}
+	b.StopTimer()
+	for k, d := range lat {
+		b.ReportMetric(float64(percentile(d, 0.5).Microseconds())/1000, k+"-p50_ms")
+	}
+}
+
 // BenchmarkParallelPairs64: 64 callers spread over the three nodes, each
 // doing Lock+Unlock on its own names. Reports pairs/s.
 //
