@@ -22,9 +22,11 @@ package node
 //     such a session, queues them for that member; one goroutine per member
 //     sends the queue in "fwd-push" Calls. A push that fails is dropped: the
 //     member re-proposes an overdue command on its retry timer and gets the
-//     retained result as a duplicate, and every RetryInterval it asks the
-//     leader about its queued Acquires ("fwd-status"): granted with token T,
-//     still queued, or gone. A missed grant is re-learned that way.
+//     retained result as a duplicate, and it asks the leader about its
+//     queued Acquires ("fwd-status": granted with token T, still queued, or
+//     gone) at once when it finds a leader, and then only every SessionTTL/4
+//     while it waits: a missed grant is re-learned that way, and waiting
+//     costs the leader almost nothing (L4).
 //   - Leader: learned from the replies (a non-leader answers with its leader
 //     hint); at first, and after a failed call, any alive member with raft
 //     data is asked.
@@ -63,6 +65,7 @@ type fwdState struct {
 	// member side
 	out      *batcher  // proposals on their way to the leader
 	statusAt time.Time // last fwd-status sent
+	waitedAt time.Time // last fwd-status that asked about the queued Acquires
 	probeAt  time.Time // last leader probe
 	// leader side
 	remote  map[uint64]uint64 // session -> node, sessions of light members
@@ -147,7 +150,7 @@ func (n *Node) setFwdLeader(id uint64) {
 	n.lead.Store(id)
 	n.log.Info("light member: leader found", "leader", id)
 	n.reproposeAll()
-	n.loop.fwd.statusAt = time.Time{}
+	n.loop.fwd.statusAt, n.loop.fwd.waitedAt = time.Time{}, time.Time{}
 }
 
 // fwdLeaderLost forgets a leader that failed a call or denied leading.
@@ -157,6 +160,13 @@ func (n *Node) fwdLeaderLost(id uint64) {
 	}
 	n.loop.leader = 0
 	n.lead.Store(0)
+}
+
+// fwdWaitCheck is how often a light member with queued Acquires asks the
+// leader about them (fwdTick): a quarter of the session TTL, at least
+// RetryInterval.
+func (n *Node) fwdWaitCheck() time.Duration {
+	return max(n.cfg.RetryInterval, n.cfg.SessionTTL/4)
 }
 
 func notLeaderReply(hint uint64) []byte {
@@ -325,8 +335,16 @@ func (n *Node) fwdTick(now time.Time) {
 		req = appendStr(req, o.cmd.Name)
 		req = appendStr(req, o.cmd.Owner)
 	}
-	for seq, o := range r.queued {
-		add(seq, o)
+	// Queued Acquires learn their grant by push (L4: waiting costs
+	// nothing). Asking is only the safety net for a push that failed while
+	// the member and the leader still reach each other (a lost connection
+	// makes the member find the leader again, and finding it asks at
+	// once), so it is rare: every fwdWaitCheck.
+	askQueued := now.Sub(f.waitedAt) >= n.fwdWaitCheck()
+	if askQueued {
+		for seq, o := range r.queued {
+			add(seq, o)
+		}
 	}
 	// Acquires whose result is overdue: their result push may have been
 	// lost, and a retry's duplicate result is pushed the same way.
@@ -340,6 +358,9 @@ func (n *Node) fwdTick(now time.Time) {
 		return
 	}
 	f.statusAt = now
+	if askQueued {
+		f.waitedAt = now
+	}
 	target := n.loop.leader
 	n.bgwg.Add(1)
 	go func() {
@@ -567,6 +588,7 @@ func (n *Node) handleFwd(ctx context.Context, from uint64, method string, req []
 		}
 		return []byte{fwdOK}, nil
 	case methodFwdStatus:
+		n.statusServed.Add(1)
 		f = func() { reply <- n.fwdStatusOnLeader(req) }
 	}
 	if err := n.do(ctx, f); err != nil {

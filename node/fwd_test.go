@@ -246,3 +246,48 @@ func TestFleetOf50(t *testing.T) {
 	wg.Wait()
 	t.Logf("Lock+Unlock from all 50 done after %v", time.Since(start))
 }
+
+// TestLightMemberWaitDoesNotPoll: a light member whose Lock waits learns its
+// grant by push and asks the leader about it (fwd-status) only as a rare
+// safety net, every SessionTTL/4 — not every RetryInterval (L4: waiting
+// costs nothing). Before, a waiting member asked every RetryInterval: here
+// ~20 calls in the wait instead of at most 5.
+func TestLightMemberWaitDoesNotPoll(t *testing.T) {
+	f, lights := lightFleet(t, "nopoll", 6, nil)
+	a := lights[0]
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := lead.Acquire(ctx, "np", "holder", true, 0)
+	require.NoError(t, err)
+	got := make(chan *Hold, 1)
+	go func() {
+		hh, err := a.Acquire(ctx, "np", "light", true, 0)
+		if err != nil {
+			t.Errorf("light acquire: %v", err)
+		}
+		got <- hh
+	}()
+	require.Eventually(t, func() bool { return lead.waiters("np") == 1 }, 5*time.Second, 5*time.Millisecond)
+	served := func() (sum uint64) {
+		for _, n := range f.running() {
+			sum += n.statusServed.Load()
+		}
+		return sum
+	}
+	before := served()
+	cfg := lead.cfg
+	wait := cfg.SessionTTL // 4 safety-net periods; 20 RetryIntervals
+	require.GreaterOrEqual(t, int(cfg.SessionTTL/4/cfg.RetryInterval), 4, "the test needs RetryInterval well under TTL/4")
+	time.Sleep(wait) // the premise is elapsed waiting time
+	calls := served() - before
+	t.Logf("fwd-status calls during %v of waiting: %d (RetryInterval %v, TTL/4 %v)", wait, calls, cfg.RetryInterval, cfg.SessionTTL/4)
+	require.LessOrEqual(t, calls, uint64(5), "a waiting light member polls the leader")
+	require.NoError(t, h.Release(ctx))
+	select {
+	case hh := <-got:
+		require.NotNil(t, hh)
+		require.NoError(t, hh.Release(ctx))
+	case <-ctx.Done():
+		t.Fatal("light waiter never granted")
+	}
+}

@@ -70,6 +70,7 @@ type Node struct {
 
 	dropPushes        atomic.Bool   // tests: refuse every fwd-push and ignore results in fwd-propose replies, so only fwd-status informs
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
+	statusServed      atomic.Uint64 // fwd-status calls this node answered (tests)
 	loopTID           atomic.Int64  // OS thread of the loop (TestHooks.LockLoopThread)
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
