@@ -183,7 +183,36 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 		}
 	}
 	if len(remote) > 0 {
-		n.tr.Send(n.cfg.Faults.filterOut(remote, n.tr.Send))
+		n.tr.Send(n.cfg.Faults.filterOut(coalesceAppResps(remote), n.tr.Send))
 	}
 	return local, nil
+}
+
+// coalesceAppResps drops an acknowledgement (a non-reject MsgAppResp) that a
+// later one in msgs to the same node, of the same term and for at least the
+// same index, makes redundant: the later one acknowledges everything the
+// earlier one did. A group commit covering several appends thus answers the
+// leader once, and the leader steps (and broadcasts a commit) once.
+func coalesceAppResps(msgs []*raftpb.Message) []*raftpb.Message {
+	isAck := func(m *raftpb.Message) bool {
+		return m.GetType() == raftpb.MessageType_MsgAppResp && !m.GetReject()
+	}
+	out := msgs[:0]
+	for i, m := range msgs {
+		if isAck(m) {
+			redundant := false
+			for _, later := range msgs[i+1:] {
+				if isAck(later) && later.GetTo() == m.GetTo() && later.GetTerm() == m.GetTerm() &&
+					later.GetIndex() >= m.GetIndex() {
+					redundant = true
+					break
+				}
+			}
+			if redundant {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
