@@ -55,7 +55,7 @@ func (n *Node) fwdProposeOnLeader(from uint64, items [][]byte, reply chan []byte
 		if len(it) == 0 {
 			continue
 		}
-		_ = n.rn.Propose(it)
+		n.proposeEntry(it, nil)
 		cmd, err := lockfsm.DecodeCommand(it)
 		if err != nil || cmd.Session == 0 || cmd.Seq == 0 {
 			continue // lockfsm rejects it; no result for the member

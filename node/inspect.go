@@ -15,6 +15,10 @@ type Status struct {
 	Session           uint64
 	Applied           uint64
 	SnapshotsRestored uint64
+	// AppendsSent counts the raft appends (MsgApp carrying entries) this
+	// node sent as leader, EntriesSent the entries they carried: their
+	// ratio is how well the node batches commands under load.
+	AppendsSent, EntriesSent uint64
 }
 
 // Status reads the node's state inside its loop.
@@ -28,6 +32,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			Session:           n.loop.own.id,
 			Applied:           n.fsm.AppliedIndex(),
 			SnapshotsRestored: n.snapshotsRestored.Load(),
+			AppendsSent:       n.loop.appendsSent,
+			EntriesSent:       n.loop.entriesSent,
 		}
 	})
 	if err != nil {

@@ -104,6 +104,9 @@ type loopState struct {
 	confirm confirmer
 	gossip  gossipState
 	fwd     fwdState
+	props   proposalBatch
+
+	appendsSent, entriesSent uint64 // Status
 }
 
 // Start opens (or creates) the node's data directory, starts the transport
@@ -383,11 +386,13 @@ func (n *Node) run() {
 			n.stopServing(n.loop.stopWith)
 			return
 		}
+		n.flushProposals()
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
 				n.fail(err)
 				return
 			}
+			n.flushProposals() // proposed while applying (a leader change re-proposes)
 		}
 	}
 }
@@ -411,6 +416,13 @@ func (n *Node) drainInputs() {
 
 func (n *Node) step(msgs []*raftpb.Message) {
 	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgProp {
+			// A follower's forwarded commands join this turn's batch.
+			for _, e := range m.GetEntries() {
+				n.proposeEntry(e.GetData(), nil)
+			}
+			continue
+		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			n.log.Debug("step", "err", err, "type", m.GetType().String(), "from", m.GetFrom())
 		}

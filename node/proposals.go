@@ -119,7 +119,9 @@ func (n *Node) propose(o *op) {
 	if o.cmd.AckedBelow > o.cmd.Seq {
 		o.cmd.AckedBelow = o.cmd.Seq
 	}
-	o.data = o.cmd.AppendEncode(o.data[:0])
+	// A fresh slice each time: raft and the appender may still hold the
+	// previous proposal's bytes.
+	o.data = o.cmd.AppendEncode(nil)
 	o.proposedAt = n.clock.Now()
 	if o.firstProposed.IsZero() {
 		o.firstProposed = o.proposedAt
@@ -128,9 +130,7 @@ func (n *Node) propose(o *op) {
 		n.forward(o.data)
 		return
 	}
-	if err := n.rn.Propose(o.data); err != nil {
-		o.proposedAt = time.Time{} // try again on the next tick
-	}
+	n.proposeEntry(o.data, o)
 }
 
 // retryProposals re-proposes ops whose result is overdue.

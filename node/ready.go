@@ -58,6 +58,12 @@ func (n *Node) handleReady() error {
 			out = append(out, m)
 		}
 	}
+	for _, m := range out {
+		if k := len(m.GetEntries()); k > 0 && m.GetType() == raftpb.MessageType_MsgApp {
+			n.loop.appendsSent++
+			n.loop.entriesSent += uint64(k)
+		}
+	}
 	n.tr.Send(n.cfg.Faults.filterOut(out, n.tr.Send))
 	for _, m := range applies {
 		if err := n.apply(m.GetEntries()); err != nil {

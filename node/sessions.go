@@ -98,7 +98,7 @@ func (n *Node) proposeSessionless(c lockfsm.Command) {
 		n.forward(c.AppendEncode(nil))
 		return
 	}
-	_ = n.rn.Propose(c.AppendEncode(nil))
+	n.proposeEntry(c.AppendEncode(nil), nil)
 }
 
 // onSessionOpenedEvent notices our own session opening.

@@ -1,0 +1,46 @@
+package node
+
+import (
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// proposalBatch collects the commands the loop proposes during one turn, so
+// raft sees them as one MsgProp. raft's leader appends a MsgProp's entries
+// together and sends one MsgApp per follower for them; proposing one entry at
+// a time (RawNode.Propose) sends a MsgApp per entry per follower, which the
+// followers must each receive, step and acknowledge. On a follower the batch
+// is forwarded to the leader as one message. Owned by the loop.
+type proposalBatch struct {
+	ents []*raftpb.Entry
+	ops  []*op // parallel to ents: the session op each entry carries, or nil
+}
+
+// proposeEntry queues data for the batch the loop flushes before it next
+// asks raft for a Ready. o, if non-nil, is marked for a retry on the next
+// tick when raft drops the batch (no leader yet, a transfer in progress).
+func (n *Node) proposeEntry(data []byte, o *op) {
+	b := &n.loop.props
+	b.ents = append(b.ents, &raftpb.Entry{Data: data})
+	b.ops = append(b.ops, o)
+}
+
+// flushProposals steps the queued entries into raft as one MsgProp.
+func (n *Node) flushProposals() {
+	b := &n.loop.props
+	if len(b.ents) == 0 {
+		return
+	}
+	ents, ops := b.ents, b.ops
+	b.ents, b.ops = nil, b.ops[:0]
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: &n.id, Entries: ents}
+	if err := n.rn.Step(m); err != nil {
+		for _, o := range ops {
+			if o != nil {
+				o.proposedAt = time.Time{} // retried on the next tick
+			}
+		}
+	}
+	clear(ops)
+}

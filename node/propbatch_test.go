@@ -1,0 +1,78 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// submitInOneTurn submits k Acquires on distinct names from a single loop
+// turn, as k callers whose calls arrive together would, and waits for all.
+func submitInOneTurn(t *testing.T, n *Node, prefix string, k int) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	dones := make([]chan opResult, k)
+	for i := range dones {
+		dones[i] = make(chan opResult, 1)
+	}
+	require.NoError(t, n.do(ctx, func() {
+		for i, d := range dones {
+			o := &op{
+				cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: fmt.Sprintf("%s/%d", prefix, i),
+					Owner: "o", Wait: true, MaxHolds: n.cfg.MaxHolds},
+				done: d,
+				hold: &holdRequest{sentAt: n.clock.Now()},
+			}
+			n.submit(o)
+		}
+	}))
+	for _, d := range dones {
+		select {
+		case out := <-d:
+			require.NoError(t, out.err)
+			require.NotNil(t, out.hold, "granted")
+		case <-ctx.Done():
+			t.Fatal("acquire did not complete")
+		}
+	}
+}
+
+func sentAppends(t *testing.T, n *Node) (appends, entries uint64) {
+	t.Helper()
+	st, err := n.Status(ctxT(t, 5*time.Second))
+	require.NoError(t, err)
+	return st.AppendsSent, st.EntriesSent
+}
+
+// Commands proposed in one loop turn reach the followers together: one
+// append per follower (raft sends a MsgApp per MsgProp it steps), not one
+// per command. Checked for commands made on the leader and on a follower
+// (whose turn is forwarded to the leader as one MsgProp). Performance only;
+// the order of commands is unchanged (L2).
+func TestProposalsOfOneTurnShareAnAppend(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	ctx := ctxT(t, 10*time.Second)
+	// Sessions open and the log settles first.
+	for _, n := range tc.nodes {
+		h, err := n.Acquire(ctx, "warm", "w", true, 0)
+		require.NoError(t, err)
+		require.NoError(t, h.Release(ctx))
+	}
+	const k = 32
+	for _, from := range []uint64{lead, tc.follower()} {
+		a0, e0 := sentAppends(t, tc.nodes[lead])
+		submitInOneTurn(t, tc.nodes[from], fmt.Sprintf("turn-%d", from), k)
+		a1, e1 := sentAppends(t, tc.nodes[lead])
+		appends, entries := a1-a0, e1-e0
+		t.Logf("from node %d: %d commands reached 2 followers in %d appends (%d entries)", from, k, appends, entries)
+		require.GreaterOrEqual(t, entries, uint64(2*k), "every command reached both followers")
+		// One append per follower, and slack for a heartbeat-time retry
+		// or a keepalive expiry proposal landing in between.
+		require.LessOrEqual(t, appends, uint64(2*3), "commands of one turn were sent one append each")
+	}
+}
