@@ -2,6 +2,7 @@ package node
 
 import (
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -178,6 +179,12 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 			return nil, err
 		}
 		a.pendingHS = nil
+		if p := n.cfg.TestHooks.Stages; p != nil {
+			now := time.Now()
+			for _, e := range ents {
+				p.stamp(n.id, e.GetIndex(), stageDurable, now)
+			}
+		}
 		if hs != nil {
 			a.term, a.vote = hs.GetTerm(), hs.GetVote()
 		}

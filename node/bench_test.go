@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -284,4 +285,49 @@ func BenchmarkLeaderFailover(b *testing.B) {
 	}
 	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "unavailable_p50_ms")
 	b.ReportMetric(float64(percentile(lat, 1).Microseconds())/1000, "unavailable_max_ms")
+}
+
+// BenchmarkStages: where one operation's time goes, stage by stage, for
+// callers on the leader and on followers — with one caller and with 64
+// (S1 and S2 of the bench). Every node stamps each log entry as it passes
+// each stage (TestHooks.Stages); p50/p90 per step are printed.
+//
+//	go test -run '^$' -bench Stages -benchtime 20000x ./node/
+func BenchmarkStages(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			probe := NewStageProbe(4*b.N + 4096)
+			nodes, _ := benchClusterWith(b, func(c *Config) { c.TestHooks.Stages = probe })
+			ctx := context.Background()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for g := 0; g < callers; g++ {
+				n := nodes[uint64(g%3+1)]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						h, err := n.Acquire(ctx, fmt.Sprintf("st/%d/%d", g, next.Load()%16), "o", true, 0)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := h.Release(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+			if b.N >= 100 { // not the 1-iteration probe run
+				fmt.Printf("%s, %d pairs:\n", b.Name(), b.N)
+				probe.Report(os.Stdout, leaderOf(nodes))
+			}
+		})
+	}
 }

@@ -145,6 +145,10 @@ type TestHooks struct {
 	// LockLoopThread pins the node loop to its own OS thread so that the
 	// thread's CPU time (LoopCPU) is the loop's alone: for measuring.
 	LockLoopThread bool
+	// Stages, if set (the same probe on every node of a cluster), records
+	// when each log entry passed each stage on each node: for measuring
+	// where an operation's time goes (BenchmarkStages).
+	Stages *StageProbe
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

@@ -20,6 +20,13 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	if msgs = n.cfg.Faults.filterIn(msgs); len(msgs) == 0 {
 		return
 	}
+	if p := n.cfg.TestHooks.Stages; p != nil {
+		for _, m := range msgs {
+			if m.GetType() == raftpb.MessageType_MsgApp {
+				p.entries(n.id, stageReceived, m)
+			}
+		}
+	}
 	select {
 	case n.recvc <- msgs:
 	case <-n.stopc:

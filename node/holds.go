@@ -172,6 +172,9 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 		done: done,
 		hold: &holdRequest{lease: lease},
 	}
+	if n.cfg.TestHooks.Stages != nil {
+		o.calledAt = time.Now()
+	}
 	if err := n.do(ctx, func() {
 		o.hold.sentAt = n.clock.Now()
 		n.submit(o)
@@ -180,6 +183,7 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 	}
 	select {
 	case out := <-done:
+		n.cfg.TestHooks.Stages.returned(n.id, o)
 		return out.hold, out.err
 	case <-ctx.Done():
 	}
@@ -270,7 +274,9 @@ func (h *Hold) Release(ctx context.Context) error {
 		cmd:  lockfsm.Command{Kind: lockfsm.KindRelease, Name: h.name, Owner: h.owner},
 		done: done,
 	}
-	o.hold = nil
+	if n.cfg.TestHooks.Stages != nil {
+		o.calledAt = time.Now()
+	}
 	if err := n.do(ctx, func() {
 		n.submit(o)
 		n.loop.holds.drop(h)
@@ -279,6 +285,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	select {
 	case out := <-done:
+		n.cfg.TestHooks.Stages.returned(n.id, o)
 		if out.err != nil {
 			return out.err
 		}

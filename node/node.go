@@ -423,6 +423,9 @@ func (n *Node) drainInputs() {
 
 func (n *Node) step(msgs []*raftpb.Message) {
 	for _, m := range msgs {
+		if n.loop.isLeader {
+			n.cfg.TestHooks.Stages.ack(m)
+		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded commands join this turn's batch.
 			for _, e := range m.GetEntries() {

@@ -28,6 +28,8 @@ type op struct {
 	parked        bool // not re-proposed: the Cancel for it settles it
 	cancelOf      *op  // for a Cancel: the Acquire it cancels
 	hold          *holdRequest
+	index         uint64    // the entry that carried its result
+	calledAt      time.Time // the caller's call began (StageProbe only)
 }
 
 // opResult is what a caller waiting on an op receives.
@@ -200,6 +202,7 @@ func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) 
 		return
 	}
 	delete(r.inflight, cmd.Seq)
+	o.index = index
 	switch cmd.Kind {
 	case lockfsm.KindAcquire:
 		n.onAcquireResult(o, res)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -51,6 +52,7 @@ func (n *Node) handleReady() error {
 				n.snapshotsRestored.Add(1)
 				n.onRestored()
 			}
+			n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
 			n.app.enqueue(m)
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
@@ -125,6 +127,9 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 					n.loop.lastApplied = idx
 				}
 				continue
+			}
+			if n.cfg.TestHooks.Stages != nil {
+				n.cfg.TestHooks.Stages.stamp(n.id, idx, stageApplied, time.Now())
 			}
 			if idx <= n.fsm.AppliedIndex() {
 				continue // replayed after a restart; already in the table
