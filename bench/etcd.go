@@ -203,7 +203,7 @@ func etcdCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 
 // etcdFailover: stop the leader member; a client of the two others keeps
 // asking for a lock; the time from the stop until one is granted.
-func etcdFailover(dir string) (time.Duration, error) {
+func etcdFailover(dir string, graceful bool) (time.Duration, error) {
 	c, err := startEtcd(dir, 10*time.Second)
 	if err != nil {
 		return 0, err
@@ -234,10 +234,22 @@ func etcdFailover(dir string) (time.Duration, error) {
 		return 0, err
 	}
 	t0 := time.Now()
-	c.members[ld].Close()
-	c.members[ld] = nil
+	if graceful {
+		// Close stops the client servers, hands leadership over
+		// (TryTransferLeadershipOnShutdown) and stops; the Lock below runs
+		// while it does.
+		e := c.members[ld]
+		c.members[ld] = nil
+		closed := make(chan struct{})
+		go func() { e.Close(); close(closed) }()
+		defer func() { <-closed }()
+	} else {
+		// HardStop stops the member's raft without any handover, as a
+		// crash does; c.stop closes what is left afterwards.
+		c.members[ld].Server.HardStop()
+	}
 	for i := 0; time.Since(t0) < 30*time.Second; i++ {
-		if err := pairEtcd(s, fmt.Sprintf("s5/%d", i), 2*time.Second); err == nil {
+		if err := pairEtcd(s, fmt.Sprintf("s5/%d", i), failoverAttempt); err == nil {
 			return time.Since(t0), nil
 		}
 	}

@@ -161,7 +161,7 @@ func lockraftCrashTakeover(dir string, ttl time.Duration) (time.Duration, error)
 
 // lockraftFailover: crash the leader; a caller on a follower keeps asking
 // for a lock; the time from the crash until one is granted.
-func lockraftFailover(dir string) (time.Duration, error) {
+func lockraftFailover(dir string, graceful bool) (time.Duration, error) {
 	c, err := startLockraft(dir, 10*time.Second)
 	if err != nil {
 		return 0, err
@@ -173,9 +173,17 @@ func lockraftFailover(dir string) (time.Duration, error) {
 	}
 	f := c.nodes[(ld+1)%3]
 	t0 := time.Now()
-	c.nodes[ld].Crash()
+	if graceful {
+		// Close hands leadership to a caught-up voter, closes the session
+		// and stops; the Lock below runs while it does.
+		closed := make(chan struct{})
+		go func() { c.nodes[ld].Close(context.Background()); close(closed) }()
+		defer func() { <-closed }()
+	} else {
+		c.nodes[ld].Crash()
+	}
 	for i := 0; time.Since(t0) < 30*time.Second; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), failoverAttempt)
 		h, err := f.Acquire(ctx, fmt.Sprintf("s5/%d", i), "s5", true, 0)
 		cancel()
 		if err == nil {
