@@ -484,6 +484,7 @@ func (n *Node) reconcile() {
 		return
 	}
 	cc.Changes = []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(plan.RaftID)}}
+	n.flushProposals() // commands of this turn keep their place before the change
 	if err := n.rn.ProposeConfChange(cc); err != nil {
 		n.log.Warn("gossip: propose configuration change", "change", plan.Change.String(), "id", plan.RaftID, "err", err)
 		return
@@ -532,6 +533,7 @@ func (n *Node) proposeRemoval(id uint64, res chan error) {
 			return
 		}
 		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
+		n.flushProposals()
 		if err := n.rn.ProposeConfChange(cc); err != nil {
 			res <- err
 			return

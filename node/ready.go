@@ -387,6 +387,7 @@ func (n *Node) transferLeadership(done chan struct{}) {
 		close(done)
 		return
 	}
+	n.flushProposals() // raft drops proposals while a transfer is in progress
 	n.rn.TransferLeader(best)
 	n.loop.lead.onStepDown(done)
 }
