@@ -427,10 +427,9 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			n.cfg.TestHooks.Stages.ack(m)
 		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
-			// A follower's forwarded commands join this turn's batch.
-			for _, e := range m.GetEntries() {
-				n.proposeEntry(e.GetData(), nil)
-			}
+			// A follower's forwarded proposals join this turn's batch, as
+			// they are (a configuration change keeps its entry type).
+			n.proposeEntries(m.GetEntries())
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {

@@ -26,6 +26,16 @@ func (n *Node) proposeEntry(data []byte, o *op) {
 	b.ops = append(b.ops, o)
 }
 
+// proposeEntries queues entries forwarded by another node (a MsgProp) for
+// the batch, unchanged.
+func (n *Node) proposeEntries(ents []*raftpb.Entry) {
+	b := &n.loop.props
+	for _, e := range ents {
+		b.ents = append(b.ents, e)
+		b.ops = append(b.ops, nil)
+	}
+}
+
 // flushProposals steps the queued entries into raft as one MsgProp.
 func (n *Node) flushProposals() {
 	b := &n.loop.props

@@ -2,10 +2,12 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/lockfsm"
 )
@@ -74,5 +76,31 @@ func TestProposalsOfOneTurnShareAnAppend(t *testing.T) {
 		// One append per follower, and slack for a heartbeat-time retry
 		// or a keepalive expiry proposal landing in between.
 		require.LessOrEqual(t, appends, uint64(2*3), "commands of one turn were sent one append each")
+	}
+}
+
+// A proposal a follower forwards joins the leader's batch as it is: a
+// configuration change proposed on a follower still commits as one.
+func TestForwardedConfChangeKeepsItsType(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.leader()
+	f := tc.nodes[tc.follower()]
+	ctx := ctxT(t, 10*time.Second)
+	const learner = 9
+	require.NoError(t, f.do(ctx, func() {
+		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{
+			Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(uint64(learner))}}}
+		require.NoError(t, f.rn.ProposeConfChange(cc))
+	}))
+	for _, n := range tc.nodes {
+		require.Eventually(t, func() bool {
+			var learners []uint64
+			done := make(chan struct{})
+			if n.do(ctx, func() { learners = n.loop.confState.GetLearners(); close(done) }) != nil {
+				return false
+			}
+			<-done
+			return slices.Contains(learners, learner)
+		}, 10*time.Second, 10*time.Millisecond, "node %d never applied the forwarded configuration change", n.ID())
 	}
 }
