@@ -4,8 +4,9 @@
 //	go run ./chaos/cmd/soak -seed 7 -duration 60s -faults partition,crash,pause,clock
 //
 // Each comma-separated fault gets its own fresh cluster and -duration of
-// workload (a group such as "partition" mixes its kinds in one run). The exit
-// status is 1 if any run found a violation.
+// workload (a group such as "partition" mixes its kinds in one run). Each
+// violation is printed to stderr as it is found and again after the table;
+// the exit status is 1 if any run found one.
 package main
 
 import (
@@ -50,7 +51,7 @@ func main() {
 	fmt.Printf("seed %d, %v per fault, %d nodes x %d clients\n", *seed, *dur, *size, *clients)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected")
-	failed := false
+	var violations []string // printed again after the table, so the end of the output has them
 	for _, f := range strings.Split(*faults, ",") {
 		var rep *chaos.Report
 		var err error
@@ -75,15 +76,19 @@ func main() {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t%s\t%d\t%d\t%v\n", f, rep.Ops, rep.Grants, len(rep.Violations),
 			rep.LongestGap.Round(time.Millisecond), rep.Linearizable, rep.Stale, rep.Live, rep.Injected)
 		for _, v := range rep.Violations {
-			fmt.Fprintf(os.Stderr, "VIOLATION [%s seed %d]: %s\n", f, *seed, v)
-			failed = true
+			line := fmt.Sprintf("VIOLATION [%s seed %d]: %s", f, *seed, v)
+			fmt.Fprintln(os.Stderr, line)
+			violations = append(violations, line)
 		}
 		for _, n := range rep.Notes {
 			fmt.Fprintf(os.Stderr, "note [%s]: %s\n", f, n)
 		}
 	}
 	tw.Flush()
-	if failed {
+	for _, v := range violations {
+		fmt.Println(v)
+	}
+	if len(violations) > 0 {
 		os.Exit(1)
 	}
 }
