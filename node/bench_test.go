@@ -288,14 +288,25 @@ func BenchmarkLeaderFailover(b *testing.B) {
 }
 
 // BenchmarkStages: where one operation's time goes, stage by stage, for
-// callers on the leader and on followers — with one caller and with 64
-// (S1 and S2 of the bench). Every node stamps each log entry as it passes
-// each stage (TestHooks.Stages); p50/p90 per step are printed.
+// callers on the leader and on followers — with one caller and with 64 on
+// distinct names (S1 and S2 of the bench), and 16 on one name (S3: each its
+// own owner; the table then includes the Acquires' time in the queue, and
+// the order check below matters). Every node stamps each log entry as it
+// passes each stage (TestHooks.Stages); p50/p90 per step are printed, and per
+// node how often the log order of its commands differs from the order their
+// callers called and from the order it proposed them.
 //
 //	go test -run '^$' -bench Stages -benchtime 20000x ./node/
 func BenchmarkStages(b *testing.B) {
-	for _, callers := range []int{1, 64} {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+	for _, v := range []struct {
+		callers int
+		hot     bool
+	}{{1, false}, {64, false}, {16, true}} {
+		name := fmt.Sprintf("callers=%d", v.callers)
+		if v.hot {
+			name += "/one-name"
+		}
+		b.Run(name, func(b *testing.B) {
 			probe := NewStageProbe(4*b.N + 4096)
 			nodes, _ := benchClusterWith(b, func(c *Config) { c.TestHooks.Stages = probe })
 			ctx := context.Background()
@@ -303,13 +314,17 @@ func BenchmarkStages(b *testing.B) {
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			start := time.Now()
-			for g := 0; g < callers; g++ {
+			for g := 0; g < v.callers; g++ {
 				n := nodes[uint64(g%3+1)]
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					for next.Add(1) <= int64(b.N) {
-						h, err := n.Acquire(ctx, fmt.Sprintf("st/%d/%d", g, next.Load()%16), "o", true, 0)
+						name, owner := fmt.Sprintf("st/%d/%d", g, next.Load()%16), "o"
+						if v.hot {
+							name, owner = "st/hot", fmt.Sprintf("o%d", g)
+						}
+						h, err := n.Acquire(ctx, name, owner, true, 0)
 						if err != nil {
 							b.Error(err)
 							return
@@ -327,6 +342,7 @@ func BenchmarkStages(b *testing.B) {
 			if b.N >= 100 { // not the 1-iteration probe run
 				fmt.Printf("%s, %d pairs:\n", b.Name(), b.N)
 				probe.Report(os.Stdout, leaderOf(nodes))
+				probe.OrderReport(os.Stdout)
 			}
 		})
 	}

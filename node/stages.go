@@ -184,3 +184,51 @@ func (p *StageProbe) Report(w io.Writer, leader uint64) {
 		fmt.Fprintf(w, "  (%d commands)\n", len(vals[key{role, len(steps) - 1}]))
 	}
 }
+
+// OrderReport writes, per node, how many of its commands were applied in a
+// different log order than their callers called (callers racing to the
+// node: not a fault) and than the node proposed them (which L2 says never
+// happens): counted over consecutive commands in call, resp. proposal,
+// order.
+func (p *StageProbe) OrderReport(w io.Writer) {
+	type cmd struct {
+		index      uint64
+		call, prop time.Duration
+	}
+	per := map[uint64][]cmd{}
+	for i := uint64(1); i < p.cap; i++ {
+		if o := p.owner[i].Load(); o != 0 {
+			per[o] = append(per[o], cmd{i, p.get(o, i, stageCalled), p.get(o, i, stageProposed)})
+		}
+	}
+	for node := uint64(1); node <= maxStageNodes; node++ {
+		cs := per[node]
+		if len(cs) == 0 {
+			continue
+		}
+		inversions := func(key func(cmd) time.Duration) int {
+			sorted := slices.Clone(cs)
+			slices.SortStableFunc(sorted, func(a, b cmd) int { return cmpDuration(key(a), key(b)) })
+			n := 0
+			for k := 1; k < len(sorted); k++ {
+				if key(sorted[k]) != key(sorted[k-1]) && sorted[k].index < sorted[k-1].index {
+					n++
+				}
+			}
+			return n
+		}
+		fmt.Fprintf(w, "node %d: %d commands; log order differs from call order %d times, from proposal order %d times\n",
+			node, len(cs), inversions(func(c cmd) time.Duration { return c.call }),
+			inversions(func(c cmd) time.Duration { return c.prop }))
+	}
+}
+
+func cmpDuration(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -62,4 +62,11 @@ func TestStageProbeStampsEveryStage(t *testing.T) {
 	for _, want := range []string{"leader's caller", "follower's caller", "leader applied → caller's node applied", "total: call → returned"} {
 		require.Contains(t, out.String(), want)
 	}
+
+	// One caller per node, one command at a time: the log order is both the
+	// call order and the proposal order.
+	out.Reset()
+	probe.OrderReport(&out)
+	t.Log("\n" + out.String())
+	require.Equal(t, 2, strings.Count(out.String(), "call order 0 times, from proposal order 0 times"), out.String())
 }
