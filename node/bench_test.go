@@ -108,12 +108,19 @@ func BenchmarkParallelPairs64(b *testing.B) { benchEngines(b, benchParallelPairs
 
 func benchParallelPairs64(b *testing.B, engine string) {
 	nodes := benchCluster(b, engine)
+	runCallerPairs(b, nodes, 64, func(g int, i int64) (string, string) { return fmt.Sprintf("s2/%d/%d", g, i%16), "o" })
+}
+
+// runCallerPairs runs b.N Lock+Unlock pairs from callers goroutines spread over
+// the nodes (caller g on node g%3+1), each pair on the name and owner
+// lockFor(g, i) gives, and reports pairs/s. The timer covers the pairs only.
+func runCallerPairs(b *testing.B, nodes map[uint64]*Node, callers int, lockFor func(g int, i int64) (name, owner string)) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
-	for g := 0; g < 64; g++ {
+	for g := 0; g < callers; g++ {
 		n := nodes[uint64(g%3+1)]
 		wg.Add(1)
 		go func() {
@@ -123,7 +130,8 @@ func benchParallelPairs64(b *testing.B, engine string) {
 				if i > int64(b.N) {
 					return
 				}
-				h, err := n.Acquire(ctx, fmt.Sprintf("s2/%d/%d", g, i%16), "o", true, 0)
+				name, owner := lockFor(g, i)
+				h, err := n.Acquire(ctx, name, owner, true, 0)
 				if err != nil {
 					b.Error(err)
 					return
@@ -309,36 +317,12 @@ func BenchmarkStages(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			probe := NewStageProbe(4*b.N + 4096)
 			nodes, _ := benchClusterWith(b, func(c *Config) { c.TestHooks.Stages = probe })
-			ctx := context.Background()
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start := time.Now()
-			for g := 0; g < v.callers; g++ {
-				n := nodes[uint64(g%3+1)]
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next.Add(1) <= int64(b.N) {
-						name, owner := fmt.Sprintf("st/%d/%d", g, next.Load()%16), "o"
-						if v.hot {
-							name, owner = "st/hot", fmt.Sprintf("o%d", g)
-						}
-						h, err := n.Acquire(ctx, name, owner, true, 0)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if err := h.Release(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+			runCallerPairs(b, nodes, v.callers, func(g int, i int64) (string, string) {
+				if v.hot {
+					return "st/hot", fmt.Sprintf("o%d", g)
+				}
+				return fmt.Sprintf("st/%d/%d", g, i%16), "o"
+			})
 			if b.N >= 100 { // not the 1-iteration probe run
 				fmt.Printf("%s, %d pairs:\n", b.Name(), b.N)
 				probe.Report(os.Stdout, leaderOf(nodes))

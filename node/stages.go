@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -208,7 +209,7 @@ func (p *StageProbe) OrderReport(w io.Writer) {
 		}
 		inversions := func(key func(cmd) time.Duration) int {
 			sorted := slices.Clone(cs)
-			slices.SortStableFunc(sorted, func(a, b cmd) int { return cmpDuration(key(a), key(b)) })
+			slices.SortStableFunc(sorted, func(a, b cmd) int { return cmp.Compare(key(a), key(b)) })
 			n := 0
 			for k := 1; k < len(sorted); k++ {
 				if key(sorted[k]) != key(sorted[k-1]) && sorted[k].index < sorted[k-1].index {
@@ -221,14 +222,4 @@ func (p *StageProbe) OrderReport(w io.Writer) {
 			node, len(cs), inversions(func(c cmd) time.Duration { return c.call }),
 			inversions(func(c cmd) time.Duration { return c.prop }))
 	}
-}
-
-func cmpDuration(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
