@@ -113,13 +113,16 @@ func benchParallelPairs64(b *testing.B, engine string) {
 
 // runCallerPairs runs b.N Lock+Unlock pairs from callers goroutines spread over
 // the nodes (caller g on node g%3+1), each pair on the name and owner
-// lockFor(g, i) gives, and reports pairs/s. The timer covers the pairs only.
+// lockFor(g, i) gives, and reports pairs/s and the process's CPU time per
+// pair (user + system of all three nodes and the callers: steadier than
+// pairs/s on a shared machine, and what bounds S2 once the cores are busy).
+// The timer covers the pairs only.
 func runCallerPairs(b *testing.B, nodes map[uint64]*Node, callers int, lockFor func(g int, i int64) (name, owner string)) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for g := 0; g < callers; g++ {
 		n := nodes[uint64(g%3+1)]
 		wg.Add(1)
@@ -146,6 +149,9 @@ func runCallerPairs(b *testing.B, nodes map[uint64]*Node, callers int, lockFor f
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+	if cpu0 > 0 {
+		b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu_us/pair")
+	}
 }
 
 // benchClusterWith starts 3 nodes with default timings except tune.
