@@ -131,6 +131,8 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
+		grpc.WithInitialWindowSize(cfg.streamWindow()),
+		grpc.WithInitialConnWindowSize(connWindows*cfg.streamWindow()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                10 * time.Second,
 			Timeout:             5 * time.Second,

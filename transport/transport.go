@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -61,6 +62,9 @@ const (
 
 	// snapshotChunkSize is the file bytes carried per snapshot chunk.
 	snapshotChunkSize = 512 << 10
+	// connWindows is how many stream windows one connection's window holds:
+	// the message stream and, beside it, a snapshot or a call.
+	connWindows = 2
 	// grpcSlack is added to MaxMsgSize for gRPC's send/receive limits: the
 	// batch framing and a single message that nearly fills MaxMsgSize must fit.
 	grpcSlack = 64 << 10
@@ -128,6 +132,17 @@ type Config struct {
 	VerifyPeer func(id uint64, state tls.ConnectionState) error
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
+}
+
+// streamWindow is the gRPC flow-control window of each stream, in both
+// directions: one full batch (MaxMsgSize) fits without waiting for a window
+// update. A fixed window also turns off gRPC's bandwidth estimator, which
+// otherwise answers nearly every received batch with a PING (and the sender
+// with a PING ack): on a stream of small raft batches that doubled the
+// write syscalls per message, each a loopback TCP send and receive
+// (TestStreamReceiverDoesNotPing).
+func (c *Config) streamWindow() int32 {
+	return int32(min(max(c.MaxMsgSize+grpcSlack, 1<<20), math.MaxInt32/connWindows))
 }
 
 // SnapshotPath is where the snapshot file for raft index index lives in dir.
@@ -217,6 +232,8 @@ func New(cfg Config) (*Transport, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
 		// Close waits for handlers, so no Handler method runs after it.
 		grpc.WaitForHandlers(true),
+		grpc.InitialWindowSize(cfg.streamWindow()),
+		grpc.InitialConnWindowSize(connWindows * cfg.streamWindow()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second, // below the clients' Time (10 s)
 			PermitWithoutStream: true,
