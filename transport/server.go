@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -89,8 +88,10 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 		}
 		msgs := make([]*raftpb.Message, 0, len(b.GetMsgs()))
 		for _, raw := range b.GetMsgs() {
-			m := &raftpb.Message{}
-			if err := proto.Unmarshal(raw, m); err != nil {
+			// raw is this batch's own copy (protobuf copies bytes fields out
+			// of gRPC's pooled buffer), so the message may alias it.
+			m, err := decodeMessage(raw)
+			if err != nil {
 				s.t.log.Warn("transport: undecodable message dropped", "from", from, "err", err)
 				continue
 			}

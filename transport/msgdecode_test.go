@@ -1,0 +1,138 @@
+package transport
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// decodeSamples are the messages the raft loop sends, plus the corners of
+// proto2 presence: fields present with zero values, empty bytes.
+func decodeSamples() []*raftpb.Message {
+	ent := func(typ raftpb.EntryType, term, index uint64, data []byte) *raftpb.Entry {
+		return &raftpb.Entry{Type: typ.Enum(), Term: new(term), Index: new(index), Data: data}
+	}
+	return []*raftpb.Message{
+		{},
+		{Type: raftpb.MessageType_MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(7)),
+			LogTerm: new(uint64(7)), Index: new(uint64(41)), Commit: new(uint64(40)),
+			Entries: []*raftpb.Entry{
+				ent(raftpb.EntryType_EntryNormal, 7, 42, []byte("acquire stock/sku-42")),
+				ent(raftpb.EntryType_EntryNormal, 7, 43, nil),
+				ent(raftpb.EntryType_EntryConfChangeV2, 7, 44, []byte{1, 2, 3}),
+				{Data: []byte{}}, // present but empty data, no other field
+			}},
+		{Type: raftpb.MessageType_MsgApp.Enum(), To: new(uint64(3)), From: new(uint64(1)), Term: new(uint64(0)),
+			Commit: new(uint64(0))}, // present zero values
+		{Type: raftpb.MessageType_MsgAppResp.Enum(), To: new(uint64(1)), From: new(uint64(2)), Term: new(uint64(7)),
+			Index: new(uint64(40)), Reject: new(true), RejectHint: new(uint64(12)), LogTerm: new(uint64(6))},
+		{Type: raftpb.MessageType_MsgAppResp.Enum(), Reject: new(false)},
+		{Type: raftpb.MessageType_MsgHeartbeat.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(7)),
+			Commit: new(uint64(40)), Context: []byte("read-index-17")},
+		{Type: raftpb.MessageType_MsgHeartbeatResp.Enum(), Context: []byte{}},
+		{Type: raftpb.MessageType_MsgVote.Enum(), Term: new(uint64(8)), LogTerm: new(uint64(7)), Index: new(uint64(44)),
+			Vote: new(uint64(0))},
+		{Type: raftpb.MessageType_MsgProp.Enum(), From: new(uint64(2)), To: new(uint64(1)),
+			Entries: []*raftpb.Entry{{Data: []byte("release")}, {Data: []byte("acquire")}}},
+		// Decoded by proto.Unmarshal: a snapshot, responses.
+		{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: &raftpb.Snapshot{Data: []byte("table"),
+			Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(100)), Term: new(uint64(7))}}},
+		{Type: raftpb.MessageType_MsgStorageAppend.Enum(), Responses: []*raftpb.Message{
+			{Type: raftpb.MessageType_MsgAppResp.Enum(), To: new(uint64(1))}}},
+	}
+}
+
+// TestDecodeMessageMatchesProto: every sample decodes to what proto.Unmarshal
+// gives, and the common ones take the fast path.
+func TestDecodeMessageMatchesProto(t *testing.T) {
+	for i, want := range decodeSamples() {
+		b, err := proto.Marshal(want)
+		require.NoError(t, err)
+		got, err := decodeMessage(b)
+		require.NoError(t, err)
+		require.True(t, proto.Equal(want, got), "sample %d:\nwant %v\ngot  %v", i, want, got)
+		_, fast := decodeMessageFast(b)
+		require.Equal(t, want.GetSnapshot() == nil && len(want.GetResponses()) == 0, fast, "sample %d fast path", i)
+	}
+}
+
+// TestDecodeMessageFallsBack: what the fast path does not know (an unknown
+// field, an enum value raft does not define, a truncated field) is left to
+// proto.Unmarshal: kept as an unknown field, or an error.
+func TestDecodeMessageFallsBack(t *testing.T) {
+	base, err := proto.Marshal(&raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), Term: new(uint64(3))})
+	require.NoError(t, err)
+	cases := map[string][]byte{
+		"unknown field":      protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), base...), 99, protowire.VarintType), 5),
+		"unknown enum value": protowire.AppendVarint(protowire.AppendTag(nil, msgType, protowire.VarintType), 1000),
+		"wrong wire type":    protowire.AppendBytes(protowire.AppendTag(nil, msgTerm, protowire.BytesType), []byte{1}),
+		"entry unknown enum": protowire.AppendBytes(protowire.AppendTag(nil, msgEntries, protowire.BytesType),
+			protowire.AppendVarint(protowire.AppendTag(nil, entType, protowire.VarintType), 77)),
+	}
+	for name, b := range cases {
+		_, fast := decodeMessageFast(b)
+		require.False(t, fast, name)
+		want := &raftpb.Message{}
+		require.NoError(t, proto.Unmarshal(b, want), name)
+		got, err := decodeMessage(b)
+		require.NoError(t, err, name)
+		require.True(t, proto.Equal(want, got), name)
+	}
+	_, err = decodeMessage(base[:len(base)-1]) // truncated varint
+	require.Error(t, err)
+}
+
+// FuzzDecodeMessage: for any input, decodeMessage fails exactly when
+// proto.Unmarshal does, and otherwise returns an equal message.
+func FuzzDecodeMessage(f *testing.F) {
+	for _, m := range decodeSamples() {
+		b, err := proto.Marshal(m)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := &raftpb.Message{}
+		werr := proto.Unmarshal(b, want)
+		got, err := decodeMessage(b)
+		if werr != nil {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		require.True(t, proto.Equal(want, got), "want %v\ngot  %v", want, got)
+	})
+}
+
+// BenchmarkDecodeMessage: a 16-entry append, as a loaded leader sends them,
+// decoded here and by proto.Unmarshal.
+//
+//	go test -run '^$' -bench DecodeMessage -benchmem ./transport/
+func BenchmarkDecodeMessage(b *testing.B) {
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+		Term: new(uint64(7)), LogTerm: new(uint64(7)), Index: new(uint64(1000)), Commit: new(uint64(990))}
+	for i := range uint64(16) {
+		m.Entries = append(m.Entries, &raftpb.Entry{Term: new(uint64(7)), Index: new(1001 + i),
+			Type: raftpb.EntryType_EntryNormal.Enum(), Data: make([]byte, 60)})
+	}
+	raw, err := proto.Marshal(m)
+	require.NoError(b, err)
+	b.Run("lockraft", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeMessage(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := proto.Unmarshal(raw, &raftpb.Message{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
