@@ -219,6 +219,24 @@ func ackBeforeFsync(t *testing.T, buggy bool) {
 			t.Fatal(err)
 		}
 	}
+	// F must have made everything before the Lock durable: an earlier entry
+	// still on its way to F's disk would be the write that fails (and, with
+	// the bug, the one acknowledged), and the Lock would never commit. A
+	// follower applies only what it made durable.
+	ls, err := c.Node(lead).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		fs, err := c.Node(f).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fs.Applied >= ls.Applied {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	c.Partition([]uint64{lead, f}, []uint64{cut})
 	c.FailDisk(f, true)
 	h := NewHistory()
