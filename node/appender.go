@@ -1,6 +1,7 @@
 package node
 
 import (
+	"runtime"
 	"sync"
 	"time"
 
@@ -87,6 +88,12 @@ func (n *Node) appendLoop() {
 			if len(batch) == 0 {
 				break
 			}
+			// Let the goroutines the last batch woke (the stream writer
+			// carrying its acknowledgements, the loop taking its responses)
+			// run before this P blocks in the next fdatasync: Go hands a P
+			// in a system call to other work only when sysmon notices, so
+			// what waits in its run queue would otherwise wait out the sync.
+			runtime.Gosched()
 			local, err := n.persistBatch(batch)
 			if err != nil {
 				select {
