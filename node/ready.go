@@ -149,7 +149,8 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				n.onEvent(idx, &n.loop.events[i])
 			}
 			if n.cfg.Observer != nil && err == nil {
-				n.cfg.Observer(ApplyRecord{Index: idx, Command: &cmd, Result: res, Events: n.loop.events})
+				c := cmd // the observer may keep it; cmd itself stays on the stack
+				n.cfg.Observer(ApplyRecord{Index: idx, Command: &c, Result: res, Events: n.loop.events})
 			}
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
