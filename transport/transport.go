@@ -120,7 +120,9 @@ type Config struct {
 	QueueSize int
 	// MaxMsgSize bounds one gRPC message (default 4 MiB). Queued batches are
 	// coalesced up to this size. A single raft message larger than this is
-	// dropped; keep raft's MaxSizePerMsg well below it.
+	// dropped; keep raft's MaxSizePerMsg well below it. It also sizes the
+	// gRPC flow-control windows: at least 1 MiB per stream, one batch per
+	// stream and two per connection.
 	MaxMsgSize int
 	// ServerTLS and ClientTLS enable (mutual) TLS. nil means plaintext, meant
 	// for the loopback quick start only.
