@@ -127,6 +127,11 @@ func (c *Command) AppendEncode(b []byte) []byte {
 	set(fMode, c.Mode != 0)
 	set(fPermits, c.Permits != 0)
 	set(fExtraNames, len(c.ExtraNames) != 0)
+	if b == nil {
+		// Room for the usual command (a few varints, a name and an owner)
+		// in one allocation rather than a slice grown field by field.
+		b = make([]byte, 0, 48+len(c.Name)+len(c.Owner))
+	}
 	b = append(b, commandVersion, byte(c.Kind))
 	b = protowire.AppendVarint(b, m)
 	u := func(bit uint64, v uint64) {
