@@ -73,20 +73,25 @@ func main() {
 }
 
 // metricsOf returns the metrics of the last benchmark result line in out
-// ("BenchmarkX-2  N  v1 unit1  v2 unit2 ..."), by unit.
+// ("BenchmarkX-2  N  v1 unit1  v2 unit2 ..."), by unit. A benchmark that
+// prints while it runs gets its figures on a line of their own ("N  v1
+// unit1 ..."); those count too.
 func metricsOf(out []byte) map[string]float64 {
 	var last map[string]float64
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+		if len(f) > 0 && strings.HasPrefix(f[0], "Benchmark") {
+			f = f[1:]
+		}
+		if len(f) < 3 || len(f)%2 == 0 {
 			continue
 		}
-		if _, err := strconv.Atoi(f[1]); err != nil {
+		if _, err := strconv.Atoi(f[0]); err != nil {
 			continue // a benchmark's name alone on a line, or its log
 		}
 		m := map[string]float64{}
-		for i := 2; i+1 < len(f); i += 2 {
+		for i := 1; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				break

@@ -23,6 +23,18 @@ PASS
 	}
 }
 
+func TestMetricsOfAFigureLineOfItsOwn(t *testing.T) {
+	out := []byte(`BenchmarkStages/callers=16-2         	BenchmarkStages/callers=16, 5000 pairs:
+  total: call → returned                             2543    14159
+   20000	     76835 ns/op	     13012 pairs/s
+PASS
+`)
+	m := metricsOf(out)
+	if len(m) != 2 || m["ns/op"] != 76835 || m["pairs/s"] != 13012 {
+		t.Fatalf("got %v", m)
+	}
+}
+
 func TestMedian(t *testing.T) {
 	for _, c := range []struct {
 		in   []float64
