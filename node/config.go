@@ -149,6 +149,9 @@ type TestHooks struct {
 	// when each log entry passed each stage on each node: for measuring
 	// where an operation's time goes (BenchmarkStages).
 	Stages *StageProbe
+	// NoCommitHints turns commit hints off (commithint.go): followers learn
+	// commits only from the leader's commit index, as in plain Raft.
+	NoCommitHints bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

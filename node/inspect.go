@@ -19,6 +19,10 @@ type Status struct {
 	// node sent as leader, EntriesSent the entries they carried: their
 	// ratio is how well the node batches commands under load.
 	AppendsSent, EntriesSent uint64
+	// CommitHintsSent counts the commit hints this node sent as leader,
+	// CommitHintsUsed the hints that moved its commit index as a follower
+	// (commithint.go).
+	CommitHintsSent, CommitHintsUsed uint64
 }
 
 // Status reads the node's state inside its loop.
@@ -34,6 +38,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			SnapshotsRestored: n.snapshotsRestored.Load(),
 			AppendsSent:       n.loop.appendsSent,
 			EntriesSent:       n.loop.entriesSent,
+			CommitHintsSent:   n.loop.hints.sent,
+			CommitHintsUsed:   n.loop.hints.used,
 		}
 	})
 	if err != nil {

@@ -106,6 +106,7 @@ type loopState struct {
 	gossip  gossipState
 	fwd     fwdState
 	props   proposalBatch
+	hints   commitHints
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -426,6 +427,10 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		if n.loop.isLeader {
 			n.cfg.TestHooks.Stages.ack(m)
 		}
+		if isCommitHint(m) {
+			n.onCommitHint(m)
+			continue
+		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals join this turn's batch, as
 			// they are (a configuration change keeps its entry type).
@@ -434,6 +439,9 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			n.log.Debug("step", "err", err, "type", m.GetType().String(), "from", m.GetFrom())
+		}
+		if m.GetType() == raftpb.MessageType_MsgStorageAppendResp {
+			n.onDurable(m)
 		}
 	}
 }

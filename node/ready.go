@@ -53,13 +53,18 @@ func (n *Node) handleReady() error {
 				n.onRestored()
 			}
 			n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
+			n.loop.hints.noteAppended(m)
 			n.app.enqueue(m)
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
 		default:
+			if isCommitHint(m) {
+				continue // the answer to a heartbeat this node built from a hint
+			}
 			out = append(out, m)
 		}
 	}
+	out = n.loop.hints.rideAlong(out)
 	for _, m := range out {
 		if k := len(m.GetEntries()); k > 0 && m.GetType() == raftpb.MessageType_MsgApp {
 			n.loop.appendsSent++
@@ -93,6 +98,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 		n.reproposeAll()
 	}
 	if wasLeader && !n.loop.isLeader {
+		n.loop.hints.pending = nil
 		n.loop.lead.stepDown()
 		n.fwdStepDown()
 		n.failConfirmRounds()
