@@ -219,7 +219,7 @@ func start(cfg Config) (*Node, error) {
 		StepDownOnRemoval:         true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		AsyncStorageWrites:        true,
-		Logger:                    raftLogger{n.log},
+		Logger:                    raftLogger{l: n.log, closing: &n.closing},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)

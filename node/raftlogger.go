@@ -5,11 +5,24 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 )
 
 // raftLogger adapts a *slog.Logger to raft.Logger, so that raft's own logs go
-// where the node's go instead of raft's process-global default.
-type raftLogger struct{ l *slog.Logger }
+// where the node's go instead of raft's process-global default. Once closing
+// is set, raft's warnings are logged at Info: a node whose peers are shutting
+// down with it loses its quorum and says so, which is expected then.
+type raftLogger struct {
+	l       *slog.Logger
+	closing *atomic.Bool
+}
+
+func (r raftLogger) warnLevel() slog.Level {
+	if r.closing != nil && r.closing.Load() {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
 
 func (r raftLogger) log(level slog.Level, msg string) {
 	r.l.Log(context.Background(), level, msg, "component", "raft")
@@ -21,9 +34,9 @@ func (r raftLogger) Debugf(format string, v ...any) {
 }
 func (r raftLogger) Info(v ...any)                 { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
 func (r raftLogger) Infof(format string, v ...any) { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
-func (r raftLogger) Warning(v ...any)              { r.log(slog.LevelWarn, fmt.Sprint(v...)) }
+func (r raftLogger) Warning(v ...any)              { r.log(r.warnLevel(), fmt.Sprint(v...)) }
 func (r raftLogger) Warningf(format string, v ...any) {
-	r.log(slog.LevelWarn, fmt.Sprintf(format, v...))
+	r.log(r.warnLevel(), fmt.Sprintf(format, v...))
 }
 func (r raftLogger) Error(v ...any) { r.log(slog.LevelError, fmt.Sprint(v...)) }
 func (r raftLogger) Errorf(format string, v ...any) {
