@@ -118,40 +118,41 @@ func benchParallelPairs64(b *testing.B, engine string) {
 // pairs/s on a shared machine, and what bounds S2 once the cores are busy).
 // The timer covers the pairs only.
 func runCallerPairs(b *testing.B, nodes map[uint64]*Node, callers int, lockFor func(g int, i int64) (name, owner string)) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
 	start, cpu0 := time.Now(), processCPU()
-	for g := 0; g < callers; g++ {
-		n := nodes[uint64(g%3+1)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				name, owner := lockFor(g, i)
-				h, err := n.Acquire(ctx, name, owner, true, 0)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := h.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	callPairs(b, context.Background(), callers, int64(b.N), func(g int) *Node { return nodes[uint64(g%3+1)] }, lockFor)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
 	if cpu0 > 0 {
 		b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu_us/pair")
 	}
+}
+
+// callPairs runs total Lock+Unlock pairs from callers goroutines, caller g
+// on node nodeOf(g), each pair on the name and owner lockFor(g, i) gives (i
+// counts from 1 over all callers). It returns when all are done; a failed
+// call is reported with tb.Error and ends its caller.
+func callPairs(tb testing.TB, ctx context.Context, callers int, total int64, nodeOf func(g int) *Node,
+	lockFor func(g int, i int64) (name, owner string)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := range callers {
+		n := nodeOf(g)
+		wg.Go(func() {
+			for i := next.Add(1); i <= total; i = next.Add(1) {
+				name, owner := lockFor(g, i)
+				h, err := n.Acquire(ctx, name, owner, true, 0)
+				if err == nil {
+					err = h.Release(ctx)
+				}
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // benchClusterWith starts 3 nodes with default timings except tune.

@@ -2,7 +2,6 @@ package node
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,26 +78,8 @@ func loadFollowers(t *testing.T, tc *testCluster, pairs int) (sent, used uint64)
 			followers = append(followers, n)
 		}
 	}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		n := followers[g%len(followers)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range pairs / 16 {
-				h, err := n.Acquire(ctx, fmt.Sprintf("hint/%d/%d", g, i), "o", true, 0)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := h.Release(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	callPairs(t, ctx, 16, int64(pairs), func(g int) *Node { return followers[g%len(followers)] },
+		func(g int, i int64) (string, string) { return fmt.Sprintf("hint/%d/%d", g, i), "o" })
 	for id, n := range tc.nodes {
 		st, err := n.Status(ctx)
 		require.NoError(t, err)
