@@ -138,7 +138,7 @@ func (n *Node) queueCommitHints(term, idx uint64) {
 	}
 	voters := n.loop.confState.GetVoters()
 	n.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
-		if id == n.id || typ != raft.ProgressTypePeer || pr.State != tracker.StateReplicate || !containsID(voters, id) {
+		if id == n.id || typ != raft.ProgressTypePeer || pr.State != tracker.StateReplicate || !slices.Contains(voters, id) {
 			return
 		}
 		h.pending = slices.DeleteFunc(h.pending, func(m *raftpb.Message) bool { return m.GetTo() == id })
@@ -151,15 +151,6 @@ func (n *Node) queueCommitHints(term, idx uint64) {
 			Context: commitHintContext,
 		})
 	})
-}
-
-func containsID(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // rideAlong appends to out the queued hints for the peers out already has a
