@@ -19,6 +19,9 @@ import (
 // byte-identical. Rewrite expectations with: go test ./lockfsm -run TestScripts -rewrite (then review).
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if filepath.Dir(path) != "testdata" {
+			t.Skip("not a script (fixtures and fuzz corpora live in subdirectories)")
+		}
 		e := &scriptEnv{t: t, path: filepath.Join(t.TempDir(), "fsm.db")}
 		e.open()
 		defer func() { _ = e.f.Close() }()
