@@ -41,7 +41,15 @@ type FSM struct {
 	buf     []byte   // scratch for record encoding
 
 	halted uint64 // index of an entry of a newer format: nothing at or after it is applied (see Halted)
+
+	// Lock entries that left the table in the current apply, and those ready for reuse: a name that comes
+	// and goes (the common acquire-release) costs no allocation. An entry is reused only from the next
+	// apply on, so no pointer held during the apply that dropped it can see it change.
+	dead, spare []*lock
 }
+
+// maxSpareLocks bounds the entries kept for reuse (about 160 bytes each).
+const maxSpareLocks = 64
 
 func newState() (map[uint64]*session, map[string]*lock) {
 	return make(map[uint64]*session), make(map[string]*lock)
@@ -108,6 +116,9 @@ func (f *FSM) Halted() uint64 { return f.halted }
 
 func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 	f.applied = index
+	if len(f.dead) > 0 {
+		f.recycle()
+	}
 	switch c.Kind {
 	case KindNoop:
 		return Result{Status: Noop}, ev
@@ -125,6 +136,18 @@ func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 		return f.liftDelay(index, c, ev)
 	}
 	return Result{Err: ErrBadCommand}, ev
+}
+
+// recycle makes the entries dropped by the previous apply reusable.
+func (f *FSM) recycle() {
+	for i, l := range f.dead {
+		if len(f.spare) < maxSpareLocks {
+			*l = lock{}
+			f.spare = append(f.spare, l)
+		}
+		f.dead[i] = nil
+	}
+	f.dead = f.dead[:0]
 }
 
 // applySequenced applies the per-session commands: deduplication (S6), then validation, then the rule.

@@ -212,7 +212,14 @@ func (l *lock) blocker(mode Mode) Holder {
 
 // newLock puts a new entry for name (a string the state may keep) in the table.
 func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
-	l := &lock{name: name, prim: prim}
+	var l *lock
+	if n := len(f.spare); n > 0 {
+		l, f.spare[n-1] = f.spare[n-1], nil
+		f.spare = f.spare[:n-1]
+		l.name, l.prim = name, prim
+	} else {
+		l = &lock{name: name, prim: prim}
+	}
 	if prim == PrimSemaphore {
 		l.ext = &lockExt{limit: limit}
 	}
@@ -223,8 +230,9 @@ func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
 // touchLock marks l dirty and drops it from the table when it is empty.
 func (f *FSM) touchLock(l *lock) {
 	f.dirtyLocks[l.name] = struct{}{}
-	if !l.held() && !l.delayed && len(l.waiters) == 0 {
+	if !l.held() && !l.delayed && len(l.waiters) == 0 && f.locks[l.name] == l {
 		delete(f.locks, l.name)
+		f.dead = append(f.dead, l)
 	}
 }
 
