@@ -93,16 +93,20 @@ func (k *checker) step(f *FSM, index uint64, c *Command, r Result, ev []Event) e
 			}
 		}
 	}
-	leaderEvents := map[string][]Event{}
+	var leaderEvents map[string][]Event
 	for i := range ev {
+		if ev[i].Kind == EventLeader && leaderEvents == nil {
+			leaderEvents = map[string][]Event{}
+		}
 		if err := k.event(index, &ev[i], leaderEvents); err != nil {
 			return err
 		}
 	}
-	if err := k.checkLeaders(f, index, leaderEvents); err != nil {
+	table := tableOf(f)
+	if err := k.checkLeaders(f, table, index, leaderEvents); err != nil {
 		return err
 	}
-	if err := k.checkTable(f); err != nil {
+	if err := k.checkTableOf(table); err != nil {
 		return fmt.Errorf("index %d (%v): %w", index, c.Kind, err)
 	}
 	return nil
@@ -226,8 +230,22 @@ func exclusion(name string, holds []mhold, limit uint32) error {
 	return nil
 }
 
+// table is the lock table as the checker sees it: f.Locks() by name, in name order.
+type table struct {
+	locks  []LockInfo
+	byName map[string]*LockInfo
+}
+
+func tableOf(f *FSM) table {
+	t := table{locks: f.Locks(), byName: map[string]*LockInfo{}}
+	for i := range t.locks {
+		t.byName[t.locks[i].Name] = &t.locks[i]
+	}
+	return t
+}
+
 // checkLeaders: one Leader event per election whose leader or value changed in this entry, matching it.
-func (k *checker) checkLeaders(f *FSM, index uint64, events map[string][]Event) error {
+func (k *checker) checkLeaders(f *FSM, t table, index uint64, events map[string][]Event) error {
 	names := map[string]bool{}
 	for n := range k.leaders {
 		names[n] = true
@@ -235,7 +253,7 @@ func (k *checker) checkLeaders(f *FSM, index uint64, events map[string][]Event) 
 	for n := range events {
 		names[n] = true
 	}
-	for _, l := range f.Locks() {
+	for _, l := range t.locks {
 		if l.Primitive == PrimElection {
 			names[l.Name] = true
 		}
@@ -264,9 +282,11 @@ func (k *checker) checkLeaders(f *FSM, index uint64, events map[string][]Event) 
 }
 
 // checkTable checks the table itself, and against the model.
-func (k *checker) checkTable(f *FSM) error {
+func (k *checker) checkTable(f *FSM) error { return k.checkTableOf(tableOf(f)) }
+
+func (k *checker) checkTableOf(t table) error {
 	seen := map[string]bool{}
-	for _, l := range f.Locks() {
+	for _, l := range t.locks {
 		seen[l.Name] = true
 		var th []mhold
 		for _, h := range l.Holds {
@@ -280,7 +300,7 @@ func (k *checker) checkTable(f *FSM) error {
 			}
 			// S1: a multi-name hold is on every one of its names.
 			for _, n := range h.Names {
-				m, ok := f.Lock(n)
+				m, ok := t.byName[n]
 				if !ok || !slices.ContainsFunc(m.Holds, func(x HoldInfo) bool {
 					return x.Session == h.Session && x.Owner == h.Owner && x.Token == h.Token &&
 						x.HoldCount == h.HoldCount && x.GrantSeq == h.GrantSeq && slices.Equal(x.Names, h.Names)
@@ -298,7 +318,7 @@ func (k *checker) checkTable(f *FSM) error {
 		if l.Holder.Session == 0 && !l.Delayed && len(l.Waiters) == 0 {
 			return fmt.Errorf("lock %s: empty entry left in the table", l.Name)
 		}
-		if fmt.Sprint(th) != fmt.Sprint(k.holds[l.Name]) {
+		if !slices.EqualFunc(th, k.holds[l.Name], eqHold) {
 			return fmt.Errorf("lock %s: holds %v, model %v", l.Name, th, k.holds[l.Name])
 		}
 		var tw []mwait
@@ -309,11 +329,11 @@ func (k *checker) checkTable(f *FSM) error {
 			tw = append(tw, mwait{session: w.Session, owner: w.Owner, seq: w.Seq, enqueued: w.Enqueued, mode: w.Mode,
 				permits: w.Permits, names: w.Names})
 		}
-		if fmt.Sprint(tw) != fmt.Sprint(k.queues[l.Name]) {
+		if !slices.EqualFunc(tw, k.queues[l.Name], eqWait) {
 			return fmt.Errorf("lock %s: queue %v, model %v", l.Name, tw, k.queues[l.Name])
 		}
 		// L4: the first waiter could not be granted now.
-		if !l.Delayed && len(l.Waiters) > 0 && grantable(f, l, l.Waiters[0]) {
+		if !l.Delayed && len(l.Waiters) > 0 && grantable(t, l, l.Waiters[0]) {
 			return fmt.Errorf("L4: lock %s: its first waiter %d/%s seq %d could be granted but waits", l.Name,
 				l.Waiters[0].Session, l.Waiters[0].Owner, l.Waiters[0].Seq)
 		}
@@ -331,11 +351,21 @@ func (k *checker) checkTable(f *FSM) error {
 	return nil
 }
 
+func eqHold(a, b mhold) bool {
+	return a.session == b.session && a.owner == b.owner && a.token == b.token && a.grantSeq == b.grantSeq &&
+		a.mode == b.mode && a.permits == b.permits && slices.Equal(a.names, b.names)
+}
+
+func eqWait(a, b mwait) bool {
+	return a.session == b.session && a.owner == b.owner && a.seq == b.seq && a.enqueued == b.enqueued &&
+		a.mode == b.mode && a.permits == b.permits && slices.Equal(a.names, b.names)
+}
+
 // grantable says, from the table alone, whether w (first in l's queue) could be granted now.
-func grantable(f *FSM, l LockInfo, w WaiterInfo) bool {
+func grantable(t table, l LockInfo, w WaiterInfo) bool {
 	if w.Names != nil {
 		for _, n := range w.Names {
-			m, ok := f.Lock(n)
+			m, ok := t.byName[n]
 			if !ok || m.Delayed || len(m.Holds) > 0 || len(m.Waiters) == 0 || m.Waiters[0].Session != w.Session ||
 				m.Waiters[0].Seq != w.Seq {
 				return false
