@@ -22,38 +22,97 @@ const (
 	// KindExpireSession is KindCloseSession proposed by the leader when the TTL ran out. With
 	// LockDelayMillis > 0 every freed name is delayed (granted to nobody) until a KindLiftDelay for it.
 	KindExpireSession
-	// KindAcquire: Session, Seq, AckedBelow, Name, Owner, Wait, LeaseMillis, MaxHolds.
+	// KindAcquire: Session, Seq, AckedBelow, Name, Owner, Wait, LeaseMillis, MaxHolds, and for the catalogue
+	// (version 2) Primitive, Mode, Permits, Limit, Value, ExtraNames. See the package rules.
 	KindAcquire
-	// KindRelease: Session, Seq, AckedBelow, Name, Owner. Drops one hold level.
+	// KindRelease: Session, Seq, AckedBelow, Name, Owner; Primitive, Mode, Token (version 2). Drops one hold
+	// level.
 	KindRelease
 	// KindCancel: Session, Seq, AckedBelow, Name, Owner, Target (the Seq of the acquire to undo).
 	KindCancel
-	// KindExpireLease: Name, Token. Leader-proposed; a no-op unless Token is the name's current token.
+	// KindExpireLease: Name, Token; Session and Owner (version 2) pick one hold among several with that token.
+	// Leader-proposed; a no-op unless a hold of the name has that token.
 	KindExpireLease
 	// KindLiftDelay: Name, Token (the index that started the delay). Leader-proposed; stale ones are no-ops.
 	KindLiftDelay
-	kindEnd
+	// kindV1End: the kinds below it are those of version-1 commands.
+	kindV1End
 )
 
-var kindNames = [...]string{"", "Noop", "OpenSession", "CloseSession", "ExpireSession", "Acquire", "Release",
-	"Cancel", "ExpireLease", "LiftDelay"}
+// Kind 10 is reserved for another branch (session checkpoints); this version rejects it.
+const (
+	// KindProclaim (version 2): Session, Seq, AckedBelow, Name, Owner, Value, optional Token. The current
+	// leader of an election changes the value it announces.
+	KindProclaim Kind = 11
+	kindEnd      Kind = 12
+)
+
+var kindNames = [...]string{KindNoop: "Noop", KindOpenSession: "OpenSession", KindCloseSession: "CloseSession",
+	KindExpireSession: "ExpireSession", KindAcquire: "Acquire", KindRelease: "Release", KindCancel: "Cancel",
+	KindExpireLease: "ExpireLease", KindLiftDelay: "LiftDelay", KindProclaim: "Proclaim"}
 
 func (k Kind) String() string {
-	if k > 0 && k < kindEnd {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// Mode is the sharing mode of an acquire. Only ModeExclusive is implemented.
+// known says whether k is a kind of version v.
+func (k Kind) known(v byte) bool {
+	if k > 0 && k < kindV1End {
+		return true
+	}
+	return v >= 2 && k == KindProclaim
+}
+
+// Mode is the sharing mode of an acquire or release of a read-write lock. Every other primitive is
+// exclusive (ModeExclusive).
 type Mode uint8
 
 const (
-	// ModeExclusive is an ordinary mutex hold.
+	// ModeExclusive: a mutex, semaphore or election hold, or the write side of a read-write lock.
 	ModeExclusive Mode = 0
-	// ModeShared is reserved for read-write locks; Apply rejects it with ErrUnsupported.
+	// ModeShared: the read side of a read-write lock.
 	ModeShared Mode = 1
+	modeEnd    Mode = 2
 )
+
+func (m Mode) String() string {
+	switch m {
+	case ModeExclusive:
+		return "exclusive"
+	case ModeShared:
+		return "shared"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Primitive says what a lock name is. A name's primitive is fixed by the acquire that puts it in the table
+// and lasts while the name has a hold, a waiter or a lock-delay; commands of another primitive on it get
+// ErrWrongKind.
+type Primitive uint8
+
+const (
+	// PrimMutex: one exclusive, reentrant owner; with ExtraNames, an atomic multi-name acquire of mutexes.
+	PrimMutex Primitive = iota
+	// PrimRW: a read-write lock: readers (ModeShared) or one writer (ModeExclusive), FIFO over one queue.
+	PrimRW
+	// PrimSemaphore: Limit permits; each acquire takes Permits of them as its own hold.
+	PrimSemaphore
+	// PrimElection: one leader at a time, which carries a Value; acquire = campaign, release = resign.
+	PrimElection
+	primEnd
+)
+
+var primNames = [...]string{"mutex", "rwlock", "semaphore", "election"}
+
+func (p Primitive) String() string {
+	if p < primEnd {
+		return primNames[p]
+	}
+	return fmt.Sprintf("Primitive(%d)", uint8(p))
+}
 
 // Command is one state machine command, carried in one raft entry. Which fields matter depends on Kind.
 type Command struct {
@@ -65,19 +124,37 @@ type Command struct {
 	LockDelayMillis          uint64
 	MaxHolds                 uint32 // reentrancy limit for this acquire; 0 = DefaultMaxHolds
 	Node, Token, Target      uint64
-	Mode                     Mode     // reserved: must be ModeExclusive
-	Permits                  uint32   // reserved: must be 0 or 1
-	ExtraNames               []string // reserved: must be empty
+	Mode                     Mode     // ModeShared: the read side of a read-write lock
+	Permits                  uint32   // semaphore: permits this acquire takes (0 means 1)
+	ExtraNames               []string // a multi-name mutex acquire: the names besides Name
+	Primitive                Primitive
+	Limit                    uint32 // semaphore: its number of permits (N)
+	Value                    string // election: the value a campaign or proclaim announces
+
+	// Version is the encoding version. DecodeCommand sets it from the entry; a version-1 command keeps the
+	// meaning it had when version 1 was the newest: Mode, Permits > 1 and ExtraNames are ErrUnsupported and
+	// an expiry's Session and Owner are ignored. AppendEncode writes Version 1 or 2 when set (2 when the
+	// command cannot be written as version 1), and with Version 0 the lowest version that means the same.
+	Version uint8
 }
 
-// commandVersion is the first byte of every encoded command.
+// commandVersion is the newest encoding, the first byte of every encoded command.
 //
-// Layout of version 1: version byte, kind byte, a uvarint bit mask of the fields present, then each present
-// field in bit order: integers as uvarints, strings as uvarint length + bytes, Wait as no payload (its bit
-// set means true), ExtraNames as a uvarint count + strings. Zero-valued fields are omitted, so a typical
-// acquire takes about 20 bytes plus its name and owner. Unknown bits, truncation and trailing bytes are
-// ErrBadCommand.
-const commandVersion = 1
+// Layout (both versions): version byte, kind byte, a uvarint bit mask of the fields present, then each
+// present field in bit order: integers as uvarints, strings as uvarint length + bytes, Wait as no payload
+// (its bit set means true), ExtraNames as a uvarint count + strings. Zero-valued fields are omitted, so a
+// typical acquire takes about 20 bytes plus its name and owner.
+//
+// Version 1 has kinds 1–9 and field bits 0–15. Version 2 adds KindProclaim (11) and the bits Primitive
+// (1<<17), Limit (1<<18) and Value (1<<19), and gives Mode, Permits and ExtraNames their meaning (in
+// version 1 they are reserved). Kind 10 and bit 1<<16 are reserved for another branch.
+//
+// Errors. Truncation, trailing bytes, version 0, kind 0 and out-of-range integers are ErrBadCommand:
+// malformed bytes, which every version rejects the same way. A version above commandVersion, and in a
+// version-2 command an unknown kind, field bit, Mode or Primitive, are ErrNewerFormat: a well-formed entry
+// of a format this code does not know. A version-1 command is frozen: unknown kinds and bits in it are
+// ErrBadCommand, as they were when version 1 was the newest, so old logs replay as they first applied.
+const commandVersion = 2
 
 const (
 	fSession = 1 << iota
@@ -96,11 +173,40 @@ const (
 	fMode
 	fPermits
 	fExtraNames
-	fAll = fExtraNames<<1 - 1
+	fV1All = fExtraNames<<1 - 1
 )
 
-// maxExtraNames bounds decoding work on hostile input.
+// Bit 1<<16 is reserved for another branch.
+const (
+	fPrimitive = 1 << 17
+	fLimit     = 1 << 18
+	fValue     = 1 << 19
+	fAll       = fV1All | fPrimitive | fLimit | fValue
+)
+
+// maxExtraNames bounds decoding work on hostile input (Apply allows MaxMultiNames).
 const maxExtraNames = 1024
+
+// fitsV1 says whether every kind and field of c exists in version 1.
+func (c *Command) fitsV1() bool {
+	return c.Kind < kindV1End && c.Primitive == PrimMutex && c.Limit == 0 && c.Value == ""
+}
+
+// encodingVersion is the version AppendEncode writes for c.
+func (c *Command) encodingVersion() byte {
+	if c.Version >= 2 || !c.fitsV1() {
+		return 2
+	}
+	if c.Version == 1 {
+		return 1
+	}
+	// Fields that version 1 has but gives another meaning.
+	if c.Mode != ModeExclusive || c.Permits > 1 || len(c.ExtraNames) != 0 ||
+		(c.Kind == KindExpireLease && (c.Session != 0 || c.Owner != "")) {
+		return 2
+	}
+	return 1
+}
 
 // AppendEncode appends the encoding of c to b and returns the extended slice. It allocates only if b lacks
 // capacity.
@@ -127,12 +233,15 @@ func (c *Command) AppendEncode(b []byte) []byte {
 	set(fMode, c.Mode != 0)
 	set(fPermits, c.Permits != 0)
 	set(fExtraNames, len(c.ExtraNames) != 0)
+	set(fPrimitive, c.Primitive != 0)
+	set(fLimit, c.Limit != 0)
+	set(fValue, c.Value != "")
 	if b == nil {
 		// Room for the usual command (a few varints, a name and an owner)
 		// in one allocation rather than a slice grown field by field.
-		b = make([]byte, 0, 48+len(c.Name)+len(c.Owner))
+		b = make([]byte, 0, 48+len(c.Name)+len(c.Owner)+len(c.Value))
 	}
-	b = append(b, commandVersion, byte(c.Kind))
+	b = append(b, c.encodingVersion(), byte(c.Kind))
 	b = protowire.AppendVarint(b, m)
 	u := func(bit uint64, v uint64) {
 		if m&bit != 0 {
@@ -166,11 +275,16 @@ func (c *Command) AppendEncode(b []byte) []byte {
 			b = append(b, n...)
 		}
 	}
+	u(fPrimitive, uint64(c.Primitive))
+	u(fLimit, uint64(c.Limit))
+	s(fValue, c.Value)
 	return b
 }
 
-// DecodeCommand decodes an encoded command. Any malformed input returns an error wrapping ErrBadCommand;
-// it never panics. The returned strings do not alias b.
+// DecodeCommand decodes an encoded command. It never panics, and the returned strings do not alias b.
+// Malformed bytes return an error wrapping ErrBadCommand; a well-formed entry of a newer format (a
+// version, kind, field, mode or primitive this code does not know) one wrapping ErrNewerFormat. See
+// ErrNewerFormat for what the node must do with each.
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
 	err := decodeInto(&c, b, false)
@@ -182,20 +296,41 @@ func DecodeCommand(b []byte) (Command, error) {
 func decodeInto(c *Command, b []byte, alias bool) error {
 	extra := c.ExtraNames[:0]
 	*c = Command{}
+	if len(b) == 0 || b[0] == 0 {
+		return fmt.Errorf("%w: %d bytes, no format version", ErrBadCommand, len(b))
+	}
+	v := b[0]
+	if v > commandVersion {
+		return fmt.Errorf("%w: command format version %d (this code knows up to %d)", ErrNewerFormat, v,
+			commandVersion)
+	}
 	if len(b) < 3 {
 		return fmt.Errorf("%w: %d bytes", ErrBadCommand, len(b))
 	}
-	if b[0] != commandVersion {
-		return fmt.Errorf("%w: unknown format version %d", ErrBadCommand, b[0])
-	}
+	c.Version = v
 	c.Kind = Kind(b[1])
-	if c.Kind == 0 || c.Kind >= kindEnd {
-		return fmt.Errorf("%w: unknown kind %d", ErrBadCommand, b[1])
+	// Unknown things in version 1 stay malformed, as they were when it was the newest.
+	unknown := ErrNewerFormat
+	if v == 1 {
+		unknown = ErrBadCommand
+	}
+	if c.Kind == 0 {
+		return fmt.Errorf("%w: kind 0", ErrBadCommand)
+	}
+	if !c.Kind.known(v) {
+		return fmt.Errorf("%w: unknown kind %d in a version %d command", unknown, b[1], v)
 	}
 	d := decoder{b: b[2:], alias: alias}
 	m := d.uvarint()
-	if m&^uint64(fAll) != 0 {
-		return fmt.Errorf("%w: unknown fields %#x", ErrBadCommand, m&^uint64(fAll))
+	if d.bad {
+		return fmt.Errorf("%w: truncated field mask", ErrBadCommand)
+	}
+	all := uint64(fAll)
+	if v == 1 {
+		all = fV1All
+	}
+	if m&^all != 0 {
+		return fmt.Errorf("%w: unknown fields %#x in a version %d command", unknown, m&^all, v)
 	}
 	u := func(bit uint64) uint64 {
 		if m&bit != 0 {
@@ -209,6 +344,13 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 			d.bad = true
 		}
 		return uint32(v)
+	}
+	u8 := func(bit uint64) uint8 {
+		v := u(bit)
+		if v > 255 {
+			d.bad = true
+		}
+		return uint8(v)
 	}
 	s := func(bit uint64) string {
 		if m&bit != 0 {
@@ -229,11 +371,7 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 	c.Node = u(fNode)
 	c.Token = u(fToken)
 	c.Target = u(fTarget)
-	mode := u(fMode)
-	if mode > 255 {
-		d.bad = true
-	}
-	c.Mode = Mode(mode)
+	c.Mode = Mode(u8(fMode))
 	c.Permits = u32(fPermits)
 	if m&fExtraNames != 0 {
 		n := d.uvarint()
@@ -245,11 +383,17 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 		}
 		c.ExtraNames = extra
 	}
+	c.Primitive = Primitive(u8(fPrimitive))
+	c.Limit = u32(fLimit)
+	c.Value = s(fValue)
 	if d.bad {
 		return fmt.Errorf("%w: truncated or malformed %v", ErrBadCommand, c.Kind)
 	}
 	if len(d.b) != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", ErrBadCommand, len(d.b))
+	}
+	if v >= 2 && (c.Mode >= modeEnd || c.Primitive >= primEnd) {
+		return fmt.Errorf("%w: unknown mode %d or primitive %d", ErrNewerFormat, c.Mode, c.Primitive)
 	}
 	return nil
 }

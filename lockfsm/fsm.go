@@ -1,6 +1,7 @@
 package lockfsm
 
 import (
+	"errors"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -8,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Limits checked deterministically at apply.
+// Limits checked deterministically at apply (see acquire.go for the catalogue's).
 const (
 	// MaxNameLen is the longest lock name, in bytes.
 	MaxNameLen = 512
@@ -36,8 +37,19 @@ type FSM struct {
 
 	scratch Command  // Apply decodes into it; its strings alias the entry's bytes
 	names   []string // scratch for sorted name lists
+	touched []string // scratch for the names a session's end settles last
 	buf     []byte   // scratch for record encoding
+
+	halted uint64 // index of an entry of a newer format: nothing at or after it is applied (see Halted)
+
+	// Lock entries that left the table in the current apply, and those ready for reuse: a name that comes
+	// and goes (the common acquire-release) costs no allocation. An entry is reused only from the next
+	// apply on, so no pointer held during the apply that dropped it can see it change.
+	dead, spare []*lock
 }
+
+// maxSpareLocks bounds the entries kept for reuse (about 160 bytes each).
+const maxSpareLocks = 64
 
 func newState() (map[uint64]*session, map[string]*lock) {
 	return make(map[uint64]*session), make(map[string]*lock)
@@ -54,17 +66,25 @@ func (f *FSM) DurableIndex() uint64 { return f.durable.Load() }
 // returns the result and the extended slice. It does not allocate when events has room and no new name,
 // session or waiter appears.
 //
-// An index <= AppliedIndex returns Result{Err: ErrAlreadyApplied} and changes nothing. Data that does not
-// decode returns Result{Err: ErrBadCommand} and still counts as applied, so a committed entry never wedges
-// the node. data is not retained.
+// An index <= AppliedIndex returns Result{Err: ErrAlreadyApplied} and changes nothing. Malformed data
+// returns Result{Err: ErrBadCommand} and still counts as applied, so a committed entry never wedges the
+// node. Data of a newer format returns Result{Err: ErrNewerFormat} without being applied, and so does
+// every later call until the FSM is reopened (see Halted). data is not retained.
 func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event) {
+	if f.halted != 0 {
+		return Result{Err: ErrNewerFormat}, events
+	}
 	if index <= f.applied {
 		return Result{Err: ErrAlreadyApplied}, events
 	}
 	c := &f.scratch
 	if err := decodeInto(c, data, true); err != nil {
-		f.applied = index
 		*c = Command{ExtraNames: c.ExtraNames[:0]}
+		if errors.Is(err, ErrNewerFormat) {
+			f.halted = index
+			return Result{Err: ErrNewerFormat}, events
+		}
+		f.applied = index
 		return Result{Err: ErrBadCommand}, events
 	}
 	r, events := f.apply(index, c, events)
@@ -74,16 +94,31 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 	return r, events
 }
 
-// ApplyCommand is Apply for an already decoded command. c is not retained.
+// ApplyCommand is Apply for an already decoded command. c is not retained. A Version above the newest
+// halts the FSM as Apply does for data of a newer format.
 func (f *FSM) ApplyCommand(index uint64, c *Command, events []Event) (Result, []Event) {
+	if f.halted != 0 {
+		return Result{Err: ErrNewerFormat}, events
+	}
 	if index <= f.applied {
 		return Result{Err: ErrAlreadyApplied}, events
+	}
+	if c.Version > commandVersion {
+		f.halted = index
+		return Result{Err: ErrNewerFormat}, events
 	}
 	return f.apply(index, c, events)
 }
 
+// Halted returns the index of the entry of a newer format that stopped Apply, or 0. The state is that of
+// AppliedIndex, below it; the entry and those after it apply after a restart with a version that knows it.
+func (f *FSM) Halted() uint64 { return f.halted }
+
 func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 	f.applied = index
+	if len(f.dead) > 0 {
+		f.recycle()
+	}
 	switch c.Kind {
 	case KindNoop:
 		return Result{Status: Noop}, ev
@@ -93,7 +128,7 @@ func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 		return f.endSession(index, c, ReasonSessionClosed, 0, ev)
 	case KindExpireSession:
 		return f.endSession(index, c, ReasonSessionExpired, c.LockDelayMillis, ev)
-	case KindAcquire, KindRelease, KindCancel:
+	case KindAcquire, KindRelease, KindCancel, KindProclaim:
 		return f.applySequenced(index, c, ev)
 	case KindExpireLease:
 		return f.expireLease(index, c, ev)
@@ -101,6 +136,18 @@ func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 		return f.liftDelay(index, c, ev)
 	}
 	return Result{Err: ErrBadCommand}, ev
+}
+
+// recycle makes the entries dropped by the previous apply reusable.
+func (f *FSM) recycle() {
+	for i, l := range f.dead {
+		if len(f.spare) < maxSpareLocks {
+			*l = lock{}
+			f.spare = append(f.spare, l)
+		}
+		f.dead[i] = nil
+	}
+	f.dead = f.dead[:0]
 }
 
 // applySequenced applies the per-session commands: deduplication (S6), then validation, then the rule.
@@ -130,6 +177,8 @@ func (f *FSM) applySequenced(index uint64, c *Command, ev []Event) (Result, []Ev
 		r, ev = f.acquire(index, s, c, ev)
 	case c.Kind == KindRelease:
 		r, ev = f.release(index, s, c, ev)
+	case c.Kind == KindProclaim:
+		r, ev = f.proclaim(s, c, ev)
 	default:
 		r, ev = f.cancel(index, s, c, ev)
 	}

@@ -3,26 +3,60 @@ package lockfsm
 import "slices"
 
 // LockInfo describes one name in the lock table, for admin views and for a new leader re-arming lease
-// timers. Holder is zero when the name is free (it then exists only while delayed).
+// timers. A name exists while it has a hold, a waiter or a lock-delay.
 type LockInfo struct {
-	Name        string
+	Name      string
+	Primitive Primitive
+	// Holds in grant order: the holder of a mutex or election, a read-write lock's writer and readers, a
+	// semaphore's acquisitions. A multi-name hold appears on each of its names, with Names.
+	Holds []HoldInfo
+	// The first hold, as before the catalogue (zero when nobody holds the name).
 	Holder      Holder
 	HoldCount   uint32
 	Token       uint64
-	GrantSeq    uint64 // Seq of the acquire that created the current hold; 0 once that acquire is cancelled
+	GrantSeq    uint64 // Seq of the acquire that created the first hold; 0 once that acquire is cancelled
 	LeaseMillis uint64
-	Delayed     bool
-	DelayToken  uint64
-	Waiters     []WaiterInfo // queue order: Waiters[0] is next
+	// Semaphore: its number of permits (Limit) and how many are held.
+	Permits, PermitsInUse uint32
+	// Election: the leader's value.
+	Value      string
+	Delayed    bool
+	DelayToken uint64
+	Waiters    []WaiterInfo // queue order: Waiters[0] is next
+}
+
+// HoldInfo describes one hold.
+type HoldInfo struct {
+	Session     uint64
+	Owner       string
+	Mode        Mode   // ModeShared: a reader
+	HoldCount   uint32 // reentrant levels
+	Permits     uint32 // semaphore: permits it takes
+	Token       uint64
+	GrantSeq    uint64
+	LeaseMillis uint64
+	Names       []string // a multi-name hold: all its names (do not modify)
 }
 
 // WaiterInfo describes one queued acquire.
 type WaiterInfo struct {
+	Position    uint32 // 1 = next in line
 	Session     uint64
 	Owner       string
 	Seq         uint64
 	Enqueued    uint64 // index of the acquire entry that queued it
 	LeaseMillis uint64
+	Mode        Mode
+	Permits     uint32
+	Value       string   // election: the value it campaigns with
+	Names       []string // a multi-name acquire: all its names (do not modify)
+}
+
+// LeaderInfo is an election's current leader.
+type LeaderInfo struct {
+	Holder Holder
+	Token  uint64 // its term: strictly increasing over the election's leaders
+	Value  string
 }
 
 // SessionInfo describes one open session.
@@ -53,12 +87,35 @@ func (f *FSM) Locks() []LockInfo {
 	return out
 }
 
+// Leader returns the current leader of the election name; false when nobody leads it (or it is not an
+// election).
+func (f *FSM) Leader(name string) (LeaderInfo, bool) {
+	l := f.locks[name]
+	if l == nil || l.prim != PrimElection || !l.held() {
+		return LeaderInfo{}, false
+	}
+	h := &l.holds[0]
+	return LeaderInfo{Holder: Holder{Session: h.session, Owner: h.owner}, Token: h.token, Value: l.value()}, true
+}
+
 func (l *lock) info() LockInfo {
-	li := LockInfo{Name: l.name, Holder: l.holder, HoldCount: l.holdCount, Token: l.token, GrantSeq: l.grantSeq,
-		LeaseMillis: l.lease, Delayed: l.delayed, DelayToken: l.delayToken}
-	for _, w := range l.waiters {
-		li.Waiters = append(li.Waiters, WaiterInfo{Session: w.session, Owner: w.owner, Seq: w.seq,
-			Enqueued: w.enqueued, LeaseMillis: w.lease})
+	li := LockInfo{Name: l.name, Primitive: l.prim, Permits: l.limit(), PermitsInUse: l.used(), Value: l.value(),
+		Delayed: l.delayed, DelayToken: l.delayToken}
+	for i := range l.holds {
+		h := &l.holds[i]
+		li.Holds = append(li.Holds, HoldInfo{Session: h.session, Owner: h.owner, Mode: h.mode, HoldCount: h.count,
+			Permits: h.permits, Token: h.token, GrantSeq: h.grantSeq, LeaseMillis: h.lease, Names: h.names()})
+	}
+	if len(l.holds) > 0 {
+		h := &l.holds[0]
+		li.Holder = Holder{Session: h.session, Owner: h.owner}
+		li.HoldCount, li.Token, li.GrantSeq, li.LeaseMillis = h.count, h.token, h.grantSeq, h.lease
+	}
+	for i := range l.waiters {
+		w := &l.waiters[i]
+		li.Waiters = append(li.Waiters, WaiterInfo{Position: uint32(i + 1), Session: w.session, Owner: w.owner,
+			Seq: w.seq, Enqueued: w.enqueued, LeaseMillis: w.lease, Mode: w.mode, Permits: w.permits,
+			Value: w.value(), Names: w.names()})
 	}
 	return li
 }

@@ -1,162 +1,453 @@
 package lockfsm
 
-// lock is one name's entry in the lock table. A lock exists while it is held, has waiters or is delayed;
-// a free name with waiters exists only while delayed.
+// lock is one name's entry in the lock table. It exists while the name has a hold, a waiter or a
+// lock-delay; once it has none it is forgotten, its primitive and semaphore limit with it.
+//
+// Invariant after every apply ("settled"): unless the name is delayed, its first waiter cannot be granted
+// now (it does not fit beside the holds, or, for a multi-name waiter, it is not first or not free on one
+// of its other names). Every change that could break it ends with settle.
 type lock struct {
 	name       string
-	holder     Holder // Session 0: nobody holds it
-	holdCount  uint32
-	token      uint64 // index of the entry that granted the current hold
-	grantSeq   uint64 // Seq of the acquire that created the current hold (0: none, or cancelled)
-	lease      uint64 // LeaseMillis of the current hold (0 = lives as long as the session)
-	delayed    bool   // lock-delay after an expiry: granted to nobody until a LiftDelay with delayToken
-	delayToken uint64
+	holds      []hold   // grant order; a mutex or election has at most one
 	waiters    []waiter // FIFO: waiters[0] is next
+	delayToken uint64
+	ext        *lockExt // a semaphore's limit, an election's value; nil for a mutex
+	prim       Primitive
+	delayed    bool    // lock-delay after an expiry: no new grant until a LiftDelay with delayToken
+	first      [1]hold // backing array of holds while there is one (a mutex grant allocates no slice)
+}
+
+// lockExt is what only semaphores and elections need.
+type lockExt struct {
+	value string // election: the leader's value ("" when nobody leads)
+	limit uint32 // semaphore: its permits N
+	used  uint32 // semaphore: permits held (derived from holds)
+}
+
+func (l *lock) limit() uint32 {
+	if l.ext == nil {
+		return 0
+	}
+	return l.ext.limit
+}
+
+func (l *lock) used() uint32 {
+	if l.ext == nil {
+		return 0
+	}
+	return l.ext.used
+}
+
+func (l *lock) value() string {
+	if l.ext == nil {
+		return ""
+	}
+	return l.ext.value
+}
+
+func (l *lock) setValue(v string) {
+	if l.ext == nil {
+		l.ext = &lockExt{}
+	}
+	l.ext.value = v
+}
+
+// hold is one grant: a reentrant owner's levels (count), or one semaphore acquisition. A multi-name hold
+// has a copy on each of its names, all with the same names slice, kept identical.
+type hold struct {
+	session  uint64
+	token    uint64
+	grantSeq uint64 // Seq of the acquire that created it (0: none, or that acquire's level was cancelled)
+	lease    uint64 // LeaseMillis (0 = lives as long as the session)
+	owner    string
+	count    uint32
+	permits  uint32 // semaphore: permits it takes (0 for other primitives)
+	mode     Mode
+	x        *extra // multi-name: every name, request order (shared by the hold's copies); nil otherwise
 }
 
 type waiter struct {
 	session  uint64
-	owner    string
 	seq      uint64 // Seq of the acquire that queued
 	enqueued uint64 // index of that acquire
 	lease    uint64
+	owner    string
+	permits  uint32
+	mode     Mode
+	x        *extra // election value or multi-name names; nil for the rest
 }
 
-func (l *lock) held() bool { return l.holder.Session != 0 }
+// extra holds what few holds and waiters need: an election waiter's value, a multi-name request's names.
+// Never modified once made (events share the names).
+type extra struct {
+	value string
+	names []string
+}
 
-func (l *lock) heldBy(session uint64, owner string) bool {
-	return l.holder.Session == session && l.holder.Owner == owner
+func (h *hold) names() []string {
+	if h.x == nil {
+		return nil
+	}
+	return h.x.names
+}
+
+func (w *waiter) names() []string {
+	if w.x == nil {
+		return nil
+	}
+	return w.x.names
+}
+
+func (w *waiter) value() string {
+	if w.x == nil {
+		return ""
+	}
+	return w.x.value
+}
+
+func (l *lock) held() bool { return len(l.holds) > 0 }
+
+// addHold appends h, using the lock's own array for the first hold.
+func (l *lock) addHold(h hold) {
+	if l.holds == nil {
+		l.holds = l.first[:0:1]
+	}
+	l.holds = append(l.holds, h)
+	if h.permits != 0 {
+		l.ext.used += h.permits
+	}
+}
+
+func (l *lock) removeHold(i int) {
+	if p := l.holds[i].permits; p != 0 {
+		l.ext.used -= p
+	}
+	copy(l.holds[i:], l.holds[i+1:])
+	l.holds[len(l.holds)-1] = hold{}
+	l.holds = l.holds[:len(l.holds)-1]
+}
+
+func (l *lock) removeWaiter(i int) {
+	copy(l.waiters[i:], l.waiters[i+1:])
+	l.waiters[len(l.waiters)-1] = waiter{}
+	l.waiters = l.waiters[:len(l.waiters)-1]
+}
+
+// find returns the index of (session, owner)'s hold in mode, or -1. Semaphore holds are found by token.
+func (l *lock) find(session uint64, owner string, mode Mode) int {
+	for i := range l.holds {
+		if h := &l.holds[i]; h.session == session && h.mode == mode && h.owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+func (l *lock) findToken(session uint64, owner string, token uint64) int {
+	for i := range l.holds {
+		if h := &l.holds[i]; h.session == session && h.token == token && h.owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+// waiting returns the 1-based queue position of (session, owner), or 0.
+func (l *lock) waiting(session uint64, owner string) uint32 {
+	for i := range l.waiters {
+		if w := &l.waiters[i]; w.session == session && w.owner == owner {
+			return uint32(i + 1)
+		}
+	}
+	return 0
+}
+
+func (l *lock) hasWriter() bool {
+	for i := range l.holds {
+		if l.holds[i].mode == ModeExclusive {
+			return true
+		}
+	}
+	return false
+}
+
+// fits says whether a new hold in mode with permits could join the current holds (the queue and the
+// delay aside).
+func (l *lock) fits(mode Mode, permits uint32) bool {
+	switch l.prim {
+	case PrimRW:
+		if mode == ModeShared {
+			return !l.hasWriter() || testHookReaderBesideWriter
+		}
+	case PrimSemaphore:
+		if testHookPermitOverN {
+			return l.used()+permits <= l.limit()+1
+		}
+		return l.used()+permits <= l.limit()
+	}
+	return len(l.holds) == 0
+}
+
+// firstFitting is the first waiter that fits beside the holds, or -1 (for testHookSemaphoreBarge).
+func (l *lock) firstFitting() int {
+	for i := range l.waiters {
+		if l.fits(l.waiters[i].mode, l.waiters[i].permits) {
+			return i
+		}
+	}
+	return -1
+}
+
+// blocker is the first hold in the way of mode, for ErrLocked (zero when none is).
+func (l *lock) blocker(mode Mode) Holder {
+	for i := range l.holds {
+		h := &l.holds[i]
+		if l.prim == PrimSemaphore || (l.prim == PrimRW && mode == ModeShared && h.mode == ModeShared) {
+			continue
+		}
+		return Holder{Session: h.session, Owner: h.owner}
+	}
+	return Holder{}
+}
+
+// newLock puts a new entry for name (a string the state may keep) in the table.
+func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
+	var l *lock
+	if n := len(f.spare); n > 0 {
+		l, f.spare[n-1] = f.spare[n-1], nil
+		f.spare = f.spare[:n-1]
+		l.name, l.prim = name, prim
+	} else {
+		l = &lock{name: name, prim: prim}
+	}
+	if prim == PrimSemaphore {
+		l.ext = &lockExt{limit: limit}
+	}
+	f.locks[l.name] = l
+	return l
 }
 
 // touchLock marks l dirty and drops it from the table when it is empty.
 func (f *FSM) touchLock(l *lock) {
 	f.dirtyLocks[l.name] = struct{}{}
-	if !l.held() && !l.delayed && len(l.waiters) == 0 {
+	if !l.held() && !l.delayed && len(l.waiters) == 0 && f.locks[l.name] == l {
 		delete(f.locks, l.name)
+		f.dead = append(f.dead, l)
 	}
 }
 
-// acquire applies KindAcquire (name and owner already valid).
-func (f *FSM) acquire(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
-	if c.Mode != ModeExclusive || c.Permits > 1 || len(c.ExtraNames) != 0 {
-		return Result{Err: ErrUnsupported}, ev
-	}
-	l := f.locks[c.Name]
-	if l == nil {
-		l = &lock{name: own(c.Name)}
-		f.locks[l.name] = l
-	}
-	if l.heldBy(s.id, c.Owner) {
-		maxHolds := c.MaxHolds
-		if maxHolds == 0 {
-			maxHolds = DefaultMaxHolds
-		}
-		if l.holdCount >= maxHolds {
-			return Result{Err: ErrTooManyHolds, Token: l.token, HoldCount: l.holdCount}, ev
-		}
-		l.holdCount++
-		f.touchLock(l)
-		return Result{Status: Granted, Token: l.token, HoldCount: l.holdCount}, ev
-	}
-	if (!l.held() || testHookGrantWhileHeld) && !l.delayed {
-		ev = f.grant(l, s, own(c.Owner), c.Seq, index, c.LeaseMillis, false, ev)
-		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
-	}
-	if !c.Wait {
-		return Result{Err: ErrLocked, Holder: l.holder}, ev
-	}
-	for i := range l.waiters {
-		if w := &l.waiters[i]; w.session == s.id && w.owner == c.Owner {
-			return Result{Err: ErrAlreadyWaiting, Position: uint32(i + 1)}, ev
-		}
-	}
-	l.waiters = append(l.waiters, waiter{session: s.id, owner: own(c.Owner), seq: c.Seq, enqueued: index,
-		lease: c.LeaseMillis})
-	s.addWait(l.name)
-	f.touchLock(l)
-	return Result{Status: Queued, Position: uint32(len(l.waiters))}, ev
-}
-
-// grant makes (s, owner) the holder of the free name l with token index.
-func (f *FSM) grant(l *lock, s *session, owner string, seq, index, lease uint64, fromQueue bool, ev []Event) []Event {
-	l.holder = Holder{Session: s.id, Owner: owner}
-	l.holdCount = 1
-	l.token = index
-	l.grantSeq = seq
-	l.lease = lease
+// grant gives (s, h.owner) the new hold h on l (not a multi-name hold) and reports it.
+func (f *FSM) grant(l *lock, s *session, h hold, seq uint64, value string, fromQueue bool, ev []Event) []Event {
+	l.addHold(h)
 	s.addHold(l.name)
 	f.touchLock(l)
-	return append(ev, Event{Kind: EventGranted, Name: l.name, Session: s.id, Owner: owner, Seq: seq,
-		Token: index, LeaseMillis: lease, FromQueue: fromQueue})
-}
-
-// endHold ends l's current hold whatever its count (the caller hands the name on with handoff).
-func (f *FSM) endHold(l *lock, reason Reason, ev []Event) []Event {
-	ev = append(ev, Event{Kind: EventReleased, Name: l.name, Session: l.holder.Session, Owner: l.holder.Owner,
-		Token: l.token, Reason: reason})
-	if s := f.sessions[l.holder.Session]; s != nil {
-		delete(s.holds, l.name)
+	ev = append(ev, Event{Kind: EventGranted, Name: l.name, Session: s.id, Owner: h.owner, Seq: seq,
+		Token: h.token, LeaseMillis: h.lease, FromQueue: fromQueue, Mode: h.mode, Permits: h.permits})
+	if l.prim == PrimElection {
+		l.setValue(value)
+		ev = append(ev, Event{Kind: EventLeader, Name: l.name, Session: s.id, Owner: h.owner, Token: h.token,
+			Value: value})
 	}
-	l.holder = Holder{}
-	l.holdCount = 0
-	l.grantSeq = 0
-	l.lease = 0
-	f.dirtyLocks[l.name] = struct{}{}
 	return ev
 }
 
-// handoff grants the free, undelayed name l to its queue head with token index (L4: the release and the
-// grant are one entry), or drops l when nobody waits.
-func (f *FSM) handoff(l *lock, index uint64, ev []Event) []Event {
-	if !l.held() && !l.delayed && len(l.waiters) > 0 {
-		w := l.waiters[0]
-		if testHookGrantTail && len(l.waiters) > 1 {
-			w = l.waiters[len(l.waiters)-1]
-			l.waiters = l.waiters[:len(l.waiters)-1]
-		} else {
-			l.waiters[0] = waiter{}
-			l.waiters = l.waiters[1:]
+// endHold ends hold i of l whatever its count, on every name of a multi-name hold. The caller then
+// settles the freed names (endAndSettle does both).
+func (f *FSM) endHold(l *lock, i int, reason Reason, ev []Event) []Event {
+	h := l.holds[i]
+	e := Event{Kind: EventReleased, Name: l.name, Session: h.session, Owner: h.owner, Token: h.token,
+		Reason: reason, Mode: h.mode, Permits: h.permits}
+	if h.x == nil {
+		l.removeHold(i)
+		if l.prim == PrimElection {
+			l.setValue("")
 		}
-		s := f.sessions[w.session]
-		s.dropWait(l.name)
-		if r, ok := s.lookup(w.seq); ok && r.status == Queued {
-			// A retry of the acquire now reports its grant.
-			*r = retained{seq: w.seq, status: Granted, token: index, holdCount: 1}
-			f.dirtySessions[s.id] = struct{}{}
+		f.unindexHold(l, h.session)
+		f.dirtyLocks[l.name] = struct{}{}
+		return append(ev, e)
+	}
+	names := h.names()
+	e.Name, e.ExtraNames = names[0], names[1:]
+	for _, n := range names {
+		m := f.locks[n]
+		if m == nil {
+			continue // only with testHookPartialMulti
 		}
-		ev = f.grant(l, s, w.owner, w.seq, index, w.lease, true, ev)
+		if j := m.findToken(h.session, h.owner, h.token); j >= 0 {
+			m.removeHold(j)
+			f.unindexHold(m, h.session)
+		}
+		f.dirtyLocks[m.name] = struct{}{}
+	}
+	return append(ev, e)
+}
+
+// unindexHold drops l from the session's hold index once the session has no hold left on it.
+func (f *FSM) unindexHold(l *lock, session uint64) {
+	for i := range l.holds {
+		if l.holds[i].session == session {
+			return
+		}
+	}
+	if s := f.sessions[session]; s != nil {
+		delete(s.holds, l.name)
+	}
+}
+
+// endAndSettle ends hold i of l and grants what that freed, name by name in the hold's order.
+func (f *FSM) endAndSettle(l *lock, i int, reason Reason, index uint64, ev []Event) []Event {
+	names := l.holds[i].names()
+	ev = f.endHold(l, i, reason, ev)
+	if names == nil {
+		return f.settle(l, index, true, ev)
+	}
+	for _, n := range names {
+		if m := f.locks[n]; m != nil {
+			ev = f.settle(m, index, true, ev)
+		}
+	}
+	return ev
+}
+
+// settle grants l's waiters from the head while they fit (L4: in the entry that made room, token index),
+// reports an election left without a leader (ended: a hold ended in this entry), and drops l if empty.
+func (f *FSM) settle(l *lock, index uint64, ended bool, ev []Event) []Event {
+	ev = f.promote(l, index, ev)
+	if ended && l.prim == PrimElection && !l.held() {
+		ev = append(ev, Event{Kind: EventLeader, Name: l.name})
 	}
 	f.touchLock(l)
 	return ev
 }
 
-// testHookGrantTail plants a FIFO bug (grant the queue's tail) so tests can show the checker catches it.
-var testHookGrantTail = false
+// promote grants l's queue head while it can be granted: one writer, mutex or election waiter, a run of
+// readers, or semaphore requests in order until the first that does not fit (never overtaken). A
+// multi-name head is granted when it is first and free on every one of its names.
+func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
+	for !l.delayed && len(l.waiters) > 0 {
+		i := 0
+		if testHookGrantTail && len(l.waiters) > 1 {
+			i = len(l.waiters) - 1
+		}
+		w := &l.waiters[i]
+		if w.names() != nil {
+			if !multiReady(f.locks, w) {
+				return ev
+			}
+			ev = f.grantMultiFromQueue(*w, index, ev)
+			continue
+		}
+		if !l.fits(w.mode, w.permits) {
+			if testHookSemaphoreBarge && l.prim == PrimSemaphore {
+				if j := l.firstFitting(); j > 0 {
+					i, w = j, &l.waiters[j]
+				}
+			}
+			if !l.fits(w.mode, w.permits) {
+				return ev
+			}
+		}
+		wv := *w
+		l.removeWaiter(i)
+		s := f.sessions[wv.session]
+		s.dropWait(l.name)
+		f.markGranted(s, wv.seq, index)
+		token := index
+		if testHookEnqueueToken {
+			token = wv.enqueued
+		}
+		ev = f.grant(l, s, hold{session: s.id, owner: wv.owner, token: token, grantSeq: wv.seq, lease: wv.lease,
+			count: 1, permits: wv.permits, mode: wv.mode}, wv.seq, wv.value(), true, ev)
+	}
+	return ev
+}
 
-// release applies KindRelease: one hold level of (Session, Owner).
+// markGranted turns the retained Queued result of seq into its grant, so a retry reports it.
+func (f *FSM) markGranted(s *session, seq, index uint64) {
+	if r, ok := s.lookup(seq); ok && r.status == Queued {
+		*r = retained{seq: seq, status: Granted, token: index, holdCount: 1}
+		f.dirtySessions[s.id] = struct{}{}
+	}
+}
+
+// Planted bugs, for tests that show the invariant checkers catch them (see testhooks.go for those the
+// fault checker may plant too).
+var (
+	testHookGrantTail        = false // FIFO: a release grants the queue's tail
+	testHookEnqueueToken     = false // S2: a grant from a queue is stamped with its enqueue index
+	testHookSemaphoreBarge   = false // FIFO: a smaller later semaphore request overtakes the head
+	testHookNoSettleOnCancel = false // L4: a cancelled waiter's removal grants nobody behind it
+	testHookSnapshotNoValue  = false // S7: lock records drop waiters' election values
+)
+
+// release applies KindRelease: one hold level of (Session, Owner) — in Mode for a read-write lock, the
+// hold with Token for a semaphore. For every primitive but the mutex, a nonzero Token must be the hold's.
 func (f *FSM) release(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
 	l := f.locks[c.Name]
-	if l == nil || !l.heldBy(s.id, c.Owner) {
+	if l == nil {
 		return Result{Err: ErrNotHolder}, ev
 	}
-	token := l.token
-	l.holdCount--
-	if l.holdCount > 0 {
-		f.touchLock(l)
-		return Result{Status: Released, Token: token, HoldCount: l.holdCount}, ev
+	if c.Primitive != l.prim {
+		return Result{Err: ErrWrongKind}, ev
 	}
-	ev = f.endHold(l, ReasonUnlock, ev)
-	ev = f.handoff(l, index, ev)
+	var i int
+	switch l.prim {
+	case PrimRW:
+		i = l.find(s.id, c.Owner, c.Mode)
+	case PrimSemaphore:
+		i = l.findToken(s.id, c.Owner, c.Token)
+	default:
+		i = l.find(s.id, c.Owner, ModeExclusive)
+	}
+	if i < 0 || (l.prim != PrimMutex && c.Token != 0 && l.holds[i].token != c.Token) {
+		return Result{Err: ErrNotHolder}, ev
+	}
+	h := &l.holds[i]
+	token := h.token
+	if h.count > 1 {
+		count := f.addLevels(l, i, -1)
+		return Result{Status: Released, Token: token, HoldCount: count}, ev
+	}
+	ev = f.endAndSettle(l, i, ReasonUnlock, index, ev)
 	return Result{Status: Released, Token: token}, ev
 }
 
+// addLevels adds delta to hold i's count, on every copy of a multi-name hold, and returns the new count.
+func (f *FSM) addLevels(l *lock, i int, delta int32) uint32 {
+	h := &l.holds[i]
+	count := uint32(int32(h.count) + delta)
+	f.eachCopy(l, i, func(c *hold) { c.count = count })
+	return count
+}
+
+// eachCopy calls fn on hold i of l and, for a multi-name hold, on its copy on every other name.
+func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
+	h := l.holds[i]
+	if h.x == nil {
+		fn(&l.holds[i])
+		f.dirtyLocks[l.name] = struct{}{}
+		return
+	}
+	for _, n := range h.names() {
+		m := f.locks[n]
+		if m == nil {
+			continue
+		}
+		if j := m.findToken(h.session, h.owner, h.token); j >= 0 {
+			fn(&m.holds[j])
+			f.dirtyLocks[m.name] = struct{}{}
+		}
+	}
+}
+
 // cancel applies KindCancel: undo the acquire (Session, Target) for Owner on Name. A queued acquire leaves
-// the queue; a granted one gives back the level it added (a full release and handoff if that was the last);
-// one never applied gets a tombstone so a late copy of it is a duplicate with ErrCancelled.
+// its queue (every queue of a multi-name acquire); a granted one gives back the level it added (a full
+// release and handoff if that was the last); one never applied gets a tombstone so a late copy of it is a
+// duplicate with ErrCancelled.
 //
-// A granted acquire is recognised by the lock itself (grantSeq: it created the current hold) or by its
-// retained result (a grant with the current token: a reentrant level). The first matters when the acquire
-// was queued, its Queued result was acknowledged and dropped, and it was then granted from the queue just
+// A granted acquire is recognised by the hold itself (grantSeq: it created the hold) or by its retained
+// result (a grant with the hold's token: a reentrant level). The first matters when the acquire was
+// queued, its Queued result was acknowledged and dropped, and it was then granted from the queue just
 // before the cancel: without it the cancel would find nothing and leave a holder whose caller has already
 // given up (S4).
 func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
@@ -167,38 +458,68 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 			if w.session != s.id || w.seq != c.Target || w.owner != c.Owner {
 				continue
 			}
-			ev = append(ev, Event{Kind: EventWaitEnded, Name: l.name, Session: s.id, Owner: w.owner, Seq: w.seq,
-				Reason: ReasonCancel})
-			copy(l.waiters[i:], l.waiters[i+1:])
-			l.waiters[len(l.waiters)-1] = waiter{}
-			l.waiters = l.waiters[:len(l.waiters)-1]
-			s.dropWait(l.name)
+			wv := *w
+			e := Event{Kind: EventWaitEnded, Name: l.name, Session: s.id, Owner: wv.owner, Seq: wv.seq,
+				Reason: ReasonCancel}
 			markCancelled(s, c.Target)
-			f.touchLock(l)
+			if names := wv.names(); names != nil {
+				e.Name, e.ExtraNames = names[0], names[1:]
+				ev = append(ev, e)
+				f.dropMultiWaiter(&wv)
+				for _, n := range names {
+					if m := f.locks[n]; m != nil {
+						ev = f.settleAfterCancel(m, index, ev)
+					}
+				}
+				return Result{Status: Cancelled}, ev
+			}
+			ev = append(ev, e)
+			l.removeWaiter(i)
+			s.dropWait(l.name)
+			ev = f.settleAfterCancel(l, index, ev)
 			return Result{Status: Cancelled}, ev
 		}
 	}
 	t, ok := s.lookup(c.Target)
-	if l != nil && l.heldBy(s.id, c.Owner) && ((c.Target != 0 && l.grantSeq == c.Target) ||
-		(ok && t.code == 0 && t.status == Granted && t.token == l.token)) {
-		markCancelled(s, c.Target)
-		if l.grantSeq == c.Target {
-			l.grantSeq = 0 // its level is given back: a second cancel of it finds nothing
+	if l != nil {
+		i := -1
+		for j := range l.holds {
+			if h := &l.holds[j]; h.session == s.id && h.owner == c.Owner && c.Target != 0 && h.grantSeq == c.Target {
+				i = j
+				break
+			}
 		}
-		token := l.token
-		l.holdCount--
-		if l.holdCount > 0 {
-			f.touchLock(l)
-			return Result{Status: Cancelled, Token: token, HoldCount: l.holdCount}, ev
+		if i < 0 && ok && t.code == 0 && t.status == Granted {
+			i = l.findToken(s.id, c.Owner, t.token)
 		}
-		ev = f.endHold(l, ReasonCancel, ev)
-		ev = f.handoff(l, index, ev)
-		return Result{Status: Cancelled, Token: token}, ev
+		if i >= 0 {
+			markCancelled(s, c.Target)
+			h := &l.holds[i]
+			token := h.token
+			if h.grantSeq == c.Target {
+				// Its level is given back: a second cancel of it finds nothing.
+				f.eachCopy(l, i, func(c *hold) { c.grantSeq = 0 })
+			}
+			if h.count > 1 {
+				count := f.addLevels(l, i, -1)
+				return Result{Status: Cancelled, Token: token, HoldCount: count}, ev
+			}
+			ev = f.endAndSettle(l, i, ReasonCancel, index, ev)
+			return Result{Status: Cancelled, Token: token}, ev
+		}
 	}
 	if !ok && c.Target >= s.lowWater && c.Target != c.Seq {
 		s.store(retained{seq: c.Target, code: errToCode(ErrCancelled), status: Cancelled})
 	}
 	return Result{Status: NotFound}, ev
+}
+
+func (f *FSM) settleAfterCancel(l *lock, index uint64, ev []Event) []Event {
+	if testHookNoSettleOnCancel {
+		f.touchLock(l)
+		return ev
+	}
+	return f.settle(l, index, false, ev)
 }
 
 // markCancelled turns the retained result of seq (if any) into the cancelled tombstone, so the acquire's
@@ -209,18 +530,31 @@ func markCancelled(s *session, seq uint64) {
 	}
 }
 
-// expireLease applies KindExpireLease: the hold with token Token ends; stale expiries are no-ops.
+// expireLease applies KindExpireLease: the hold with token Token ends (with Session and Owner set, only
+// theirs: readers or permits granted in one entry share a token); stale expiries are no-ops.
 func (f *FSM) expireLease(index uint64, c *Command, ev []Event) (Result, []Event) {
 	l := f.locks[c.Name]
-	if l == nil || !l.held() || l.token != c.Token {
+	if l == nil {
 		return Result{Status: NotFound}, ev
 	}
-	ev = f.endHold(l, ReasonLeaseExpired, ev)
-	ev = f.handoff(l, index, ev)
+	pick := c.Version != 1 // version 1 matched the token alone
+	i := -1
+	for j := range l.holds {
+		h := &l.holds[j]
+		if h.token == c.Token && (!pick || ((c.Session == 0 || h.session == c.Session) &&
+			(c.Owner == "" || h.owner == c.Owner))) {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		return Result{Status: NotFound}, ev
+	}
+	ev = f.endAndSettle(l, i, ReasonLeaseExpired, index, ev)
 	return Result{Status: LeaseExpired, Token: c.Token}, ev
 }
 
-// liftDelay applies KindLiftDelay: the delay started at Token ends and the name goes to its next waiter.
+// liftDelay applies KindLiftDelay: the delay started at Token ends and the name goes to its next waiters.
 func (f *FSM) liftDelay(index uint64, c *Command, ev []Event) (Result, []Event) {
 	l := f.locks[c.Name]
 	if l == nil || !l.delayed || l.delayToken != c.Token {
@@ -228,6 +562,6 @@ func (f *FSM) liftDelay(index uint64, c *Command, ev []Event) (Result, []Event) 
 	}
 	l.delayed = false
 	l.delayToken = 0
-	ev = f.handoff(l, index, ev)
+	ev = f.settle(l, index, false, ev)
 	return Result{Status: Lifted, Token: c.Token}, ev
 }

@@ -137,7 +137,7 @@ func (f *FSM) load() error {
 			return err
 		}
 		return lb.ForEach(func(k, v []byte) error {
-			l, err := decodeLock(string(k), v)
+			l, err := decodeLock(string(k), v, 0)
 			if err != nil {
 				return err
 			}

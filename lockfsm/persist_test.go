@@ -18,7 +18,7 @@ func randomStream(t *testing.T, n int) []Command {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, 2*n)
+	b := make([]byte, 3*n)
 	for i := range b {
 		b[i] = byte(r.IntN(256))
 	}
@@ -198,19 +198,53 @@ func TestRestoreCorrupt(t *testing.T) {
 	}
 }
 
-// TestCommandRoundTrip: every field survives encoding; garbage is ErrBadCommand.
+// TestCommandRoundTrip: every field survives encoding, in both versions; malformed bytes are ErrBadCommand
+// and entries of a newer format ErrNewerFormat (never both); encoding does not allocate.
 func TestCommandRoundTrip(t *testing.T) {
 	c := Command{Kind: KindAcquire, Session: 1 << 40, Seq: 7, AckedBelow: 5, Name: "stock/sku-42", Owner: "worker-1",
 		Wait: true, LeaseMillis: 3000, TTLMillis: 9, LockDelayMillis: 11, MaxHolds: 4, Node: 3, Token: 99,
-		Target: 6, Mode: ModeShared, Permits: 2, ExtraNames: []string{"x", ""}}
+		Target: 6, Mode: ModeShared, Permits: 2, ExtraNames: []string{"x", ""}, Primitive: PrimSemaphore,
+		Limit: 1 << 20, Value: "v\x00w", Version: 2}
 	b := c.AppendEncode(nil)
 	got, err := DecodeCommand(b)
 	if err != nil || !commandsEqual(c, got) {
 		t.Fatalf("round trip: %v\n%+v\n%+v", err, c, got)
 	}
-	for _, g := range [][]byte{nil, {1}, {2, 1, 0}, {1, 0, 0}, {1, 99, 0}, {1, 5, 0x80}, append(bytes.Clone(b), 0), b[:len(b)-1]} {
-		if _, err := DecodeCommand(g); !errors.Is(err, ErrBadCommand) {
+	// A command version 1 can carry, asked for as version 1 (its reserved fields included).
+	v1 := c
+	v1.Primitive, v1.Limit, v1.Value, v1.Version = 0, 0, "", 1
+	if b1 := v1.AppendEncode(nil); b1[0] != 1 {
+		t.Fatalf("version 1 asked, %d written", b1[0])
+	} else if got, err := DecodeCommand(b1); err != nil || !commandsEqual(v1, got) {
+		t.Fatalf("version 1 round trip: %v\n%+v\n%+v", err, v1, got)
+	}
+	// Version 0 picks the lowest version with the same meaning.
+	for _, x := range []struct {
+		c    Command
+		want byte
+	}{
+		{Command{Kind: KindAcquire, Name: "a", Owner: "o", Permits: 1}, 1},
+		{Command{Kind: KindAcquire, Name: "a", Owner: "o", Mode: ModeShared}, 2},
+		{Command{Kind: KindAcquire, Name: "a", Owner: "o", ExtraNames: []string{"b"}}, 2},
+		{Command{Kind: KindAcquire, Name: "a", Owner: "o", Primitive: PrimElection}, 2},
+		{Command{Kind: KindExpireLease, Name: "a", Token: 3}, 1},
+		{Command{Kind: KindExpireLease, Name: "a", Token: 3, Session: 2}, 2},
+		{Command{Kind: KindProclaim, Name: "a", Owner: "o"}, 2},
+	} {
+		if got := x.c.AppendEncode(nil)[0]; got != x.want {
+			t.Fatalf("%+v: version %d, want %d", x.c, got, x.want)
+		}
+	}
+	for _, g := range [][]byte{nil, {1}, {0, 1, 0}, {1, 0, 0}, {1, 99, 0}, {1, 10, 0}, {1, 5, 0x80},
+		{1, 5, 0x80, 0x80, 0x08}, append(bytes.Clone(b), 0), b[:len(b)-1]} {
+		if _, err := DecodeCommand(g); !errors.Is(err, ErrBadCommand) || errors.Is(err, ErrNewerFormat) {
 			t.Fatalf("%x: want ErrBadCommand, got %v", g, err)
+		}
+	}
+	for _, g := range [][]byte{{3}, {3, 5, 0}, {2, 10, 0}, {2, 99, 0}, {2, 5, 0x80, 0x80, 0x04},
+		{2, 5, 0x80, 0x80, 0x08, 4}, {2, 5, 0x80, 0x40, 2}} {
+		if _, err := DecodeCommand(g); !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrBadCommand) {
+			t.Fatalf("%x: want ErrNewerFormat, got %v", g, err)
 		}
 	}
 	if n := testing.AllocsPerRun(100, func() { b = c.AppendEncode(b[:0]) }); n != 0 {

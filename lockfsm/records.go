@@ -8,10 +8,17 @@ import (
 
 // Record encodings shared by the bbolt file and snapshots. Each record starts with its format version;
 // integers are uvarints, strings are uvarint length + bytes. The session and waiter sets a session keeps
-// in memory (holds, waits) are derived from the lock records on load.
-//
-// Version 2 added the lock's grantSeq (after its token).
-const recordVersion = 2
+// in memory (holds, waits) are derived from the lock records on load. Session and lock records have
+// versions of their own.
+const (
+	// sessionRecordVersion 2: node, ttl, lowWater, retained results.
+	sessionRecordVersion = 2
+	// lockRecordVersion 3: the catalogue (primitive, limit, value, any number of holds, each with its mode,
+	// permits and names; waiters with mode, permits, value and names). Written by this version.
+	lockRecordVersion = 3
+	// lockRecordV2: a mutex with one holder (version 2 added grantSeq). Still read.
+	lockRecordV2 = 2
+)
 
 func appendString(b []byte, s string) []byte {
 	b = protowire.AppendVarint(b, uint64(len(s)))
@@ -20,7 +27,7 @@ func appendString(b []byte, s string) []byte {
 
 // appendSession encodes s (without its id, which is the key).
 func appendSession(b []byte, s *session) []byte {
-	b = append(b, recordVersion)
+	b = append(b, sessionRecordVersion)
 	b = protowire.AppendVarint(b, s.node)
 	b = protowire.AppendVarint(b, s.ttl)
 	b = protowire.AppendVarint(b, s.lowWater)
@@ -38,21 +45,38 @@ func appendSession(b []byte, s *session) []byte {
 	return b
 }
 
-// appendLock encodes l (without its name, which is the key).
+// appendLock encodes l (without its name, which is the key) as lockRecordVersion:
+//
+//	version 3, flags (1: delayed), primitive, uvarint limit, uvarint delayToken, string value,
+//	uvarint holds, each: uvarint session, string owner, mode, uvarint count, uvarint permits,
+//	    uvarint token, uvarint grantSeq, uvarint lease, names
+//	uvarint waiters, each: uvarint session, string owner, uvarint seq, uvarint enqueued, uvarint lease,
+//	    mode, uvarint permits, string value, names
+//
+// where names is a uvarint count and that many strings (0 for a single-name hold or waiter).
 func appendLock(b []byte, l *lock) []byte {
-	b = append(b, recordVersion)
+	b = append(b, lockRecordVersion)
 	var flags byte
 	if l.delayed {
 		flags |= 1
 	}
-	b = append(b, flags)
-	b = protowire.AppendVarint(b, l.holder.Session)
-	b = appendString(b, l.holder.Owner)
-	b = protowire.AppendVarint(b, uint64(l.holdCount))
-	b = protowire.AppendVarint(b, l.token)
-	b = protowire.AppendVarint(b, l.grantSeq)
-	b = protowire.AppendVarint(b, l.lease)
+	b = append(b, flags, byte(l.prim))
+	b = protowire.AppendVarint(b, uint64(l.limit()))
 	b = protowire.AppendVarint(b, l.delayToken)
+	b = appendString(b, l.value())
+	b = protowire.AppendVarint(b, uint64(len(l.holds)))
+	for i := range l.holds {
+		h := &l.holds[i]
+		b = protowire.AppendVarint(b, h.session)
+		b = appendString(b, h.owner)
+		b = append(b, byte(h.mode))
+		b = protowire.AppendVarint(b, uint64(h.count))
+		b = protowire.AppendVarint(b, uint64(h.permits))
+		b = protowire.AppendVarint(b, h.token)
+		b = protowire.AppendVarint(b, h.grantSeq)
+		b = protowire.AppendVarint(b, h.lease)
+		b = appendNames(b, h.names())
+	}
 	b = protowire.AppendVarint(b, uint64(len(l.waiters)))
 	for i := range l.waiters {
 		w := &l.waiters[i]
@@ -61,6 +85,22 @@ func appendLock(b []byte, l *lock) []byte {
 		b = protowire.AppendVarint(b, w.seq)
 		b = protowire.AppendVarint(b, w.enqueued)
 		b = protowire.AppendVarint(b, w.lease)
+		b = append(b, byte(w.mode))
+		b = protowire.AppendVarint(b, uint64(w.permits))
+		if testHookSnapshotNoValue {
+			b = appendString(b, "")
+		} else {
+			b = appendString(b, w.value())
+		}
+		b = appendNames(b, w.names())
+	}
+	return b
+}
+
+func appendNames(b []byte, names []string) []byte {
+	b = protowire.AppendVarint(b, uint64(len(names)))
+	for _, n := range names {
+		b = appendString(b, n)
 	}
 	return b
 }
@@ -95,7 +135,7 @@ func (d *decoder) count(minBytes int) int {
 
 func decodeSession(id uint64, b []byte) (*session, error) {
 	d := decoder{b: b}
-	if d.byte1() != recordVersion {
+	if d.byte1() != sessionRecordVersion {
 		return nil, fmt.Errorf("%w: session %d: unknown record version", ErrCorrupt, id)
 	}
 	s := &session{id: id, node: d.uvarint(), ttl: d.uvarint(), lowWater: d.uvarint()}
@@ -127,20 +167,40 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 	return s, nil
 }
 
-func decodeLock(name string, b []byte) (*lock, error) {
-	d := decoder{b: b}
-	if d.byte1() != recordVersion {
+// decodeLock decodes the record of name. want is the record version a snapshot of that version carries,
+// or 0 to accept any version this code reads (the bbolt file keeps records of either until rewritten).
+func decodeLock(name string, b []byte, want byte) (*lock, error) {
+	v := byte(0)
+	if len(b) > 0 {
+		v = b[0]
+	}
+	if want != 0 && v != want {
+		return nil, fmt.Errorf("%w: lock %q: record version %d, want %d", ErrCorrupt, name, v, want)
+	}
+	var l *lock
+	ok := false
+	switch v {
+	case lockRecordV2:
+		l, ok = decodeLockV2(name, b)
+	case lockRecordVersion:
+		l, ok = decodeLockV3(name, b)
+	default:
 		return nil, fmt.Errorf("%w: lock %q: unknown record version", ErrCorrupt, name)
 	}
+	if !ok {
+		return nil, fmt.Errorf("%w: lock %q: bad record", ErrCorrupt, name)
+	}
+	return l, nil
+}
+
+// decodeLockV2 reads a version-2 record: a mutex with at most one holder.
+func decodeLockV2(name string, b []byte) (*lock, bool) {
+	d := decoder{b: b[1:]}
 	l := &lock{name: name}
 	flags := d.byte1()
 	l.delayed = flags&1 != 0
-	l.holder.Session = d.uvarint()
-	l.holder.Owner = d.str()
-	l.holdCount = d.u32()
-	l.token = d.uvarint()
-	l.grantSeq = d.uvarint()
-	l.lease = d.uvarint()
+	h := hold{session: d.uvarint(), owner: d.str(), count: d.u32(), token: d.uvarint(), grantSeq: d.uvarint(),
+		lease: d.uvarint()}
 	l.delayToken = d.uvarint()
 	n := d.count(5)
 	if n > 0 && !d.bad {
@@ -154,33 +214,250 @@ func decodeLock(name string, b []byte) (*lock, error) {
 		w.enqueued = d.uvarint()
 		w.lease = d.uvarint()
 	}
+	held := h.session != 0
 	if d.bad || len(d.b) != 0 || flags&^1 != 0 || !validName(name) ||
-		(l.held() != (l.holdCount > 0)) || (l.held() && l.delayed) ||
-		(!l.held() && !l.delayed && len(l.waiters) == 0) || (!l.held() && !l.delayed) ||
-		(!l.held() && l.grantSeq != 0) {
-		return nil, fmt.Errorf("%w: lock %q: bad record", ErrCorrupt, name)
+		(held != (h.count > 0)) || (held && l.delayed) ||
+		(!held && !l.delayed && len(l.waiters) == 0) || (!held && !l.delayed) ||
+		(!held && (h.grantSeq != 0 || h.lease != 0 || h.owner != "")) { // a free v2 record kept its last token
+		return nil, false
 	}
-	return l, nil
+	if held {
+		l.addHold(h)
+	}
+	return l, true
 }
 
-// linkState rebuilds each session's holds and waits from the lock table and checks that every holder and
-// waiter belongs to an open session.
+// decodeLockV3 reads a lockRecordVersion record and checks it is one Apply could have written: the
+// primitive's shape, the exclusion rules, and a settled queue (its head cannot be granted now; a
+// multi-name head is checked across records by linkState).
+func decodeLockV3(name string, b []byte) (*lock, bool) {
+	d := decoder{b: b[1:]}
+	l := &lock{name: name}
+	flags := d.byte1()
+	l.delayed = flags&1 != 0
+	l.prim = Primitive(d.byte1())
+	limit := d.u32()
+	l.delayToken = d.uvarint()
+	value := d.str()
+	if l.prim == PrimSemaphore || l.prim == PrimElection {
+		l.ext = &lockExt{limit: limit, value: value}
+	}
+	bad := d.bad || flags&^1 != 0 || l.prim >= primEnd || !validName(name) ||
+		l.delayed != (l.delayToken != 0) || (l.prim == PrimSemaphore) != (limit != 0) || limit > MaxPermits ||
+		len(value) > MaxValueLen || (l.prim != PrimElection && value != "")
+	nh := d.count(8)
+	writers := 0
+	for i := 0; i < nh && !d.bad && !bad; i++ {
+		h := hold{session: d.uvarint(), owner: d.str(), mode: Mode(d.byte1()), count: d.u32(), permits: d.u32(),
+			token: d.uvarint(), grantSeq: d.uvarint(), lease: d.uvarint()}
+		if names := d.names(); names != nil {
+			h.x = &extra{names: names}
+		}
+		bad = bad || h.session == 0 || !validOwner(h.owner) || h.count == 0 || h.token == 0 ||
+			!l.shapeOK(h.mode, h.permits, h.names()) || (l.prim == PrimSemaphore && h.count != 1) ||
+			l.used()+h.permits < l.used()
+		if h.mode == ModeExclusive {
+			writers++
+		}
+		for j := range l.holds {
+			o := &l.holds[j]
+			if o.session == h.session && o.owner == h.owner && (o.mode == h.mode && l.prim != PrimSemaphore ||
+				o.token == h.token) {
+				bad = true // one hold per owner and mode (a semaphore: per token)
+			}
+		}
+		if !bad {
+			l.addHold(h)
+		}
+	}
+	switch l.prim {
+	case PrimMutex, PrimElection:
+		bad = bad || len(l.holds) > 1 || (l.prim == PrimElection && !l.held() && l.value() != "")
+	case PrimRW:
+		for i := range l.holds {
+			// A writer holds alone, or beside its own read side (downgrade).
+			h := &l.holds[i]
+			bad = bad || writers > 1 || (writers == 1 && h.mode == ModeShared && l.find(h.session, h.owner,
+				ModeExclusive) < 0)
+		}
+	case PrimSemaphore:
+		bad = bad || l.used() > l.limit()
+	}
+	nw := d.count(7)
+	if nw > 0 && !d.bad && !bad {
+		l.waiters = make([]waiter, nw)
+	}
+	for i := 0; i < nw && !d.bad && !bad; i++ {
+		w := &l.waiters[i]
+		w.session = d.uvarint()
+		w.owner = d.str()
+		w.seq = d.uvarint()
+		w.enqueued = d.uvarint()
+		w.lease = d.uvarint()
+		w.mode = Mode(d.byte1())
+		w.permits = d.u32()
+		value := d.str()
+		names := d.names()
+		if value != "" || names != nil {
+			w.x = &extra{value: value, names: names}
+		}
+		bad = bad || w.session == 0 || !validOwner(w.owner) || w.enqueued == 0 || !l.shapeOK(w.mode, w.permits, names) ||
+			(value != "" && l.prim != PrimElection) || len(value) > MaxValueLen ||
+			(i > 0 && w.enqueued <= l.waiters[i-1].enqueued)
+	}
+	bad = bad || d.bad || len(d.b) != 0 || (!l.held() && !l.delayed && len(l.waiters) == 0)
+	if !bad && !l.delayed && len(l.waiters) > 0 && l.waiters[0].names() == nil {
+		bad = l.fits(l.waiters[0].mode, l.waiters[0].permits) // unsettled: the head could be granted
+	}
+	if bad {
+		return nil, false
+	}
+	return l, true
+}
+
+// shapeOK checks a hold's or waiter's mode, permits and names against the lock's primitive.
+func (l *lock) shapeOK(mode Mode, permits uint32, names []string) bool {
+	switch {
+	case mode >= modeEnd || (mode == ModeShared && l.prim != PrimRW):
+		return false
+	case (l.prim == PrimSemaphore) != (permits != 0) || permits > l.limit():
+		return false
+	case names == nil:
+		return true
+	case l.prim != PrimMutex || len(names) < 2 || len(names) > MaxMultiNames:
+		return false
+	}
+	self := false
+	for i, n := range names {
+		if !validName(n) {
+			return false
+		}
+		for _, m := range names[:i] {
+			if m == n {
+				return false
+			}
+		}
+		self = self || n == l.name
+	}
+	return self
+}
+
+func validOwner(o string) bool { return o != "" && len(o) <= MaxOwnerLen }
+
+// names reads a names list (nil when its count is 0).
+func (d *decoder) names() []string {
+	n := d.count(1)
+	if n == 0 || d.bad {
+		return nil
+	}
+	if n > MaxMultiNames {
+		d.bad = true
+		return nil
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = d.str()
+	}
+	return names
+}
+
+// linkState rebuilds each session's holds and waits from the lock table and checks what one record alone
+// cannot: every holder and waiter belongs to an open session, every multi-name hold and waiter has an
+// identical copy on each of its names (and shares one names slice in memory from then on), and a
+// multi-name waiter first in a queue cannot be granted now.
 func linkState(sessions map[uint64]*session, locks map[string]*lock) error {
 	for _, l := range locks {
-		if l.held() {
-			s := sessions[l.holder.Session]
+		for i := range l.holds {
+			h := &l.holds[i]
+			s := sessions[h.session]
 			if s == nil {
-				return fmt.Errorf("%w: lock %q held by unknown session %d", ErrCorrupt, l.name, l.holder.Session)
+				return fmt.Errorf("%w: lock %q held by unknown session %d", ErrCorrupt, l.name, h.session)
 			}
 			s.addHold(l.name)
+			if names := h.names(); names != nil && names[0] == l.name {
+				for _, n := range names[1:] {
+					m := locks[n]
+					j := -1
+					if m != nil {
+						j = m.findToken(h.session, h.owner, h.token)
+					}
+					if j < 0 || !sameHold(h, &m.holds[j]) {
+						return fmt.Errorf("%w: lock %q: multi-name hold missing on %q", ErrCorrupt, l.name, n)
+					}
+					m.holds[j].x = h.x
+				}
+			}
 		}
-		for _, w := range l.waiters {
+		for i := range l.waiters {
+			w := &l.waiters[i]
 			s := sessions[w.session]
 			if s == nil {
 				return fmt.Errorf("%w: lock %q has a waiter of unknown session %d", ErrCorrupt, l.name, w.session)
 			}
 			s.addWait(l.name)
+			if names := w.names(); names != nil && names[0] == l.name {
+				for _, n := range names[1:] {
+					v := findWaiter(locks[n], w.session, w.seq)
+					if v == nil || !sameWaiter(w, v) {
+						return fmt.Errorf("%w: lock %q: multi-name waiter missing on %q", ErrCorrupt, l.name, n)
+					}
+					v.x = w.x
+				}
+			}
+		}
+	}
+	for _, l := range locks {
+		for i := range l.holds {
+			if h := &l.holds[i]; h.x != nil && !containsName(locks[h.names()[0]], h) {
+				return fmt.Errorf("%w: lock %q: multi-name hold without its first name", ErrCorrupt, l.name)
+			}
+		}
+		for i := range l.waiters {
+			if w := &l.waiters[i]; w.names() != nil && findWaiter(locks[w.names()[0]], w.session, w.seq) == nil {
+				return fmt.Errorf("%w: lock %q: multi-name waiter without its first name", ErrCorrupt, l.name)
+			}
+		}
+		if !l.delayed && len(l.waiters) > 0 && l.waiters[0].names() != nil && multiReady(locks, &l.waiters[0]) {
+			return fmt.Errorf("%w: lock %q: its first waiter could be granted", ErrCorrupt, l.name)
 		}
 	}
 	return nil
+}
+
+func containsName(l *lock, h *hold) bool {
+	return l != nil && l.findToken(h.session, h.owner, h.token) >= 0
+}
+
+func findWaiter(l *lock, session, seq uint64) *waiter {
+	if l == nil {
+		return nil
+	}
+	for i := range l.waiters {
+		if w := &l.waiters[i]; w.session == session && w.seq == seq {
+			return w
+		}
+	}
+	return nil
+}
+
+func sameNames(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameHold(a, b *hold) bool {
+	return a.session == b.session && a.owner == b.owner && a.token == b.token && a.grantSeq == b.grantSeq &&
+		a.lease == b.lease && a.count == b.count && a.mode == b.mode && sameNames(a.names(), b.names())
+}
+
+func sameWaiter(a, b *waiter) bool {
+	return a.session == b.session && a.owner == b.owner && a.seq == b.seq && a.enqueued == b.enqueued &&
+		a.lease == b.lease && sameNames(a.names(), b.names())
 }

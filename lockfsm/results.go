@@ -29,13 +29,15 @@ const (
 	Noop
 	// Lifted: a lift-delay ended a name's lock-delay (and granted it to its next waiter, if any).
 	Lifted
-	// LeaseExpired: a lease expiry released the current hold.
+	// LeaseExpired: a lease expiry released the hold with Result.Token.
 	LeaseExpired
+	// Proclaimed: the election's leader announced its value (Result.Token is its term).
+	Proclaimed
 	statusEnd
 )
 
 var statusNames = [...]string{"None", "Granted", "Queued", "Released", "Cancelled", "NotFound",
-	"SessionOpened", "SessionClosed", "Noop", "Lifted", "LeaseExpired"}
+	"SessionOpened", "SessionClosed", "Noop", "Lifted", "LeaseExpired", "Proclaimed"}
 
 func (s Status) String() string {
 	if s < statusEnd {
@@ -56,8 +58,10 @@ type Result struct {
 	Status    Status // what happened
 	Token     uint64 // Granted: the fencing token; Released/LeaseExpired: the token that was released
 	HoldCount uint32 // the holder's hold count after this command
-	Position  uint32 // Queued: 1 = next in line
-	Holder    Holder // ErrLocked: who holds the name (zero while the name is in its lock-delay)
+	Position  uint32 // Queued: 1 = next in line (a multi-name acquire: its place in Name's queue)
+	// ErrLocked: the first hold in the way (zero while the name is in its lock-delay, when only waiters
+	// are in the way, or when a semaphore lacks permits).
+	Holder    Holder
 	Session   uint64 // SessionOpened: the new session id
 	Duplicate bool   // the (Session, Seq) was applied before: this is its stored result, nothing changed
 }
@@ -67,12 +71,14 @@ type EventKind uint8
 
 // Event kinds.
 const (
-	// EventGranted: a new grant (immediate or from the queue; not reentrant increments). Name, Session,
-	// Owner, Seq (of the acquire that asked), Token, LeaseMillis, FromQueue.
+	// EventGranted: a new hold (immediate or from the queue; not reentrant increments). Name, Session,
+	// Owner, Seq (of the acquire that asked), Token, LeaseMillis, FromQueue, Mode, Permits; a multi-name
+	// hold is one event with ExtraNames. Several may share a Token (readers or permits granted in one entry).
 	EventGranted EventKind = iota + 1
-	// EventReleased: a hold ended. Name, Session, Owner, Token, Reason.
+	// EventReleased: a hold ended. Name, Session, Owner, Token, Mode, Permits, Reason, ExtraNames.
 	EventReleased
-	// EventWaitEnded: a waiter left the queue without a grant. Name, Session, Owner, Seq, Reason.
+	// EventWaitEnded: a waiter left the queue without a grant. Name, Session, Owner, Seq, Reason,
+	// ExtraNames (one event for a multi-name waiter).
 	EventWaitEnded
 	// EventSessionOpened: Session, Node, TTLMillis.
 	EventSessionOpened
@@ -81,10 +87,15 @@ const (
 	// EventDelayed: Name, Token (the index that started the delay), DelayMillis. The leader arms a timer and
 	// then proposes KindLiftDelay.
 	EventDelayed
+	// EventLeader: an election's leader or its value changed. Name, Session, Owner, Token (its term), Value;
+	// Session 0 and Token 0: nobody leads now. Exactly one per election name per entry that changed it,
+	// after that entry's Granted and Released events, so the node can push every change in log order.
+	EventLeader
 	eventEnd
 )
 
-var eventNames = [...]string{"", "Granted", "Released", "WaitEnded", "SessionOpened", "SessionEnded", "Delayed"}
+var eventNames = [...]string{"", "Granted", "Released", "WaitEnded", "SessionOpened", "SessionEnded", "Delayed",
+	"Leader"}
 
 func (k EventKind) String() string {
 	if k > 0 && k < eventEnd {
@@ -125,4 +136,8 @@ type Event struct {
 	Session, Seq, Token, LeaseMillis, TTLMillis, DelayMillis, Node uint64
 	Reason                                                         Reason
 	FromQueue                                                      bool
+	Mode                                                           Mode
+	Permits                                                        uint32
+	Value                                                          string
+	ExtraNames                                                     []string
 }

@@ -19,7 +19,7 @@ type session struct {
 	lowWater uint64
 	// results are the retained results, ascending by seq.
 	results []retained
-	holds   map[string]struct{} // names this session holds (one owner per name)
+	holds   map[string]struct{} // names this session has at least one hold on
 	waits   map[string]uint32   // names this session waits for → number of its waiters there
 }
 
@@ -125,48 +125,97 @@ func (f *FSM) openSession(index uint64, c *Command, ev []Event) (Result, []Event
 }
 
 // endSession applies KindCloseSession and KindExpireSession: first every waiter of the session leaves its
-// queue (names in sorted order, queue order within a name), then every hold is released (sorted names) and
-// handed to the next waiter, or delayed when delay > 0. The session goes last.
+// queue (names in sorted order, queue order within a name; one event per multi-name waiter, at its first
+// name), then every hold is released (sorted names; a multi-name hold at the first of its names reached)
+// and its names delayed when delay > 0, each name granted to its next waiters as soon as its holds of the
+// session are gone; last, every other name whose queue or holds changed is settled (sorted). The session
+// goes last.
 func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, ev []Event) (Result, []Event) {
 	s := f.sessions[c.Session]
 	if s == nil {
 		return Result{Err: ErrNoSession}, ev
 	}
+	touched := f.touched[:0]
 	f.names = sortedKeys(f.names, s.waits)
-	names := f.names
-	for _, name := range names {
+	for _, name := range f.names {
 		l := f.locks[name]
+		if l == nil {
+			continue
+		}
 		kept := l.waiters[:0]
 		for _, w := range l.waiters {
 			if w.session != s.id {
 				kept = append(kept, w)
 				continue
 			}
-			ev = append(ev, Event{Kind: EventWaitEnded, Name: l.name, Session: w.session, Owner: w.owner,
-				Seq: w.seq, Reason: reason})
+			if names := w.names(); names == nil || names[0] == l.name {
+				e := Event{Kind: EventWaitEnded, Name: l.name, Session: w.session, Owner: w.owner, Seq: w.seq,
+					Reason: reason}
+				if names != nil {
+					e.ExtraNames = names[1:]
+				}
+				ev = append(ev, e)
+			}
 		}
 		clear(l.waiters[len(kept):])
 		l.waiters = kept
 		f.touchLock(l)
+		touched = append(touched, l.name)
 	}
 	clear(s.waits)
 	f.names = sortedKeys(f.names, s.holds)
-	names = f.names
-	for _, name := range names {
+	for _, name := range f.names {
 		l := f.locks[name]
-		ev = f.endHold(l, reason, ev)
-		if delay > 0 {
-			l.delayed = true
-			l.delayToken = index
-			ev = append(ev, Event{Kind: EventDelayed, Name: l.name, Token: index, DelayMillis: delay})
+		if l == nil {
+			continue
 		}
-		ev = f.handoff(l, index, ev)
+		ended := false
+		var group []string // a multi-name hold's names (a mutex has one hold)
+		for i := 0; i < len(l.holds); {
+			if l.holds[i].session != s.id {
+				i++
+				continue
+			}
+			group = l.holds[i].names()
+			ev = f.endHold(l, i, reason, ev) // hold i is gone: i is the next one now
+			ended = true
+		}
+		if ended {
+			ev = f.delay(l, index, delay, ev)
+		}
+		for _, n := range group {
+			if m := f.locks[n]; m != nil {
+				ev = f.delay(m, index, delay, ev)
+			}
+		}
+		touched = append(touched, group...)
+		ev = f.settle(l, index, ended, ev)
 	}
 	clear(f.names)
+	slices.Sort(touched)
+	touched = slices.Compact(touched)
+	for _, name := range touched {
+		if l := f.locks[name]; l != nil {
+			ev = f.settle(l, index, false, ev)
+		}
+	}
+	clear(touched)
+	f.touched = touched[:0]
 	delete(f.sessions, s.id)
 	f.dirtySessions[s.id] = struct{}{}
 	ev = append(ev, Event{Kind: EventSessionEnded, Session: s.id, Reason: reason})
 	return Result{Status: SessionClosed, Session: s.id}, ev
+}
+
+// delay puts l in its lock-delay started at index (once per entry), when delay > 0.
+func (f *FSM) delay(l *lock, index, delay uint64, ev []Event) []Event {
+	if delay == 0 || (l.delayed && l.delayToken == index) {
+		return ev
+	}
+	l.delayed = true
+	l.delayToken = index
+	f.dirtyLocks[l.name] = struct{}{}
+	return append(ev, Event{Kind: EventDelayed, Name: l.name, Token: index, DelayMillis: delay})
 }
 
 // sortedKeys appends m's keys to dst[:0] and sorts them.

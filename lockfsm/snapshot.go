@@ -16,17 +16,19 @@ import (
 
 // Snapshot format (canonical: the same state always gives the same bytes):
 //
-//	magic "LKFSNAP\x00", version byte 2, uvarint applied index
+//	magic "LKFSNAP\x00", version byte 3, uvarint applied index
 //	per session, ascending id:   'S', uvarint id, uvarint len, session record
 //	per lock, ascending name:    'L', uvarint len, name, uvarint len, lock record
 //	'E', then a big-endian CRC-32C of every byte before it.
 //
-// Records are those of records.go (version 2 carries lock records of recordVersion 2, with grantSeq).
-// Writing holds one record at a time (plus the sorted key lists).
+// Records are those of records.go. Version 3 carries lock records of version 3 (the catalogue); version 2,
+// still restored, carries lock records of version 2 (mutexes, with grantSeq). Both carry session records
+// of sessionRecordVersion. Writing holds one record at a time (plus the sorted key lists).
 var snapMagic = []byte("LKFSNAP\x00")
 
 const (
-	snapVersion   = 2
+	snapVersion   = 3
+	snapVersionV2 = 2
 	maxSnapRecord = 64 << 20
 	tagSession    = 'S'
 	tagLock       = 'L'
@@ -181,8 +183,15 @@ func readSnapshot(r io.Reader) (map[uint64]*session, map[string]*lock, uint64, e
 	if string(head[:len(snapMagic)]) != string(snapMagic) {
 		return nil, nil, 0, bad("not a lockfsm snapshot")
 	}
-	if head[len(snapMagic)] != snapVersion {
-		return nil, nil, 0, bad("unknown version %d", head[len(snapMagic)])
+	version := head[len(snapMagic)]
+	var lockRecord byte
+	switch version {
+	case snapVersion:
+		lockRecord = lockRecordVersion
+	case snapVersionV2:
+		lockRecord = lockRecordV2
+	default:
+		return nil, nil, 0, bad("unknown version %d", version)
 	}
 	applied, err := sr.uvarint()
 	if err != nil {
@@ -229,7 +238,7 @@ func readSnapshot(r io.Reader) (map[uint64]*session, map[string]*lock, uint64, e
 			if err != nil {
 				return nil, nil, 0, bad("lock %q: %v", name, err)
 			}
-			l, err := decodeLock(name, rec)
+			l, err := decodeLock(name, rec, lockRecord)
 			if err != nil {
 				return nil, nil, 0, fmt.Errorf("snapshot: %w", err)
 			}

@@ -1,0 +1,203 @@
+package lockfsm
+
+// Multi-name acquires: Name and ExtraNames, all mutexes, taken together in one entry or not at all.
+//
+// A request holds nothing while it waits (no hold-and-wait): it sits in the FIFO queue of every one of its
+// names, entered in its one entry, and is granted in the first apply where it is first in every one of
+// those queues and each of those names is free and not delayed. While it is first in a queue it blocks
+// the requests behind it on that name even when the name is free (no overtaking, single-name or not).
+//
+// No deadlock, and every waiter is granted once the holds in its way end: every queue is in the order of
+// the entries that enqueued its waiters (appends happen in log order and removals keep the order), so
+// the waiting request with the lowest enqueue index is first in every one of its queues. It waits only
+// for holds, never for another waiter; no new hold can be granted on its names meanwhile (a new acquire
+// queues behind it); holds end by release, lease, cancel or session expiry; and the apply that frees its
+// last name grants it. By induction on the enqueue index, every waiter is granted. What no state machine
+// can prevent is an owner that holds one name and waits for another, singly, against another owner doing
+// the opposite; taking both names in one multi-name acquire is exactly how to avoid that.
+
+func nameAt(c *Command, i int) string {
+	if i == 0 {
+		return c.Name
+	}
+	return c.ExtraNames[i-1]
+}
+
+// sameSet says whether names holds exactly c's names (in any order).
+func sameSet(names []string, c *Command) bool {
+	n := 1 + len(c.ExtraNames)
+	if len(names) != n {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		found := false
+		for _, x := range names {
+			if x == nameAt(c, i) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// acquireMulti applies a multi-name mutex acquire.
+func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
+	n := 1 + len(c.ExtraNames)
+	if n > MaxMultiNames {
+		return Result{Err: ErrTooManyNames}, ev
+	}
+	for _, x := range c.ExtraNames {
+		if !validName(x) {
+			return Result{Err: ErrInvalidName}, ev
+		}
+	}
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			if nameAt(c, i) == nameAt(c, j) {
+				return Result{Err: ErrDuplicateName}, ev
+			}
+		}
+	}
+	reenter := false
+	for i := 0; i < n; i++ {
+		l := f.locks[nameAt(c, i)]
+		if l == nil {
+			continue
+		}
+		if l.prim != PrimMutex {
+			return Result{Err: ErrWrongKind}, ev
+		}
+		if len(l.holds) == 1 && l.holds[0].session == s.id && l.holds[0].owner == c.Owner {
+			if !sameSet(l.holds[0].names(), c) {
+				return Result{Err: ErrHoldConflict}, ev
+			}
+			reenter = true
+		}
+	}
+	if reenter {
+		return f.reenter(f.locks[c.Name], 0, c), ev
+	}
+	free := true
+	var holder Holder
+	for i := 0; i < n; i++ {
+		if l := f.locks[nameAt(c, i)]; l != nil && (l.delayed || l.held() || len(l.waiters) != 0) {
+			if free {
+				holder = l.blocker(ModeExclusive)
+			}
+			free = false
+		}
+	}
+	if free {
+		ev = f.grantMulti(s, own(c.Owner), &extra{names: f.ownNames(c)}, c.Seq, index, c.LeaseMillis, false, ev)
+		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
+	}
+	if !c.Wait {
+		return Result{Err: ErrLocked, Holder: holder}, ev
+	}
+	for i := 0; i < n; i++ {
+		if l := f.locks[nameAt(c, i)]; l != nil {
+			if pos := l.waiting(s.id, c.Owner); pos != 0 {
+				return Result{Err: ErrAlreadyWaiting, Position: pos}, ev
+			}
+		}
+	}
+	names := f.ownNames(c)
+	w := waiter{session: s.id, owner: own(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
+		x: &extra{names: names}}
+	for _, name := range names {
+		l := f.locks[name]
+		if l == nil {
+			l = f.newLock(name, PrimMutex, 0)
+		}
+		l.waiters = append(l.waiters, w)
+		s.addWait(name)
+		f.touchLock(l)
+	}
+	return Result{Status: Queued, Position: uint32(len(f.locks[names[0]].waiters))}, ev
+}
+
+// ownNames returns c's names as strings the state may keep: the table's own for names it has.
+func (f *FSM) ownNames(c *Command) []string {
+	n := 1 + len(c.ExtraNames)
+	names := make([]string, n)
+	for i := range names {
+		x := nameAt(c, i)
+		if l := f.locks[x]; l != nil {
+			names[i] = l.name
+		} else {
+			names[i] = own(x)
+		}
+	}
+	return names
+}
+
+// grantMulti gives (s, owner) one hold on every name of x (a copy per name, one token) and reports it
+// once.
+func (f *FSM) grantMulti(s *session, owner string, x *extra, seq, index, lease uint64, fromQueue bool,
+	ev []Event) []Event {
+	names := x.names
+	h := hold{session: s.id, owner: owner, token: index, grantSeq: seq, lease: lease, count: 1, x: x}
+	for i, n := range names {
+		if testHookPartialMulti && i > 0 {
+			continue
+		}
+		l := f.locks[n]
+		if l == nil {
+			l = f.newLock(n, PrimMutex, 0)
+		}
+		l.addHold(h)
+		s.addHold(l.name)
+		f.touchLock(l)
+	}
+	return append(ev, Event{Kind: EventGranted, Name: names[0], ExtraNames: names[1:], Session: s.id,
+		Owner: owner, Seq: seq, Token: index, LeaseMillis: lease, FromQueue: fromQueue})
+}
+
+// multiReady says whether the multi-name waiter w is first in every one of its queues and each of its
+// names is free and not delayed.
+func multiReady(locks map[string]*lock, w *waiter) bool {
+	for _, n := range w.names() {
+		l := locks[n]
+		if l == nil || l.delayed || l.held() || len(l.waiters) == 0 {
+			return false
+		}
+		if h := &l.waiters[0]; h.session != w.session || h.seq != w.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// grantMultiFromQueue grants the ready multi-name waiter w: it leaves the head of each of its queues.
+func (f *FSM) grantMultiFromQueue(w waiter, index uint64, ev []Event) []Event {
+	s := f.sessions[w.session]
+	for _, n := range w.x.names {
+		f.locks[n].removeWaiter(0)
+		s.dropWait(n)
+	}
+	f.markGranted(s, w.seq, index)
+	return f.grantMulti(s, w.owner, w.x, w.seq, index, w.lease, true, ev)
+}
+
+// dropMultiWaiter takes the multi-name waiter w out of every one of its queues (the caller settles them).
+func (f *FSM) dropMultiWaiter(w *waiter) {
+	s := f.sessions[w.session]
+	for _, n := range w.x.names {
+		l := f.locks[n]
+		if l == nil {
+			continue
+		}
+		for j := range l.waiters {
+			if v := &l.waiters[j]; v.session == w.session && v.seq == w.seq {
+				l.removeWaiter(j)
+				s.dropWait(n)
+				break
+			}
+		}
+		f.dirtyLocks[l.name] = struct{}{}
+	}
+}
