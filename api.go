@@ -71,6 +71,10 @@ var (
 	// ErrDataDir: the data directory is corrupt, locked, or belongs to
 	// another node or cluster; the message says which.
 	ErrDataDir = node.ErrDataDir
+	// ErrNewerVersion: the log holds an entry from a newer lockraft version;
+	// this member stopped applying there and stopped serving. Upgrade it and
+	// restart it on the same data directory.
+	ErrNewerVersion = node.ErrNewerVersion
 )
 
 // IsRetryable reports whether err is worth retrying as is: the cluster was

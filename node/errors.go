@@ -70,4 +70,11 @@ var (
 	// ErrDataDir: the data directory belongs to another node or cluster, is
 	// locked by another process, or is corrupt. The message says which.
 	ErrDataDir = errors.New("lockraft: unusable data directory")
+
+	// ErrNewerVersion: the raft log holds an entry written by a newer
+	// lockraft version than this node runs. The node stops applying at that
+	// entry (applying the rest would make its lock table differ from the
+	// replicas that understood it) and stops serving; upgrade it and restart
+	// it on the same data directory. Nothing past that entry was applied.
+	ErrNewerVersion = errors.New("lockraft: log entry from a newer lockraft version; upgrade this member")
 )

@@ -449,6 +449,10 @@ func (n *Node) step(msgs []*raftpb.Message) {
 // fail stops serving after a storage error: the node must not acknowledge
 // anything it could not make durable (S3).
 func (n *Node) fail(err error) {
+	if errors.Is(err, ErrNewerVersion) {
+		n.stopServing(err)
+		return
+	}
 	n.stopServing(fmt.Errorf("%w: %v", ErrStorage, err))
 }
 

@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -143,6 +144,11 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			cmd, err := lockfsm.DecodeCommand(e.GetData())
 			n.loop.events = n.loop.events[:0]
 			var res lockfsm.Result
+			if errors.Is(err, lockfsm.ErrNewerFormat) {
+				// Skipping it would make this table differ from the replicas
+				// that understood it (S7): stop here until upgraded.
+				return fmt.Errorf("%w: entry %d: %v", ErrNewerVersion, idx, err)
+			}
 			if err != nil {
 				res, n.loop.events = n.fsm.Apply(idx, e.GetData(), n.loop.events)
 				n.log.Warn("undecodable entry applied as no-op", "index", idx, "err", err)
