@@ -65,6 +65,17 @@ func startServers() {
 	})
 }
 
+// skipOrFail skips a test whose server is not installed, unless
+// LOCKRAFT_REQUIRE_DBS is set (.ci/run sets it once it has installed them):
+// then a missing server is a failure, not a silent skip.
+func skipOrFail(t *testing.T, format string, a ...any) {
+	t.Helper()
+	if os.Getenv("LOCKRAFT_REQUIRE_DBS") != "" {
+		t.Fatalf("LOCKRAFT_REQUIRE_DBS is set but "+format, a...)
+	}
+	t.Skipf(format, a...)
+}
+
 var dbSeq struct {
 	mu sync.Mutex
 	n  int
@@ -100,7 +111,7 @@ func postgresDB() testDB {
 		fresh: func(t *testing.T) func() *sql.DB {
 			startServers()
 			if servers.pgErr != nil {
-				t.Skipf("PostgreSQL tests skipped (Debian package postgresql): %v", servers.pgErr)
+				skipOrFail(t, "PostgreSQL tests skipped (Debian package postgresql): %v", servers.pgErr)
 			}
 			// A database per test: CREATE DATABASE on the shared server.
 			name := nextDBName(t)
@@ -129,7 +140,7 @@ func mariaDB() testDB {
 		fresh: func(t *testing.T) func() *sql.DB {
 			startServers()
 			if servers.mariaErr != nil {
-				t.Skipf("MariaDB tests skipped (Debian package mariadb-server): %v", servers.mariaErr)
+				skipOrFail(t, "MariaDB tests skipped (Debian package mariadb-server): %v", servers.mariaErr)
 			}
 			name := nextDBName(t)
 			admin, err := servers.maria.Open()
