@@ -253,7 +253,7 @@ func updateWorkload(t *testing.T, d testDB, unguarded bool) (bad []string, summa
 		for {
 			_, err := guards[pool].Update(ctx, pools[pool], Update{Table: "stock", FenceColumn: "fence",
 				Set: "qty = qty - 1, writes = writes + 1", Where: "sku = ?", Args: []any{"a"}}, tok)
-			if retryable(err) { // a single statement aborted with nothing written (SQLite busy, deadlock)
+			if IsRetryable(err) { // a single statement aborted with nothing written (SQLite busy, deadlock)
 				retries.Add(1)
 				continue
 			}

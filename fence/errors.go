@@ -44,6 +44,13 @@ func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
 }
 
+// IsRetryable reports whether err is a database's abort of a transaction
+// or statement that wrote nothing and may be retried as a whole: a
+// deadlock or serialization failure (MySQL 1213/1205, SQLSTATE 40001/40P01)
+// or SQLite's busy/locked. Guard.Tx and SQLStore already retry these;
+// Guard.Update returns them to the caller.
+func IsRetryable(err error) bool { return retryable(err) }
+
 // retryable reports whether err is a transaction abort that wrote nothing
 // and may be retried as a whole: a deadlock or serialization failure, or
 // SQLite's busy/locked. It looks at the driver's error without importing

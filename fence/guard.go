@@ -191,7 +191,8 @@ type Update struct {
 // *StaleError (errors.Is ErrStaleToken) if the row's fence is higher than
 // token, or ErrNoRow if Where matched nothing. On MySQL a write that
 // changes no value reports 0 rows and no error. db may be a *sql.DB (the
-// statement commits on its own) or a transaction.
+// statement commits on its own) or a transaction. An error for which
+// IsRetryable is true (a deadlock, SQLite busy) wrote nothing.
 func (g *Guard) Update(ctx context.Context, db Execer, u Update, token uint64) (int64, error) {
 	t, err := checkToken(u.Table, token)
 	if err != nil {
