@@ -92,7 +92,9 @@ func (s *MemoryStore) Highest(resource string) uint64 {
 // across every server sharing the database) and ends in finish: commit if
 // the handler returned nil, rollback otherwise. The handler can write
 // through that transaction (TxFromContext) so that its write and the new
-// fence commit together.
+// fence commit together. Each admitted request holds one connection of the
+// Guard's *sql.DB until finish: size the pool (SetMaxOpenConns) for the
+// requests you admit at once, or they queue for a connection.
 type SQLStore struct{ g *Guard }
 
 // NewSQLStore returns a Store over g's fence table (create it first with
