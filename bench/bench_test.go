@@ -43,3 +43,44 @@ func TestFIFOStats(t *testing.T) {
 		t.Fatalf("got %d %d %d, want 1 1 1", inv, inv1, barge)
 	}
 }
+
+// TestQuickSeedSystems runs S1 and S3 briefly against each of the seeds'
+// systems (MariaDB lock table and FOR UPDATE, ZooKeeper with the Curator
+// recipe, the Redisson-style watchdog): it checks that each works as a
+// lock (S3 counts overlapping critical sections: S1 of the promises, as a
+// peer would have to keep it) and reports figures, not how fast. Skipped,
+// naming the package, where a server is not installed.
+func TestQuickSeedSystems(t *testing.T) {
+	for _, name := range []string{"mysql-lock-table", "mysql-for-update", "zookeeper", "redisson-watchdog"} {
+		t.Run(name, func(t *testing.T) {
+			f := factories[name]
+			if err := f.available(); err != nil {
+				t.Skip(err)
+			}
+			cfg := defaultConfig(true)
+			cfg.s1Pairs, cfg.s1Max, cfg.s3Dur = 20, 10*time.Second, 500*time.Millisecond
+			sys, err := f.start(t.TempDir(), cfg.ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sys.stop()
+			rep := newReport("")
+			if err := runS1(cfg, name, sys, 1, rep); err != nil {
+				t.Fatal(err)
+			}
+			if err := runS3(cfg, name, sys, 1, rep); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, r := range rep.rows {
+				got[r.Scenario+"/"+r.Metric] = r.Value
+			}
+			if got["S1/pairs_per_s"] <= 0 || got["S3/grants_per_s"] <= 0 {
+				t.Errorf("no progress: %v", got)
+			}
+			if v := got["S3/mutual_exclusion_violations"]; v > 0 {
+				t.Errorf("%v overlapping critical sections", v)
+			}
+		})
+	}
+}

@@ -1,7 +1,12 @@
 // Command bench measures lockraft side by side with etcd (concurrency.Mutex
 // on an embedded 3-member cluster), Redis (SET NX PX + Lua compare-and-delete,
-// default persistence and appendfsync always) and Redlock (redsync over 3
-// redis-servers), in one run on one machine, everything on loopback.
+// default persistence and appendfsync always), Redlock (redsync over 3
+// redis-servers), a Redisson-style watchdog lock on Redis, MariaDB (a lock
+// table with an expiry column; SELECT … FOR UPDATE) and ZooKeeper (a
+// 3-server ensemble, Curator's lock recipe), in one run on one machine,
+// everything on loopback. Servers come from Debian's packages (redis-server,
+// mariadb-server, zookeeper); a system whose package is missing is skipped
+// with a message naming it.
 //
 //	go run . -quick -json out.jsonl   # about a minute and a quarter
 //	go run . -json out.jsonl          # full, under 10 minutes
@@ -16,13 +21,15 @@ import (
 	"runtime/trace"
 	"strings"
 	"syscall"
+
+	"github.com/lockraft/lockraft/internal/sqlserver"
 )
 
 func main() {
 	var cfg config
 	quick := flag.Bool("quick", false, "short scenarios (about a minute and a quarter in all)")
 	jsonPath := flag.String("json", "", "write JSON lines (system, scenario, metric, value, run) to this file")
-	systems := flag.String("systems", "lockraft,etcd,redis,redis-aof-always,redlock", "comma-separated systems to run")
+	systems := flag.String("systems", "lockraft,etcd,redis,redis-aof-always,redlock,redisson-watchdog,mysql-lock-table,mysql-for-update,zookeeper", "comma-separated systems to run")
 	scenarios := flag.String("scenarios", "S1,S2,S3,S4,S5", "comma-separated scenarios to run")
 	runs := flag.Int("runs", 2, "interleaved runs per system")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -47,6 +54,8 @@ func main() {
 	go func() {
 		<-sig
 		killAllRedis()
+		killAllZK()
+		sqlserver.StopAll()
 		os.RemoveAll(root)
 		os.Exit(130)
 	}()
@@ -94,6 +103,8 @@ func main() {
 	rep.host.loadEnd = loadAvg()
 	rep.printTable(os.Stdout)
 	killAllRedis()
+	killAllZK()
+	sqlserver.StopAll()
 	os.RemoveAll(root)
 	if err := rep.close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -73,7 +73,11 @@ func runInProcess() error {
 	fmt.Println(line)
 
 	skus := skuNames()
-	store := NewStore(skus, *flagStock)
+	store, err := openDemoStore(tmp, skus)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 	counts := make([]*Counts, flagNodes)
 	fmt.Printf("selling %d SKUs × %d units with %d workers on each of %d nodes\n", len(skus), *flagStock, *flagWorkers, flagNodes)
 
@@ -93,7 +97,7 @@ func runInProcess() error {
 		}
 		return
 	}
-	go progressLoop(progCtx, os.Stdout, func() (Snapshot, error) { return store.Snapshot(), nil }, time.Second,
+	go progressLoop(progCtx, os.Stdout, store.Snapshot, time.Second,
 		func() string { return fmt.Sprintf("report TryLock ok/ErrLocked %d/%d", tryOK(), tryBusy()) })
 
 	var repWG sync.WaitGroup
@@ -122,7 +126,10 @@ func runInProcess() error {
 	stopProgress()
 	fmt.Println(<-zombie)
 
-	snap := store.Snapshot()
+	snap, err := store.Final()
+	if err != nil {
+		return fmt.Errorf("reading the books: %w", err)
+	}
 	bad := result(os.Stdout, snap, elapsed)
 	var lockErrs, unlockErrs, lost int64
 	for _, c := range counts {

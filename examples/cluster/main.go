@@ -2,11 +2,13 @@
 // loopback (real gRPC between nodes, real bbolt files in a temp dir).
 //
 // Workers spread over the nodes sell the stock of a few SKUs kept in a
-// shared store. Each sale is Lock("stock/<sku>") → read → a little work →
-// write stock-1 with the lock's fencing token → Unlock. The store rejects
-// any token lower than the highest it has seen and counts overlapping
-// critical sections. At the end it checks: final stock = initial − sold, no
-// oversell, no overlap, no stale token accepted; otherwise it exits 1.
+// SQL database. Each sale is Lock("stock/<sku>") → read → a little work →
+// write stock-1 with the lock's fencing token → Unlock. Every read and write
+// is a transaction fenced by the token (fence.Guard), so the database
+// rejects any token lower than the highest it has accepted; it also counts
+// overlapping critical sections and logs every sale. At the end it checks,
+// from the database: final stock = initial − sold, no oversell, no overlap,
+// no stale token accepted; otherwise it exits 1.
 //
 // Along the way it shows TryLock (a "report" lock that never queues),
 // reentrancy with WithOwner (same owner, same token), a paused ex-holder's
@@ -15,6 +17,11 @@
 //	go run ./examples/cluster                # three nodes in this process
 //	go run ./examples/cluster -procs         # each node its own OS process
 //	go run ./examples/cluster -procs -kill   # ... and kill -9 one midway, then restart it
+//	go run ./examples/cluster -db 'postgres://user@127.0.0.1:5432/db?sslmode=disable'
+//
+// The store is a SQL database, fenced with package fence: a SQLite file
+// (pure Go, nothing to install) unless -db names a PostgreSQL or
+// MySQL/MariaDB database (its cluster_* tables are replaced).
 package main
 
 import (
@@ -34,6 +41,7 @@ var (
 	flagSKUs    = flag.Int("skus", 3, "number of products")
 	flagStock   = flag.Int("stock", 1000, "initial units per product")
 	flagWorkers = flag.Int("workers", 4, "workers per node")
+	flagDB      = flag.String("db", "", "the stock's database: postgres://… or mysql://… (default: a SQLite file in the temp dir)")
 	flagNodes   = 3
 
 	// Hidden: set by the parent when it re-executes itself as one node.

@@ -27,8 +27,9 @@ type child struct {
 	exited chan error
 }
 
-// runProcs is the parent: it serves the store over HTTP on loopback and
-// starts each node as its own process (this binary, re-executed).
+// runProcs is the parent: it creates the store's tables and starts each
+// node as its own process (this binary, re-executed), which opens the same
+// database.
 func runProcs() error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -51,15 +52,13 @@ func runProcs() error {
 		ln.Close()
 	}
 	skus := skuNames()
-	store := NewStore(skus, *flagStock)
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	store, err := openDemoStore(tmp, skus)
 	if err != nil {
 		return err
 	}
-	srv := store.Serve(sln)
-	defer srv.Close()
-	storeURL := "http://" + sln.Addr().String()
-	fmt.Printf("3 node processes on %v, data in %s, fencing store at %s\n", peers, tmp, storeURL)
+	defer store.Close()
+	storeURL := store.url
+	fmt.Printf("3 node processes on %v, data in %s; each opens the store itself\n", peers, tmp)
 	fmt.Printf("selling %d SKUs × %d units with %d workers in each node process\n", len(skus), *flagStock, *flagWorkers)
 
 	start := func(id uint64, restarted bool) (*child, error) {
@@ -111,7 +110,7 @@ func runProcs() error {
 	defer cancel()
 	progCtx, stopProgress := context.WithCancel(ctx)
 	defer stopProgress()
-	go progressLoop(progCtx, os.Stdout, func() (Snapshot, error) { return store.Snapshot(), nil }, time.Second, nil)
+	go progressLoop(progCtx, os.Stdout, store.Snapshot, time.Second, nil)
 	begin := time.Now()
 
 	var mu sync.Mutex // guards children and restarted during a kill/restart
@@ -190,7 +189,10 @@ func runProcs() error {
 		}
 	}
 
-	snap := store.Snapshot()
+	snap, err := store.Final()
+	if err != nil {
+		return fmt.Errorf("reading the books: %w", err)
+	}
 	bad := result(os.Stdout, snap, elapsed)
 	for _, line := range snap.Recovered {
 		fmt.Println("crash release:", line)
@@ -216,12 +218,17 @@ func killOne(ctx context.Context, store *Store, mu *sync.Mutex, children []*chil
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if _, _, sold := store.Snapshot().Totals(); sold >= total/3 {
-			break
+		if snap, err := store.Snapshot(); err == nil {
+			if _, _, sold := snap.Totals(); sold >= total/3 {
+				break
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	snap := store.Snapshot()
+	snap, err := store.Snapshot()
+	if err != nil {
+		return err
+	}
 	victim := snap.Leader
 	if victim == 0 {
 		victim = 2
@@ -234,7 +241,10 @@ func killOne(ctx context.Context, store *Store, mu *sync.Mutex, children []*chil
 	for c.cmd.ProcessState == nil && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond) // the reader goroutine reaps it
 	}
-	inside := store.Abandon(victim)
+	inside, err := store.Abandon(victim)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("*** kill -9 node %d (the leader) at %d sold; it was inside the critical section of %v\n", victim, sold, inside)
 	time.Sleep(time.Second)
 	nc, err := start(victim, true)
@@ -264,7 +274,8 @@ func relay(id uint64, r io.Reader) {
 
 // runChild is one node process: it embeds its node, runs its workers
 // against the parent's store, prints its counts as JSON on stdout, then
-// waits for stdin to close before closing the node.
+// waits for stdin to close before closing the node. storeURL is the
+// database (-db, or the parent's SQLite file).
 func runChild(id uint64, peers []string, dir, storeURL string) error {
 	say := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "> "+format+"\n", a...) }
 	opts := append(nodeOptions(id, dir), lockraft.WithListenAddr(peers[id-1]))
@@ -272,7 +283,11 @@ func runChild(id uint64, peers []string, dir, storeURL string) error {
 	if err != nil {
 		return err
 	}
-	res := NewStoreClient(storeURL)
+	res, err := OpenStore(storeURL)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
 	skus := skuNames()
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()

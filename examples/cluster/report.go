@@ -72,11 +72,15 @@ func result(w io.Writer, s Snapshot, elapsed time.Duration) []string {
 		if st.Overlaps != 0 {
 			bad = append(bad, fmt.Sprintf("%s: %d overlapping critical sections (max %d inside)", k, st.Overlaps, st.MaxInside))
 		}
+		if st.SalesLogged != st.Sold {
+			bad = append(bad, fmt.Sprintf("%s: %d sales counted, %d in the sales log", k, st.Sold, st.SalesLogged))
+		}
 		if st.StaleAccepted != 0 || st.BadWrites != 0 {
 			bad = append(bad, fmt.Sprintf("%s: %d stale writes accepted, %d lost/out-of-order updates", k, st.StaleAccepted, st.BadWrites))
 		}
 	}
 	ops, _, sold := s.Totals()
+	fmt.Fprintf(w, "(books read back from the %s)\n", s.Store)
 	fmt.Fprintf(w, "\n%d lock+unlock critical sections (%d sales) in %.1fs: %.0f ops/s\n", ops, sold, elapsed.Seconds(), float64(ops)/elapsed.Seconds())
 	return bad
 }

@@ -1,0 +1,180 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lockraft/lockraft/internal/sqlserver"
+	_ "modernc.org/sqlite" // driver "sqlite"
+)
+
+// A testDB is one database the SQL tests run against. open returns a
+// fresh, empty database (a new file for SQLite, a new schema/database on
+// the shared server) and the DSN-level handle; every call of open gives a
+// new *sql.DB (a new pool of connections) on that same database.
+type testDB struct {
+	name    string
+	dialect Dialect
+	// fresh creates an empty database and returns a func that opens a new
+	// pool on it.
+	fresh func(t *testing.T) func() *sql.DB
+	// isolation is the query that shows the default isolation level, and
+	// want what it must say (the claim is "correct at the default").
+	isolation, want string
+}
+
+var servers struct {
+	once            sync.Once
+	pg, maria       *sqlserver.Server
+	pgErr, mariaErr error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if servers.pg != nil {
+		servers.pg.Stop()
+	}
+	if servers.maria != nil {
+		servers.maria.Stop()
+	}
+	os.Exit(code)
+}
+
+// startServers starts PostgreSQL and MariaDB once per test binary (at the
+// first test that needs them), in parallel.
+func startServers() {
+	servers.once.Do(func() {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if servers.pgErr = sqlserver.PostgresAvailable(); servers.pgErr == nil {
+				servers.pg, servers.pgErr = sqlserver.StartPostgres(sqlserver.Options{})
+			}
+		})
+		wg.Go(func() {
+			if servers.mariaErr = sqlserver.MariaDBAvailable(); servers.mariaErr == nil {
+				servers.maria, servers.mariaErr = sqlserver.StartMariaDB(sqlserver.Options{})
+			}
+		})
+		wg.Wait()
+	})
+}
+
+// skipOrFail skips a test whose server is not installed, unless
+// LOCKRAFT_REQUIRE_DBS is set (.ci/run sets it once it has installed them):
+// then a missing server is a failure, not a silent skip.
+func skipOrFail(t *testing.T, format string, a ...any) {
+	t.Helper()
+	if os.Getenv("LOCKRAFT_REQUIRE_DBS") != "" {
+		t.Fatalf("LOCKRAFT_REQUIRE_DBS is set but "+format, a...)
+	}
+	t.Skipf(format, a...)
+}
+
+var dbSeq struct {
+	mu sync.Mutex
+	n  int
+}
+
+func nextDBName(t *testing.T) string {
+	dbSeq.mu.Lock()
+	defer dbSeq.mu.Unlock()
+	dbSeq.n++
+	t.Logf("database fence_t%d", dbSeq.n)
+	return fmt.Sprintf("fence_t%d", dbSeq.n)
+}
+
+func sqliteDB() testDB {
+	return testDB{name: "sqlite", dialect: SQLite, isolation: "PRAGMA read_uncommitted", want: "0",
+		fresh: func(t *testing.T) func() *sql.DB {
+			// Defaults but a busy timeout (without one a second writer fails
+			// at once instead of waiting) and WAL; deferred transactions.
+			dsn := "file:" + filepath.Join(t.TempDir(), "fence.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+			return func() *sql.DB {
+				db, err := sql.Open("sqlite", dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				return db
+			}
+		}}
+}
+
+func postgresDB() testDB {
+	return testDB{name: "postgres", dialect: Postgres, isolation: "SHOW default_transaction_isolation", want: "read committed",
+		fresh: func(t *testing.T) func() *sql.DB {
+			startServers()
+			if servers.pgErr != nil {
+				skipOrFail(t, "PostgreSQL tests skipped (Debian package postgresql): %v", servers.pgErr)
+			}
+			// A database per test: CREATE DATABASE on the shared server.
+			name := nextDBName(t)
+			admin, err := servers.pg.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+				t.Fatal(err)
+			}
+			dsn := strings.Replace(servers.pg.DSN, "/postgres?", "/"+name+"?", 1)
+			return func() *sql.DB {
+				db, err := sql.Open("pgx", dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				return db
+			}
+		}}
+}
+
+func mariaDB() testDB {
+	return testDB{name: "mariadb", dialect: MySQL, isolation: "SELECT @@tx_isolation", want: "REPEATABLE-READ",
+		fresh: func(t *testing.T) func() *sql.DB {
+			startServers()
+			if servers.mariaErr != nil {
+				skipOrFail(t, "MariaDB tests skipped (Debian package mariadb-server): %v", servers.mariaErr)
+			}
+			name := nextDBName(t)
+			admin, err := servers.maria.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+				t.Fatal(err)
+			}
+			dsn := strings.Replace(servers.maria.DSN, "/lockraft", "/"+name, 1)
+			return func() *sql.DB {
+				db, err := sql.Open("mysql", dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				return db
+			}
+		}}
+}
+
+func allDBs() []testDB { return []testDB{sqliteDB(), postgresDB(), mariaDB()} }
+
+// checkDefaultIsolation fails the test unless the database runs at its
+// default isolation level (the package's claim is about that level).
+func checkDefaultIsolation(t *testing.T, d testDB, db *sql.DB) {
+	t.Helper()
+	var got string
+	if err := db.QueryRowContext(context.Background(), d.isolation).Scan(&got); err != nil {
+		t.Fatalf("%s: %v", d.isolation, err)
+	}
+	if got != d.want {
+		t.Fatalf("%s = %q, want the default %q", d.isolation, got, d.want)
+	}
+	t.Logf("%s: %s = %s", d.name, d.isolation, got)
+}

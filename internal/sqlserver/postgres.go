@@ -1,0 +1,94 @@
+package sqlserver
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+)
+
+const pgBin = "/usr/lib/postgresql/15/bin"
+
+// PostgresAvailable returns nil if PostgreSQL 15's binaries are installed,
+// else an error naming the package.
+func PostgresAvailable() error {
+	if _, err := findBin("postgresql", filepath.Join(pgBin, "postgres"), "postgres"); err != nil {
+		return err
+	}
+	_, err := findBin("postgresql", filepath.Join(pgBin, "initdb"), "initdb")
+	return err
+}
+
+// StartPostgres creates a cluster with initdb in a fresh temp directory and
+// runs the postgres binary itself (no pg_ctl, no service) on a free
+// loopback port, its socket in the same directory. PostgreSQL refuses to run
+// as root, so as root both run as the "postgres" account the package
+// creates, with the directory handed to it. Authentication is trust on
+// loopback; the database is "postgres", user "postgres".
+func StartPostgres(opts Options) (*Server, error) {
+	postgres, err := findBin("postgresql", filepath.Join(pgBin, "postgres"), "postgres")
+	if err != nil {
+		return nil, err
+	}
+	initdb, err := findBin("postgresql", filepath.Join(pgBin, "initdb"), "initdb")
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, sw, err := runAs("postgres")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "lockraft-postgres-")
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	s := &Server{Dir: dir, Driver: "pgx", logPath: filepath.Join(dir, "server.log")}
+	cred := func(c *exec.Cmd) *exec.Cmd {
+		if sw {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		}
+		c.Dir = dir
+		return c
+	}
+	if sw {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		if err := chownTree(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	initArgs := []string{"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"}
+	if !opts.Durable {
+		initArgs = append(initArgs, "--no-sync")
+	}
+	if out, err := cred(exec.Command(initdb, initArgs...)).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories=" + dir, "-c", "max_connections=200", "-c", "logging_collector=off"}
+	if !opts.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	s.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	s.URL = s.DSN
+	if err := s.start(cred(exec.Command(postgres, args...)), opts, func() error { return ping("pgx", s.DSN) }); err != nil {
+		s.Kill()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,228 @@
+// Package sqlserver starts PostgreSQL and MariaDB servers from Debian's
+// packages as child processes, listening on loopback only, with their data
+// in a fresh temp directory, and stops them by PID. The fence package's
+// tests, the bench's MySQL systems and cmd/sqlserver use it; it is not part
+// of lockraft's API.
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrNotInstalled: the server binary is missing; the message names the
+// Debian package that provides it.
+var ErrNotInstalled = errors.New("not installed")
+
+// Options for Start*.
+type Options struct {
+	// Durable keeps each server's default durability (fsync at every
+	// commit). Tests turn it off for speed; the bench keeps it on.
+	Durable bool
+	// Ready bounds the wait for the server to accept connections
+	// (default 60 s).
+	Ready time.Duration
+}
+
+// Server is one running database server process.
+type Server struct {
+	// DSN connects to the server's test database (driver "pgx" or "mysql").
+	DSN string
+	// URL is the same as a URL (postgres://… or mysql://…), the form
+	// examples/cluster's -db flag takes.
+	URL    string
+	Driver string
+	Dir    string // data and logs; removed by Stop
+	PID    int
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logPath string
+	stopped sync.Once
+}
+
+var (
+	runningMu sync.Mutex
+	running   = map[*Server]bool{}
+)
+
+// StopAll stops every server this process started and has not stopped (for
+// a signal handler).
+func StopAll() {
+	runningMu.Lock()
+	var all []*Server
+	for s := range running {
+		all = append(all, s)
+	}
+	runningMu.Unlock()
+	for _, s := range all {
+		s.Stop()
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs cmd, registers the server and waits until ping succeeds.
+func (s *Server) start(cmd *exec.Cmd, opts Options, ping func() error) error {
+	log, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = mergeAttr(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	log.Close()
+	s.cmd, s.PID, s.done = cmd, cmd.Process.Pid, make(chan struct{})
+	go func() { cmd.Wait(); close(s.done) }()
+	runningMu.Lock()
+	running[s] = true
+	runningMu.Unlock()
+	wait := opts.Ready
+	if wait == 0 {
+		wait = 60 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := ping()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("%s exited during start-up: %v\n%s", cmd.Path, err, s.logTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return fmt.Errorf("%s not ready after %v: %v\n%s", cmd.Path, wait, err, s.logTail())
+		}
+	}
+}
+
+func mergeAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr {
+	if a == nil {
+		a = &syscall.SysProcAttr{}
+	}
+	a.Setpgid = true // a ^C to the test does not reach the server first
+	a.Pdeathsig = syscall.SIGKILL
+	return a
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(s.logPath)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// Stop asks the server to shut down (SIGTERM to its PID: both servers then
+// finish their work and exit), waits up to 20 s, then SIGKILLs it, and
+// removes its directory. Idempotent.
+func (s *Server) Stop() {
+	s.stopped.Do(func() {
+		if s.cmd != nil {
+			s.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-s.done:
+			case <-time.After(20 * time.Second):
+				s.cmd.Process.Kill()
+				<-s.done
+			}
+		}
+		runningMu.Lock()
+		delete(running, s)
+		runningMu.Unlock()
+		os.RemoveAll(s.Dir)
+	})
+}
+
+// Kill ends the server at once (SIGKILL by PID), as a crash would, and
+// removes its directory.
+func (s *Server) Kill() {
+	s.stopped.Do(func() {
+		if s.cmd != nil {
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+		runningMu.Lock()
+		delete(running, s)
+		runningMu.Unlock()
+		os.RemoveAll(s.Dir)
+	})
+}
+
+// Open opens a *sql.DB on the server's test database.
+func (s *Server) Open() (*sql.DB, error) { return sql.Open(s.Driver, s.DSN) }
+
+func ping(driver, dsn string) error {
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// runAs is the account a server that refuses root runs as when we are
+// root: uid, gid, and whether to switch at all.
+func runAs(name string) (uid, gid uint32, sw bool, err error) {
+	if os.Geteuid() != 0 {
+		return 0, 0, false, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("running as root and there is no %q account to run the server as: %w", name, err)
+	}
+	ui, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gi, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return uint32(ui), uint32(gi), true, nil
+}
+
+// chownTree gives dir and everything in it to uid:gid.
+func chownTree(dir string, uid, gid uint32) error {
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(uid), int(gid))
+	})
+}
+
+func findBin(pkg string, candidates ...string) (string, error) {
+	for _, c := range candidates {
+		if filepath.IsAbs(c) {
+			if _, err := os.Stat(c); err == nil {
+				return c, nil
+			}
+			continue
+		}
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s not found; install Debian's %s package (apt-get install -y %s)", ErrNotInstalled, filepath.Base(candidates[0]), pkg, pkg)
+}
