@@ -382,7 +382,7 @@ func (n *Node) run() {
 		case <-n.stopc:
 			return
 		}
-		n.cfg.Faults.waitIfPaused(n.stopc)
+		n.cfg.Faults.waitLoop(n.stopc)
 		// Let the goroutines the last turn woke (callers whose results it
 		// applied, stream handlers) run first and queue their work, so it
 		// shares this turn: one MsgProp, one Ready, one MsgApp per peer.
