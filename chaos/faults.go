@@ -233,7 +233,7 @@ func (s *Schedule) clockFault(kind string, ids []uint64) (undo func(), hold time
 	case FaultWallBack, FaultWallForward:
 		// Any size: log-uniform from 10 ms to 24 h. The step stays (as a
 		// real one would until the next), so the offsets add up. Half the
-		// time the node is then cut off for 1–2 session TTLs, so that a
+		// time the node is then cut off for 1.5–2.5 session TTLs, so that a
 		// session (and a lock) whose deadline rests on that clock expires
 		// on the other side while the node holds: a holder whose deadline
 		// follows the wall clock learns too late.
@@ -247,7 +247,7 @@ func (s *Schedule) clockFault(kind string, ids []uint64) (undo func(), hold time
 		}
 		s.C.Isolate(id)
 		ttl := s.C.SessionTTL()
-		return s.C.Heal, s.dur(ttl, 2*ttl)
+		return s.C.Heal, s.dur(3*ttl/2, 5*ttl/2)
 	default: // FaultClockDrift
 		dr := s.C.DriftRatio()
 		s.C.ClockRate(id, 1+dr*(2*s.RNG.Float64()-1))
