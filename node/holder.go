@@ -261,7 +261,10 @@ func (n *Node) handOut(o *op, token uint64, undated bool) {
 		n.confirmLeasedGrant(o, h)
 		return
 	}
-	if fresh {
+	if h.lease != nil {
+		// A fresh lease starts here; a shared one is already watched,
+		// unless its first Hold is still being confirmed: watch it now,
+		// as this Hold is handed out.
 		n.startLease(h.lease)
 	}
 	delete(r.queued, o.cmd.Seq)

@@ -245,6 +245,9 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 		// A reentrant Hold shares its grant's lease: lockfsm keeps one
 		// lease per lock, started by the first grant.
 		h.lease = hl.lease
+		if h.lease != nil && n.clock.Now().After(h.lease.deadline()) {
+			h.lease.cancel(ErrLeaseExpired)
+		}
 	} else if o.hold != nil && o.hold.lease > 0 {
 		// Counted from the Acquire's first send, which is before the
 		// leader applied the grant and started its lease.

@@ -273,3 +273,32 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 		})
 	}
 }
+
+// TestS5ReentrantHoldSharesTheLease (S5): a lock's lease belongs to its
+// grant (lockfsm keeps one lease per lock, started by the first grant): a
+// reentrant Hold of a leased lock, taken without a lease of its own, must
+// be told when that lease runs out, before the lock is granted elsewhere,
+// even after the first Hold was released. The waiter is on the leader,
+// which applies the expiry first.
+func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	n := tc.nodes[a]
+	ctx := ctxT(t, 30*time.Second)
+	h1, err := n.Acquire(ctx, "r", "a", true, 800*time.Millisecond)
+	require.NoError(t, err)
+	h2, err := n.Acquire(ctx, "r", "a", true, 0)
+	require.NoError(t, err)
+	require.Equal(t, h1.Token(), h2.Token(), "reentrant")
+	lost := lostAt(h2)
+	require.NoError(t, h1.Release(ctx)) // one level; the lock and its lease go on
+	got, grantedAt := grantAsync(t, tc.nodes[lead], "r", "b")
+	h3 := <-got
+	require.NotNil(t, h3)
+	require.False(t, lost().IsZero(), "the reentrant hold was not told before the lease ran out and the lock moved on")
+	require.True(t, lost().Before(grantedAt()), "reentrant hold told at %v, waiter granted at %v", lost(), grantedAt())
+	require.ErrorIs(t, context.Cause(h2.Context()), ErrLeaseExpired)
+	t.Logf("reentrant hold told %v before the waiter was granted", grantedAt().Sub(lost()))
+	require.NoError(t, h3.Release(ctx))
+}
