@@ -378,7 +378,9 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 	case lockfsm.EventReleased:
 		n.loop.holds.lose(ev.Name, ev.Owner, reasonError(ev.Reason))
 	case lockfsm.EventWaitEnded:
-		if o := r.queued[ev.Seq]; o != nil {
+		// A grant being confirmed is settled by its renewal (a stale
+		// fwd-status "gone" must not leave its Hold behind).
+		if o := r.queued[ev.Seq]; o != nil && o.granted == nil {
 			delete(r.queued, ev.Seq)
 			r.complete(o, opResult{err: reasonError(ev.Reason)})
 		}
