@@ -33,10 +33,24 @@ func runDur() time.Duration {
 
 func runKinds(t *testing.T, kinds ...string) *Report {
 	t.Helper()
+	return runWorkload(t, DefaultWorkload(), runDur(), kinds...)
+}
+
+// longHoldWorkload holds every critical section for up to 6 s (three
+// session TTLs): a holder told of its loss late is then still inside its
+// section when the next holder enters (a live overlap).
+func longHoldWorkload() WorkloadOptions {
+	wl := DefaultWorkload()
+	wl.LongHoldShare, wl.LongHold = 1, 6*time.Second
+	return wl
+}
+
+func runWorkload(t *testing.T, wl WorkloadOptions, d time.Duration, kinds ...string) *Report {
+	t.Helper()
 	s := seed(t)
 	rep, err := Run(context.Background(), RunConfig{
-		Seed: s, Duration: runDur(), Faults: kinds, BaseDir: t.TempDir(), Logf: t.Logf,
-		CheckTimeout: 20 * time.Second,
+		Seed: s, Duration: d, Faults: kinds, BaseDir: t.TempDir(), Logf: t.Logf,
+		CheckTimeout: 20 * time.Second, Workload: wl,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +78,27 @@ func TestCrashRestart(t *testing.T)      { runKinds(t, FaultCrash) }
 func TestPause(t *testing.T)             { runKinds(t, FaultPause) }
 func TestClockJump(t *testing.T)         { runKinds(t, FaultClockJump) }
 func TestClockRate(t *testing.T)         { runKinds(t, FaultClockRate) }
+
+// TestWallSteps (S5): wall-clock steps back and forward on any node, the
+// leader included, half the time followed by cutting the node off past its
+// session's expiry, with long critical sections: no live overlap. With the
+// deadlines on the wall clock this is TestPlantedWallClockDeadlineCaught.
+func TestWallSteps(t *testing.T) {
+	rep := runWorkload(t, longHoldWorkload(), 4*runDur(), FaultWallBack, FaultWallForward)
+	if rep.Injected[FaultWallBack]+rep.Injected[FaultWallForward] == 0 {
+		t.Error("no wall step injected")
+	}
+}
+
+// TestClockDrift (S5): monotonic clock rates within DriftRatio on any node,
+// the leader included, with partitions so that sessions do expire: no live
+// overlap.
+func TestClockDrift(t *testing.T) {
+	rep := runWorkload(t, longHoldWorkload(), 4*runDur(), FaultClockDrift, FaultIsolateLeader, FaultPartitionMajority)
+	if rep.Injected[FaultClockDrift] == 0 {
+		t.Error("no drift injected")
+	}
+}
 func TestNetDelayAndResets(t *testing.T) { runKinds(t, FaultNet) }
 
 func TestMessageDropDuplicateReorder(t *testing.T) { runKinds(t, FaultMessages) }

@@ -1,49 +1,95 @@
 package chaos
 
 import (
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
-// SkewClock is a node.Clock over the system's monotonic clock with an offset
-// and a rate factor that a fault schedule can change at run time. Now stays
-// monotonic as long as jumps are forward (node.Clock requires it; a backward
-// jump of a monotonic clock cannot happen on a real machine, so ClockJump
-// only moves forward). Its tickers tick on virtual time: at rate 2 they fire
-// twice as often in real time, and a forward jump fires at once.
+// SkewClock is a node.Clock whose two readings can be faulted separately, as
+// on a real machine. A Go time.Time carries a wall reading (what the date
+// says) and a monotonic reading (what Sub, Before and After compare when both
+// Times have one, and what timers run on):
+//
+//   - the monotonic reading advances at a rate factor (SetRate; a rate skew
+//     moves the wall reading with it) and can jump forward (Jump: both
+//     readings; a monotonic clock never goes back);
+//   - the wall reading is the monotonic one plus an offset that StepWall
+//     moves by any amount, forward or backward (an NTP step, a VM resume, an
+//     operator's date -s), without touching the monotonic reading.
+//
+// So code that keeps its deadlines as whole Times is unaffected by a wall
+// step, and code that stores UnixNano and rebuilds Times with time.Unix (no
+// monotonic reading: comparisons fall back to the wall clock) sees it.
+//
+// Its tickers and timers run on the virtual monotonic time: at rate 2 they
+// fire twice as often in real time, a forward Jump fires the due ones at
+// once, and a wall step fires nothing.
 type SkewClock struct {
 	mu         sync.Mutex
-	anchorReal time.Time // system reading at the last rate change
-	anchorVirt time.Time // virtual reading at the same moment
-	rate       float64
+	anchorReal time.Time     // system reading at the last rate change
+	anchorVirt time.Time     // virtual reading at the same moment
+	rate       float64       // virtual monotonic time per real time
+	wall       time.Duration // sum of the wall steps
+	// changed is closed (and replaced) when the rate or the monotonic
+	// offset changes, so that waiting timers recompute their wait.
+	changed chan struct{}
 }
 
 // NewSkewClock returns a clock that starts equal to the system clock.
 func NewSkewClock() *SkewClock {
 	now := time.Now()
-	return &SkewClock{anchorReal: now, anchorVirt: now, rate: 1}
+	return &SkewClock{anchorReal: now, anchorVirt: now, rate: 1, changed: make(chan struct{})}
 }
 
+// nowLocked is the virtual monotonic reading (with the unstepped wall
+// reading) at system time real.
 func (c *SkewClock) nowLocked(real time.Time) time.Time {
 	el := real.Sub(c.anchorReal)
 	return c.anchorVirt.Add(time.Duration(float64(el) * c.rate))
 }
 
-// Now returns the virtual time (it carries a monotonic reading).
+// Now returns the virtual time: the monotonic reading of the virtual clock
+// and the wall reading moved by every StepWall so far.
 func (c *SkewClock) Now() time.Time {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nowLocked(time.Now())
+	t, wall := c.nowLocked(time.Now()), c.wall
+	c.mu.Unlock()
+	return stepWall(t, wall)
 }
 
-// Jump moves the clock forward by d (negative d is ignored: see the type doc).
+// Jump moves the monotonic reading (and the wall reading with it) forward by
+// d. Negative d is ignored: a monotonic clock never goes back.
 func (c *SkewClock) Jump(d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	c.mu.Lock()
 	c.anchorVirt = c.anchorVirt.Add(d)
+	c.wakeLocked()
 	c.mu.Unlock()
+}
+
+// maxWallOffset bounds the sum of the wall steps: a Time keeps its monotonic
+// reading only while its wall reading lies between the years 1885 and 2157.
+const maxWallOffset = 50 * 365 * 24 * time.Hour
+
+// StepWall moves the wall reading by d, forward or backward, leaving the
+// monotonic reading (and every ticker and timer) alone. The sum of the steps
+// is kept within ±50 years.
+func (c *SkewClock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	c.wall = min(max(c.wall+d, -maxWallOffset), maxWallOffset)
+	c.mu.Unlock()
+}
+
+// WallOffset is the sum of the wall steps so far.
+func (c *SkewClock) WallOffset() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall
 }
 
 // SetRate makes virtual time advance r times as fast as real time from now on.
@@ -56,7 +102,13 @@ func (c *SkewClock) SetRate(r float64) {
 	c.anchorVirt = c.nowLocked(real)
 	c.anchorReal = real
 	c.rate = r
+	c.wakeLocked()
 	c.mu.Unlock()
+}
+
+func (c *SkewClock) wakeLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
 // Rate is the current rate factor.
@@ -101,4 +153,83 @@ func (c *SkewClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 		}
 	}()
 	return ch, func() { once.Do(func() { close(stop) }) }
+}
+
+// AfterFunc calls f in its own goroutine once d of virtual monotonic time
+// has passed: a rate change or a forward Jump is taken into account at once,
+// a wall step not at all. stop prevents the call if it has not started and
+// reports whether it did, as time.Timer.Stop.
+func (c *SkewClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	at := c.Now().Add(d)
+	const (
+		pending = iota
+		fired
+		stopped
+	)
+	var state atomic.Int32
+	stopc := make(chan struct{})
+	go func() {
+		for {
+			c.mu.Lock()
+			now, rate, changed := c.nowLocked(time.Now()), c.rate, c.changed
+			c.mu.Unlock()
+			if !now.Before(at) {
+				if state.CompareAndSwap(pending, fired) {
+					f()
+				}
+				return
+			}
+			t := time.NewTimer(max(time.Duration(float64(at.Sub(now))/rate), 50*time.Microsecond))
+			select {
+			case <-t.C:
+			case <-changed:
+				t.Stop()
+			case <-stopc:
+				t.Stop()
+				return
+			}
+		}
+	}()
+	return func() bool {
+		if state.CompareAndSwap(pending, stopped) {
+			close(stopc)
+			return true
+		}
+		return false
+	}
+}
+
+// timeLayout mirrors time.Time's fields. While the hasMonotonic bit of wall
+// is set, ext holds the monotonic reading (nanoseconds since the process
+// started) and wall the wall reading (time package, type Time). The array
+// below stops the build if the size of time.Time ever changes; stepWall
+// checks the rest on every call.
+type timeLayout struct {
+	wall uint64
+	ext  int64
+	loc  *time.Location
+}
+
+var _ = [1]struct{}{}[unsafe.Sizeof(time.Time{})-unsafe.Sizeof(timeLayout{})]
+
+// stepWall returns t with its wall reading moved by d and its monotonic
+// reading unchanged. Go has no public way to build such a Time: Add moves
+// both readings and Round(0) drops the monotonic one. So it adds d to both
+// and puts t's monotonic reading back through time.Time's layout, then
+// checks the result through the public API and panics if the layout is not
+// what it assumes (a Go release that changes time.Time must fail loudly
+// here, not quietly stop modelling wall steps).
+func stepWall(t time.Time, d time.Duration) time.Time {
+	if d == 0 {
+		return t
+	}
+	u := t.Add(d)
+	(*timeLayout)(unsafe.Pointer(&u)).ext = (*timeLayout)(unsafe.Pointer(&t)).ext
+	// u.Sub(t) compares monotonic readings only if both Times carry one:
+	// 0 means u kept one, and it is t's; otherwise it would be d.
+	if !u.Round(0).Equal(t.Round(0).Add(d)) || u.Sub(t) != 0 {
+		panic(fmt.Sprintf("chaos: time.Time layout is not {wall, ext, loc} with ext the monotonic reading "+
+			"(stepping %v by %v gave %v): SkewClock cannot model wall steps on this Go release", t, d, u))
+	}
+	return u
 }

@@ -48,6 +48,8 @@ type Cluster struct {
 	paused map[uint64]chan struct{}
 	disk   map[uint64]bool // disk faults injected (FailDisk) not yet repaired
 	incarn map[uint64]int
+	drift  float64       // node.Config.DriftRatio after Tune (0: not started yet)
+	ttl    time.Duration // node.Config.SessionTTL after Tune
 	logf   func(format string, a ...any)
 }
 
@@ -122,6 +124,12 @@ func (c *Cluster) start(id uint64, ln net.Listener) error {
 	if c.opts.Tune != nil {
 		c.opts.Tune(&cfg)
 	}
+	c.mu.Lock()
+	c.drift, c.ttl = cfg.DriftRatio, cfg.SessionTTL
+	if c.drift == 0 {
+		c.drift = node.DefaultDriftRatio
+	}
+	c.mu.Unlock()
 	n, err := node.Start(cfg)
 	if err != nil {
 		ln.Close()
@@ -343,10 +351,33 @@ func (c *Cluster) Resume(id uint64) {
 	c.mu.Unlock()
 }
 
-// ClockJump moves a node's clock forward by d.
+// ClockJump moves a node's monotonic clock (and its wall clock with it)
+// forward by d.
 func (c *Cluster) ClockJump(id uint64, d time.Duration) {
 	c.clocks[id].Jump(d)
 	c.logf("clock n%d jumps %v", id, d)
+}
+
+// WallStep steps a node's wall clock by d (forward or backward) and leaves
+// its monotonic clock alone, as an NTP step or a VM resume does.
+func (c *Cluster) WallStep(id uint64, d time.Duration) {
+	c.clocks[id].StepWall(d)
+	c.logf("wall clock n%d steps %v (offset now %v)", id, d, c.clocks[id].WallOffset())
+}
+
+// SessionTTL is the nodes' configured node.Config.SessionTTL.
+func (c *Cluster) SessionTTL() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ttl
+}
+
+// DriftRatio is the nodes' configured node.Config.DriftRatio: the bound on
+// how far their monotonic clock rates may differ.
+func (c *Cluster) DriftRatio() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.drift
 }
 
 // ClockRate sets a node's clock rate factor.

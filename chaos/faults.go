@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -25,10 +26,22 @@ const (
 	FaultDisk              = "disk" // a node's raft log writes or lock-table commits fail; repaired by a restart
 )
 
+// Clock faults within the clock assumption (monotonic rates within
+// DriftRatio of each other; the wall clock may do anything): S5 is checked
+// under them. FaultClockJump (a monotonic clock jumps forward) and
+// FaultClockRate (one runs at 0.5–2×) are beyond it: S5Exempt.
+const (
+	FaultWallBack    = "wall-back"    // a node's wall clock steps back, 10 ms to 24 h; its monotonic clock does not move
+	FaultWallForward = "wall-forward" // the same, forward
+	FaultClockDrift  = "clock-drift"  // a node's monotonic (and wall) clock runs at 1±DriftRatio
+)
+
 // Groups: the coarse names the soak command accepts.
 var Groups = map[string][]string{
 	"partition": {FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge},
-	"clock":     {FaultClockJump, FaultClockRate},
+	"clock":     {FaultWallBack, FaultWallForward, FaultClockDrift},
+	"wall":      {FaultWallBack, FaultWallForward},
+	"badclock":  {FaultClockJump, FaultClockRate},
 	"net":       {FaultNet},
 	"crash":     {FaultCrash},
 	"pause":     {FaultPause},
@@ -37,17 +50,19 @@ var Groups = map[string][]string{
 	"churn":     {FaultChurn},
 }
 
-// ExpandFaults turns "partition,crash" into fault kinds.
+// ExpandFaults turns "partition,crash" (or "partition+crash") into fault
+// kinds.
 func ExpandFaults(s string) ([]string, error) {
 	var out []string
-	for _, f := range strings.Split(s, ",") {
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '+' }) {
 		f = strings.TrimSpace(f)
 		if g, ok := Groups[f]; ok {
 			out = append(out, g...)
 			continue
 		}
 		switch f {
-		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn:
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn,
+			FaultWallBack, FaultWallForward, FaultClockDrift:
 			out = append(out, f)
 		case "":
 		default:
@@ -177,6 +192,11 @@ func (s *Schedule) Run(ctx context.Context) {
 			r := 0.5 + 1.5*s.RNG.Float64()
 			s.C.ClockRate(id, r)
 			undo = func() { s.C.ClockRate(id, 1) }
+		case FaultWallBack, FaultWallForward, FaultClockDrift:
+			var d time.Duration
+			if undo, d = s.clockFault(kind, ids); d > 0 {
+				hold = d
+			}
 		case FaultMessages:
 			for _, id := range ids {
 				p := node.MessagePolicy{Seed: s.RNG.Uint64(), DropRate: 0.3 * s.RNG.Float64(),
@@ -201,5 +221,36 @@ func (s *Schedule) Run(ctx context.Context) {
 		sleepCtx(ctx, hold)
 		undo()
 		s.Logf("heal %s", kind)
+	}
+}
+
+// clockFault injects one of the clock faults within the clock assumption,
+// on any node (the leader half the time), and returns its undo and, if not
+// zero, how long the fault lasts.
+func (s *Schedule) clockFault(kind string, ids []uint64) (undo func(), hold time.Duration) {
+	id := s.leaderOr(ids)
+	switch kind {
+	case FaultWallBack, FaultWallForward:
+		// Any size: log-uniform from 10 ms to 24 h. The step stays (as a
+		// real one would until the next), so the offsets add up. Half the
+		// time the node is then cut off for 1.5–2.5 session TTLs, so that a
+		// session (and a lock) whose deadline rests on that clock expires
+		// on the other side while the node holds: a holder whose deadline
+		// follows the wall clock learns too late.
+		d := time.Duration(float64(10*time.Millisecond) * math.Pow(8.64e6, s.RNG.Float64()))
+		if kind == FaultWallBack {
+			d = -d
+		}
+		s.C.WallStep(id, d)
+		if s.RNG.IntN(2) == 0 {
+			return func() {}, 0
+		}
+		s.C.Isolate(id)
+		ttl := s.C.SessionTTL()
+		return s.C.Heal, s.dur(3*ttl/2, 5*ttl/2)
+	default: // FaultClockDrift
+		dr := s.C.DriftRatio()
+		s.C.ClockRate(id, 1+dr*(2*s.RNG.Float64()-1))
+		return func() { s.C.ClockRate(id, 1) }, 0
 	}
 }

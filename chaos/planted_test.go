@@ -287,3 +287,34 @@ func ackBeforeFsync(t *testing.T, buggy bool) {
 		t.Fatalf("ack before fsync not caught: porcupine=%s", res)
 	}
 }
+
+// Planted in node: holder-side deadlines compared on the wall clock
+// (TestHooks.WallClockDeadline: what storing them as UnixNano and rebuilding
+// them with time.Unix did). Under wall-back faults a node's wall clock steps
+// back and, half the time, the node is cut off for 1.5–2.5 TTLs; a holder in
+// one of its long critical sections still believes it holds when the other side
+// grants the name after the session's expiry: live overlaps, reported as an
+// S5 violation (wall steps are not S5-exempt). Up to three seeds are tried.
+// The correct node under the same workload and faults: TestWallSteps.
+func TestPlantedWallClockDeadlineCaught(t *testing.T) {
+	planted := func(c *node.Config) { c.TestHooks.WallClockDeadline = true }
+	// Scripted first (TestS5WallStepDoesNotKeepHolderLive's scenario): the
+	// holder's wall clock steps back 60 s, it is cut off, the waiter enters.
+	if live, cause := wallStepTakeover(t, false, -60*time.Second, planted); live == 0 {
+		t.Fatalf("scripted: wall-clock deadlines not caught (holder's cause %v)", cause)
+	}
+	wl := longHoldWorkload()
+	for try := uint64(0); try < 3; try++ {
+		rep, err := Run(context.Background(), RunConfig{Seed: seed(t) + try, Duration: 20 * time.Second, BaseDir: t.TempDir(),
+			Faults: []string{FaultWallBack}, Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second,
+			Tune: planted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: live=%d injected=%v violations: %s", rep.Seed, rep.Live, rep.Injected, strings.Join(rep.Violations, "; "))
+		if rep.Live > 0 && len(rep.Violations) > 0 {
+			return
+		}
+	}
+	t.Fatal("wall-clock deadlines not caught: no live overlap in three runs")
+}

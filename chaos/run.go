@@ -54,10 +54,13 @@ type Report struct {
 	Notes          []string // informational
 }
 
-// S5Exempt: faults under which the holder cannot learn first by design:
-// a leader clock that runs fast or jumps beyond DriftRatio expires sessions
-// early, and a SIGSTOPped process notices nothing while stopped. Live
-// overlaps under these are notes; fencing must still hold.
+// S5Exempt: faults under which the holder cannot learn first by design: a
+// monotonic clock that jumps or runs beyond DriftRatio (clock-jump,
+// clock-rate: on a leader it expires sessions early), and a paused or
+// SIGSTOPped process notices nothing while stopped. Live overlaps under
+// these are notes; fencing must still hold. Wall-clock steps on any node
+// and rates within DriftRatio are not exempt: S5 rests only on monotonic
+// rates within DriftRatio of each other.
 func S5Exempt(kinds []string) bool {
 	for _, k := range kinds {
 		if k == FaultPause || k == ProcStop || k == FaultClockJump || k == FaultClockRate {

@@ -28,6 +28,13 @@ type WorkloadOptions struct {
 	TryLockShare   float64       // share of acquires that are TryLock
 	MaxWait        time.Duration // Lock timeouts are uniform in [MaxWait/20, MaxWait]
 	MaxHold        time.Duration // hold times uniform in [0, MaxHold]
+	// LongHoldShare of the critical sections hold for up to LongHold
+	// instead (default 0: none). A holder that learns of its loss late is
+	// visible as a live overlap only while its section lasts: sections
+	// longer than the session TTL make S5 lateness under partitions and
+	// clock faults visible.
+	LongHoldShare float64
+	LongHold      time.Duration
 	// BugIgnoreFailedLock is a planted client bug: after a failed Lock the
 	// client enters the critical section anyway, with the token of its last
 	// grant.
@@ -105,6 +112,9 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 		wait := rng.Float64() >= w.opts.TryLockShare
 		timeout := time.Duration(float64(w.opts.MaxWait) * (0.05 + 0.95*rng.Float64()))
 		hold := time.Duration(float64(w.opts.MaxHold) * rng.Float64())
+		if w.opts.LongHoldShare > 0 && rng.Float64() < w.opts.LongHoldShare {
+			hold = time.Duration(float64(w.opts.LongHold) * rng.Float64())
+		}
 		kind := OpTryLock
 		if wait {
 			kind = OpLock

@@ -239,7 +239,7 @@ func BenchmarkCrashTakeover(b *testing.B) {
 		}()
 		time.Sleep(200 * time.Millisecond) // queued
 		crash := time.Now()
-		lastKA := time.Unix(0, nodes[a].lastAcked.Load())
+		lastKA := nodes[a].lastAcked.Load()
 		nodes[a].Crash()
 		delete(nodes, a)
 		at := <-got

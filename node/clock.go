@@ -2,17 +2,27 @@ package node
 
 import "time"
 
-// Clock is the node's source of time. Only the node loop, keepalive sender and
-// the leader's expiry timers read it; lockfsm never does. Tests inject a clock
-// that can jump or run at a skewed rate to check that safety never rests on
-// wall-clock agreement between nodes.
+// Clock is the node's source of time. Only the node loop, keepalive sender,
+// the holder-side timers and the leader's expiry timers read it; lockfsm
+// never does. Tests inject a clock whose wall reading steps and whose
+// monotonic reading runs at a skewed rate, to check that safety never rests
+// on the wall clock nor on clock agreement beyond DriftRatio.
 //
-// Implementations must be safe for concurrent use. Now must be monotonic
-// (time.Now's monotonic reading is); NewTicker returns a channel that receives
-// at roughly the given interval and a stop function.
+// The node compares only Times read from Now and kept whole (never stored as
+// UnixNano or rebuilt with time.Unix, which drops the monotonic reading), so
+// every deadline is on the monotonic clock and a wall-clock step changes
+// nothing.
+//
+// Implementations must be safe for concurrent use. Now must carry a
+// monotonic reading (time.Now's does) that never goes back; its wall reading
+// may step anywhere. NewTicker returns a channel that receives at roughly the
+// given interval of monotonic time and a stop function. AfterFunc calls f in
+// its own goroutine once d of monotonic time has passed; stop prevents the
+// call if it has not started and reports whether it did (as time.Timer.Stop).
 type Clock interface {
 	Now() time.Time
 	NewTicker(d time.Duration) (<-chan time.Time, func())
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 // SystemClock is the real monotonic clock.
@@ -25,4 +35,9 @@ func (SystemClock) Now() time.Time { return time.Now() }
 func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 	t := time.NewTicker(d)
 	return t.C, t.Stop
+}
+
+// AfterFunc wraps time.AfterFunc (Go's timers run on the monotonic clock).
+func (SystemClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	return time.AfterFunc(d, f).Stop
 }

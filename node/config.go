@@ -152,6 +152,11 @@ type TestHooks struct {
 	// NoCommitHints turns commit hints off (commithint.go): followers learn
 	// commits only from the leader's commit index, as in plain Raft.
 	NoCommitHints bool
+	// WallClockDeadline compares the holder-side deadlines (session and
+	// lease) without their monotonic reading, i.e. on the wall clock, as
+	// deadlines stored as UnixNano and rebuilt with time.Unix would: a
+	// holder whose wall clock steps back learns of its loss too late.
+	WallClockDeadline bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

@@ -22,6 +22,7 @@ type Faults struct {
 	out    map[uint64]bool // blocked destinations
 	in     map[uint64]bool // blocked sources
 	paused chan struct{}   // non-nil while paused; closed by Resume
+	loop   chan struct{}   // non-nil while only the loop is paused (PauseLoop); closed by Resume
 	disk   error           // non-nil: every raft log write fails with it
 	commit error           // non-nil: every lock-table commit fails with it
 	msgs   *msgFaults      // nil: no per-message faults
@@ -166,14 +167,48 @@ func (f *Faults) Pause() {
 	f.mu.Unlock()
 }
 
-// Resume ends a Pause.
+// PauseLoop freezes only the node's loop goroutine: no ticks, applies or
+// proposals, as a long synchronous disk write inside the loop would. The
+// keepalive sender, the transport and the holder-side timers go on. Resume
+// ends it.
+func (f *Faults) PauseLoop() {
+	f.mu.Lock()
+	if f.loop == nil {
+		f.loop = make(chan struct{})
+	}
+	f.mu.Unlock()
+}
+
+// Resume ends a Pause or a PauseLoop.
 func (f *Faults) Resume() {
 	f.mu.Lock()
 	if f.paused != nil {
 		close(f.paused)
 		f.paused = nil
 	}
+	if f.loop != nil {
+		close(f.loop)
+		f.loop = nil
+	}
 	f.mu.Unlock()
+}
+
+// waitLoop is waitIfPaused for the loop goroutine: it also waits out a
+// PauseLoop.
+func (f *Faults) waitLoop(stop <-chan struct{}) {
+	if f == nil {
+		return
+	}
+	f.mu.RLock()
+	p := f.loop
+	f.mu.RUnlock()
+	if p != nil {
+		select {
+		case <-p:
+		case <-stop:
+		}
+	}
+	f.waitIfPaused(stop)
 }
 
 // waitIfPaused blocks while the node is paused (or until stop closes).

@@ -383,6 +383,7 @@ const (
 )
 
 func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
+	n.checkOwnSession(n.clock.Now()) // S5: no grant handed out past the holder deadline
 	if sess != n.loop.own.id {
 		return
 	}
@@ -403,7 +404,7 @@ func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
 			delete(r.inflight, seq)
 			if st == statusGranted {
 				n.relearned.Add(1)
-				n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: tok})
+				n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: tok, Duplicate: true})
 			} else {
 				n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Queued})
 			}

@@ -14,22 +14,20 @@ import (
 // Hold is one successful acquisition of a lock. Reentrant acquisitions by the
 // same owner each get their own Hold with the same token; each must be
 // released once. A Hold is safe for concurrent use.
+//
+// lease is the grant's own lease, shared with the grant's other Holds (nil:
+// the lock lives as long as the session). ctx is a child of the lease's
+// context, or of the session's: their timers cancel it at the holder-side
+// deadline (holder.go).
 type Hold struct {
 	n        *Node
 	name     string
 	owner    string
 	token    uint64
-	lease    time.Duration
+	lease    *grantLease
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	released atomic.Bool
-	// leaseBase is when the lease started counting on the holder side
-	// (UnixNano of the node clock): the Acquire's first send, then the send
-	// time of each acknowledged renewal.
-	leaseBase atomic.Int64
-	// confirming: a leased grant from the queue whose lease is being
-	// re-based by a renewal before the Lock call returns.
-	confirming atomic.Bool
 }
 
 // Name is the lock name.
@@ -50,6 +48,7 @@ func (h *Hold) Context() context.Context { return h.ctx }
 type heldLock struct {
 	token   uint64
 	handles []*Hold
+	lease   *grantLease // the grant's own lease, nil without one
 }
 
 type holdKey struct{ name, owner string }
@@ -66,7 +65,7 @@ func (r *holdRegistry) add(h *Hold) {
 	k := holdKey{h.name, h.owner}
 	hl := r.held[k]
 	if hl == nil || hl.token != h.token {
-		hl = &heldLock{token: h.token}
+		hl = &heldLock{token: h.token, lease: h.lease}
 		r.held[k] = hl
 	}
 	hl.handles = append(hl.handles, h)
@@ -222,21 +221,48 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 		o.queued = true
 		r.queued[o.cmd.Seq] = o
 	case res.Status == lockfsm.Granted:
-		r.complete(o, opResult{hold: n.newHold(o, res.Token)})
+		n.handOut(o, res.Token, res.Duplicate)
 	default:
 		r.complete(o, opResult{err: fmt.Errorf("lockraft: unexpected acquire status %v", res.Status)})
 	}
 }
 
-func (n *Node) newHold(o *op, token uint64) *Hold {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &Hold{n: n, name: o.cmd.Name, owner: o.cmd.Owner, token: token, ctx: ctx, cancel: cancel}
-	if o.hold != nil {
-		h.lease = o.hold.lease
+// newHold makes the Hold of o's grant with token (loop), a child of its
+// session's context or of its grant's lease context, so that the
+// holder-side timers cancel it at its deadline without the loop (S5). It
+// fails if that deadline has already passed: ErrSessionExpired, or
+// ErrLeaseExpired for a reentrant Hold of a lease that ran out. fresh: the
+// Hold starts a new leased grant, whose lease the caller must start
+// (startLease) or confirm first.
+func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
+	s := &n.loop.own
+	if s.ctx == nil || s.ctx.Err() != nil || n.clock.Now().After(n.holderDeadline()) {
+		return nil, false, ErrSessionExpired
+	}
+	h = &Hold{n: n, name: o.cmd.Name, owner: o.cmd.Owner, token: token}
+	parent := s.ctx
+	if hl := n.loop.holds.held[holdKey{h.name, h.owner}]; hl != nil && hl.token == token {
+		// A reentrant Hold shares its grant's lease: lockfsm keeps one
+		// lease per lock, started by the first grant.
+		h.lease = hl.lease
+		if h.lease != nil && n.clock.Now().After(h.lease.deadline()) {
+			h.lease.cancel(ErrLeaseExpired)
+		}
+	} else if o.hold != nil && o.hold.lease > 0 {
+		// Counted from the Acquire's first send, which is before the
+		// leader applied the grant and started its lease.
+		h.lease = n.newGrantLease(s.ctx, h.name, h.owner, o.hold.lease, o.hold.sentAt)
+		fresh = true
+	}
+	if h.lease != nil {
+		parent = h.lease.ctx
+	}
+	h.ctx, h.cancel = context.WithCancelCause(parent)
+	if h.ctx.Err() != nil {
+		return nil, false, context.Cause(h.ctx)
 	}
 	n.loop.holds.add(h)
-	n.armLeaseTimer(h, o)
-	return h
+	return h, fresh, nil
 }
 
 func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
@@ -342,20 +368,19 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 			return // immediate grants complete from the command's own result
 		}
 		o := r.queued[ev.Seq]
-		if o == nil {
-			return // its caller gave up; the Cancel on its way releases it
-		}
-		h := n.newHold(o, ev.Token)
-		if h.lease > 0 {
-			n.confirmLeasedGrant(o, h)
+		if o == nil || o.granted != nil {
+			// Its caller gave up (the Cancel on its way releases it), or
+			// this grant is already being handed out (a light member
+			// hears of it from a push and from fwd-status).
 			return
 		}
-		delete(r.queued, ev.Seq)
-		r.complete(o, opResult{hold: h})
+		n.handOut(o, ev.Token, true)
 	case lockfsm.EventReleased:
 		n.loop.holds.lose(ev.Name, ev.Owner, reasonError(ev.Reason))
 	case lockfsm.EventWaitEnded:
-		if o := r.queued[ev.Seq]; o != nil {
+		// A grant being confirmed is settled by its renewal (a stale
+		// fwd-status "gone" must not leave its Hold behind).
+		if o := r.queued[ev.Seq]; o != nil && o.granted == nil {
 			delete(r.queued, ev.Seq)
 			r.complete(o, opResult{err: reasonError(ev.Reason)})
 		}

@@ -64,9 +64,10 @@ type Node struct {
 	dead    atomic.Pointer[error] // set once the node stopped serving
 	lead    atomic.Uint64         // current leader id as last seen by the loop
 	sess    atomic.Uint64         // current session id (0 until opened)
-	// lastAcked is the send time (UnixNano of the node clock) of the last
-	// keepalive the leader acknowledged: the base of the holder deadline.
-	lastAcked atomic.Int64
+	// lastAcked is the send time (node clock, monotonic reading kept) of
+	// the last keepalive the leader acknowledged: the base of the holder
+	// deadline.
+	lastAcked laterTime
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
 
 	dropPushes        atomic.Bool   // tests: refuse every fwd-push and ignore results in fwd-propose replies, so only fwd-status informs
@@ -382,7 +383,7 @@ func (n *Node) run() {
 		case <-n.stopc:
 			return
 		}
-		n.cfg.Faults.waitIfPaused(n.stopc)
+		n.cfg.Faults.waitLoop(n.stopc)
 		// Let the goroutines the last turn woke (callers whose results it
 		// applied, stream handlers) run first and queue their work, so it
 		// shares this turn: one MsgProp, one Ready, one MsgApp per peer.

@@ -28,6 +28,7 @@ type op struct {
 	parked        bool // not re-proposed: the Cancel for it settles it
 	cancelOf      *op  // for a Cancel: the Acquire it cancels
 	hold          *holdRequest
+	granted       *Hold     // a leased grant being confirmed before it is handed out (holder.go)
 	index         uint64    // the entry that carried its result
 	calledAt      time.Time // the caller's call began (StageProbe only)
 }

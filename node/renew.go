@@ -22,14 +22,15 @@ func decodeRenew(b []byte) (string, uint64, error) {
 	return string(b[8:]), binary.BigEndian.Uint64(b), nil
 }
 
-// Renew restarts the lock's own lease (a lock taken with a lease). Renewals
-// go to the leader and are not logged. On success the holder-side deadline
-// moves to the renewal's send time plus the lease, minus the drift margin.
+// Renew restarts the lock's own lease (a lock taken with a lease; every Hold
+// of the grant shares it). Renewals go to the leader and are not logged. On
+// success the holder-side deadline moves to the renewal's send time plus the
+// lease, minus the drift margin.
 // It returns ErrNotHeld if the lease already ran out or the lock was lost,
 // ErrUnavailable if the leader could not be reached in time (the lease keeps
 // running: retry). A Hold without a lease has nothing to renew: nil.
 func (h *Hold) Renew(ctx context.Context) error {
-	if h.lease <= 0 {
+	if h.lease == nil {
 		return nil
 	}
 	if h.ctx.Err() != nil || h.released.Load() {
@@ -61,12 +62,12 @@ func (h *Hold) Renew(ctx context.Context) error {
 	}
 	switch st {
 	case keepaliveOK:
-		v := sent.UnixNano()
-		for {
-			cur := h.leaseBase.Load()
-			if v <= cur || h.leaseBase.CompareAndSwap(cur, v) {
-				break
-			}
+		// The lease's timer, armed for the deadline it last saw, finds
+		// the later one when it fires and re-arms.
+		h.lease.base.Advance(sent)
+		if h.ctx.Err() != nil {
+			// Its deadline passed before the answer came: lost is lost.
+			return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(h.ctx))
 		}
 		return nil
 	case keepaliveNoSession:

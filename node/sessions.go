@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -21,26 +20,11 @@ type ownSession struct {
 	closing    bool
 	closeDone  chan error
 	toClose    map[uint64]time.Time // sessions to close (older incarnations, duplicates), last proposal
-	leased     []*Hold              // holds with their own lease, checked each tick
-}
-
-// holderDeadline is when this node must consider its session lost: the send
-// time of the last acknowledged keepalive plus the TTL, minus the drift
-// margin (S5). It is read on the node's own monotonic clock.
-func (n *Node) holderDeadline() time.Time {
-	return time.Unix(0, n.lastAcked.Load()).Add(n.cfg.SessionTTL - n.cfg.holderMargin())
-}
-
-// noteAcked records that a keepalive sent at sent was acknowledged by the
-// leader. Only ever moves forward.
-func (n *Node) noteAcked(sent time.Time) {
-	v := sent.UnixNano()
-	for {
-		cur := n.lastAcked.Load()
-		if v <= cur || n.lastAcked.CompareAndSwap(cur, v) {
-			return
-		}
-	}
+	leased     []*grantLease        // grants with their own lease, checked each tick (holder.go)
+	// ctx is the open session's context, the parent of all its Holds; its
+	// timer cancels it at the holder deadline (holder.go).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
 // retrySessionOpen proposes OpenSession while the node has none.
@@ -111,6 +95,7 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		s.id = ev.Session
 		s.nonce = 0
 		n.noteAcked(s.openSentAt)
+		n.watchOwnSession()
 		n.sess.Store(s.id)
 		n.log.Info("session opened", "session", s.id)
 		// Sessions of earlier incarnations of this node hold locks for
@@ -148,6 +133,7 @@ func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 	}
 	if s.closing {
 		s.id = 0
+		s.endSessionCtx(ErrClosed)
 		n.sess.Store(0)
 		n.loop.ops.failAll(ErrClosed)
 		n.loop.holds.loseAll(ErrClosed)
@@ -169,88 +155,13 @@ func (n *Node) resetSession(cause error) {
 		s.toClose[s.id] = time.Time{}
 	}
 	s.id = 0
+	s.endSessionCtx(cause)
 	n.sess.Store(0)
 	s.leased = nil
 	n.loop.ops.failAll(cause)
 	n.loop.holds.loseAll(cause)
 	n.loop.ops.init()
 	n.retrySessionOpen(time.Time{})
-}
-
-// checkOwnSession runs every tick: the holder side of S5.
-func (n *Node) checkOwnSession(now time.Time) {
-	s := &n.loop.own
-	if s.id != 0 && !s.closing && now.After(n.holderDeadline()) {
-		n.log.Warn("session keepalives unacknowledged for too long; treating locks as lost",
-			"session", s.id, "last_acked_send", time.Unix(0, n.lastAcked.Load()))
-		n.resetSession(ErrSessionExpired)
-		return
-	}
-	kept := s.leased[:0]
-	for _, h := range s.leased {
-		if h.ctx.Err() != nil {
-			continue
-		}
-		if !h.confirming.Load() && now.After(h.leaseDeadline()) {
-			n.loop.holds.lose(h.name, h.owner, ErrLeaseExpired)
-			continue
-		}
-		kept = append(kept, h)
-	}
-	s.leased = kept
-}
-
-// armLeaseTimer starts the holder-side timer of a lock with its own lease.
-// The lease is counted from when the Acquire was first sent: the leader's
-// lease timer starts when it applies the grant, which is later.
-func (n *Node) armLeaseTimer(h *Hold, o *op) {
-	if h.lease <= 0 || o.hold == nil {
-		return
-	}
-	h.leaseBase.Store(o.hold.sentAt.UnixNano())
-	n.loop.own.leased = append(n.loop.own.leased, h)
-}
-
-// confirmLeasedGrant: a waiter with a lease was granted from the queue. The
-// leader started the lease when it applied the grant, which this node cannot
-// date (it may have applied the grant much later). Before the Lock call
-// returns, one renewal re-bases the lease on a send time this node knows;
-// if it fails the grant is undone as for a cancelled Lock, so the caller
-// never holds a lease it could not date (S5).
-func (n *Node) confirmLeasedGrant(o *op, h *Hold) {
-	h.confirming.Store(true)
-	timeout := min(h.lease/2, n.cfg.electionTimeout())
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		err := h.Renew(ctx)
-		cancel()
-		_ = n.do(context.Background(), func() { n.onLeasedGrantConfirmed(o, h, err) })
-	}()
-}
-
-func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
-	h.confirming.Store(false)
-	r := &n.loop.ops
-	if r.queued[o.cmd.Seq] != o {
-		return // the caller gave up meanwhile; its Cancel releases the grant
-	}
-	if err == nil && h.ctx.Err() == nil {
-		delete(r.queued, o.cmd.Seq)
-		r.complete(o, opResult{hold: h})
-		return
-	}
-	n.log.Warn("leased grant could not be confirmed; giving it back", "name", h.name, "err", err)
-	done := o.done
-	n.abandon(o) // proposes the Cancel that releases this grant
-	n.loop.holds.lose(h.name, h.owner, ErrLeaseExpired)
-	if done != nil {
-		done <- opResult{err: fmt.Errorf("%w: %v", ErrLeaseExpired, err)}
-	}
-}
-
-func (h *Hold) leaseDeadline() time.Time {
-	margin := time.Duration(2*h.n.cfg.DriftRatio*float64(h.lease)) + h.n.cfg.TickInterval
-	return time.Unix(0, h.leaseBase.Load()).Add(h.lease - margin)
 }
 
 // closeOwnSession starts a graceful close: one CloseSession entry releases
@@ -398,9 +309,13 @@ func (n *Node) onRestored() {
 	r := &n.loop.ops
 	for seq, o := range r.queued {
 		li, ok := n.fsm.Lock(o.cmd.Name)
+		if s.id == 0 {
+			return // given up while handing out a grant below
+		}
 		if ok && li.Holder.Session == s.id && li.Holder.Owner == o.cmd.Owner {
-			delete(r.queued, seq)
-			r.complete(o, opResult{hold: n.newHold(o, li.Token)})
+			if o.granted == nil {
+				n.handOut(o, li.Token, true)
+			}
 			continue
 		}
 		waiting := false

@@ -27,11 +27,12 @@ func main() {
 	chaos.MaybeChild() // hidden: this binary re-executed as one node process (-procs)
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
-	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated faults or groups (partition, crash, pause, clock, net, msgs, disk, churn, or single kinds such as isolate-leader; with -procs: kill, stop, partition, or kinds joined by +)")
+	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated runs, each a fault group (partition, crash, pause, clock, wall, badclock, net, msgs, disk, churn) or kind (isolate-leader, wall-back, ...), or kinds and groups joined by + into one run (wall-back+isolate-leader); with -procs: kill, stop, partition, or kinds joined by +")
 	size := flag.Int("nodes", 3, "cluster size")
 	clients := flag.Int("clients", 3, "clients per node")
+	longHolds := flag.Float64("long-holds", 0, "share of critical sections held for up to 4 s (twice the session TTL) instead of 20 ms: a holder told of its loss late then shows as a live overlap (S5)")
 	verbose := flag.Bool("v", false, "log every fault")
-	leaderClock := flag.Bool("leader-clock", false, "let clock faults hit the leader (outside the clock-rate assumption: porcupine may flag S5 losses; fencing must still hold)")
+	leaderClock := flag.Bool("leader-clock", false, "let the badclock faults (clock-jump, clock-rate) hit the leader (outside the clock-rate assumption: porcupine may flag S5 losses; fencing must still hold); the clock group's faults hit any node anyway")
 	nodeLog := flag.String("nodelog", "", "write the nodes' logs (slog text, info level) to this file")
 	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
 	flag.Parse()
@@ -67,6 +68,7 @@ func main() {
 			}
 			wl := chaos.DefaultWorkload()
 			wl.ClientsPerNode = *clients
+			wl.LongHoldShare, wl.LongHold = *longHolds, 4*time.Second
 			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size, LeaderClock: *leaderClock,
 				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute})
 		}

@@ -1,0 +1,304 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// Tests of S5 ("holder knows first") against the review's findings 2, 4, 5
+// and the duplicate-leased-grant bullet of 11 (shared/review/safety-review.md).
+// The wall-clock scenario itself, which needs a clock whose wall reading
+// steps apart from its monotonic one, is chaos.TestS5WallStepDoesNotKeepHolderLive.
+
+// hasMonotonic reports whether t carries a monotonic reading (Round(0)
+// strips it).
+func hasMonotonic(t time.Time) bool { return t != t.Round(0) }
+
+// openSession makes sure n's session is open (a lock taken and released).
+func openSession(t *testing.T, n *Node) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	h, err := n.Acquire(ctx, "warm-up", "w", true, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+}
+
+// inLoop runs f inside n's loop and waits for it.
+func inLoop(t *testing.T, n *Node, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	require.NoError(t, n.do(ctxT(t, 10*time.Second), func() { f(); close(done) }))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not run the function")
+	}
+}
+
+// TestS5HolderDeadlinesKeepMonotonicReading (S5, finding 2): the session and
+// lease deadlines the holder compares keep the node clock's monotonic
+// reading, so a wall-clock step moves neither. Deadlines stored as UnixNano
+// and rebuilt with time.Unix have none: they are compared on the wall clock.
+func TestS5HolderDeadlinesKeepMonotonicReading(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	tc.leader()
+	n := tc.nodes[1]
+	h, err := n.Acquire(ctxT(t, 10*time.Second), "leased", "o", true, 5*time.Second)
+	require.NoError(t, err)
+	sd, ld := n.holderDeadline(), h.leaseDeadline()
+	t.Logf("session deadline %v\nlease deadline %v", sd, ld)
+	require.True(t, hasMonotonic(sd), "the session deadline has no monotonic reading: it is compared on the wall clock")
+	require.True(t, hasMonotonic(ld), "the lease deadline has no monotonic reading: it is compared on the wall clock")
+}
+
+// TestS5LateLeasedGrantNotHandedOutLive (S5, finding 4; was the review's
+// TestReviewLateLeasedGrantIsLive): a Granted result that arrives after the
+// holder-side lease deadline is never handed out as a live Hold.
+//   - A retained Duplicate result (a light member's retry after its reply or
+//     push was lost) for a grant the leader no longer holds: the renewal
+//     that dates it fails, the call fails with ErrLeaseExpired.
+//   - A grant applied late (its lease counted from the Acquire's first send
+//     has run out) of a lease the leader still runs: the renewal re-bases it
+//     and the Hold is handed out with a deadline ahead of it.
+func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	tc.leader()
+	n := tc.nodes[1]
+	openSession(t, n)
+	type handout struct {
+		res      opResult
+		live     bool
+		deadline time.Time
+		now      time.Time
+	}
+	// look reads the result if the loop already produced it (it is checked
+	// there, before the next tick can cancel anything), else waits.
+	look := func(done chan opResult) handout {
+		var out handout
+		got := false
+		inLoop(t, n, func() {
+			select {
+			case r := <-done:
+				out, got = handout{res: r, now: n.clock.Now()}, true
+				if r.hold != nil {
+					out.live, out.deadline = r.hold.Context().Err() == nil, r.hold.leaseDeadline()
+				}
+			default:
+			}
+		})
+		if got {
+			return out
+		}
+		select {
+		case r := <-done:
+			out = handout{res: r, now: n.clock.Now()}
+			if r.hold != nil {
+				out.live, out.deadline = r.hold.Context().Err() == nil, r.hold.leaseDeadline()
+			}
+			return out
+		case <-time.After(10 * time.Second):
+			t.Fatal("no result")
+			return out
+		}
+	}
+	t.Run("duplicate-of-a-lost-grant", func(t *testing.T) {
+		done := make(chan opResult, 1)
+		inLoop(t, n, func() {
+			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "x", Owner: "o", LeaseMillis: 300,
+				Session: n.loop.own.id, Seq: 1 << 40},
+				done: done, hold: &holdRequest{lease: 300 * time.Millisecond, sentAt: n.clock.Now().Add(-2 * time.Second)}}
+			n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: 5, Duplicate: true})
+		})
+		out := look(done)
+		require.False(t, out.live, "hold handed out live although its lease deadline passed %v ago", out.now.Sub(out.deadline))
+		require.ErrorIs(t, out.res.err, ErrLeaseExpired)
+	})
+	t.Run("applied-after-its-lease-from-first-send", func(t *testing.T) {
+		done := make(chan opResult, 1)
+		lease := time.Second
+		inLoop(t, n, func() {
+			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "y", Owner: "o", Wait: true,
+				LeaseMillis: uint64(lease.Milliseconds())},
+				done: done, hold: &holdRequest{lease: lease, sentAt: n.clock.Now().Add(-2 * time.Second)}}
+			n.submit(o)
+		})
+		out := look(done)
+		require.NoError(t, out.res.err)
+		require.False(t, out.live && !out.deadline.After(out.now),
+			"hold handed out live although its lease deadline passed %v ago", out.now.Sub(out.deadline))
+		require.True(t, out.live, "a grant the leader still leases is handed out, re-based")
+		t.Logf("handed out with %v of its lease left", out.deadline.Sub(out.now))
+		require.NoError(t, out.res.hold.Release(ctxT(t, 5*time.Second)))
+	})
+}
+
+// TestS5NoGrantHandedOutAfterSessionDeadline (S5, finding 4): a grant that
+// reaches the holder after its session deadline (here a fwd-status answer
+// handled by a loop that was stalled past the deadline) is not handed out
+// live: the session is given up first.
+func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	a := tc.follower()
+	n := tc.nodes[a]
+	ctx := ctxT(t, 30*time.Second)
+	h, err := n.Acquire(ctx, "held", "a", true, 0)
+	require.NoError(t, err)
+	sess := n.sess.Load()
+	tc.isolate(a)
+	out := make(chan string, 1)
+	require.NoError(t, n.do(ctx, func() {
+		// The loop stalls here until the deadline has passed (read again
+		// and again: a keepalive already on its way when the node was cut
+		// off may still be acknowledged), then handles the answer.
+		for !time.Now().After(n.holderDeadline().Add(50 * time.Millisecond)) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		done := make(chan opResult, 1)
+		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "late", Owner: "a", Session: sess, Seq: 1 << 40},
+			done: done, hold: &holdRequest{sentAt: n.clock.Now()}}
+		n.loop.ops.inflight[o.cmd.Seq] = o
+		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, binary.AppendUvarint([]byte{statusGranted}, 1<<40))
+		delete(n.loop.ops.inflight, o.cmd.Seq)
+		select {
+		case r := <-done:
+			if r.hold != nil && r.hold.Context().Err() == nil {
+				out <- fmt.Sprintf("LIVE: hold handed out %v after the session deadline", n.clock.Now().Sub(n.holderDeadline()))
+			} else {
+				out <- fmt.Sprintf("refused: %v", r.err)
+			}
+		default:
+			out <- "refused: no result"
+		}
+	}))
+	var got string
+	select {
+	case got = <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not run the answer")
+	}
+	t.Log(got)
+	require.NotContains(t, got, "LIVE")
+	<-h.Context().Done()
+	require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+	tc.heal()
+	h2, err := n.Acquire(ctx, "after-heal", "a", true, 0)
+	require.NoError(t, err, "the node opens a new session and serves again")
+	require.NoError(t, h2.Release(ctx))
+}
+
+// TestS5OneHoldPerLeasedGrant (S5, finding 11): a light member that hears of
+// one leased grant from the queue twice (a push and a fwd-status answer)
+// makes one Hold, not a second one that outlives the first.
+func TestS5OneHoldPerLeasedGrant(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	tc.leader()
+	n := tc.nodes[1]
+	openSession(t, n)
+	var handles int
+	inLoop(t, n, func() {
+		sess := n.loop.own.id
+		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "q", Owner: "o", Wait: true, LeaseMillis: 2000,
+			Session: sess, Seq: 1 << 40},
+			done: make(chan opResult, 1), hold: &holdRequest{lease: 2 * time.Second, sentAt: n.clock.Now()}}
+		n.loop.ops.queued[o.cmd.Seq] = o
+		n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventGranted, Session: sess, Seq: o.cmd.Seq, Name: "q", Owner: "o",
+			Token: 7, FromQueue: true}) // the push
+		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, binary.AppendUvarint([]byte{statusGranted}, 7)) // fwd-status
+		if hl := n.loop.holds.held[holdKey{"q", "o"}]; hl != nil {
+			handles = len(hl.handles)
+		}
+	})
+	require.Equal(t, 1, handles, "Holds made for one grant")
+}
+
+// TestS5HolderToldByDeadlineWhileLoopStalled (S5, finding 5): with the node
+// loop stalled (Faults.PauseLoop: as a long synchronous disk write would;
+// the keepalive sender runs on), a holder's Context still ends by its
+// deadline, before the lock is granted elsewhere: for a session cut off from
+// the leader, and for a lease that is not renewed. When the loop resumes it
+// gives the session up (or drops the lease) and serves again.
+func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
+	for _, leased := range []bool{false, true} {
+		name := map[bool]string{false: "session-cut-off", true: "lease-not-renewed"}[leased]
+		t.Run(name, func(t *testing.T) {
+			tc := newTestCluster(t, 3)
+			lead := tc.leader()
+			a := otherThan(tc, lead)
+			b := otherThan(tc, lead, a)
+			n := tc.nodes[a]
+			ctx := ctxT(t, 30*time.Second)
+			lease := time.Duration(0)
+			if leased {
+				lease = 600 * time.Millisecond
+			}
+			h, err := n.Acquire(ctx, "stock", "a", true, lease)
+			require.NoError(t, err)
+			lost := lostAt(h)
+			got, grantedAt := grantAsync(t, tc.nodes[b], "stock", "b")
+			requireWaiters(t, tc.nodes[b], "stock", 1)
+			if !leased {
+				tc.isolate(a)
+			}
+			tc.faults[a].PauseLoop()
+			h2 := <-got
+			require.NotNil(t, h2)
+			tick := tc.config(a).TickInterval
+			deadline := n.holderDeadline()
+			want := ErrSessionExpired
+			if leased {
+				deadline, want = h.leaseDeadline(), ErrLeaseExpired
+			}
+			require.False(t, lost().IsZero(), "the holder was not told before the lock was granted elsewhere (loop stalled)")
+			require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
+			t.Logf("holder told %v after its deadline, %v before the waiter was granted",
+				lost().Sub(deadline), grantedAt().Sub(lost()))
+			require.Less(t, lost().Sub(deadline), 2*tick, "told later than its deadline (by %v)", lost().Sub(deadline))
+			require.ErrorIs(t, context.Cause(h.Context()), want)
+			require.Greater(t, h2.Token(), h.Token())
+			// The loop resumes, learns the session (or lease) was given
+			// up, and serves again.
+			tc.faults[a].Resume()
+			tc.heal()
+			h3, err := n.Acquire(ctx, "after", "a", true, 0)
+			require.NoError(t, err)
+			require.NoError(t, h3.Release(ctx))
+			require.NoError(t, h2.Release(ctx))
+		})
+	}
+}
+
+// TestS5ReentrantHoldSharesTheLease (S5): a lock's lease belongs to its
+// grant (lockfsm keeps one lease per lock, started by the first grant): a
+// reentrant Hold of a leased lock, taken without a lease of its own, must
+// be told when that lease runs out, before the lock is granted elsewhere,
+// even after the first Hold was released. The waiter is on the leader,
+// which applies the expiry first.
+func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	n := tc.nodes[a]
+	ctx := ctxT(t, 30*time.Second)
+	h1, err := n.Acquire(ctx, "r", "a", true, 800*time.Millisecond)
+	require.NoError(t, err)
+	h2, err := n.Acquire(ctx, "r", "a", true, 0)
+	require.NoError(t, err)
+	require.Equal(t, h1.Token(), h2.Token(), "reentrant")
+	lost := lostAt(h2)
+	require.NoError(t, h1.Release(ctx)) // one level; the lock and its lease go on
+	got, grantedAt := grantAsync(t, tc.nodes[lead], "r", "b")
+	h3 := <-got
+	require.NotNil(t, h3)
+	require.False(t, lost().IsZero(), "the reentrant hold was not told before the lease ran out and the lock moved on")
+	require.True(t, lost().Before(grantedAt()), "reentrant hold told at %v, waiter granted at %v", lost(), grantedAt())
+	require.ErrorIs(t, context.Cause(h2.Context()), ErrLeaseExpired)
+	t.Logf("reentrant hold told %v before the waiter was granted", grantedAt().Sub(lost()))
+	require.NoError(t, h3.Release(ctx))
+}
