@@ -11,6 +11,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/prometheus/client_golang v1.25.0 // indirect
+
 require (
 	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/google/btree v1.1.3 // indirect

@@ -107,6 +107,9 @@ type loopState struct {
 	fwd     fwdState
 	props   proposalBatch
 	hints   commitHints
+	reads   readIndexState // linearizable inspection reads (readindex.go)
+	times   applyTimes     // when indexes were applied, for inspection (applytimes.go)
+	stats   loopCounters   // counters for Status and metrics (metricsnode.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -206,6 +209,7 @@ func start(cfg Config) (*Node, error) {
 	n.app.wake = make(chan struct{}, 1)
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
+	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
