@@ -22,14 +22,14 @@ func requireViewMatches(t *testing.T, want lockfsm.LockInfo, got LockView, nodeO
 	require.Equal(t, want.Holder.Session, got.Holder.Session)
 	require.Equal(t, want.Token, got.Holder.Token)
 	require.Equal(t, want.HoldCount, got.Holder.HoldCount)
-	require.Equal(t, nodeOf[want.Holder.Session], got.Holder.Member)
+	require.Equal(t, ID(nodeOf[want.Holder.Session]), got.Holder.Member)
 	require.Len(t, got.Waiters, len(want.Waiters))
 	for i, w := range want.Waiters {
 		require.Equal(t, i+1, got.Waiters[i].Position)
 		require.Equal(t, w.Owner, got.Waiters[i].Owner)
 		require.Equal(t, w.Session, got.Waiters[i].Session)
 		require.Equal(t, w.Enqueued, got.Waiters[i].Enqueued)
-		require.Equal(t, nodeOf[w.Session], got.Waiters[i].Member)
+		require.Equal(t, ID(nodeOf[w.Session]), got.Waiters[i].Member)
 	}
 }
 
@@ -87,11 +87,11 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		requireViewMatches(t, want, v, nodeOf)
-		require.Equal(t, fol, v.Holder.Member)
+		require.Equal(t, ID(fol), v.Holder.Member)
 		require.Equal(t, h.Token(), v.Holder.Token)
 		for i, w := range waiters {
 			require.Equal(t, w.owner, v.Waiters[i].Owner)
-			require.Equal(t, w.id, v.Waiters[i].Member)
+			require.Equal(t, ID(w.id), v.Waiters[i].Member)
 		}
 		require.False(t, v.Holder.GrantedAt.IsZero(), "the grant was applied by this process")
 		require.WithinDuration(t, time.Now(), v.Holder.GrantedAt, 30*time.Second)
@@ -193,19 +193,19 @@ func TestInspectOnLightMember(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		requireViewMatches(t, want, v, nodeOf)
-		require.Equal(t, a.ID(), v.Holder.Member)
-		require.Equal(t, []uint64{b.ID(), lead.ID()}, []uint64{v.Waiters[0].Member, v.Waiters[1].Member})
+		require.Equal(t, ID(a.ID()), v.Holder.Member)
+		require.Equal(t, []ID{ID(b.ID()), ID(lead.ID())}, []ID{v.Waiters[0].Member, v.Waiters[1].Member})
 		require.False(t, v.Holder.ExpiresAt.IsZero(), "the leader answered")
 	}
 	p, err := a.InspectLocks(ctx, "", "", 10, ReadOptions{})
 	require.NoError(t, err)
 	require.Len(t, p.Locks, 1)
-	require.Equal(t, lead.ID(), p.ServedBy)
+	require.Equal(t, ID(lead.ID()), p.ServedBy)
 
 	mv, err := a.InspectMembers(ctx, ReadOptions{})
 	require.NoError(t, err)
 	require.True(t, mv.FromLeader)
-	require.Equal(t, lead.ID(), mv.Leader)
+	require.Equal(t, ID(lead.ID()), mv.Leader)
 	roles := map[string]int{}
 	for _, m := range mv.Members {
 		roles[m.Role]++

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
@@ -41,7 +43,7 @@ type LockView struct {
 type HolderView struct {
 	Owner     string `json:"owner"`
 	Session   uint64 `json:"session"`
-	Member    uint64 `json:"member"`     // raft id of the node whose session holds it
+	Member    ID     `json:"member"`     // raft id of the node whose session holds it
 	Token     uint64 `json:"token"`      // fencing token = the raft index of the granting entry ("since", in log order)
 	HoldCount uint32 `json:"hold_count"` // reentrant depth
 	// GrantedAt is when the replica that answered applied the grant, to
@@ -63,7 +65,7 @@ type WaiterView struct {
 	Position    int       `json:"position"` // 1 = next
 	Owner       string    `json:"owner"`
 	Session     uint64    `json:"session"`
-	Member      uint64    `json:"member"`
+	Member      ID        `json:"member"`
 	Enqueued    uint64    `json:"enqueued"`             // raft index of the acquire that queued it
 	EnqueuedAt  time.Time `json:"enqueued_at,omitzero"` // as GrantedAt
 	LeaseMillis uint64    `json:"lease_ms,omitempty"`
@@ -78,7 +80,7 @@ type LocksPage struct {
 	// Applied is the applied index of the table that was read.
 	Applied uint64 `json:"applied"`
 	// ServedBy is the raft id of the node whose table was read.
-	ServedBy uint64 `json:"served_by"`
+	ServedBy ID `json:"served_by"`
 }
 
 // MaxPageLimit bounds InspectLocks' limit.
@@ -146,7 +148,7 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 	err := n.readTable(ctx, opts, func() {
 		infos, more := n.fsm.LocksPage(prefix, after, limit)
 		nodes := n.sessionNodes()
-		p := LocksPage{Locks: make([]LockView, 0, len(infos)), Applied: n.fsm.AppliedIndex(), ServedBy: n.id}
+		p := LocksPage{Locks: make([]LockView, 0, len(infos)), Applied: n.fsm.AppliedIndex(), ServedBy: ID(n.id)}
 		for _, li := range infos {
 			p.Locks = append(p.Locks, n.lockView(li, nodes))
 		}
@@ -197,7 +199,7 @@ func (n *Node) sessionNodes() map[uint64]uint64 {
 func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) LockView {
 	v := LockView{Name: li.Name, Delayed: li.Delayed, Waiters: make([]WaiterView, 0, len(li.Waiters))}
 	if li.HoldCount > 0 {
-		h := &HolderView{Owner: li.Holder.Owner, Session: li.Holder.Session, Member: nodes[li.Holder.Session],
+		h := &HolderView{Owner: li.Holder.Owner, Session: li.Holder.Session, Member: ID(nodes[li.Holder.Session]),
 			Token: li.Token, HoldCount: li.HoldCount, GrantedAt: n.loop.times.when(li.Token), LeaseMillis: li.LeaseMillis}
 		if l := &n.loop.lead; n.loop.isLeader && l.active {
 			if li.LeaseMillis > 0 {
@@ -212,7 +214,7 @@ func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) LockView {
 	}
 	for i, w := range li.Waiters {
 		v.Waiters = append(v.Waiters, WaiterView{Position: i + 1, Owner: w.Owner, Session: w.Session,
-			Member: nodes[w.Session], Enqueued: w.Enqueued, EnqueuedAt: n.loop.times.when(w.Enqueued),
+			Member: ID(nodes[w.Session]), Enqueued: w.Enqueued, EnqueuedAt: n.loop.times.when(w.Enqueued),
 			LeaseMillis: w.LeaseMillis})
 	}
 	return v
@@ -228,7 +230,7 @@ const (
 // MemberView is one member as the leader (or, failing that, this node) sees
 // it.
 type MemberView struct {
-	ID         uint64 `json:"id"`
+	ID         ID     `json:"id"`
 	Role       string `json:"role"`
 	Leader     bool   `json:"leader,omitempty"`
 	RaftAddr   string `json:"raft_addr,omitempty"`
@@ -252,11 +254,11 @@ type MemberView struct {
 
 // MembersView is the cluster's membership.
 type MembersView struct {
-	Leader uint64 `json:"leader"` // 0: none known
+	Leader ID     `json:"leader"` // 0: none known
 	Term   uint64 `json:"term"`
 	// ServedBy is the node that answered; FromLeader whether that is the
 	// leader (only the leader knows raft health and lag).
-	ServedBy   uint64       `json:"served_by"`
+	ServedBy   ID           `json:"served_by"`
 	FromLeader bool         `json:"from_leader"`
 	Commit     uint64       `json:"commit"`
 	LastIndex  uint64       `json:"last_index"`
@@ -294,13 +296,13 @@ func (n *Node) InspectMembers(ctx context.Context, opts ReadOptions) (MembersVie
 // membersView builds this node's view (loop).
 func (n *Node) membersView() MembersView {
 	st := n.rn.Status()
-	v := MembersView{Leader: n.loop.leader, Term: st.GetTerm(), ServedBy: n.id, FromLeader: n.loop.isLeader,
+	v := MembersView{Leader: ID(n.loop.leader), Term: st.GetTerm(), ServedBy: ID(n.id), FromLeader: n.loop.isLeader,
 		Commit: st.GetCommit()}
 	byID := map[uint64]*MemberView{}
 	get := func(id uint64) *MemberView {
 		m := byID[id]
 		if m == nil {
-			m = &MemberView{ID: id, Role: RoleLight}
+			m = &MemberView{ID: ID(id), Role: RoleLight}
 			byID[id] = m
 		}
 		return m
@@ -375,4 +377,34 @@ func (n *Node) membersView() MembersView {
 // is open) and the leader it knows (0: none). Lock-free; safe anywhere.
 func (n *Node) Serving() (session, leader uint64, err error) {
 	return n.sess.Load(), n.lead.Load(), n.err()
+}
+
+// ID is a raft id. In JSON and text it is 16 hex digits, as in logs, gossip
+// names and profile labels (a JSON number would lose precision above 2^53
+// in many readers).
+type ID uint64
+
+// String is the 16-digit hex form.
+func (id ID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler; it accepts hex with or
+// without 0x.
+func (id *ID) UnmarshalText(b []byte) error {
+	v, err := ParseID(string(b))
+	*id = v
+	return err
+}
+
+// ParseID parses a raft id written in hex (with or without 0x), as ID prints
+// it.
+func ParseID(s string) (ID, error) {
+	s = strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || s == "" {
+		return 0, fmt.Errorf("%w: bad member id %q (want hex, as lockraftctl members shows)", ErrInvalidConfig, s)
+	}
+	return ID(v), nil
 }
