@@ -58,7 +58,7 @@ func TestSeedAnsweredOnlyBySelfKeepsTrying(t *testing.T) {
 func TestResolveSeeds(t *testing.T) {
 	dns := map[string][]string{
 		"lockraft-headless.orders.svc.cluster.local": {"10.0.0.7", "10.0.0.5", "10.0.0.6"},
-		"other.example":                              {"10.0.0.5"},
+		"other.example": {"10.0.0.5"},
 	}
 	r := seedResolver{lookup: func(_ context.Context, host string) ([]string, error) {
 		if ips, ok := dns[host]; ok {
@@ -95,7 +95,9 @@ func TestSeedNameReResolvedWhileForming(t *testing.T) {
 		}
 		return []string{"127.0.0.1"}, nil // both members listen on 127.0.0.1, on their own ports
 	}
-	seeds := func(port int) []string { return []string{net.JoinHostPort("lockraft-headless.test", strconv.Itoa(port))} }
+	seeds := func(port int) []string {
+		return []string{net.JoinHostPort("lockraft-headless.test", strconv.Itoa(port))}
+	}
 	ca := testConfig(1, "c1")
 	ca.BindPort, ca.LookupHost = pa, lookup
 	ca.Seeds = append(seeds(pa), seeds(pb)...)
