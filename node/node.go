@@ -110,6 +110,7 @@ type loopState struct {
 	reads   readIndexState // linearizable inspection reads (readindex.go)
 	times   applyTimes     // when indexes were applied, for inspection (applytimes.go)
 	stats   loopCounters   // counters for Status and metrics (metricsnode.go)
+	fine    fineTicker     // the leader's fine ticker, on only when needed (fineticker.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -345,11 +346,10 @@ func (n *Node) run() {
 	}
 	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
 	defer stopTick()
-	// The leader checks its expiry deadlines ten times per tick, so a
-	// crashed holder's lock moves on within ~10 ms of its TTL rather than
-	// up to a whole tick later.
-	finec, stopFine := n.clock.NewTicker(max(n.cfg.TickInterval/10, time.Millisecond))
-	defer stopFine()
+	// The leader checks its expiry deadlines ten times per tick while one
+	// is near, so a crashed holder's lock moves on within ~10 ms of its TTL
+	// rather than up to a whole tick later (fineticker.go).
+	defer n.stopFineTicker()
 	for {
 		select {
 		case <-tickc:
@@ -360,14 +360,9 @@ func (n *Node) run() {
 				n.fail(err)
 				return
 			}
-		case <-finec:
-			if n.loop.isLeader {
-				now := n.clock.Now()
-				n.loop.lead.tick(n, now)
-				n.fwdExpireReplies(now, false)
-			} else if n.cfg.TestHooks.FollowerExpiry {
-				n.followerExpiry()
-			}
+			n.leaderCoarseTick(n.clock.Now())
+		case <-n.loop.fine.c: // nil (never ready) while the fine ticker is off
+			n.onFineTick()
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
@@ -406,6 +401,7 @@ func (n *Node) run() {
 			}
 			n.flushProposals() // proposed while applying (a leader change re-proposes)
 		}
+		n.syncFineTicker()
 	}
 }
 
