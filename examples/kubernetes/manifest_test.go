@@ -60,15 +60,15 @@ type (
 		Metadata   meta   `yaml:"metadata"`
 		Spec       struct {
 			// Service
-			ClusterIP                string            `yaml:"clusterIP"`
-			PublishNotReadyAddresses bool              `yaml:"publishNotReadyAddresses"`
-			Selector                 yaml.Node         `yaml:"selector"`
-			Ports                    []port            `yaml:"ports"`
-			MaxUnavailable           *int              `yaml:"maxUnavailable"`
-			MinAvailable             *int              `yaml:"minAvailable"`
-			ServiceName              string            `yaml:"serviceName"`
-			Replicas                 int               `yaml:"replicas"`
-			PodManagementPolicy      string            `yaml:"podManagementPolicy"`
+			ClusterIP                string    `yaml:"clusterIP"`
+			PublishNotReadyAddresses bool      `yaml:"publishNotReadyAddresses"`
+			Selector                 yaml.Node `yaml:"selector"`
+			Ports                    []port    `yaml:"ports"`
+			MaxUnavailable           *int      `yaml:"maxUnavailable"`
+			MinAvailable             *int      `yaml:"minAvailable"`
+			ServiceName              string    `yaml:"serviceName"`
+			Replicas                 int       `yaml:"replicas"`
+			PodManagementPolicy      string    `yaml:"podManagementPolicy"`
 			Template                 struct {
 				Metadata meta `yaml:"metadata"`
 				Spec     struct {
