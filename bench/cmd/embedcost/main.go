@@ -61,7 +61,7 @@ var (
 	flagDir    = flag.String("dir", "", "")
 	flagListen = flag.String("listen", "", "")
 	flagPeers  = flag.String("peers", "", "")
-	flagGossip = flag.Int("gossip-port", 0, "")
+	flagGossip = flag.Bool("gossip", false, "")
 	flagSeeds  = flag.String("seeds", "", "")
 	flagExpect = flag.Int("expect", 0, "")
 	flagHB     = flag.Int("heartbeat-ticks", 0, "raft heartbeat interval in ticks (0: lockraft's default); for experiments")
@@ -89,12 +89,12 @@ func child() error {
 		opts = append(opts, lockraft.WithNodeConfig(func(c *node.Config) { c.HeartbeatTicks = *flagHB }))
 	}
 	var peers []string
-	if *flagGossip != 0 {
+	if *flagGossip {
 		if *flagSeeds != "" {
 			peers = strings.Split(*flagSeeds, ",")
 		}
 		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(node.GossipConfig{
-			BindPort: *flagGossip, BootstrapExpect: *flagExpect,
+			BootstrapExpect: *flagExpect,
 			Thresholds: membership.Thresholds{MaxVoters: 5, StabilizeFor: 2 * time.Second},
 		}))
 	} else {
@@ -143,7 +143,7 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("READY http://%s\n", ln.Addr())
+	fmt.Printf("READY http://%s %s\n", ln.Addr(), n.GossipAddr())
 	go http.Serve(ln, mux)
 	// The parent closes stdin to stop the child.
 	io.Copy(io.Discard, os.Stdin)
@@ -225,15 +225,23 @@ func measureFleet(self, kind string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	ports, err := freePorts(2 * size)
-	if err != nil {
-		return err
+	// Static members need their raft addresses in advance; gossip members
+	// bind free ports and the first one's gossip address is everyone's seed.
+	peers := make([]string, size)
+	if gossip {
+		for i := range peers {
+			peers[i] = "127.0.0.1:0"
+		}
+	} else {
+		ports, err := freePorts(size)
+		if err != nil {
+			return err
+		}
+		for i, p := range ports {
+			peers[i] = fmt.Sprintf("127.0.0.1:%d", p)
+		}
 	}
-	raft, gport := ports[:size], ports[size:]
-	var peers []string
-	for _, p := range raft {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
-	}
+	seed := ""
 	expect := min(size, 5)
 	procs := make([]*proc, size)
 	defer func() {
@@ -258,9 +266,9 @@ func measureFleet(self, kind string) error {
 	for i := range size {
 		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB)}
 		if gossip {
-			args = append(args, "-gossip-port", fmt.Sprint(gport[i]), "-expect", fmt.Sprint(expect))
+			args = append(args, "-gossip", "-expect", fmt.Sprint(expect))
 			if i > 0 {
-				args = append(args, "-seeds", fmt.Sprintf("127.0.0.1:%d", gport[0]))
+				args = append(args, "-seeds", seed)
 			}
 		} else {
 			args = append(args, "-peers", strings.Join(peers, ","))
@@ -288,7 +296,11 @@ func measureFleet(self, kind string) error {
 			}
 			return fmt.Errorf("child %d did not start: %q %v; its log ends:\n%s", i, line, err, log)
 		}
-		p.url = strings.TrimSpace(strings.TrimPrefix(line, "READY "))
+		f := strings.Fields(line)
+		p.url = f[1]
+		if i == 0 && len(f) > 2 {
+			seed = f[2]
+		}
 	}
 	// Ready (session and leader) everywhere, and for a gossip fleet the
 	// configuration at its target: 5 voters (or 3), 2 learners.
