@@ -9,7 +9,8 @@ import "time"
 // A sample (index i, time t) is taken for the first entry of an apply batch
 // once at least sampleEvery has passed since the previous sample. So every
 // index between two neighbouring samples k and k+1 was applied in
-// [t_k, t_k + sampleEvery): when answers to within sampleEvery. When the
+// [t_k, t_k + sampleEvery): when answers to within sampleEvery (and
+// interpolates inside that span, which is exact under steady traffic). When the
 // buffer is full every other sample is dropped, so it covers the replica's
 // whole life in bounded memory and older answers get coarser (the bound is
 // then the gap to the next kept sample). Cost: one comparison per apply
@@ -21,7 +22,7 @@ type applyTimes struct {
 }
 
 const (
-	sampleEvery = time.Second
+	sampleEvery = 250 * time.Millisecond
 	maxSamples  = 4096
 )
 
@@ -46,10 +47,13 @@ func (a *applyTimes) note(index uint64, now time.Time) {
 }
 
 // when returns when this replica applied index, to within sampleEvery for
-// recent indexes; zero when unknown (applied before this process started,
-// restored from a snapshot, or not applied yet).
-func (a *applyTimes) when(index uint64) time.Time {
-	if index < a.knownFrom || len(a.idx) == 0 || index < a.idx[0] {
+// recent indexes (interpolated between the neighbouring samples, which
+// bound it); zero when unknown (applied before this process started,
+// restored from a snapshot, or not applied yet). last and now are the last
+// applied index and the current time, which bound indexes past the newest
+// sample.
+func (a *applyTimes) when(index, last uint64, now time.Time) time.Time {
+	if index < a.knownFrom || len(a.idx) == 0 || index < a.idx[0] || index > last {
 		return time.Time{}
 	}
 	lo, hi := 0, len(a.idx) // the last sample with idx <= index
@@ -61,7 +65,19 @@ func (a *applyTimes) when(index uint64) time.Time {
 			hi = mid
 		}
 	}
-	return a.at[lo]
+	// index was applied in [at[lo], upper): before the next sample, and
+	// within sampleEvery of this one (a batch later than that would have
+	// taken a sample).
+	i0, t0 := a.idx[lo], a.at[lo]
+	i1, t1 := last+1, now
+	if lo+1 < len(a.idx) {
+		i1, t1 = a.idx[lo+1], a.at[lo+1]
+	}
+	span := min(t1.Sub(t0), sampleEvery)
+	if i1 <= i0 || span <= 0 {
+		return t0
+	}
+	return t0.Add(time.Duration(float64(span) * float64(index-i0) / float64(i1-i0)))
 }
 
 // restart forgets everything below from (after a snapshot restore: those

@@ -47,7 +47,7 @@ type HolderView struct {
 	Token     uint64 `json:"token"`      // fencing token = the raft index of the granting entry ("since", in log order)
 	HoldCount uint32 `json:"hold_count"` // reentrant depth
 	// GrantedAt is when the replica that answered applied the grant, to
-	// within a second for recent grants (zero: unknown, e.g. granted before
+	// within a quarter second for recent grants (zero: unknown, e.g. granted before
 	// that replica started). See applyTimes.
 	GrantedAt time.Time `json:"granted_at,omitzero"`
 	// LeaseMillis is the hold's own lease (WithLease); 0 when it lives as
@@ -200,7 +200,7 @@ func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) LockView {
 	v := LockView{Name: li.Name, Delayed: li.Delayed, Waiters: make([]WaiterView, 0, len(li.Waiters))}
 	if li.HoldCount > 0 {
 		h := &HolderView{Owner: li.Holder.Owner, Session: li.Holder.Session, Member: ID(nodes[li.Holder.Session]),
-			Token: li.Token, HoldCount: li.HoldCount, GrantedAt: n.loop.times.when(li.Token), LeaseMillis: li.LeaseMillis}
+			Token: li.Token, HoldCount: li.HoldCount, GrantedAt: n.appliedAt(li.Token), LeaseMillis: li.LeaseMillis}
 		if l := &n.loop.lead; n.loop.isLeader && l.active {
 			if li.LeaseMillis > 0 {
 				if d := l.leases[li.Name]; d != nil && d.token == li.Token {
@@ -214,10 +214,15 @@ func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) LockView {
 	}
 	for i, w := range li.Waiters {
 		v.Waiters = append(v.Waiters, WaiterView{Position: i + 1, Owner: w.Owner, Session: w.Session,
-			Member: ID(nodes[w.Session]), Enqueued: w.Enqueued, EnqueuedAt: n.loop.times.when(w.Enqueued),
+			Member: ID(nodes[w.Session]), Enqueued: w.Enqueued, EnqueuedAt: n.appliedAt(w.Enqueued),
 			LeaseMillis: w.LeaseMillis})
 	}
 	return v
+}
+
+// appliedAt dates an applied index (loop).
+func (n *Node) appliedAt(index uint64) time.Time {
+	return n.loop.times.when(index, n.loop.lastApplied, n.clock.Now())
 }
 
 // Member roles.
