@@ -227,7 +227,7 @@ func since(t time.Time) string {
 	d := time.Since(t)
 	switch {
 	case d < time.Second:
-		return "<1s"
+		return d.Round(time.Millisecond).String()
 	case d < time.Minute:
 		return d.Round(100 * time.Millisecond).String()
 	}
