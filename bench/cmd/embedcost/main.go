@@ -11,7 +11,7 @@
 //     by the pairs done.
 //
 // Fleets: "3" is a 3-member static cluster (the quick start); "3g" the same
-// formed by gossip; "50" a gossip fleet of 50 (5 voters, 2 learners, the
+// formed by gossip; "10" a gossip fleet of 10; "50" a gossip fleet of 50 (5 voters, 2 learners, the
 // rest light members). Production timings throughout (100 ms ticks, 10 s
 // session TTL, 1 s keepalives, memberlist's LAN timing).
 //
@@ -215,6 +215,8 @@ func measureFleet(self, kind string) error {
 		size = 3
 	case "3g":
 		size, gossip = 3, true
+	case "10":
+		size, gossip = 10, true
 	case "50":
 		size, gossip = 50, true
 	default:
@@ -346,6 +348,13 @@ func measureFleet(self, kind string) error {
 	}
 
 	// Idle.
+	applied := func() uint64 {
+		var st lockraft.StatusView
+		_, body := get(procs[0].url + "/lockraft/status")
+		json.Unmarshal([]byte(body), &st)
+		return st.Commit
+	}
+	commit0 := applied()
 	load0 := loadavg()
 	cpu0 := make([]int64, size)
 	for i, p := range procs {
@@ -388,6 +397,7 @@ func measureFleet(self, kind string) error {
 			float64(rssKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid)})
 	}
 	load1 := loadavg()
+	idleEntries := applied() - commit0
 
 	// S2 load.
 	callers := *flagCallers
@@ -429,9 +439,10 @@ func measureFleet(self, kind string) error {
 	pairs := per * callers
 
 	// Report.
-	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
-	fmt.Printf("\n== %s: formed and ready in %v; idle window %v; load average %s before, %s after\n",
-		name, formed.Round(100*time.Millisecond), window.Round(time.Second), load0, load1)
+	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster",
+		"10": "fleet of 10 (gossip: 5 voters, 2 learners, 3 light)", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
+	fmt.Printf("\n== %s: formed and ready in %v; idle window %v (raft entries committed meanwhile: %d); load average %s before, %s after\n",
+		name, formed.Round(100*time.Millisecond), window.Round(time.Second), idleEntries, load0, load1)
 	fmt.Printf("%-6s %-9s %10s %8s %11s %5s\n", "proc", "role", "idle-cpu%", "rss-MiB", "goroutines", "fds")
 	byRole := map[string][]row{}
 	for _, r := range rows {
