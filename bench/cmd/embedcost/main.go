@@ -31,9 +31,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
-	"net/http/pprof"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -95,7 +95,7 @@ func child() error {
 		}
 		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(node.GossipConfig{
 			BootstrapExpect: *flagExpect,
-			Thresholds: membership.Thresholds{MaxVoters: 5, StabilizeFor: 2 * time.Second},
+			Thresholds:      membership.Thresholds{MaxVoters: 5, StabilizeFor: 2 * time.Second},
 		}))
 	} else {
 		peers = strings.Split(*flagPeers, ",")
