@@ -185,8 +185,10 @@ type MetricsSnapshot struct {
 }
 
 // MetricsSnapshot reads the node's counters and gauges. Cost: one loop turn
-// and a pass over the lock table (lockfsm.Stats: O(names), about 10–20 ns a
-// name, no allocation); call it at scrape time, not per operation.
+// and a pass over the lock table (lockfsm.Stats: O(names), no allocation,
+// about 60 ns of CPU a name by lockfsm's BenchmarkScan, so 6 ms at 100,000
+// names, during which the loop waits); call it at scrape time, not per
+// operation.
 func (n *Node) MetricsSnapshot(ctx context.Context) (MetricsSnapshot, error) {
 	reply := make(chan MetricsSnapshot, 1)
 	if err := n.do(ctx, func() { reply <- n.metricsSnapshot() }); err != nil {
