@@ -179,7 +179,7 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 		st := n.rn.Status()
 		healthy := 0
 		for _, v := range cs.GetVoters() {
-			if pr, ok := st.Progress[v]; v != id && ok && (pr.RecentActive || v == n.id) {
+			if pr, ok := st.Progress[v]; v != id && ok && (pr.RecentActive || n.peerActive(v, n.clock.Now())) {
 				healthy++
 			}
 		}

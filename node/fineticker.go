@@ -62,6 +62,7 @@ func (n *Node) onFineTick() {
 // next deadline is near enough to turn the fine ticker on.
 func (n *Node) leaderCoarseTick(now time.Time) {
 	f := &n.loop.fine
+	n.notePeerActivity(now)
 	if !n.loop.isLeader {
 		f.wanted = false
 		return

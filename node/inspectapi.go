@@ -356,7 +356,7 @@ func (n *Node) membersView() MembersView {
 			m.Healthy = gossipOK && m.Gossip != ""
 		case n.loop.isLeader:
 			pr, ok := st.Progress[id]
-			m.Healthy = gossipOK && ok && (pr.RecentActive || id == n.id)
+			m.Healthy = gossipOK && ok && (pr.RecentActive || n.peerActive(id, n.clock.Now()))
 			if ok {
 				m.Match, m.LagKnown = pr.Match, true
 				m.Lag = last - min(last, pr.Match)

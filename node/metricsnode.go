@@ -5,6 +5,9 @@ import (
 	"os"
 	"time"
 
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
+
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
@@ -59,6 +62,39 @@ type loopCounters struct {
 	// headWatch: names where this node has queued Acquires not yet at the
 	// head, with their seqs (only with Config.Metrics).
 	headWatch map[string][]uint64
+
+	// peerSeen: leader only, when each voter or learner last showed raft's
+	// RecentActive (noted every tick). raft resets RecentActive every
+	// election timeout, so on its own it reads "inactive" for a moment
+	// after each reset; health is "seen within an election timeout".
+	peerSeen map[uint64]time.Time
+}
+
+// notePeerActivity records which peers raft saw recently (leader, each tick).
+func (n *Node) notePeerActivity(now time.Time) {
+	c := &n.loop.stats
+	if !n.loop.isLeader {
+		c.peerSeen = nil
+		return
+	}
+	if c.peerSeen == nil {
+		c.peerSeen = map[uint64]time.Time{}
+	}
+	n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pr.RecentActive {
+			c.peerSeen[id] = now
+		}
+	})
+}
+
+// peerActive reports whether the leader heard from peer id within the last
+// election timeout (and a tick). Loop, leader.
+func (n *Node) peerActive(id uint64, now time.Time) bool {
+	if id == n.id {
+		return true
+	}
+	at, ok := n.loop.stats.peerSeen[id]
+	return ok && now.Sub(at) <= n.cfg.electionTimeout()+n.cfg.TickInterval
 }
 
 // noteExpiry counts an applied expiry (loop).
@@ -264,7 +300,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 				continue
 			}
 			s.Peers = append(s.Peers, PeerProgress{ID: id, Learner: pr.IsLearner, Match: pr.Match,
-				Lag: last - min(last, pr.Match), Active: pr.RecentActive})
+				Lag: last - min(last, pr.Match), Active: pr.RecentActive || n.peerActive(id, n.clock.Now())})
 		}
 	}
 	return s
