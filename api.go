@@ -90,6 +90,7 @@ func IsRetryable(err error) bool {
 type Node struct {
 	n       *node.Node
 	ownerID atomic.Uint64
+	m       *metrics // nil without WithMetrics (metrics.go)
 }
 
 // Join starts this replica and returns once it is serving; the first Lock
@@ -134,11 +135,22 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 	} else {
 		cfg.Members = o.members
 	}
+	var m *metrics
+	if o.ops.metrics != nil {
+		m = newMetrics()
+		cfg.Metrics = &m.hooks
+	}
 	n, err := node.Start(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Node{n: n}, nil
+	if m != nil {
+		if err := m.register(o.ops.metrics, n); err != nil {
+			n.Crash()
+			return nil, err
+		}
+	}
+	return &Node{n: n, m: m}, nil
 }
 
 // Lock blocks until the named lock is granted to this call, in FIFO order
@@ -166,11 +178,22 @@ func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockO
 	if lo.owner == "" {
 		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
 	}
+	var start time.Time
+	if n.m != nil {
+		start = time.Now()
+	}
 	h, err := n.n.Acquire(ctx, name, lo.owner, wait, lo.lease)
+	if n.m != nil {
+		kind := opLock
+		if !wait {
+			kind = opTryLock
+		}
+		n.m.observe(0, kind, start, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{h: h}, nil
+	return &Lock{h: h, m: n.m}, nil
 }
 
 // Close releases every lock this node holds and removes its waiters (one
@@ -193,12 +216,21 @@ func (n *Node) Leader() uint64 { return n.n.Leader() }
 func (n *Node) GossipAddr() string { return n.n.GossipAddr() }
 
 // Lock is a held lock. Safe for concurrent use.
-type Lock struct{ h *node.Hold }
+type Lock struct {
+	h *node.Hold
+	m *metrics // nil without WithMetrics
+}
 
 // Unlock releases this hold (one level of a reentrant lock). It returns
 // ErrNotHeld if this handle already unlocked or the lock was lost. If ctx
 // ends first the outcome is unknown; the node keeps retrying the release.
-func (l *Lock) Unlock(ctx context.Context) error { return l.h.Release(ctx) }
+func (l *Lock) Unlock(ctx context.Context) error {
+	err := l.h.Release(ctx)
+	if l.m != nil {
+		l.m.observe(0, opUnlock, time.Time{}, err)
+	}
+	return err
+}
 
 // Token is the fencing token: it strictly increases across grants of this
 // name. Pass it to the resource you protect and reject lower ones.
@@ -216,7 +248,13 @@ func (l *Lock) Owner() string { return l.h.Owner() }
 
 // Renew restarts the lock's own lease (WithLease). Not logged: it goes to the
 // leader only. ErrNotHeld if the lease already ran out.
-func (l *Lock) Renew(ctx context.Context) error { return l.h.Renew(ctx) }
+func (l *Lock) Renew(ctx context.Context) error {
+	err := l.h.Renew(ctx)
+	if l.m != nil {
+		l.m.observe(0, opRenew, time.Time{}, err)
+	}
+	return err
+}
 
 // LockOption configures one Lock or TryLock call.
 type LockOption func(*lockOptions)
@@ -243,6 +281,7 @@ type options struct {
 	cfg     node.Config
 	members []node.Member
 	gossip  *node.GossipConfig
+	ops     opsOptions // metrics.go
 }
 
 func defaultOptions() options { return options{} }

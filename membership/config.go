@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,11 +45,17 @@ type Config struct {
 	AdvertiseAddr string
 	AdvertisePort int
 
-	// Seeds are "host:port" gossip addresses of existing members. Start joins
-	// them; if none answers, Start still succeeds and keeps retrying in the
-	// background until one answers or Shutdown (a fleet started all at once
-	// has no first member).
+	// Seeds are "host:port" gossip addresses of existing members; host may be
+	// a DNS name with several addresses (a headless Service). Start joins
+	// them, skipping its own address, and keeps resolving and joining new
+	// addresses in the background until StopSeeding or Shutdown (a fleet
+	// started all at once has no first member, and DNS answers grow as pods
+	// start).
 	Seeds []string
+
+	// LookupHost resolves a seed's host name to addresses (default
+	// net.DefaultResolver.LookupHost). Tests inject a fake DNS.
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 
 	// Meta is this member's metadata, gossiped to everyone.
 	Meta Meta

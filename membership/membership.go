@@ -37,6 +37,10 @@ type Membership struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	shutdown sync.Once
+
+	resolver seedResolver  // seeds.go
+	seedStop chan struct{} // closed by StopSeeding
+	seedOnce sync.Once
 }
 
 // Start validates cfg, starts gossip and joins cfg.Seeds. If no seed answers,
@@ -62,6 +66,11 @@ func Start(cfg Config) (*Membership, error) {
 		members:  make(map[string]*Member),
 		rejected: make(map[string]string),
 		stop:     make(chan struct{}),
+		seedStop: make(chan struct{}),
+		resolver: seedResolver{lookup: cfg.LookupHost},
+	}
+	if m.resolver.lookup == nil {
+		m.resolver.lookup = net.DefaultResolver.LookupHost
 	}
 	m.log = logger.With("component", "membership", "node", m.name)
 	mc := cfg.memberlistConfig(logger.With("node", m.name))
@@ -78,35 +87,16 @@ func Start(cfg Config) (*Membership, error) {
 	m.log.Info("gossip started", "addr", m.addr(ml.LocalNode()), "raft_id", cfg.Meta.RaftID, "cluster", cfg.Meta.ClusterID,
 		"encrypted", len(cfg.SecretKey) > 0, "label", mc.Label)
 	if len(cfg.Seeds) > 0 {
-		if _, err := m.Join(cfg.Seeds); err != nil {
-			m.log.Warn("no seed answered; retrying in the background", "seeds", cfg.Seeds, "err", err)
-			m.wg.Add(1)
-			go m.retryJoin(cfg.Seeds)
+		// Seeds are resolved (DNS names too), this member's own address is
+		// skipped, and they are resolved and joined again while the
+		// cluster forms (seeds.go).
+		if n, tried, err := m.joinSeeds(); n == 0 {
+			m.log.Info("no seed answered yet; retrying in the background", "seeds", cfg.Seeds, "tried", tried, "err", err)
 		}
+		m.wg.Add(1)
+		go m.seedLoop()
 	}
 	return m, nil
-}
-
-func (m *Membership) retryJoin(seeds []string) {
-	defer m.wg.Done()
-	delay := m.timing.RetryJoinInterval
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-time.After(delay):
-		}
-		if m.ml.NumMembers() > 1 {
-			return // someone found us; gossip does the rest
-		}
-		n, err := m.ml.Join(seeds)
-		if n > 0 {
-			m.log.Info("joined seeds after retrying", "contacted", n)
-			return
-		}
-		m.log.Warn("retrying seeds", "seeds", seeds, "err", err, "next_in", delay)
-		delay = min(delay*2, 16*m.timing.RetryJoinInterval)
-	}
 }
 
 // Join contacts the given gossip addresses ("host:port") and merges state

@@ -182,8 +182,15 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 		if err := n.cfg.Faults.writeError(); err != nil {
 			return nil, err
 		}
+		var t0 time.Time
+		if m := n.cfg.Metrics; m != nil && m.Fsync != nil {
+			t0 = time.Now()
+		}
 		if err := n.storage.Save(snap, hs, ents); err != nil {
 			return nil, err
+		}
+		if !t0.IsZero() {
+			n.cfg.Metrics.Fsync(time.Since(t0))
 		}
 		a.pendingHS = nil
 		if p := n.cfg.TestHooks.Stages; p != nil {

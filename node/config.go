@@ -122,6 +122,11 @@ type Config struct {
 	// by tests and checkers (FIFO order, token order) and for metrics.
 	Observer func(ApplyRecord)
 
+	// Metrics, if set, receives latencies from the hot paths (commit, fsync,
+	// forward, grant after head of queue). Nil (the default) costs one nil
+	// check per use. See MetricsHooks.
+	Metrics *MetricsHooks
+
 	// Faults, if set, injects network faults around the transport (tests
 	// and the fault checker).
 	Faults *Faults

@@ -281,7 +281,14 @@ func (n *Node) sendForwarded(items [][]byte) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RetryInterval)
 	defer cancel()
+	var t0 time.Time
+	if m := n.cfg.Metrics; m != nil && m.Forward != nil {
+		t0 = time.Now()
+	}
 	resp, err := n.tr.Call(ctx, target, methodFwdPropose, encodeBatch(items))
+	if !t0.IsZero() {
+		n.cfg.Metrics.Forward(time.Since(t0))
+	}
 	if n.fwdReply(target, resp, err) {
 		n.fwdReplyItems(resp)
 	}
@@ -430,6 +437,7 @@ func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
 // onPush handles results and events the leader pushed (loop).
 func (n *Node) onPush(items [][]byte) {
 	n.checkOwnSession(n.clock.Now())
+	n.loop.stats.pushesReceived += uint64(len(items))
 	for _, it := range items {
 		if len(it) == 0 {
 			continue
@@ -550,6 +558,7 @@ func (n *Node) push(node uint64, item []byte) {
 		}}
 		f.pushers[node] = b
 	}
+	n.loop.stats.pushesSent++
 	b.add(n, item)
 }
 

@@ -240,6 +240,7 @@ func (n *Node) gossipLoop() {
 	recon := time.NewTicker(n.gcfg.ReconcileEvery)
 	defer recon.Stop()
 	hasData := n.storage.HasState()
+	seeding := true // membership re-resolves the seeds until the cluster is formed with this member in it
 	var view string
 	viewSince := time.Now()
 	n.syncPeers()
@@ -268,6 +269,12 @@ func (n *Node) gossipLoop() {
 			if err := n.ml.UpdateMeta(n.localMeta()); err != nil {
 				n.log.Warn("gossip: could not announce raft data", "err", err)
 			}
+		}
+		if seeding && (hasData || slices.ContainsFunc(n.ml.Members(), func(m membership.Member) bool {
+			return m.State == membership.StateAlive && m.Meta.HasData && m.Meta.RaftID != n.id
+		})) {
+			n.ml.StopSeeding()
+			seeding = false
 		}
 		if hasData {
 			continue

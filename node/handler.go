@@ -77,6 +77,8 @@ func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method s
 		return n.handleRemoved(from)
 	case methodLeave:
 		return n.handleLeave(ctx, from)
+	case methodInspect:
+		return n.handleInspect(ctx, req)
 	case methodFwdOpen, methodFwdPropose, methodFwdPush, methodFwdStatus:
 		return n.handleFwd(ctx, from, method, req)
 	}

@@ -108,6 +108,10 @@ type loopState struct {
 	fwd     fwdState
 	props   proposalBatch
 	hints   commitHints
+	reads   readIndexState // linearizable inspection reads (readindex.go)
+	times   applyTimes     // when indexes were applied, for inspection (applytimes.go)
+	stats   loopCounters   // counters for Status and metrics (metricsnode.go)
+	fine    fineTicker     // the leader's fine ticker, on only when needed (fineticker.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -207,6 +211,7 @@ func start(cfg Config) (*Node, error) {
 	n.app.wake = make(chan struct{}, 1)
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
+	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
@@ -342,11 +347,10 @@ func (n *Node) run() {
 	}
 	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
 	defer stopTick()
-	// The leader checks its expiry deadlines ten times per tick, so a
-	// crashed holder's lock moves on within ~10 ms of its TTL rather than
-	// up to a whole tick later.
-	finec, stopFine := n.clock.NewTicker(max(n.cfg.TickInterval/10, time.Millisecond))
-	defer stopFine()
+	// The leader checks its expiry deadlines ten times per tick while one
+	// is near, so a crashed holder's lock moves on within ~10 ms of its TTL
+	// rather than up to a whole tick later (fineticker.go).
+	defer n.stopFineTicker()
 	for {
 		select {
 		case <-tickc:
@@ -357,14 +361,9 @@ func (n *Node) run() {
 				n.fail(err)
 				return
 			}
-		case <-finec:
-			if n.loop.isLeader {
-				now := n.clock.Now()
-				n.loop.lead.tick(n, now)
-				n.fwdExpireReplies(now, false)
-			} else if n.cfg.TestHooks.FollowerExpiry {
-				n.followerExpiry()
-			}
+			n.leaderCoarseTick(n.clock.Now())
+		case <-n.loop.fine.c: // nil (never ready) while the fine ticker is off
+			n.onFineTick()
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
@@ -403,6 +402,7 @@ func (n *Node) run() {
 			}
 			n.flushProposals() // proposed while applying (a leader change re-proposes)
 		}
+		n.syncFineTicker()
 	}
 }
 

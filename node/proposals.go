@@ -204,6 +204,9 @@ func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) 
 	}
 	delete(r.inflight, cmd.Seq)
 	o.index = index
+	if m := n.cfg.Metrics; m != nil && m.Commit != nil && !o.firstProposed.IsZero() {
+		m.Commit(n.clock.Now().Sub(o.firstProposed))
+	}
 	switch cmd.Kind {
 	case lockfsm.KindAcquire:
 		n.onAcquireResult(o, res)

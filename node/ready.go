@@ -51,6 +51,7 @@ func (n *Node) handleReady() error {
 				n.loop.confState = md.GetConfState()
 				n.loop.lastApplied = md.GetIndex()
 				n.snapshotsRestored.Add(1)
+				n.loop.times.restart(md.GetIndex() + 1)
 				n.onRestored()
 			}
 			n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
@@ -83,6 +84,7 @@ func (n *Node) handleReady() error {
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
 	}
+	n.onReadIndex(rd.ReadStates) // inspection reads (readindex.go)
 	return n.maybeSnapshot()
 }
 
@@ -93,6 +95,9 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	n.loop.isLeader = ss.RaftState == raft.StateLeader
 	n.lead.Store(ss.Lead)
 	if prev != ss.Lead {
+		if ss.Lead != 0 {
+			n.loop.stats.leaderChanges++
+		}
 		n.log.Info("leader changed", "leader", ss.Lead, "state", ss.RaftState.String())
 		// Proposals forwarded to the old leader may be lost without notice:
 		// propose them again now rather than after RetryInterval.
@@ -120,6 +125,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 		// caller after the moment the cluster may have expired the session
 		// and granted the lock elsewhere (S5).
 		n.checkOwnSession(n.clock.Now())
+		n.loop.times.note(ents[0].GetIndex(), n.clock.Now())
 	}
 	for _, e := range ents {
 		idx := e.GetIndex()
@@ -159,6 +165,15 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			}
 			for i := range n.loop.events {
 				n.onEvent(idx, &n.loop.events[i])
+			}
+			if err == nil {
+				// Counters and latencies for metrics (metricsnode.go).
+				if cmd.Kind == lockfsm.KindExpireSession || cmd.Kind == lockfsm.KindExpireLease {
+					n.loop.stats.noteExpiry(&cmd, res)
+				}
+				if n.cfg.Metrics != nil {
+					n.metricsOnApply(&cmd, res, n.loop.events)
+				}
 			}
 			if n.cfg.Observer != nil && err == nil {
 				c := cmd // the observer may keep it; cmd itself stays on the stack
@@ -294,6 +309,7 @@ func (n *Node) snapshotNow() error {
 		return err
 	}
 	n.loop.sinceSnap = 0
+	n.loop.stats.snapshots++
 	if idx > n.cfg.CompactKeep {
 		if err := n.storage.Compact(idx - n.cfg.CompactKeep); err != nil && err != raft.ErrCompacted {
 			return err
@@ -365,6 +381,7 @@ func (n *Node) onTick() error {
 	now := n.clock.Now()
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
+	n.retryReads(now)
 	n.checkOwnSession(now)
 	return n.maybeCommitFSM(false)
 }

@@ -63,6 +63,9 @@ func runInProcess() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Printf("leader: node %d (elected in %v)\n", nodes[0].Leader(), time.Since(start).Round(time.Millisecond))
+	if stopAdmin, err := startAdmin(nodes); err == nil { // admin.go
+		defer stopAdmin()
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -1,0 +1,542 @@
+// Command embedcost measures what embedding a lockraft replica costs the
+// service that hosts it: each replica runs in its own OS process (a child of
+// this command), as it would inside a real service, and is measured from
+// outside and through a small control endpoint:
+//
+//   - idle CPU: % of one core over -idle (default 60 s) with no lock
+//     traffic, from the process's own getrusage (user+system, µs);
+//   - RSS (VmRSS), open file descriptors (/proc/PID/fd) and goroutines;
+//   - CPU per Lock+Unlock pair under S2 (64 concurrent callers on distinct
+//     names, spread over the members): every process's CPU together, divided
+//     by the pairs done.
+//
+// Fleets: "3" is a 3-member static cluster (the quick start); "3g" the same
+// formed by gossip; "10" a gossip fleet of 10; "50" a gossip fleet of 50 (5 voters, 2 learners, the
+// rest light members). Production timings throughout (100 ms ticks, 10 s
+// session TTL, 1 s keepalives, memberlist's LAN timing).
+//
+//	go run ./cmd/embedcost                      # from bench/: fleets 3 and 50
+//	go run ./cmd/embedcost -fleets 3g -idle 30s
+//
+// The machine's load average is printed with the figures: idle CPU is only
+// meaningful on a quiet machine.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node"
+)
+
+var (
+	flagFleets  = flag.String("fleets", "3,50", "fleets to measure: 3 (static), 3g (gossip), 50 (gossip, 5 voters)")
+	flagIdle    = flag.Duration("idle", 60*time.Second, "idle measurement window")
+	flagSettle  = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed and ready, before measuring")
+	flagPairs   = flag.Int("pairs", 6400, "Lock+Unlock pairs of the S2 load (over all callers)")
+	flagCallers = flag.Int("callers", 64, "concurrent callers of the S2 load, on distinct names")
+	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and two other members over the idle window to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
+
+	// Child mode (set by the parent).
+	flagChild  = flag.Bool("child", false, "")
+	flagDir    = flag.String("dir", "", "")
+	flagListen = flag.String("listen", "", "")
+	flagPeers  = flag.String("peers", "", "")
+	flagGossip = flag.Bool("gossip", false, "")
+	flagSeeds  = flag.String("seeds", "", "")
+	flagExpect = flag.Int("expect", 0, "")
+	flagHB     = flag.Int("heartbeat-ticks", 0, "raft heartbeat interval in ticks (0: lockraft's default); for experiments")
+)
+
+func main() {
+	flag.Parse()
+	var err error
+	if *flagChild {
+		err = child()
+	} else {
+		err = parent()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "embedcost:", err)
+		os.Exit(1)
+	}
+}
+
+// ---- child: one replica ----
+
+func child() error {
+	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID("embedcost")}
+	if *flagHB > 0 {
+		opts = append(opts, lockraft.WithNodeConfig(func(c *node.Config) { c.HeartbeatTicks = *flagHB }))
+	}
+	var peers []string
+	if *flagGossip {
+		if *flagSeeds != "" {
+			peers = strings.Split(*flagSeeds, ",")
+		}
+		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(node.GossipConfig{
+			BootstrapExpect: *flagExpect,
+			Thresholds:      membership.Thresholds{MaxVoters: 5, StabilizeFor: 2 * time.Second},
+		}))
+	} else {
+		peers = strings.Split(*flagPeers, ",")
+		opts = append(opts, lockraft.WithListenAddr(*flagListen))
+	}
+	n, err := lockraft.Join(peers, opts...)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler()))
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
+	})
+	mux.HandleFunc("/load", func(w http.ResponseWriter, r *http.Request) {
+		callers, _ := strconv.Atoi(r.URL.Query().Get("callers"))
+		pairs, _ := strconv.Atoi(r.URL.Query().Get("pairs"))
+		prefix := r.URL.Query().Get("prefix")
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		errs := 0
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		for g := range callers {
+			wg.Go(func() {
+				name := fmt.Sprintf("%s-%d", prefix, g)
+				for range pairs {
+					l, err := n.Lock(ctx, name)
+					if err == nil {
+						err = l.Unlock(ctx)
+					}
+					if err != nil {
+						mu.Lock()
+						errs++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		json.NewEncoder(w).Encode(map[string]int{"errors": errs})
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("READY http://%s %s\n", ln.Addr(), n.GossipAddr())
+	go http.Serve(ln, mux)
+	// The parent closes stdin to stop the child.
+	io.Copy(io.Discard, os.Stdin)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.Close(ctx)
+	return nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ---- parent ----
+
+type proc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	url   string
+	role  string
+}
+
+// freePorts returns n distinct ports free on loopback for TCP and UDP, all
+// held until every one is chosen (so no two are the same).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		closers = append(closers, u)
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+func parent() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, f := range strings.Split(*flagFleets, ",") {
+		if err := measureFleet(self, strings.TrimSpace(f)); err != nil {
+			return fmt.Errorf("fleet %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+func measureFleet(self, kind string) error {
+	size, gossip := 0, false
+	switch kind {
+	case "3":
+		size = 3
+	case "3g":
+		size, gossip = 3, true
+	case "10":
+		size, gossip = 10, true
+	case "50":
+		size, gossip = 50, true
+	default:
+		return fmt.Errorf("unknown fleet %q", kind)
+	}
+	tmp, err := os.MkdirTemp("", "embedcost-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// Static members need their raft addresses in advance; gossip members
+	// bind free ports and the first one's gossip address is everyone's seed.
+	peers := make([]string, size)
+	if gossip {
+		for i := range peers {
+			peers[i] = "127.0.0.1:0"
+		}
+	} else {
+		ports, err := freePorts(size)
+		if err != nil {
+			return err
+		}
+		for i, p := range ports {
+			peers[i] = fmt.Sprintf("127.0.0.1:%d", p)
+		}
+	}
+	seed := ""
+	expect := min(size, 5)
+	procs := make([]*proc, size)
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
+				p.stdin.Close()
+			}
+		}
+		for _, p := range procs {
+			if p != nil {
+				done := make(chan struct{})
+				go func() { p.cmd.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+					p.cmd.Process.Kill()
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	for i := range size {
+		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB)}
+		if gossip {
+			args = append(args, "-gossip", "-expect", fmt.Sprint(expect))
+			if i > 0 {
+				args = append(args, "-seeds", seed)
+			}
+		} else {
+			args = append(args, "-peers", strings.Join(peers, ","))
+		}
+		cmd := exec.Command(self, args...)
+		logf, err := os.Create(filepath.Join(tmp, fmt.Sprintf("child%d.log", i)))
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		cmd.Stderr = logf
+		out, _ := cmd.StdoutPipe()
+		in, _ := cmd.StdinPipe()
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		p := &proc{cmd: cmd, stdin: in}
+		procs[i] = p
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "READY ") {
+			cmd.Wait()
+			log, _ := os.ReadFile(logf.Name())
+			if len(log) > 2000 {
+				log = log[len(log)-2000:]
+			}
+			return fmt.Errorf("child %d did not start: %q %v; its log ends:\n%s", i, line, err, log)
+		}
+		f := strings.Fields(line)
+		p.url = f[1]
+		if i == 0 && len(f) > 2 {
+			seed = f[2]
+		}
+	}
+	// Ready (session and leader) everywhere, and for a gossip fleet the
+	// configuration at its target: 5 voters (or 3), 2 learners.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fleet not ready within 5 minutes")
+		}
+		ok := true
+		for _, p := range procs {
+			if code, _ := get(p.url + "/lockraft/readyz"); code != 200 {
+				ok = false
+				break
+			}
+		}
+		if ok && gossip {
+			var mv lockraft.MembersView
+			if code, body := get(procs[0].url + "/lockraft/members"); code == 200 && json.Unmarshal([]byte(body), &mv) == nil {
+				roles := map[string]int{}
+				for _, m := range mv.Members {
+					roles[m.Role]++
+				}
+				ok = roles[lockraft.RoleVoter] == expect && roles[lockraft.RoleLearner] == min(2, size-expect)
+			} else {
+				ok = false
+			}
+		}
+		if ok {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	formed := time.Since(start)
+	time.Sleep(*flagSettle)
+	for _, p := range procs {
+		var st lockraft.StatusView
+		if code, body := get(p.url + "/lockraft/status"); code == 200 && json.Unmarshal([]byte(body), &st) == nil {
+			p.role = st.Role
+			if st.IsLeader {
+				p.role += "*"
+			}
+		}
+	}
+
+	// Idle.
+	applied := func() uint64 {
+		var st lockraft.StatusView
+		_, body := get(procs[0].url + "/lockraft/status")
+		json.Unmarshal([]byte(body), &st)
+		return st.Commit
+	}
+	commit0 := applied()
+	load0 := loadavg()
+	cpu0 := make([]int64, size)
+	for i, p := range procs {
+		cpu0[i] = stats(p.url)["cpu_us"]
+	}
+	t0 := time.Now()
+	var pwg sync.WaitGroup
+	if *flagProfile != "" {
+		picked := 0
+		for i, p := range procs {
+			if !strings.HasSuffix(p.role, "*") && picked >= 2 {
+				continue
+			}
+			if !strings.HasSuffix(p.role, "*") {
+				picked++
+			}
+			pwg.Go(func() {
+				secs := int(flagIdle.Seconds()) - 1
+				_, body := getTimeout(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, secs), *flagIdle+30*time.Second)
+				file := filepath.Join(*flagProfile, fmt.Sprintf("fleet%s-proc%d-%s.pprof", kind, i, strings.TrimSuffix(p.role, "*")))
+				os.WriteFile(file, []byte(body), 0o644)
+			})
+		}
+	}
+	time.Sleep(*flagIdle)
+	window := time.Since(t0)
+	pwg.Wait()
+	type row struct {
+		idx        int
+		role       string
+		cpuPct     float64
+		rssMiB     float64
+		goroutines int64
+		fds        int
+	}
+	var rows []row
+	for i, p := range procs {
+		s := stats(p.url)
+		rows = append(rows, row{i, p.role, float64(s["cpu_us"]-cpu0[i]) / float64(window.Microseconds()) * 100,
+			float64(rssKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid)})
+	}
+	load1 := loadavg()
+	idleEntries := applied() - commit0
+
+	// S2 load.
+	callers := *flagCallers
+	per := max(1, *flagPairs/callers)
+	cpuA := int64(0)
+	for _, p := range procs {
+		cpuA += stats(p.url)["cpu_us"]
+	}
+	var wg sync.WaitGroup
+	lt0 := time.Now()
+	loadErrs := 0
+	var mu sync.Mutex
+	for i, p := range procs {
+		c := callers / size
+		if i < callers%size {
+			c++
+		}
+		if c == 0 {
+			continue
+		}
+		wg.Go(func() {
+			code, body := getTimeout(fmt.Sprintf("%s/load?callers=%d&pairs=%d&prefix=s2-%d", p.url, c, per, i), 6*time.Minute)
+			var r map[string]int
+			mu.Lock()
+			defer mu.Unlock()
+			if code != 200 || json.Unmarshal([]byte(body), &r) != nil {
+				loadErrs++
+				return
+			}
+			loadErrs += r["errors"]
+		})
+	}
+	wg.Wait()
+	lwall := time.Since(lt0)
+	cpuB := int64(0)
+	for _, p := range procs {
+		cpuB += stats(p.url)["cpu_us"]
+	}
+	pairs := per * callers
+
+	// Report.
+	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster",
+		"10": "fleet of 10 (gossip: 5 voters, 2 learners, 3 light)", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
+	fmt.Printf("\n== %s: formed and ready in %v; idle window %v (raft entries committed meanwhile: %d); load average %s before, %s after\n",
+		name, formed.Round(100*time.Millisecond), window.Round(time.Second), idleEntries, load0, load1)
+	fmt.Printf("%-6s %-9s %10s %8s %11s %5s\n", "proc", "role", "idle-cpu%", "rss-MiB", "goroutines", "fds")
+	byRole := map[string][]row{}
+	for _, r := range rows {
+		role := strings.TrimSuffix(r.role, "*")
+		byRole[role] = append(byRole[role], r)
+		if size <= 10 || r.idx < 8 || strings.HasSuffix(r.role, "*") {
+			fmt.Printf("%-6d %-9s %10.3f %8.1f %11d %5d\n", r.idx, r.role, r.cpuPct, r.rssMiB, r.goroutines, r.fds)
+		}
+	}
+	if size > 10 {
+		fmt.Printf("(%d more rows summarised below)\n", size-8)
+	}
+	for _, role := range []string{"voter", "learner", "light"} {
+		rs := byRole[role]
+		if len(rs) == 0 {
+			continue
+		}
+		cpu := func(r row) float64 { return r.cpuPct }
+		rss := func(r row) float64 { return r.rssMiB }
+		target := "≤ 0.5"
+		if role == "light" {
+			target = "≤ 0.1"
+		}
+		fmt.Printf("%-8s n=%-3d idle-cpu%% median %.3f max %.3f (target %s) | rss-MiB median %.1f max %.1f (target ≤ 40) | goroutines max %d | fds max %d\n",
+			role, len(rs), median(rs, cpu), maxOf(rs, cpu), target, median(rs, rss), maxOf(rs, rss),
+			slices.MaxFunc(rs, func(a, b row) int { return int(a.goroutines - b.goroutines) }).goroutines,
+			slices.MaxFunc(rs, func(a, b row) int { return a.fds - b.fds }).fds)
+	}
+	fmt.Printf("S2 (%d callers on distinct names, %d pairs): %.0f pairs/s, all processes' CPU per Lock+Unlock pair %.0f µs, errors %d\n",
+		callers, pairs, float64(pairs)/lwall.Seconds(), float64(cpuB-cpuA)/float64(pairs), loadErrs)
+	return nil
+}
+
+func median[T any](rs []T, f func(T) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func maxOf[T any](rs []T, f func(T) float64) float64 {
+	m := 0.0
+	for _, r := range rs {
+		m = max(m, f(r))
+	}
+	return m
+}
+
+func get(url string) (int, string) { return getTimeout(url, 5*time.Second) }
+
+func getTimeout(url string, d time.Duration) (int, string) {
+	c := http.Client{Timeout: d}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func stats(url string) map[string]int64 {
+	var m map[string]int64
+	_, body := get(url + "/stats")
+	json.Unmarshal([]byte(body), &m)
+	return m
+}
+
+func rssKiB(pid int) int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+func fdCount(pid int) int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lockraft/lockraft"
+)
+
+func (c *cli) table() *tabwriter.Writer { return tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0) }
+
+func (c *cli) status() error {
+	var s lockraft.StatusView
+	if printed, err := c.get("GET", lockraft.AdminStatusPath, nil, &s); err != nil || printed {
+		return err
+	}
+	role := s.Role
+	if s.IsLeader {
+		role += ", leader"
+	}
+	leader := "none known"
+	if s.Leader != 0 {
+		leader = s.Leader.String()
+	}
+	ready := "no"
+	if s.Ready {
+		ready = fmt.Sprintf("yes (session %d)", s.Session)
+	}
+	w := c.table()
+	fmt.Fprintf(w, "node\t%s (%s)\n", s.ID, role)
+	fmt.Fprintf(w, "leader\t%s\n", leader)
+	fmt.Fprintf(w, "ready\t%s\n", ready)
+	fmt.Fprintf(w, "raft\tterm %d, commit %d, applied %d\n", s.Term, s.Commit, s.Applied)
+	fmt.Fprintf(w, "locks\t%d held, %d waiters (longest queue %d), %d sessions\n", s.LocksHeld, s.Waiters, s.Longest, s.Sessions)
+	fmt.Fprintf(w, "address\t%s", s.Addr)
+	if s.GossipAddr != "" {
+		fmt.Fprintf(w, " (gossip %s)", s.GossipAddr)
+	}
+	fmt.Fprintf(w, "\nversion\t%s\n", s.Version)
+	return w.Flush()
+}
+
+func (c *cli) members() error {
+	var v lockraft.MembersView
+	if printed, err := c.get("GET", lockraft.AdminMembersPath, nil, &v); err != nil || printed {
+		return err
+	}
+	w := c.table()
+	fmt.Fprintln(w, "ID\tROLE\tLEADER\tHEALTHY\tLAG\tRAFT ADDRESS\tGOSSIP")
+	for _, m := range v.Members {
+		lag := "?"
+		if m.LagKnown {
+			lag = strconv.FormatUint(m.Lag, 10)
+		} else if m.Role == lockraft.RoleLight {
+			lag = "-"
+		}
+		gossip := m.Gossip
+		if gossip == "" {
+			gossip = "-"
+		} else if m.GossipAddr != "" {
+			gossip += " " + m.GossipAddr
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Role, yes(m.Leader), yes(m.Healthy), lag, dash(m.RaftAddr), gossip)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if !v.FromLeader {
+		fmt.Fprintf(c.out, "(answered by %s, which is not the leader: health is gossip only, lag unknown)\n", v.ServedBy)
+	}
+	return nil
+}
+
+func (c *cli) locks(prefix string) error {
+	var all []lockraft.LockView
+	after, next := "", ""
+	for len(all) < c.limit {
+		q := url.Values{"prefix": {prefix}, "limit": {strconv.Itoa(min(c.limit-len(all), lockraft.MaxPageLimit))}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		body, err := c.call("GET", lockraft.AdminLocksPath, q)
+		if err != nil {
+			return err
+		}
+		var p lockraft.LocksPage
+		if err := json.Unmarshal(body, &p); err != nil {
+			return &unreachableError{c.endpoint, fmt.Errorf("bad JSON: %v", err)}
+		}
+		all = append(all, p.Locks...)
+		next = p.Next
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if c.output == "json" {
+		b, err := json.MarshalIndent(lockraft.LocksPage{Locks: all, Next: next}, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.out, "%s\n", b)
+		return err
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(c.out, "no lock held or waited for under %q\n", prefix)
+		return nil
+	}
+	w := c.table()
+	fmt.Fprintln(w, "NAME\tHOLDER\tMEMBER\tTOKEN\tHELD FOR\tWAITERS")
+	for _, l := range all {
+		if l.Holder == nil {
+			state := "(free)"
+			if l.Delayed {
+				state = "(lock-delay)"
+			}
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t%d\n", l.Name, state, len(l.Waiters))
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", l.Name, l.Holder.Owner, l.Holder.Member, l.Holder.Token, since(l.Holder.GrantedAt), len(l.Waiters))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.out, "(more after %q: raise -limit)\n", next)
+	}
+	return nil
+}
+
+func (c *cli) lock(name string) error {
+	var v lockraft.LockView
+	printed, err := c.get("GET", lockraft.AdminLockPath, url.Values{"name": {name}}, &v)
+	if se, ok := err.(*serverError); ok && se.status == 404 && se.code == "not_found" {
+		if c.output == "json" {
+			_, err := fmt.Fprintf(c.out, "{\"name\": %q, \"free\": true}\n", name)
+			return err
+		}
+		fmt.Fprintf(c.out, "%s is free: nobody holds or waits for it\n", name)
+		return nil
+	}
+	if err != nil || printed {
+		return err
+	}
+	fmt.Fprintln(c.out, v.Name)
+	w := c.table()
+	if h := v.Holder; h != nil {
+		lease := "lives as long as its session"
+		if h.LeaseMillis > 0 {
+			lease = fmt.Sprintf("own lease %v", time.Duration(h.LeaseMillis)*time.Millisecond)
+		}
+		if !h.ExpiresAt.IsZero() {
+			lease += fmt.Sprintf(", expires in %v unless renewed", time.Until(h.ExpiresAt).Round(time.Millisecond))
+		}
+		fmt.Fprintf(w, "  holder\t%s on member %s (session %d)\n", h.Owner, h.Member, h.Session)
+		fmt.Fprintf(w, "  token\t%d (the granting entry's index)\n", h.Token)
+		fmt.Fprintf(w, "  held for\t%s (hold count %d)\n", since(h.GrantedAt), h.HoldCount)
+		fmt.Fprintf(w, "  lease\t%s\n", lease)
+	} else if v.Delayed {
+		fmt.Fprintf(w, "  holder\tnone: in its lock-delay after a holder's session expired\n")
+	}
+	fmt.Fprintf(w, "  waiters\t%d\n", len(v.Waiters))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(v.Waiters) > 0 {
+		w := c.table()
+		fmt.Fprintln(w, "  #\tOWNER\tMEMBER\tSESSION\tENQUEUED AT INDEX\tWAITING FOR")
+		for _, q := range v.Waiters {
+			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%d\t%s\n", q.Position, q.Owner, q.Member, q.Session, q.Enqueued, since(q.EnqueuedAt))
+		}
+		return w.Flush()
+	}
+	return nil
+}
+
+func (c *cli) transfer(to string) error {
+	q := url.Values{}
+	if to != "" {
+		q.Set("to", to)
+	}
+	var out struct {
+		Leader lockraft.MemberID `json:"leader"`
+	}
+	if printed, err := c.get("POST", lockraft.AdminTransferPath, q, &out); err != nil || printed {
+		return err
+	}
+	_, err := fmt.Fprintf(c.out, "leader is now %s\n", out.Leader)
+	return err
+}
+
+func (c *cli) remove(id string) error {
+	var out struct {
+		Removed lockraft.MemberID `json:"removed"`
+	}
+	if printed, err := c.get("POST", lockraft.AdminRemovePath, url.Values{"id": {id}}, &out); err != nil || printed {
+		return err
+	}
+	_, err := fmt.Fprintf(c.out, "removed %s from the raft configuration\n", out.Removed)
+	return err
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// since renders how long ago t was ("?" when unknown).
+func since(t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

@@ -1,0 +1,165 @@
+// Command lockraftctl looks at a running lockraft cluster through the admin
+// handler a service mounts (lockraft.Node.AdminHandler): who holds a lock,
+// who waits and since when, which members there are and how far behind, and,
+// where the service enabled operator actions, hands leadership over or
+// removes a member.
+//
+//	lockraftctl [flags] status
+//	lockraftctl [flags] members
+//	lockraftctl [flags] locks [PREFIX]
+//	lockraftctl [flags] lock NAME
+//	lockraftctl [flags] leader transfer [ID]
+//	lockraftctl [flags] member remove ID
+//
+// Flags (before or after the command): -endpoint URL (default
+// $LOCKRAFT_ENDPOINT, else http://127.0.0.1:8080; include the path the
+// service mounts the handler under), -o table|json, -timeout (default 5s),
+// -stale (read the answering node's table without a ReadIndex round), -limit
+// (locks: at most this many names, default 100).
+//
+// Exit codes: 0 done; 1 the endpoint answered with an error (the message is
+// printed; e.g. not the leader, refused, no such member); 2 bad usage; 3 the
+// endpoint could not be reached (connection refused, DNS, timeout) or did not
+// answer like a lockraft admin handler.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitServerError = 1
+	exitUsage       = 2
+	exitUnreachable = 3
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type cli struct {
+	endpoint string
+	output   string
+	timeout  time.Duration
+	stale    bool
+	limit    int
+	out      io.Writer
+}
+
+const usage = `usage: lockraftctl [flags] COMMAND
+commands:
+  status                 this node: role, leader, readiness, raft indexes, lock table counts
+  members                every member: role, health, replication lag
+  locks [PREFIX]         names held or waited for (under PREFIX), with holders and queue lengths
+  lock NAME              one name: its holder and its waiters in queue order
+  leader transfer [ID]   hand leadership to voter ID (default: the most caught-up one)
+  member remove ID       remove a voter or learner (ask the leader's endpoint)
+flags:
+`
+
+// run is main without the process: it returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	c := &cli{out: stdout}
+	fs := flag.NewFlagSet("lockraftctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("LOCKRAFT_ENDPOINT")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	fs.StringVar(&c.endpoint, "endpoint", def, "admin handler URL (also $LOCKRAFT_ENDPOINT)")
+	fs.StringVar(&c.output, "o", "table", "output: table or json")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for an answer")
+	fs.BoolVar(&c.stale, "stale", false, "read the answering node's table as applied (no ReadIndex round)")
+	fs.IntVar(&c.limit, "limit", 100, "locks: at most this many names")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "exit codes: 0 ok, 1 the endpoint answered with an error, 2 usage, 3 endpoint unreachable")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if c.output != "table" && c.output != "json" {
+		fmt.Fprintf(stderr, "lockraftctl: -o %q: want table or json\n", c.output)
+		return exitUsage
+	}
+	if c.limit < 1 {
+		fmt.Fprintf(stderr, "lockraftctl: -limit %d: want at least 1\n", c.limit)
+		return exitUsage
+	}
+	c.endpoint = strings.TrimRight(c.endpoint, "/")
+	if len(pos) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	var cmdErr error
+	bad := func(msg string) int {
+		fmt.Fprintf(stderr, "lockraftctl: %s\n", msg)
+		fs.Usage()
+		return exitUsage
+	}
+	switch cmd, rest := pos[0], pos[1:]; {
+	case cmd == "status" && len(rest) == 0:
+		cmdErr = c.status()
+	case cmd == "members" && len(rest) == 0:
+		cmdErr = c.members()
+	case cmd == "locks" && len(rest) <= 1:
+		prefix := ""
+		if len(rest) == 1 {
+			prefix = rest[0]
+		}
+		cmdErr = c.locks(prefix)
+	case cmd == "lock" && len(rest) == 1:
+		cmdErr = c.lock(rest[0])
+	case cmd == "leader" && len(rest) >= 1 && rest[0] == "transfer" && len(rest) <= 2:
+		to := ""
+		if len(rest) == 2 {
+			to = rest[1]
+		}
+		cmdErr = c.transfer(to)
+	case cmd == "member" && len(rest) == 2 && rest[0] == "remove":
+		cmdErr = c.remove(rest[1])
+	default:
+		return bad(fmt.Sprintf("unknown command or wrong arguments: %s", strings.Join(pos, " ")))
+	}
+	if cmdErr == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "lockraftctl: %v\n", cmdErr)
+	var ue *unreachableError
+	if errors.As(cmdErr, &ue) {
+		return exitUnreachable
+	}
+	return exitServerError
+}
+
+// parseInterleaved parses flags anywhere among the positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/node"
+)
+
+// cluster3 starts three real nodes (gRPC on loopback, bbolt files) through
+// the public API and an admin server (httptest, with operator actions) in
+// front of each.
+func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
+	t.Helper()
+	var lns []net.Listener
+	var peers []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		peers = append(peers, ln.Addr().String())
+	}
+	dir := t.TempDir()
+	nodes := make([]*lockraft.Node, 3)
+	srvs := make([]*httptest.Server, 3)
+	for i := range 3 {
+		n, err := lockraft.Join(peers, lockraft.WithDataDir(filepath.Join(dir, fmt.Sprint(i))), lockraft.WithListener(lns[i]),
+			lockraft.WithListenAddr(peers[i]), lockraft.WithNodeConfig(func(c *node.Config) {
+				c.TickInterval = 20 * time.Millisecond
+				c.SessionTTL = 2 * time.Second
+				c.KeepaliveInterval = 100 * time.Millisecond
+			}))
+		require.NoError(t, err)
+		nodes[i] = n
+		srvs[i] = httptest.NewServer(n.AdminHandler(lockraft.WithOperatorActions()))
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			srvs[i].Close()
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				n.Close(ctx)
+			})
+		}
+		wg.Wait()
+	})
+	require.Eventually(t, func() bool {
+		l := nodes[0].Leader()
+		return l != 0 && nodes[1].Leader() == l && nodes[2].Leader() == l
+	}, 10*time.Second, 10*time.Millisecond)
+	return nodes, srvs
+}
+
+func ctl(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func leaderIndex(nodes []*lockraft.Node) int {
+	for i, n := range nodes {
+		if n.Leader() == n.ID() {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestCtlAgainstCluster (L2 and S2 as an operator sees them): every
+// command against a real 3-node cluster's admin handler: status, members,
+// locks, lock (holder and queue in order), JSON output, leader transfer,
+// member remove, and the errors with their exit codes.
+func TestCtlAgainstCluster(t *testing.T) {
+	nodes, srvs := cluster3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := leaderIndex(nodes)
+	require.GreaterOrEqual(t, lead, 0)
+	fol := (lead + 1) % 3
+	ep := srvs[fol].URL
+
+	h, err := nodes[lead].Lock(ctx, "stock/sku-a", lockraft.WithOwner("order-17"))
+	require.NoError(t, err)
+	got := make(chan *lockraft.Lock, 2)
+	for i, w := range []int{fol, (lead + 2) % 3} {
+		go func() {
+			l, err := nodes[w].Lock(ctx, "stock/sku-a", lockraft.WithOwner(fmt.Sprintf("waiter-%d", i+1)))
+			if err == nil {
+				got <- l
+			}
+		}()
+		require.Eventually(t, func() bool {
+			v, _, err := nodes[lead].InspectLock(ctx, "stock/sku-a")
+			return err == nil && len(v.Waiters) == i+1
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+
+	code, out, errs := ctl("-endpoint", ep, "status")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, fmt.Sprintf("leader   %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, out, "ready    yes")
+	require.Contains(t, out, "1 held, 2 waiters (longest queue 2)")
+	t.Logf("status:\n%s", out)
+
+	code, out, errs = ctl("-endpoint", ep, "lock", "stock/sku-a")
+	require.Equal(t, exitOK, code, errs)
+	t.Logf("lock:\n%s", out)
+	require.Contains(t, out, fmt.Sprintf("holder    order-17 on member %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, out, fmt.Sprintf("token     %d", h.Token()))
+	i1, i2 := strings.Index(out, "waiter-1"), strings.Index(out, "waiter-2")
+	require.True(t, i1 > 0 && i2 > i1, "waiters in queue order")
+	require.Contains(t, out, fmt.Sprintf("1  waiter-1  %s", lockraft.MemberID(nodes[fol].ID())))
+
+	code, out, _ = ctl("lock", "stock/sku-a", "-endpoint", ep, "-o", "json")
+	require.Equal(t, exitOK, code)
+	var lv lockraft.LockView
+	require.NoError(t, json.Unmarshal([]byte(out), &lv))
+	require.Equal(t, "order-17", lv.Holder.Owner)
+	require.Equal(t, []string{"waiter-1", "waiter-2"}, []string{lv.Waiters[0].Owner, lv.Waiters[1].Owner})
+	require.Equal(t, 2, lv.Waiters[1].Position)
+
+	code, out, _ = ctl("-endpoint", ep, "lock", "free/one")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "free/one is free")
+
+	for i := range 4 {
+		l, err := nodes[fol].Lock(ctx, fmt.Sprintf("stock/sku-%c", 'b'+i))
+		require.NoError(t, err)
+		defer l.Unlock(ctx)
+	}
+	code, out, _ = ctl("-endpoint", ep, "locks", "stock/", "-limit", "3")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, 1+3+1, strings.Count(out, "\n"), out) // header, 3 rows, "more after"
+	require.Contains(t, out, `(more after "stock/sku-c"`)
+	code, out, _ = ctl("-endpoint", ep, "-o", "json", "locks", "stock/")
+	require.Equal(t, exitOK, code)
+	var page lockraft.LocksPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Len(t, page.Locks, 5)
+
+	code, out, _ = ctl("-endpoint", ep, "members")
+	require.Equal(t, exitOK, code)
+	t.Logf("members:\n%s", out)
+	require.Equal(t, 3, strings.Count(out, " voter "))
+	require.Equal(t, 1, strings.Count(out, " yes     yes "), out) // one leader, healthy
+
+	// Errors and exit codes.
+	code, _, errs = ctl("-endpoint", "http://127.0.0.1:1", "status")
+	require.Equal(t, exitUnreachable, code)
+	require.Contains(t, errs, "cannot reach the admin endpoint http://127.0.0.1:1")
+	code, _, _ = ctl("-endpoint", ep, "frobnicate")
+	require.Equal(t, exitUsage, code)
+	code, _, _ = ctl("-endpoint", ep, "-o", "yaml", "status")
+	require.Equal(t, exitUsage, code)
+	code, _, errs = ctl("-endpoint", ep, "member", "remove", lockraft.MemberID(nodes[lead].ID()).String())
+	require.Equal(t, exitServerError, code)
+	require.Contains(t, errs, "not the leader")
+	require.Contains(t, errs, fmt.Sprintf("the leader is %s", lockraft.MemberID(nodes[lead].ID())))
+
+	// Leader transfer through a follower's endpoint, to that follower.
+	code, out, errs = ctl("-endpoint", ep, "leader", "transfer", lockraft.MemberID(nodes[fol].ID()).String())
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "leader is now "+lockraft.MemberID(nodes[fol].ID()).String())
+	require.Eventually(t, func() bool { return leaderIndex(nodes) == fol }, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, h.Unlock(ctx))
+	for range 2 {
+		require.NoError(t, (<-got).Unlock(ctx))
+	}
+
+	// Member removal on the (new) leader's endpoint.
+	victim := (fol + 1) % 3
+	code, out, errs = ctl("-endpoint", srvs[fol].URL, "member", "remove", lockraft.MemberID(nodes[victim].ID()).String())
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "removed "+lockraft.MemberID(nodes[victim].ID()).String())
+	code, out, _ = ctl("-endpoint", srvs[fol].URL, "members")
+	require.Equal(t, exitOK, code)
+	require.NotContains(t, out, lockraft.MemberID(nodes[victim].ID()).String())
+}

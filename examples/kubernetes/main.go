@@ -1,0 +1,182 @@
+// Command kubernetes is the member binary of the Kubernetes example: one
+// lockraft replica per pod, embedded in a tiny HTTP service, as a real
+// service would embed it. See README.md beside it and lockraft.yaml.
+//
+// It serves, on -http:
+//
+//	/lockraft/...   the admin handler (probes: /lockraft/healthz, /lockraft/readyz;
+//	                lockraftctl -endpoint http://POD:8080/lockraft ...)
+//	/metrics        Prometheus metrics (WithMetrics on its own registry)
+//	/work?name=N    takes lock N, holds it -hold, and answers with the fencing token
+//
+// The gossip seed is the headless Service's DNS name: it resolves to every
+// pod (publishNotReadyAddresses), and lockraft re-resolves it while the
+// cluster forms. Raft and gossip listen on the pod IP (-pod-ip, from the
+// downward API), so that the address each member advertises is one the others
+// can dial. SIGTERM closes the node gracefully: its locks go to their next
+// waiters at once and leadership moves before the pod goes.
+//
+// This is its own small main rather than a mode of examples/cluster: that one
+// is a self-contained demonstration that starts its own nodes, runs a job and
+// exits with a verdict; a pod is a long-running service with one node, probes,
+// metrics and a SIGTERM shutdown.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/node"
+)
+
+// Defaults, which the manifests must agree with (manifest_test.go checks).
+const (
+	defaultHTTPPort   = 8080
+	defaultRaftPort   = 7400
+	defaultGossipPort = 7946
+	defaultDataDir    = "/var/lib/lockraft"
+	adminPrefix       = "/lockraft"
+)
+
+// config is the member's flags.
+type config struct {
+	podIP      string
+	httpAddr   string
+	raftPort   int
+	gossipPort int
+	dataDir    string
+	seeds      string
+	expect     int
+	cluster    string
+	hold       time.Duration
+	operator   bool
+	logLevel   string
+}
+
+// newFlags binds the flags to c; the manifest test parses the container's
+// args with it.
+func newFlags(c *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("lockraft-member", flag.ContinueOnError)
+	fs.StringVar(&c.podIP, "pod-ip", os.Getenv("POD_IP"), "address raft and gossip listen on and advertise (the pod IP; default $POD_IP)")
+	fs.StringVar(&c.httpAddr, "http", fmt.Sprintf(":%d", defaultHTTPPort), "HTTP address: admin handler under "+adminPrefix+", /metrics, /work")
+	fs.IntVar(&c.raftPort, "raft-port", defaultRaftPort, "raft gRPC port")
+	fs.IntVar(&c.gossipPort, "gossip-port", defaultGossipPort, "gossip port (TCP and UDP)")
+	fs.StringVar(&c.dataDir, "data", defaultDataDir, "data directory (a persistent volume)")
+	fs.StringVar(&c.seeds, "seeds", "", "comma-separated gossip seeds, host:port; a DNS name may stand for many pods")
+	fs.IntVar(&c.expect, "expect", 3, "members to see before forming the cluster (the StatefulSet's replicas)")
+	fs.StringVar(&c.cluster, "cluster", "lockraft-example", "cluster id")
+	fs.DurationVar(&c.hold, "hold", 100*time.Millisecond, "how long /work holds its lock")
+	fs.BoolVar(&c.operator, "operator-actions", false, "let the admin handler transfer leadership and remove members")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	return fs
+}
+
+func main() {
+	var c config
+	if err := newFlags(&c).Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, c, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "lockraft-member:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts the member and serves until ctx ends, then closes the node.
+// ready, if not nil, receives the HTTP address once serving (tests).
+func run(ctx context.Context, c config, ready chan<- string) error {
+	if c.podIP == "" {
+		return errors.New("-pod-ip (or $POD_IP) is required: raft and gossip must advertise an address the other pods can dial")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %v", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var seeds []string
+	for _, s := range strings.Split(c.seeds, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			seeds = append(seeds, s)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	n, err := lockraft.Join(seeds,
+		lockraft.WithDataDir(c.dataDir),
+		lockraft.WithClusterID(c.cluster),
+		lockraft.WithListenAddr(net.JoinHostPort(c.podIP, strconv.Itoa(c.raftPort))),
+		lockraft.WithGossip(node.GossipConfig{BindAddr: c.podIP, BindPort: c.gossipPort, BootstrapExpect: c.expect}),
+		lockraft.WithLogger(log),
+		lockraft.WithMetrics(reg))
+	if err != nil {
+		return err
+	}
+	var adminOpts []lockraft.AdminOption
+	if c.operator {
+		adminOpts = append(adminOpts, lockraft.WithOperatorActions())
+	}
+	mux := http.NewServeMux()
+	// Authorisation is this service's job: in a real service, wrap this in
+	// its authentication and keep it off public ingress.
+	mux.Handle(adminPrefix+"/", http.StripPrefix(adminPrefix, n.AdminHandler(adminOpts...)))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("name")
+		if name == "" {
+			name = "example/work"
+		}
+		wctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		l, err := n.Lock(wctx, name)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer l.Unlock(context.Background())
+		select {
+		case <-time.After(c.hold):
+		case <-l.Context().Done():
+			http.Error(w, "lock lost: "+context.Cause(l.Context()).Error(), http.StatusConflict)
+			return
+		}
+		fmt.Fprintf(w, "did %s with token %d on member %s\n", name, l.Token(), lockraft.MemberID(n.ID()))
+	})
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		n.Close(context.Background())
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	log.Info("member serving", "http", ln.Addr().String(), "raft", n.Addr(), "gossip", n.GossipAddr(), "seeds", seeds)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	<-ctx.Done()
+	// Graceful: locks to their next waiters, leadership handed over; bounded
+	// well inside the pod's terminationGracePeriodSeconds.
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = n.Close(cctx)
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	srv.Shutdown(sctx)
+	return err
+}

@@ -1,0 +1,120 @@
+package lockraft
+
+import (
+	"context"
+
+	"github.com/lockraft/lockraft/node"
+)
+
+// Inspection: who holds a name, who waits and in which order, which names
+// exist under a prefix, which members there are, how healthy and how far
+// behind. Nothing here changes state.
+//
+// Reads are linearizable by default: they reflect every Lock and Unlock
+// that returned before the read began, on whichever member serves them.
+// Cost: one ReadIndex round (a heartbeat round trip to a quorum, plus one
+// hop to the leader from a follower; no log entry, no disk write; reads made
+// while a round is out share the next one), then a read of the local table
+// inside the node's loop (InspectLocks: one pass over the table, about 20 ns
+// a name). Stale() skips the round and reads this replica's table as
+// applied, which may lag. A light member holds no table: it asks the leader.
+
+// Views returned by the inspection API. JSON-ready (the admin handler
+// serves them as they are); member ids are 16-digit hex strings in JSON.
+type (
+	LockView    = node.LockView
+	HolderView  = node.HolderView
+	WaiterView  = node.WaiterView
+	LocksPage   = node.LocksPage
+	MembersView = node.MembersView
+	MemberView  = node.MemberView
+	// MemberID is a raft id; it prints and marshals as 16 hex digits.
+	MemberID = node.ID
+)
+
+// Member roles in MemberView.Role.
+const (
+	RoleVoter   = node.RoleVoter
+	RoleLearner = node.RoleLearner
+	RoleLight   = node.RoleLight
+)
+
+// MaxPageLimit bounds InspectLocks' limit.
+const MaxPageLimit = node.MaxPageLimit
+
+// Errors of the operator actions. Compare with errors.Is; each leaves
+// nothing changed.
+var (
+	// ErrNotLeader: the action needs the leader; the message names it.
+	ErrNotLeader = node.ErrNotLeader
+	// ErrNotMember: no voter or learner with that id.
+	ErrNotMember = node.ErrNotMember
+	// ErrRefused: the action would remove the leader itself or leave fewer
+	// healthy voters than a quorum.
+	ErrRefused = node.ErrRefused
+)
+
+// InspectOption configures one inspection read.
+type InspectOption func(*node.ReadOptions)
+
+// Stale reads this replica's table without a ReadIndex round: no round
+// trip, works without a leader, but may miss the latest changes.
+func Stale() InspectOption { return func(o *node.ReadOptions) { o.Stale = true } }
+
+func readOpts(opts []InspectOption) node.ReadOptions {
+	var o node.ReadOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// InspectLock returns name's holder (owner, member, token, hold count, when
+// granted, lease and, from the leader, its expiry deadline) and its waiters
+// in queue order with their positions. found is false when nobody holds,
+// waits for or delays the name. Errors: ErrInvalidName, ErrClosed,
+// ErrUnavailable (a light member reached no leader), ctx's cause (a
+// linearizable read waits for a leader until ctx ends). Safe for concurrent
+// use.
+func (n *Node) InspectLock(ctx context.Context, name string, opts ...InspectOption) (v LockView, found bool, err error) {
+	return n.n.InspectLock(ctx, name, readOpts(opts))
+}
+
+// InspectLocks lists the names starting with prefix in name order, at most
+// limit (1..MaxPageLimit; 0 means 100) after the continuation token after
+// ("" for the first page; then the previous page's Next). Errors as
+// InspectLock, and ErrInvalidConfig for a limit out of range.
+func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int, opts ...InspectOption) (LocksPage, error) {
+	return n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
+}
+
+// InspectMembers returns every member with its role (voter, learner, light),
+// health and replication lag, and the leader. A node that does not lead asks
+// the leader (only it knows raft health and lag); if it cannot, or with
+// Stale, it answers from its own view (FromLeader false). Errors: ErrClosed,
+// ctx's cause.
+func (n *Node) InspectMembers(ctx context.Context, opts ...InspectOption) (MembersView, error) {
+	return n.n.InspectMembers(ctx, readOpts(opts))
+}
+
+// TransferLeader hands leadership to voter to (0: the most caught-up other
+// voter) and returns the new leader once it leads. Any member may be asked.
+// Leadership moves cost about one election's pause in commits (well under
+// an election timeout). Errors: ErrNotMember, ErrUnavailable (no leader, or
+// it did not move in time; it may still move), ErrClosed, ctx's cause.
+func (n *Node) TransferLeader(ctx context.Context, to MemberID) (MemberID, error) {
+	l, err := n.n.TransferLeader(ctx, uint64(to))
+	return MemberID(l), err
+}
+
+// RemoveMember removes voter or learner id from the raft configuration for
+// good and returns once the removal is applied. Only the leader can
+// (ErrNotLeader names it); it refuses to remove itself or to leave fewer
+// healthy voters than a quorum (ErrRefused). A removed member that still runs
+// stops serving (ErrRemoved) once told (gossip) — with static members stop
+// its process. Errors: ErrNotLeader, ErrNotMember, ErrRefused,
+// ErrUnavailable (another change pending, or not applied in time: it may
+// still apply), ErrClosed, ctx's cause.
+func (n *Node) RemoveMember(ctx context.Context, id MemberID) error {
+	return n.n.RemoveMember(ctx, uint64(id))
+}

@@ -1,0 +1,235 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/membership"
+)
+
+// Operator actions (the admin handler's opt-in): hand leadership to another
+// voter, remove a member from the raft configuration.
+
+var (
+	// ErrNotLeader: an action only the leader can take was asked of another
+	// node; the message names the leader. Nothing changed; ask the leader.
+	ErrNotLeader = errors.New("lockraft: not the leader")
+	// ErrNotMember: the id is not a voter or learner (for a transfer: not a
+	// voter). Nothing changed.
+	ErrNotMember = errors.New("lockraft: not a member")
+	// ErrRefused: the action would hurt the cluster (remove the leader
+	// itself, or leave fewer healthy voters than a quorum). Nothing changed.
+	ErrRefused = errors.New("lockraft: refused")
+)
+
+// TransferLeader hands leadership to voter to, or with to 0 to the most
+// caught-up other voter the leader heard from recently, and waits (bounded
+// by ctx and two election timeouts) until another node leads. Any member may
+// be asked: a node that does not lead asks the leader. It returns the new
+// leader. Errors: ErrNotMember (to is not a voter), ErrUnavailable (no
+// leader, or leadership did not move in time: then it may still move),
+// ErrClosed, ctx's cause.
+func (n *Node) TransferLeader(ctx context.Context, to uint64) (uint64, error) {
+	if to != 0 && to == n.id && n.Leader() == n.id {
+		return n.id, nil
+	}
+	if n.Leader() != n.id {
+		var out transferReply
+		if err := n.askLeader(ctx, inspectRequest{Op: "transfer", To: to}, &out); err != nil {
+			return 0, err
+		}
+		if out.Err != "" {
+			return 0, remoteAdminError(out.Code, out.Err)
+		}
+		return out.Leader, nil
+	}
+	res := make(chan error, 1)
+	old := n.id
+	if err := n.do(ctx, func() { res <- n.startTransfer(to) }); err != nil {
+		return 0, err
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			return 0, err
+		}
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*n.cfg.electionTimeout())
+	defer cancel()
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		if l := n.Leader(); l != 0 && l != old {
+			return l, nil
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return 0, context.Cause(ctx)
+			}
+			return 0, fmt.Errorf("%w: leadership did not move within two election timeouts", ErrUnavailable)
+		case <-n.donec:
+			return 0, n.stoppedErr()
+		case <-t.C:
+		}
+	}
+}
+
+// startTransfer picks the transferee and starts the transfer (loop).
+func (n *Node) startTransfer(to uint64) error {
+	if !n.loop.isLeader {
+		return fmt.Errorf("%w: leader is %016x", ErrNotLeader, n.loop.leader)
+	}
+	st := n.rn.Status()
+	if to == 0 {
+		var bestMatch uint64
+		for id, pr := range st.Progress {
+			if id == n.id || pr.IsLearner || !pr.RecentActive {
+				continue
+			}
+			if pr.Match >= bestMatch {
+				to, bestMatch = id, pr.Match
+			}
+		}
+		if to == 0 {
+			return fmt.Errorf("%w: no other voter was heard from recently", ErrUnavailable)
+		}
+	}
+	if to == n.id {
+		return nil // already leads; TransferLeader waits for a change that never comes: refuse instead
+	}
+	if !slices.Contains(n.loop.confState.GetVoters(), to) {
+		return fmt.Errorf("%w: %016x is not a voter", ErrNotMember, to)
+	}
+	n.flushProposals() // raft drops proposals while a transfer is in progress
+	n.rn.TransferLeader(to)
+	n.log.Info("leadership transfer requested by an operator", "to", to)
+	return nil
+}
+
+// RemoveMember removes voter or learner id from the raft configuration and
+// waits until the removal is applied here (bounded by ctx and five election
+// timeouts). Only the leader can: other nodes return ErrNotLeader naming it.
+// The leader itself cannot be removed (transfer leadership first), nor a
+// voter whose removal would leave fewer voters the leader heard from
+// recently than a quorum of the new configuration (ErrRefused). A removed
+// member that is still running stops serving (gossip tells it; with static
+// members, stop it). Errors: ErrNotLeader, ErrNotMember, ErrRefused,
+// ErrUnavailable (another configuration change is pending, or the removal
+// was not applied in time: it may still apply), ErrClosed, ctx's cause.
+func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	res := make(chan error, 1)
+	if err := n.do(ctx, func() { res <- n.proposeOperatorRemoval(id) }); err != nil {
+		return err
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*n.cfg.electionTimeout())
+	defer cancel()
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		voters, learners, err := n.ConfState(wctx)
+		if err == nil && !slices.Contains(voters, id) && !slices.Contains(learners, id) {
+			n.log.Info("member removed by an operator", "id", id)
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("%w: removal of %016x not applied within five election timeouts", ErrUnavailable, id)
+		case <-n.donec:
+			return n.stoppedErr()
+		case <-t.C:
+		}
+	}
+}
+
+// proposeOperatorRemoval checks and proposes the removal (loop).
+func (n *Node) proposeOperatorRemoval(id uint64) error {
+	if !n.loop.isLeader {
+		return fmt.Errorf("%w: leader is %016x", ErrNotLeader, n.loop.leader)
+	}
+	cs := n.loop.confState
+	isVoter, isLearner := slices.Contains(cs.GetVoters(), id), slices.Contains(cs.GetLearners(), id)
+	switch {
+	case id == n.id:
+		return fmt.Errorf("%w: %016x is the leader; transfer leadership first", ErrRefused, id)
+	case !isVoter && !isLearner:
+		return fmt.Errorf("%w: %016x is not a voter or learner", ErrNotMember, id)
+	case len(cs.GetVotersOutgoing()) > 0:
+		return fmt.Errorf("%w: a configuration change is in progress; retry", ErrUnavailable)
+	}
+	if isVoter {
+		st := n.rn.Status()
+		healthy := 0
+		for _, v := range cs.GetVoters() {
+			if pr, ok := st.Progress[v]; v != id && ok && (pr.RecentActive || n.peerActive(v, n.clock.Now())) {
+				healthy++
+			}
+		}
+		remaining := len(cs.GetVoters()) - 1
+		if healthy < remaining/2+1 {
+			return fmt.Errorf("%w: removing %016x would leave %d healthy of %d voters, below a quorum", ErrRefused, id, healthy, remaining)
+		}
+	}
+	if gs := &n.loop.gossip; n.cfg.Gossip != nil {
+		if gs.pending != nil && time.Since(gs.pending.at) < 5*n.cfg.electionTimeout() {
+			return fmt.Errorf("%w: another configuration change is pending; retry", ErrUnavailable)
+		}
+		kind := membership.RemoveVoter
+		if isLearner {
+			kind = membership.RemoveLearner
+		}
+		gs.pending = &pendingChange{kind: kind, id: id, at: time.Now()}
+	}
+	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
+	n.flushProposals()
+	if err := n.rn.ProposeConfChange(cc); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	n.log.Info("operator removal proposed", "id", id)
+	return nil
+}
+
+// transferReply is the leader's answer to a forwarded transfer.
+type transferReply struct {
+	Leader uint64 `json:"leader,omitempty"`
+	Err    string `json:"err,omitempty"`
+	Code   string `json:"code,omitempty"`
+}
+
+// adminErrorCode names the sentinel an admin error wraps, for the wire.
+func adminErrorCode(err error) string {
+	for code, e := range adminErrors {
+		if errors.Is(err, e) {
+			return code
+		}
+	}
+	return ""
+}
+
+var adminErrors = map[string]error{"not_leader": ErrNotLeader, "not_member": ErrNotMember, "refused": ErrRefused,
+	"unavailable": ErrUnavailable}
+
+func remoteAdminError(code, msg string) error {
+	if e, ok := adminErrors[code]; ok {
+		return fmt.Errorf("%w: leader said: %s", e, msg)
+	}
+	return fmt.Errorf("%w: leader said: %s", ErrUnavailable, msg)
+}

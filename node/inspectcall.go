@@ -1,0 +1,99 @@
+package node
+
+// The one node-to-node call of inspection: a light member (no lock table)
+// and a follower that wants the leader's membership view ask the leader; a
+// node asked to transfer leadership without being the leader asks it too.
+// Request and reply are JSON in the opaque Call payload. This file is the
+// only place that makes or serves the call, so converting it into a typed
+// gRPC method touches nothing else: askLeader (client side) and
+// handleInspect (server side, dispatched from HandleCall).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+const methodInspect = "inspect"
+
+// inspectRequest is what a member asks the leader.
+type inspectRequest struct {
+	Op     string `json:"op"` // "lock", "locks" or "members"
+	Name   string `json:"name,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	After  string `json:"after,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Stale  bool   `json:"stale,omitempty"`
+	To     uint64 `json:"to,omitempty"` // "transfer": the transferee (0: the leader picks)
+}
+
+type inspectLockReply struct {
+	View  LockView `json:"view"`
+	Found bool     `json:"found"`
+}
+
+// askLeader sends req to the leader this node knows (on a light member,
+// else any member with data) and decodes the answer into out. ErrUnavailable
+// when there is no one to ask or the call fails.
+func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error {
+	target := n.fwdTarget()
+	if target == 0 || target == n.id {
+		return fmt.Errorf("%w: no leader known", ErrUnavailable)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	resp, err := n.tr.Call(ctx, target, methodInspect, b)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("%w: inspect via %016x: %v", ErrUnavailable, target, err)
+	}
+	if err := json.Unmarshal(resp, out); err != nil {
+		return fmt.Errorf("%w: inspect via %016x: bad reply: %v", ErrUnavailable, target, err)
+	}
+	return nil
+}
+
+// handleInspect serves an inspection call from another member. Only a
+// leader answers (a follower's own view would not be what the caller asked
+// for); it reads as a local caller would.
+func (n *Node) handleInspect(ctx context.Context, req []byte) ([]byte, error) {
+	var r inspectRequest
+	if err := json.Unmarshal(req, &r); err != nil {
+		return nil, fmt.Errorf("lockraft: bad inspect request: %v", err)
+	}
+	if n.light() || n.Leader() != n.id {
+		return nil, fmt.Errorf("%w: not the leader", ErrUnavailable)
+	}
+	opts := ReadOptions{Stale: r.Stale}
+	var out any
+	var err error
+	switch r.Op {
+	case "lock":
+		var v inspectLockReply
+		v.View, v.Found, err = n.InspectLock(ctx, r.Name, opts)
+		out = v
+	case "locks":
+		out, err = n.InspectLocks(ctx, r.Prefix, r.After, r.Limit, opts)
+	case "transfer":
+		// Leadership moves away from the node serving this call, so the
+		// answer is in the reply, not in a gRPC error.
+		l, terr := n.TransferLeader(ctx, r.To)
+		rep := transferReply{Leader: l}
+		if terr != nil {
+			rep.Err, rep.Code = terr.Error(), adminErrorCode(terr)
+		}
+		out = rep
+	case "members":
+		out, err = n.InspectMembers(ctx, ReadOptions{Stale: true}) // the leader's own view
+	default:
+		err = fmt.Errorf("lockraft: unknown inspect op %q", r.Op)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(out)
+}

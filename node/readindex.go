@@ -1,0 +1,148 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// Linearizable reads of the lock table (raft-guide.md §5): a read first asks
+// raft for a ReadIndex (the leader's commit index, confirmed by a heartbeat
+// round with a quorum; a follower's request goes to the leader and back), then
+// waits until this replica has applied that index, then reads its own table.
+// The answer therefore reflects every write that had committed when the read
+// began, on a follower as on the leader.
+//
+// Cost: one heartbeat round trip to a quorum (plus the follower→leader hop)
+// and no log entry; every read queued while a round is out joins the next
+// round, so many concurrent reads share one round. The table itself is read
+// inside the loop, after the apply that reached the index.
+
+// readRound is one ReadIndex request in flight.
+type readRound struct {
+	id     uint64
+	issued time.Time
+	reads  []pendingRead
+}
+
+// pendingRead is one read waiting for its round, then for its index.
+type pendingRead struct {
+	ctx   context.Context
+	index uint64
+	run   func()
+}
+
+// readIndexState is owned by the loop.
+type readIndexState struct {
+	next   []pendingRead // waiting for a round
+	rounds []readRound   // issued, oldest first
+	ready  []pendingRead // index known; run once applied
+	id     uint64
+}
+
+// linearRead runs fn inside the loop once this replica has applied
+// everything committed before the call (a ReadIndex round). fn must not
+// block. linearRead returns once fn has been scheduled or failed; the caller
+// waits for fn's own reply. It fails with ctx's cause or ErrClosed.
+func (n *Node) linearRead(ctx context.Context, fn func()) error {
+	return n.do(ctx, func() {
+		n.loop.reads.next = append(n.loop.reads.next, pendingRead{ctx: ctx, run: fn})
+		n.issueReadRound()
+	})
+}
+
+// issueReadRound starts a round for the queued reads unless one is out that
+// is younger than RetryInterval (they join the next round).
+func (n *Node) issueReadRound() {
+	r := &n.loop.reads
+	if len(r.next) == 0 {
+		return
+	}
+	now := n.clock.Now()
+	if k := len(r.rounds); k > 0 && now.Sub(r.rounds[k-1].issued) < n.cfg.RetryInterval {
+		return
+	}
+	r.id++
+	var rctx [9]byte
+	rctx[0] = 'i'
+	binary.BigEndian.PutUint64(rctx[1:], r.id)
+	r.rounds = append(r.rounds, readRound{id: r.id, issued: now, reads: r.next})
+	r.next = nil
+	// Dropped silently when there is no leader; retryReads issues another.
+	n.rn.ReadIndex(rctx[:])
+}
+
+// onReadIndex takes this Ready's read states and runs every read whose index
+// is applied (called at the end of each Ready).
+func (n *Node) onReadIndex(rss []raft.ReadState) {
+	r := &n.loop.reads
+	for _, rs := range rss {
+		c := rs.RequestCtx
+		if len(c) != 9 || c[0] != 'i' {
+			continue
+		}
+		id := binary.BigEndian.Uint64(c[1:])
+		upto := -1
+		for i, rd := range r.rounds {
+			if rd.id == id {
+				upto = i
+				break
+			}
+		}
+		if upto < 0 {
+			continue // answered by a later round already
+		}
+		// Raft answers rounds in order, and a later round's index also
+		// covers every earlier read.
+		for _, rd := range r.rounds[:upto+1] {
+			for _, p := range rd.reads {
+				p.index = rs.Index
+				r.ready = append(r.ready, p)
+			}
+		}
+		r.rounds = r.rounds[upto+1:]
+	}
+	if len(r.ready) > 0 {
+		kept := r.ready[:0]
+		for _, p := range r.ready {
+			if p.index <= n.loop.lastApplied {
+				p.run()
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		clear(r.ready[len(kept):])
+		r.ready = kept
+	}
+	n.issueReadRound()
+}
+
+// retryReads runs every tick: rounds unanswered for RetryInterval (no
+// leader, a lost message) are asked again with a new id; reads whose caller
+// gave up are dropped.
+func (n *Node) retryReads(now time.Time) {
+	r := &n.loop.reads
+	if len(r.rounds) == 0 && len(r.next) == 0 {
+		return
+	}
+	var again []pendingRead
+	keep := r.rounds[:0]
+	for _, rd := range r.rounds {
+		if now.Sub(rd.issued) < n.cfg.RetryInterval {
+			keep = append(keep, rd)
+			continue
+		}
+		again = append(again, rd.reads...)
+	}
+	r.rounds = keep
+	live := r.next[:0]
+	for _, p := range append(again, r.next...) {
+		if p.ctx.Err() == nil {
+			live = append(live, p)
+		}
+	}
+	r.next = live
+	n.issueReadRound()
+}

@@ -1,0 +1,421 @@
+package lockraft_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/node"
+)
+
+// opsCluster is three real nodes started through the public API (real gRPC
+// on loopback, real bbolt files), each with its own Prometheus registry and
+// fault injector.
+type opsCluster struct {
+	t      *testing.T
+	peers  []string
+	lns    []net.Listener
+	dirs   []string
+	nodes  []*lockraft.Node
+	regs   []*prometheus.Registry
+	faults []*node.Faults
+}
+
+func newOpsCluster(t *testing.T, start ...int) *opsCluster {
+	t.Helper()
+	c := &opsCluster{t: t, nodes: make([]*lockraft.Node, 3)}
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		c.lns = append(c.lns, ln)
+		c.peers = append(c.peers, ln.Addr().String())
+		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint(i)))
+		c.regs = append(c.regs, prometheus.NewRegistry())
+		c.faults = append(c.faults, &node.Faults{})
+	}
+	if len(start) == 0 {
+		start = []int{0, 1, 2}
+	}
+	for _, i := range start {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range c.nodes {
+			if n != nil {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					defer cancel()
+					n.Close(ctx)
+				})
+			}
+		}
+		wg.Wait()
+	})
+	return c
+}
+
+func (c *opsCluster) start(i int) {
+	c.t.Helper()
+	f := c.faults[i]
+	n, err := lockraft.Join(c.peers, lockraft.WithDataDir(c.dirs[i]), lockraft.WithListener(c.lns[i]),
+		lockraft.WithListenAddr(c.peers[i]), lockraft.WithMetrics(c.regs[i]), fast(),
+		lockraft.WithNodeConfig(func(cfg *node.Config) { cfg.Faults = f }))
+	require.NoError(c.t, err)
+	c.nodes[i] = n
+}
+
+// leader waits until every running node agrees on a leader; its index.
+func (c *opsCluster) leader() int {
+	c.t.Helper()
+	idx := -1
+	require.Eventually(c.t, func() bool {
+		var lead uint64
+		for _, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			if l := n.Leader(); l == 0 || (lead != 0 && l != lead) {
+				return false
+			} else {
+				lead = l
+			}
+		}
+		for i, n := range c.nodes {
+			if n != nil && n.ID() == lead {
+				idx = i
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	return idx
+}
+
+func (c *opsCluster) isolate(i int) {
+	for j, f := range c.faults {
+		if j == i {
+			continue
+		}
+		id := uint64(j + 1)
+		f.BlockOut(uint64(i + 1))
+		f.BlockIn(uint64(i + 1))
+		c.faults[i].BlockOut(id)
+		c.faults[i].BlockIn(id)
+	}
+}
+
+func (c *opsCluster) heal() {
+	for _, f := range c.faults {
+		f.Heal()
+	}
+}
+
+// metric finds one sample of family name whose labels include want.
+func metric(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) *dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for k, v := range want {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	m := metric(t, reg, name, labels)
+	require.NotNil(t, m, "no %s%v", name, labels)
+	switch {
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	case m.GetHistogram() != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	t.Fatalf("%s: unexpected type", name)
+	return 0
+}
+
+func ops(kind, result string) map[string]string {
+	return map[string]string{"primitive": "mutex", "kind": kind, "result": result}
+}
+
+// TestMetricsAfterScriptedWorkload (L1, L2, L4 as an operator sees them): a
+// scripted workload on one node of a 3-node cluster, then its registry is
+// scraped: each operation counted by kind and result, the acquire-wait and
+// grant-after-head-of-queue histograms counted once per granted Lock and
+// per queued grant, the lock-table gauges showing the held lock and its
+// waiter, raft gauges consistent across the three registries.
+func TestMetricsAfterScriptedWorkload(t *testing.T) {
+	c := newOpsCluster(t)
+	lead := c.leader()
+	a, b := c.nodes[(lead+1)%3], c.nodes[(lead+2)%3] // two followers
+	reg := c.regs[(lead+1)%3]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for i := range 5 { // 5 × lock ok, unlock ok
+		l, err := a.Lock(ctx, fmt.Sprintf("m/%d", i))
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	hb, err := b.Lock(ctx, "m/hot") // held elsewhere
+	require.NoError(t, err)
+	for range 2 { // 2 × trylock locked
+		_, err := a.TryLock(ctx, "m/hot")
+		require.ErrorIs(t, err, lockraft.ErrLocked)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond) // 1 × lock deadline_exceeded
+	_, err = a.Lock(short, "m/hot")
+	cancelShort()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	got := make(chan *lockraft.Lock, 1)
+	go func() { // 1 × lock ok after queueing at the head
+		l, err := a.Lock(ctx, "m/hot")
+		if err == nil {
+			got <- l
+		}
+	}()
+	require.Eventually(t, func() bool {
+		v, _, err := a.InspectLock(ctx, "m/hot", lockraft.Stale())
+		return err == nil && len(v.Waiters) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "lockraft_locks_held", nil)+value(t, reg, "lockraft_lock_waiters", nil)-1,
+		"one name held, one waiter")
+	require.Equal(t, 1.0, value(t, reg, "lockraft_lock_longest_queue", nil))
+	time.Sleep(50 * time.Millisecond) // the queue head waits a little for the holder
+	require.NoError(t, hb.Unlock(ctx))
+	la := <-got
+	require.NoError(t, la.Unlock(ctx))
+	require.ErrorIs(t, la.Unlock(ctx), lockraft.ErrNotHeld) // 1 × unlock not_held
+
+	require.Equal(t, 6.0, value(t, reg, "lockraft_operations_total", ops("lock", "ok")))
+	require.Equal(t, 1.0, value(t, reg, "lockraft_operations_total", ops("lock", "deadline_exceeded")))
+	require.Equal(t, 2.0, value(t, reg, "lockraft_operations_total", ops("trylock", "locked")))
+	require.Equal(t, 0.0, value(t, reg, "lockraft_operations_total", ops("trylock", "ok")))
+	require.Equal(t, 6.0, value(t, reg, "lockraft_operations_total", ops("unlock", "ok")))
+	require.Equal(t, 1.0, value(t, reg, "lockraft_operations_total", ops("unlock", "not_held")))
+	require.Equal(t, 6.0, value(t, reg, "lockraft_acquire_wait_seconds", map[string]string{"primitive": "mutex"}),
+		"one acquire-wait observation per granted Lock")
+	head := metric(t, reg, "lockraft_queue_head_wait_seconds", nil).GetHistogram()
+	require.Equal(t, uint64(1), head.GetSampleCount(), "one grant from the queue")
+	require.GreaterOrEqual(t, head.GetSampleSum(), 0.04, "it waited at the head ≥ 50 ms minus timer slack")
+	// Commands of this node: 6 granted acquires + 1 abandoned one and its
+	// cancel + 2 trylocks + 6 releases; an abandoned acquire is settled by
+	// its cancel, so at least 15 commits.
+	require.GreaterOrEqual(t, value(t, reg, "lockraft_commit_duration_seconds", nil), 15.0)
+	require.Positive(t, value(t, reg, "lockraft_fsync_duration_seconds", nil))
+	require.Equal(t, 0.0, value(t, reg, "lockraft_locks_held", nil))
+	require.Equal(t, 1.0, value(t, reg, "lockraft_session_open", nil))
+	require.Equal(t, 1.0, value(t, reg, "lockraft_node_role", map[string]string{"role": "voter"}))
+	require.Equal(t, 3.0, value(t, reg, "lockraft_sessions", nil))
+
+	leaders := 0.0
+	for i, r := range c.regs {
+		leaders += value(t, r, "lockraft_raft_is_leader", nil)
+		require.Equal(t, 1.0, value(t, r, "lockraft_node_up", nil), "node %d", i)
+	}
+	require.Equal(t, 1.0, leaders, "exactly one registry reports leading")
+	lr := c.regs[lead]
+	for _, n := range []*lockraft.Node{a, b} {
+		require.NotNil(t, metric(t, lr, "lockraft_raft_peer_lag_entries", map[string]string{"peer": fmt.Sprintf("%016x", n.ID()), "role": "voter"}))
+	}
+	require.Nil(t, metric(t, reg, "lockraft_raft_peer_lag_entries", nil), "followers report no peer lag")
+
+	// No lock name or owner ever becomes a label value.
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				require.NotContains(t, lp.GetValue(), "m/", "%s has a lock name as a label", mf.GetName())
+			}
+		}
+	}
+}
+
+// TestWithMetricsTwiceOnOneRegistry: a second node on the same registry is
+// refused with a clear error instead of panicking; WrapRegistererWith lets
+// both register.
+func TestWithMetricsTwiceOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	addr := freeAddr(t)
+	n1, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr), fast(),
+		lockraft.WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"replica": "a"}, reg)))
+	require.NoError(t, err)
+	defer n1.Close(context.Background())
+	addr2 := freeAddr(t)
+	_, err = lockraft.Join([]string{addr2}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr2), fast(),
+		lockraft.WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"replica": "a"}, reg)))
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
+	addr3 := freeAddr(t)
+	n3, err := lockraft.Join([]string{addr3}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr3), fast(),
+		lockraft.WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"replica": "b"}, reg)))
+	require.NoError(t, err)
+	defer n3.Close(context.Background())
+}
+
+// adminGet fetches path from the handler and decodes its JSON.
+func adminGet(t *testing.T, h http.Handler, method, path string, out any) int {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	if out != nil {
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), out), rec.Body.String())
+	}
+	return rec.Code
+}
+
+// TestReadiness (L1): /readyz is 503 before the node has a session (its
+// peers are not up: no leader, no session), 200 once it serves, 503 again
+// after it loses its leader (cut off from the others), and 200 after the
+// partition heals; /healthz stays 200 throughout (alive) and is 503 once the
+// node is closed.
+func TestReadiness(t *testing.T) {
+	c := newOpsCluster(t, 0)
+	h := c.nodes[0].AdminHandler()
+	var body map[string]any
+	require.Equal(t, http.StatusServiceUnavailable, adminGet(t, h, "GET", "/readyz", &body))
+	require.Equal(t, false, body["ready"])
+	require.Contains(t, body["reason"], "no leader")
+	require.Equal(t, http.StatusOK, adminGet(t, h, "GET", "/healthz", nil))
+
+	c.start(1)
+	c.start(2)
+	require.Eventually(t, func() bool { return adminGet(t, h, "GET", "/readyz", nil) == http.StatusOK }, 10*time.Second, 10*time.Millisecond)
+
+	c.isolate(0)
+	require.Eventually(t, func() bool {
+		return adminGet(t, h, "GET", "/readyz", &body) == http.StatusServiceUnavailable
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Contains(t, body["reason"], "no leader")
+	require.Equal(t, http.StatusOK, adminGet(t, h, "GET", "/healthz", nil), "alive while partitioned")
+	c.heal()
+	require.Eventually(t, func() bool { return adminGet(t, h, "GET", "/readyz", nil) == http.StatusOK }, 15*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, c.nodes[0].Close(ctx))
+	require.Equal(t, http.StatusServiceUnavailable, adminGet(t, h, "GET", "/healthz", nil))
+	require.Equal(t, http.StatusServiceUnavailable, adminGet(t, h, "GET", "/readyz", nil))
+}
+
+// TestAdminHandler: the JSON views and the operator actions, with their
+// errors as JSON and HTTP status codes.
+func TestAdminHandler(t *testing.T) {
+	c := newOpsCluster(t)
+	lead := c.leader()
+	fol := (lead + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.nodes[lead].Lock(ctx, "stock/sku-a", lockraft.WithOwner("order-17"))
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+
+	ro := c.nodes[fol].AdminHandler()
+	var st lockraft.StatusView
+	require.Equal(t, 200, adminGet(t, ro, "GET", "/status", &st))
+	require.Equal(t, lockraft.MemberID(c.nodes[fol].ID()), st.ID)
+	require.Equal(t, lockraft.MemberID(c.nodes[lead].ID()), st.Leader)
+	require.Equal(t, "voter", st.Role)
+	require.True(t, st.Ready)
+	require.Equal(t, lockraft.Version, st.Version)
+
+	var lv lockraft.LockView
+	require.Equal(t, 200, adminGet(t, ro, "GET", "/lock?name=stock/sku-a", &lv))
+	require.Equal(t, "order-17", lv.Holder.Owner)
+	require.Equal(t, l.Token(), lv.Holder.Token)
+	var e map[string]any
+	require.Equal(t, 404, adminGet(t, ro, "GET", "/lock?name=free/one", &e))
+	require.Equal(t, "not_found", e["code"])
+	require.Equal(t, 400, adminGet(t, ro, "GET", "/lock", &e))
+	require.Equal(t, 400, adminGet(t, ro, "GET", "/locks?limit=0", &e))
+	require.Equal(t, 400, adminGet(t, ro, "GET", "/lock?name=x&timeout=forever", &e))
+	require.Equal(t, 405, adminGet(t, ro, "POST", "/lock?name=x", &e))
+	require.Equal(t, 404, adminGet(t, ro, "GET", "/nope", &e))
+
+	var page lockraft.LocksPage
+	require.Equal(t, 200, adminGet(t, ro, "GET", "/locks?prefix=stock/&limit=10", &page))
+	require.Len(t, page.Locks, 1)
+
+	var mv lockraft.MembersView
+	require.Equal(t, 200, adminGet(t, ro, "GET", "/members", &mv))
+	require.True(t, mv.FromLeader)
+	require.Len(t, mv.Members, 3)
+	for _, m := range mv.Members {
+		require.Equal(t, "voter", m.Role)
+		require.True(t, m.Healthy)
+		require.True(t, m.LagKnown)
+	}
+
+	// Operator actions: off by default.
+	require.Equal(t, 403, adminGet(t, ro, "POST", "/leader/transfer", &e))
+	require.Equal(t, "forbidden", e["code"])
+	op := c.nodes[fol].AdminHandler(lockraft.WithOperatorActions())
+	// Transfer asked of a follower, to that follower.
+	var tr map[string]string
+	require.Equal(t, 200, adminGet(t, op, "POST", "/leader/transfer?to="+lockraft.MemberID(c.nodes[fol].ID()).String(), &tr))
+	require.Equal(t, lockraft.MemberID(c.nodes[fol].ID()).String(), tr["leader"])
+	require.Eventually(t, func() bool { return c.nodes[fol].Leader() == c.nodes[fol].ID() }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 404, adminGet(t, op, "POST", "/leader/transfer?to=00000000000000ff", &e))
+	require.Equal(t, "not_member", e["code"])
+	require.Equal(t, 400, adminGet(t, op, "POST", "/members/remove?id=zz", &e))
+
+	// Removal: refused of a non-leader (409 naming the leader), refused for
+	// the leader itself, done by the leader.
+	newLead, other := fol, (fol+1)%3
+	if c.nodes[other].ID() == c.nodes[newLead].ID() {
+		other = (fol + 2) % 3
+	}
+	opOther := c.nodes[other].AdminHandler(lockraft.WithOperatorActions())
+	require.Equal(t, 409, adminGet(t, opOther, "POST", "/members/remove?id="+lockraft.MemberID(c.nodes[other].ID()).String(), &e))
+	require.Equal(t, "not_leader", e["code"])
+	require.Equal(t, lockraft.MemberID(c.nodes[newLead].ID()).String(), e["leader"])
+	require.Equal(t, 409, adminGet(t, op, "POST", "/members/remove?id="+lockraft.MemberID(c.nodes[newLead].ID()).String(), &e))
+	require.Equal(t, "refused", e["code"])
+	var rm map[string]string
+	require.Equal(t, 200, adminGet(t, op, "POST", "/members/remove?id="+lockraft.MemberID(c.nodes[other].ID()).String(), &rm))
+	require.Equal(t, 200, adminGet(t, op, "GET", "/members", &mv))
+	require.Len(t, mv.Members, 2, "%+v", mv)
+	for _, m := range mv.Members {
+		require.NotEqual(t, lockraft.MemberID(c.nodes[other].ID()), m.ID)
+	}
+	// The removed member stops being part of the cluster; stop it.
+	ctxc, cancelc := context.WithTimeout(ctx, time.Second)
+	c.nodes[other].Close(ctxc)
+	cancelc()
+	c.nodes[other] = nil
+}

@@ -1,0 +1,5 @@
+package lockraft
+
+// Version is this release of lockraft (semantic versioning; see
+// CHANGELOG.md). The lead tags the repository with "v" + Version.
+const Version = "0.2.0"
