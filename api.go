@@ -20,7 +20,6 @@ package lockraft
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +70,10 @@ var (
 	// ErrDataDir: the data directory is corrupt, locked, or belongs to
 	// another node or cluster; the message says which.
 	ErrDataDir = node.ErrDataDir
+	// ErrInternal: the node hit a broken invariant and stopped serving
+	// rather than go on with state it cannot trust; its locks expire. A bug:
+	// the message says what happened. Restart the node.
+	ErrInternal = node.ErrInternal
 )
 
 // IsRetryable reports whether err is worth retrying as is: the cluster was
@@ -109,6 +112,9 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 		opt(&o)
 	}
 	cfg := o.cfg
+	if err := o.security(&cfg); err != nil {
+		return nil, err
+	}
 	if o.gossip != nil {
 		if len(o.members) > 0 {
 			return nil, fmt.Errorf("%w: WithGossip and WithStaticMembers are mutually exclusive", ErrInvalidConfig)
@@ -239,6 +245,7 @@ type options struct {
 	cfg     node.Config
 	members []node.Member
 	gossip  *node.GossipConfig
+	sec     securityOptions // security.go
 }
 
 func defaultOptions() options { return options{} }
@@ -296,11 +303,6 @@ func WithLockDelay(d time.Duration) Option { return func(o *options) { o.cfg.Loc
 
 // WithMaxHolds sets the maximum reentrant depth (default 64).
 func WithMaxHolds(n uint32) Option { return func(o *options) { o.cfg.MaxHolds = n } }
-
-// WithTLS enables mutual TLS between nodes.
-func WithTLS(server, client *tls.Config) Option {
-	return func(o *options) { o.cfg.ServerTLS, o.cfg.ClientTLS = server, client }
-}
 
 // WithNodeConfig adjusts the full node configuration (advanced tuning and
 // tests: snapshot cadence, retry interval, clock).

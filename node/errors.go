@@ -70,4 +70,11 @@ var (
 	// ErrDataDir: the data directory belongs to another node or cluster, is
 	// locked by another process, or is corrupt. The message says which.
 	ErrDataDir = errors.New("lockraft: unusable data directory")
+
+	// ErrInternal: the raft loop hit a broken invariant (raft panicked on
+	// input that passed validation). The node stopped serving rather than
+	// go on with state it can no longer trust; its session expires and its
+	// locks move on. The message carries the panic. Restart the node; report
+	// the message: it is a bug.
+	ErrInternal = errors.New("lockraft: internal error; node stopped")
 )

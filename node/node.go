@@ -46,6 +46,7 @@ type Node struct {
 	fsm     *lockfsm.FSM
 	tr      *transport.Transport
 	rn      *raft.RawNode // owned by the loop goroutine
+	members *memberSet    // who may send raft messages (members.go)
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
@@ -107,6 +108,8 @@ type loopState struct {
 	fwd     fwdState
 	props   proposalBatch
 	hints   commitHints
+	guard   msgGuard    // judging remote raft messages (guard.go)
+	snapIn  *inSnapshot // a received snapshot stepped, awaiting raft's verdict (snapshotin.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -121,6 +124,14 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Gossip != nil && cfg.ID == 0 && cfg.TLS != nil {
+		// The certificate names this member: its id is the member's id.
+		_, id, err := tlsMemberID(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS: %v", ErrInvalidConfig, err)
+		}
+		cfg.ID = id
+	}
 	if cfg.Gossip != nil && cfg.ID == 0 {
 		id, err := resolveID(cfg.DataDir)
 		if err != nil {
@@ -163,6 +174,7 @@ func start(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(n.snapDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
+	n.members = newMemberSet(cfg.Members)
 	if err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID); err != nil {
 		return nil, err
 	}
@@ -206,6 +218,10 @@ func start(cfg Config) (*Node, error) {
 	n.app.wake = make(chan struct{}, 1)
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
+	n.members.setConf(cs)
+	if n.loop.guard.lastIndex, err = n.storage.LastIndex(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
@@ -225,17 +241,19 @@ func start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
 	}
 	n.tr, err = transport.New(transport.Config{
-		ClusterID:   cfg.ClusterID,
-		LocalID:     cfg.ID,
-		ListenAddr:  cfg.ListenAddr,
-		Listener:    cfg.Listener,
-		SnapshotDir: n.snapDir,
-		Handler:     (*transportHandler)(n),
-		Logger:      n.log,
-		ServerTLS:   cfg.ServerTLS,
-		ClientTLS:   cfg.ClientTLS,
+		ClusterID:       cfg.ClusterID,
+		LocalID:         cfg.ID,
+		ListenAddr:      cfg.ListenAddr,
+		Listener:        cfg.Listener,
+		SnapshotDir:     n.snapDir,
+		Handler:         (*transportHandler)(n),
+		Logger:          n.log,
+		TLS:             cfg.TLS,
+		MaxSnapshotSize: cfg.MaxSnapshotSize,
 	})
-	if err != nil {
+	if errors.Is(err, transport.ErrInvalidConfig) {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	} else if err != nil {
 		return nil, err
 	}
 	for _, m := range cfg.Members {
@@ -257,7 +275,8 @@ func start(cfg Config) (*Node, error) {
 		}
 	}
 	ok = true
-	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
+	n.warnIfInsecure()
+	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
 	go n.appendLoop()
 	go n.commitLoop()
@@ -291,6 +310,9 @@ func (n *Node) restoreFSM(index uint64) error {
 	defer f.Close()
 	if err := n.fsm.Restore(f); err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, index, err)
+	}
+	if got := n.fsm.AppliedIndex(); got != index {
+		return fmt.Errorf("%w: snapshot %d holds the lock table at index %d", ErrDataDir, index, got)
 	}
 	return nil
 }
@@ -336,6 +358,7 @@ func (n *Node) do(ctx context.Context, f func()) error {
 // run is the loop: the only goroutine that touches rn, fsm and loopState.
 func (n *Node) run() {
 	defer close(n.donec)
+	defer n.recoverLoop()
 	if n.cfg.TestHooks.LockLoopThread {
 		n.lockLoopThread()
 	}
@@ -367,7 +390,7 @@ func (n *Node) run() {
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
-			n.step(msgs)
+			n.stepRemote(msgs)
 		case msgs := <-n.localc:
 			n.step(msgs)
 		case err := <-n.appErr:
@@ -394,15 +417,30 @@ func (n *Node) run() {
 			n.stopServing(n.loop.stopWith)
 			return
 		}
-		n.flushProposals()
-		for n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
+		if err := n.readyLoop(); err != nil {
+			n.fail(err)
+			return
+		}
+		if n.endOfTurn() {
+			if err := n.readyLoop(); err != nil {
 				n.fail(err)
 				return
 			}
-			n.flushProposals() // proposed while applying (a leader change re-proposes)
 		}
 	}
+}
+
+// readyLoop flushes the turn's proposals and handles Readys until raft has
+// none (loop).
+func (n *Node) readyLoop() error {
+	n.flushProposals()
+	for n.rn.HasReady() {
+		if err := n.handleReady(); err != nil {
+			return err
+		}
+		n.flushProposals() // proposed while applying (a leader change re-proposes)
+	}
+	return nil
 }
 
 // drainInputs takes whatever else is already queued, so that concurrent
@@ -413,7 +451,7 @@ func (n *Node) drainInputs() {
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
-			n.step(msgs)
+			n.stepRemote(msgs)
 		case msgs := <-n.localc:
 			n.step(msgs)
 		default:
@@ -422,6 +460,9 @@ func (n *Node) drainInputs() {
 	}
 }
 
+// step steps messages into raft: this node's own (the appender's
+// responses, the responses of applied entries) and remote ones that
+// stepRemote admitted.
 func (n *Node) step(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		if n.loop.isLeader {
@@ -432,8 +473,8 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
-			// A follower's forwarded proposals join this turn's batch, as
-			// they are (a configuration change keeps its entry type).
+			// A follower's forwarded proposals (lock commands of its own
+			// sessions: admit checked them) join this turn's batch.
 			n.proposeEntries(m.GetEntries())
 			continue
 		}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"math"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -20,8 +21,13 @@ import (
 // Context alias b, which the caller must not modify afterwards. Anything
 // else (a snapshot, responses, an unknown field or enum value, a malformed
 // field) goes to proto.Unmarshal, so the result is always what it would
-// have produced (FuzzDecodeMessage).
+// have produced (FuzzDecodeMessage), except that a message announcing more
+// than maxMsgEntries entries is refused (ErrLimit) before either decoder
+// allocates anything for them.
 func decodeMessage(b []byte) (*raftpb.Message, error) {
+	if n := countEntries(b); n > maxMsgEntries {
+		return nil, fmt.Errorf("%w: %d entries in one message", ErrLimit, n)
+	}
 	if m, ok := decodeMessageFast(b); ok {
 		return m, nil
 	}
@@ -56,6 +62,30 @@ const (
 	entType, entTerm, entIndex, entData = 1, 2, 3, 4
 )
 
+// countEntries returns how many entries field (7) occurrences b holds,
+// walking the top-level fields only. Malformed framing is not an error here
+// (the decoder reports it); the count is then of the well-formed prefix.
+func countEntries(b []byte) int {
+	n := 0
+	for p := b; len(p) > 0; {
+		num, typ, l := protowire.ConsumeTag(p)
+		if l < 0 {
+			break
+		}
+		p = p[l:]
+		if num == msgEntries && typ == protowire.BytesType {
+			n++
+		}
+		if l = protowire.ConsumeFieldValue(num, typ, p); l < 0 {
+			break
+		}
+		p = p[l:]
+	}
+	return n
+}
+
+// decodeMessageFast decodes the common messages; false means "use
+// proto.Unmarshal". The entry count was bounded by decodeMessage.
 func decodeMessageFast(b []byte) (*raftpb.Message, bool) {
 	// First pass: check the framing and count the entries.
 	n := 0
