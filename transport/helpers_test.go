@@ -33,6 +33,9 @@ type recorder struct {
 	onReceive func(msgs []*raftpb.Message)
 	// accept, if set, decides AcceptSnapshot; the default accepts.
 	accept func(from uint64, m *raftpb.Message) error
+	// receiveSnap, if set, serves ReceiveSnapshot; the default takes the file
+	// as the snapshot of its index and records the MsgSnap.
+	receiveSnap func(ctx context.Context, m *raftpb.Message, file string) error
 	// call, if set, serves the typed calls (method: the RPC's name); the
 	// default answers each with an empty response of its type.
 	call func(ctx context.Context, from uint64, method string, req proto.Message) (proto.Message, error)
@@ -77,7 +80,10 @@ func (r *recorder) AcceptSnapshot(from uint64, m *raftpb.Message) error {
 
 // ReceiveSnapshot plays the node: it takes the file as the snapshot of its
 // index, then records the MsgSnap like Receive.
-func (r *recorder) ReceiveSnapshot(_ context.Context, m *raftpb.Message, file string) error {
+func (r *recorder) ReceiveSnapshot(ctx context.Context, m *raftpb.Message, file string) error {
+	if r.receiveSnap != nil {
+		return r.receiveSnap(ctx, m, file)
+	}
 	dst := SnapshotPath(filepath.Dir(file), m.GetSnapshot().GetMetadata().GetIndex())
 	if err := os.Rename(file, dst); err != nil {
 		return err
