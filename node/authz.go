@@ -73,9 +73,16 @@ var (
 // authorise decides whether member from may have the leader propose cmd
 // (loop, leader).
 func (n *Node) authorise(from uint64, cmd *lockfsm.Command) error {
+	return authoriseCommand(from, cmd, n.sessionOwner, n.cfg.TestHooks.FollowerExpiry)
+}
+
+// authoriseCommand is authorise on a given view of the sessions (owner says
+// whose a session is, as sessionOwner): the pure rule, fuzzed by
+// FuzzFwdPropose. followerExpiry admits the planted bug's expiries.
+func authoriseCommand(from uint64, cmd *lockfsm.Command, owner func(uint64) (uint64, bool), followerExpiry bool) error {
 	rule, ok := forwardedKinds[cmd.Kind]
 	if !ok {
-		if cmd.Kind == lockfsm.KindExpireSession && n.cfg.TestHooks.FollowerExpiry {
+		if cmd.Kind == lockfsm.KindExpireSession && followerExpiry {
 			return nil // the planted bug proposes expiries from followers on purpose
 		}
 		return fmt.Errorf("%w: %v from %d", errKindRefused, cmd.Kind, from)
@@ -90,7 +97,7 @@ func (n *Node) authorise(from uint64, cmd *lockfsm.Command) error {
 		}
 		return nil
 	case bySession:
-		return n.ownsSession(from, cmd.Session)
+		return sessionOf(from, cmd.Session, owner)
 	}
 	return errKindRefused
 }
@@ -100,12 +107,16 @@ func (n *Node) authorise(from uint64, cmd *lockfsm.Command) error {
 // harmless); errNotYours if it belongs to another member; errUnknownSession
 // if this node cannot tell yet (loop).
 func (n *Node) ownsSession(from, session uint64) error {
-	owner, known := n.sessionOwner(session)
+	return sessionOf(from, session, n.sessionOwner)
+}
+
+func sessionOf(from, session uint64, owner func(uint64) (uint64, bool)) error {
+	who, known := owner(session)
 	switch {
 	case !known:
 		return fmt.Errorf("%w: %d", errUnknownSession, session)
-	case owner != 0 && owner != from:
-		return fmt.Errorf("%w: session %d is member %d's, caller is %d", errNotYours, session, owner, from)
+	case who != 0 && who != from:
+		return fmt.Errorf("%w: session %d is member %d's, caller is %d", errNotYours, session, who, from)
 	}
 	return nil
 }

@@ -658,27 +658,44 @@ func inConf(cs *raftpb.ConfState, id uint64) bool {
 // means it was believed and the node stops.
 func (n *Node) judgeRemoved(from uint64, req *transportpb.RemovedRequest) error {
 	st := n.rn.BasicStatus()
-	denied := func(format string, a ...any) error {
-		return fmt.Errorf("%w: removed notice from %d: %s", transport.ErrPermissionDenied, from, fmt.Sprintf(format, a...))
-	}
-	switch {
-	case slices.Contains(req.GetVoters(), n.id) || slices.Contains(req.GetLearners(), n.id):
-		return denied("its configuration lists this node")
-	case !slices.Contains(req.GetVoters(), from):
-		return denied("it is not a voter of its own configuration")
-	case req.GetTerm() < st.GetTerm():
-		return denied("term %d is behind this node's %d", req.GetTerm(), st.GetTerm())
-	case req.GetApplied() <= n.loop.lastApplied && inConf(n.loop.confState, n.id):
-		return denied("its configuration (applied %d) is not newer than this node's (%d), which lists this node",
-			req.GetApplied(), n.loop.lastApplied)
-	case st.Lead != 0 && st.Lead != from:
-		return denied("this node follows %d", st.Lead)
-	case st.Lead == 0 && !slices.Contains(n.loop.confState.GetVoters(), from) && !n.members.allows(from):
-		return denied("not a voter or member known here")
+	if err := removedVerdict(removedView{self: n.id, term: st.GetTerm(), lead: st.Lead, applied: n.loop.lastApplied,
+		conf: n.loop.confState, known: n.members.allows}, from, req); err != nil {
+		return err
 	}
 	n.log.Error("removed from the cluster while away: stopping; start with a fresh data directory to rejoin",
 		"told_by", from, "id", n.id)
 	n.loop.stopWith = ErrRemoved
+	return nil
+}
+
+// removedView is what a node judges a removed notice against.
+type removedView struct {
+	self, term, lead, applied uint64
+	conf                      *raftpb.ConfState
+	known                     func(uint64) bool // members with raft data (members.go)
+}
+
+// removedVerdict is judgeRemoved's rule (pure; FuzzRemovedRequest): nil
+// means believe the notice.
+func removedVerdict(v removedView, from uint64, req *transportpb.RemovedRequest) error {
+	denied := func(format string, a ...any) error {
+		return fmt.Errorf("%w: removed notice from %d: %s", transport.ErrPermissionDenied, from, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case slices.Contains(req.GetVoters(), v.self) || slices.Contains(req.GetLearners(), v.self):
+		return denied("its configuration lists this node")
+	case !slices.Contains(req.GetVoters(), from):
+		return denied("it is not a voter of its own configuration")
+	case req.GetTerm() < v.term:
+		return denied("term %d is behind this node's %d", req.GetTerm(), v.term)
+	case req.GetApplied() <= v.applied && inConf(v.conf, v.self):
+		return denied("its configuration (applied %d) is not newer than this node's (%d), which lists this node",
+			req.GetApplied(), v.applied)
+	case v.lead != 0 && v.lead != from:
+		return denied("this node follows %d", v.lead)
+	case v.lead == 0 && !slices.Contains(v.conf.GetVoters(), from) && !v.known(from):
+		return denied("not a voter or member known here")
+	}
 	return nil
 }
 

@@ -45,7 +45,8 @@ import (
 //     raft follows, once it follows one.
 //
 // A refused message is dropped (raft retries what matters) and logged once
-// per sender and interval. As a last line, a panic in the loop stops the
+// per sender and interval; one a correct peer may send across a leader
+// change (errStale) is dropped quietly. As a last line, a panic in the loop stops the
 // node with ErrInternal instead of killing the process or running on state
 // it can no longer trust (recoverLoop).
 
@@ -62,7 +63,14 @@ const (
 // refusedRaft is the refuse.Log kind of refused raft messages.
 const refusedRaft = "raft message"
 
-var errGuard = errors.New("refused")
+var (
+	// errGuard: a message no correct peer sends; refused and logged.
+	errGuard = errors.New("refused")
+	// errStale: a message a correct peer may send across a leader change
+	// (a proposal reaching a node that just stopped leading, a hint of the
+	// old term): dropped quietly, as raft itself would drop or ignore it.
+	errStale = errors.New("stale")
+)
 
 // raftView is the part of raft's state a remote message is judged against.
 type raftView struct {
@@ -84,6 +92,11 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 		return fmt.Errorf("%w: context of %d bytes", errGuard, len(m.GetContext()))
 	case m.GetSnapshot() != nil && m.GetType() != raftpb.MessageType_MsgSnap:
 		return fmt.Errorf("%w: snapshot on a %v", errGuard, m.GetType())
+	case (t == 0) != (m.GetType() == raftpb.MessageType_MsgProp || m.GetType() == raftpb.MessageType_MsgReadIndex):
+		// raft sends every message with its term except proposals and read
+		// requests, and steps a message of term 0 as a local one, skipping
+		// every term check (a heartbeat of term 0 would commit anything).
+		return fmt.Errorf("%w: %v of term %d", errGuard, m.GetType(), t)
 	}
 	// Leader traffic of the current term comes from the leader raft follows.
 	fromLeader := t != v.term || v.lead == 0 || from == v.lead
@@ -97,16 +110,26 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 		if !fromLeader {
 			return fmt.Errorf("%w: heartbeat from %d, not the leader %d of term %d", errGuard, from, v.lead, t)
 		}
-		if isCommitHint(m) && (t != v.term || from != v.lead) {
+		if isCommitHint(m) {
 			// A hint rides behind the leader's appends, which made this
-			// node follow it in its term; any other is forged (a huge
-			// term would disable hints here until a restart).
-			return fmt.Errorf("%w: commit hint from %d in term %d, not the leader %d of term %d", errGuard, from, t, v.lead, v.term)
+			// node follow it in its term: one of a later term, or of this
+			// term from another node, is forged (a huge term would disable
+			// hints here until a restart); one of an earlier term, or
+			// while this node follows no one, is stale.
+			switch {
+			case t > v.term || (t == v.term && v.lead != 0 && from != v.lead):
+				return fmt.Errorf("%w: commit hint from %d in term %d, not the leader %d of term %d", errGuard, from, t, v.lead, v.term)
+			case t < v.term || v.lead == 0:
+				return fmt.Errorf("%w: commit hint of term %d (now %d, leader %d)", errStale, t, v.term, v.lead)
+			}
 		}
 		if t >= v.term && m.GetCommit() > v.lastIndex {
 			return fmt.Errorf("%w: heartbeat commit %d beyond the log (last index %d)", errGuard, m.GetCommit(), v.lastIndex)
 		}
 	case raftpb.MessageType_MsgSnap:
+		if t < v.term {
+			return fmt.Errorf("%w: snapshot of term %d (now %d)", errStale, t, v.term)
+		}
 		if t != v.term || from != v.lead {
 			return fmt.Errorf("%w: snapshot from %d in term %d, not the leader %d of term %d", errGuard, from, t, v.lead, v.term)
 		}
@@ -118,16 +141,25 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 	case raftpb.MessageType_MsgVote, raftpb.MessageType_MsgPreVote, raftpb.MessageType_MsgVoteResp,
 		raftpb.MessageType_MsgPreVoteResp, raftpb.MessageType_MsgHeartbeatResp:
 	case raftpb.MessageType_MsgTimeoutNow:
+		if t < v.term {
+			return fmt.Errorf("%w: campaign order of term %d (now %d)", errStale, t, v.term)
+		}
 		if t != v.term || from != v.lead {
 			return fmt.Errorf("%w: campaign order from %d, not the leader %d of term %d", errGuard, from, v.lead, v.term)
 		}
 	case raftpb.MessageType_MsgReadIndex:
 		// A node issues ReadIndex only as leader; one that lost leadership
 		// in the same turn has raft forward it here.
-		if !v.isLeader || len(m.GetEntries()) != 1 || len(m.GetEntries()[0].GetData()) > maxContextSize {
-			return fmt.Errorf("%w: read index request (leader %t, %d entries)", errGuard, v.isLeader, len(m.GetEntries()))
+		if len(m.GetEntries()) != 1 || len(m.GetEntries()[0].GetData()) > maxContextSize {
+			return fmt.Errorf("%w: read index request of %d entries", errGuard, len(m.GetEntries()))
+		}
+		if !v.isLeader {
+			return fmt.Errorf("%w: read index request to a non-leader", errStale)
 		}
 	case raftpb.MessageType_MsgReadIndexResp:
+		if t < v.term {
+			return fmt.Errorf("%w: read index answer of term %d (now %d)", errStale, t, v.term)
+		}
 		if t != v.term || from != v.lead || len(m.GetEntries()) != 1 {
 			return fmt.Errorf("%w: read index answer from %d, not the leader %d of term %d", errGuard, from, v.lead, v.term)
 		}
@@ -135,13 +167,18 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 		// Forwarded by a node that called TransferLeader as it lost
 		// leadership: it asks to lead itself.
 		if !v.isLeader {
-			return fmt.Errorf("%w: leadership transfer request to a non-leader", errGuard)
+			return fmt.Errorf("%w: leadership transfer request to a non-leader", errStale)
 		}
 	case raftpb.MessageType_MsgProp:
-		if !v.isLeader {
-			return fmt.Errorf("%w: proposal to a non-leader", errGuard)
+		if err := checkProposal(m); err != nil {
+			return err
 		}
-		return checkProposal(m)
+		if !v.isLeader {
+			// The sender thought this node led (it just stopped, or the
+			// sender's view is old): raft would forward it as if this
+			// node proposed it. The proposer retries.
+			return fmt.Errorf("%w: proposal to a non-leader", errStale)
+		}
 	default:
 		return fmt.Errorf("%w: a peer never sends %v", errGuard, m.GetType())
 	}
@@ -314,7 +351,11 @@ func (n *Node) admit(m *raftpb.Message) bool {
 	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
 		err = n.authoriseProposal(m)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errStale):
+		n.log.Debug("stale raft message dropped", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
+		return false
+	case err != nil:
 		n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", err)
 		return false
 	}

@@ -27,7 +27,9 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	}
 	if from := msgs[0].GetFrom(); !n.members.allows(from) {
 		// One batch is one peer's (transport: From == the stream's peer).
-		n.tr.Refuse(refusedRaft, fmt.Sprint(from), "reason", "not a member", "type", msgs[0].GetType().String(),
+		// At Info: a member removed a moment ago, or one gossip has not
+		// reported yet, does this too.
+		n.tr.Note(refusedRaft, fmt.Sprint(from), "reason", "not a member", "type", msgs[0].GetType().String(),
 			"msgs", len(msgs))
 		return
 	}

@@ -387,6 +387,12 @@ func (t *Transport) Refuse(kind, source string, attrs ...any) {
 	t.refused.Refuse(kind, source, attrs...)
 }
 
+// Note is Refuse at Info level, for refusals correct peers also cause now and
+// then.
+func (t *Transport) Note(kind, source string, attrs ...any) {
+	t.refused.Note(kind, source, attrs...)
+}
+
 // Addr returns the address the Transport actually listens on.
 func (t *Transport) Addr() string { return t.lis.Addr().String() }
 

@@ -15,6 +15,8 @@
 //	go run ./examples/cluster                # three nodes in this process
 //	go run ./examples/cluster -procs         # each node its own OS process
 //	go run ./examples/cluster -procs -kill   # ... and kill -9 one midway, then restart it
+//	go run ./examples/cluster -tls           # with mutual TLS (also with -procs): a CA and
+//	                                         # member certificates made for the run (tls.go)
 package main
 
 import (
@@ -34,6 +36,7 @@ var (
 	flagSKUs    = flag.Int("skus", 3, "number of products")
 	flagStock   = flag.Int("stock", 1000, "initial units per product")
 	flagWorkers = flag.Int("workers", 4, "workers per node")
+	flagTLS     = flag.Bool("tls", false, "mutual TLS between the nodes, with certificates made for this run")
 	flagNodes   = 3
 
 	// Hidden: set by the parent when it re-executes itself as one node.
@@ -42,6 +45,7 @@ var (
 	flagData      = flag.String("data", "", "")
 	flagStore     = flag.String("store", "", "")
 	flagRestarted = flag.Bool("restarted", false, "")
+	flagCerts     = flag.String("certs", "", "")
 )
 
 func main() {
@@ -72,16 +76,23 @@ func skuNames() []string {
 // nodeOptions: faster timings than the defaults so the demo (and a crashed
 // node's release) takes seconds: 50 ms ticks, elections after 0.5–1 s,
 // sessions kept 3 s after the last keepalive. Library logs at Warn to stderr.
-func nodeOptions(id uint64, dir string) []lockraft.Option {
+// With certs (a directory made by makeCerts) the node uses mutual TLS.
+func nodeOptions(id uint64, dir, certs string) []lockraft.Option {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return []lockraft.Option{
+	opts := []lockraft.Option{
 		lockraft.WithDataDir(dir),
 		lockraft.WithLogger(log),
-		lockraft.WithClusterID("examples-cluster"),
+		lockraft.WithClusterID(clusterID),
 		lockraft.WithTimings(50*time.Millisecond, 10),
 		lockraft.WithSessionTTL(3 * time.Second),
 	}
+	if certs != "" {
+		opts = append(opts, tlsOption(certs, id))
+	}
+	return opts
 }
+
+const clusterID = "examples-cluster"
 
 func verdict(bad []string) error {
 	if len(bad) > 0 {

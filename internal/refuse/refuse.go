@@ -11,6 +11,7 @@
 package refuse
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"sync"
@@ -70,6 +71,17 @@ func New(l *slog.Logger, every time.Duration) *Log {
 // key/value pairs describing this refusal; they appear only when it is
 // logged.
 func (r *Log) Refuse(kind, source string, attrs ...any) {
+	r.refuse(slog.LevelWarn, kind, source, attrs)
+}
+
+// Note is Refuse at Info: for refusals that correct peers also cause now
+// and then (a member removed a moment ago still sending), counted and
+// rate-limited the same way.
+func (r *Log) Note(kind, source string, attrs ...any) {
+	r.refuse(slog.LevelInfo, kind, source, attrs)
+}
+
+func (r *Log) refuse(level slog.Level, kind, source string, attrs []any) {
 	if r == nil {
 		return
 	}
@@ -102,7 +114,7 @@ func (r *Log) Refuse(kind, source string, attrs ...any) {
 	if suppressed > 0 {
 		args = append(args, "suppressed_since_last_log", suppressed)
 	}
-	r.log.Warn("refused "+kind, args...)
+	r.log.Log(context.Background(), level, "refused "+kind, args...)
 }
 
 // Count returns how many refusals of kind were recorded (logged or not).
