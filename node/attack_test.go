@@ -223,6 +223,26 @@ func TestAttackLocalMessagesRefused(t *testing.T) {
 	s.untouched(t)
 }
 
+// Found by FuzzRaftMessageGuard, not in the review: a message whose type is
+// not one raft defines — proto keeps even negative values — reached
+// RawNode.Step, whose IsLocalMsg indexed an array with it: on main one such
+// message from anyone crashed the process (panic: index out of range [-5]).
+// Now the transport refuses unknown message and entry types when decoding,
+// and the guard checks again. (S7.)
+func TestAttackUnknownMessageTypeRefused(t *testing.T) {
+	s := newAttackSetup(t)
+	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.addrs[s.a]})
+	neg, unknown := raftpb.MessageType(-5), raftpb.EntryType(77)
+	term := raftTerm(t, s.tc.nodes[s.a])
+	tr.Send([]*raftpb.Message{
+		{Type: &neg, From: new(s.b), To: new(s.a), Term: new(term)},
+		{Type: raftpb.MessageType_MsgApp.Enum(), From: new(s.b), To: new(s.a), Term: new(term),
+			Entries: []*raftpb.Entry{{Type: &unknown, Term: new(term), Index: new(uint64(1 << 20))}}},
+	})
+	s.loggedOnce(t, s.a, "raft message", "refused raft message", s.b, 2)
+	s.untouched(t)
+}
+
 // PoC TestReviewRemovedCallKillsNode: "removed" was honoured from anyone
 // (id 77, not even a member) and stopped the target for good. Now the
 // notice is believed only from the leader the target follows, with a

@@ -82,6 +82,9 @@ type raftView struct {
 // checkRemote judges one message from a peer; nil means raft may step it.
 func checkRemote(m *raftpb.Message, v raftView) error {
 	from, t := m.GetFrom(), m.GetTerm()
+	if err := checkEnums(m); err != nil {
+		return err
+	}
 	switch {
 	case from == v.id || transport.ReservedID(from):
 		return fmt.Errorf("%w: sender id %d", errGuard, from)
@@ -181,6 +184,22 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 		}
 	default:
 		return fmt.Errorf("%w: a peer never sends %v", errGuard, m.GetType())
+	}
+	return nil
+}
+
+// checkEnums: raft indexes arrays with the message type (IsLocalMsg) and
+// switches on entry types; values it does not define (proto keeps even
+// negative ones) never reach it. The transport refuses them when decoding;
+// checked again here for every path into the loop.
+func checkEnums(m *raftpb.Message) error {
+	if _, ok := raftpb.MessageType_name[int32(m.GetType())]; !ok {
+		return fmt.Errorf("%w: message type %d", errGuard, m.GetType())
+	}
+	for _, e := range m.GetEntries() {
+		if _, ok := raftpb.EntryType_name[int32(e.GetType())]; !ok {
+			return fmt.Errorf("%w: entry type %d", errGuard, e.GetType())
+		}
 	}
 	return nil
 }

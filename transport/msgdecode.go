@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -23,7 +24,8 @@ import (
 // field) goes to proto.Unmarshal, so the result is always what it would
 // have produced (FuzzDecodeMessage), except that a message announcing more
 // than maxMsgEntries entries is refused (ErrLimit) before either decoder
-// allocates anything for them.
+// allocates anything for them, and one with a message or entry type raft
+// does not define is refused (ErrUnknownEnum).
 func decodeMessage(b []byte) (*raftpb.Message, error) {
 	if n := countEntries(b); n > maxMsgEntries {
 		return nil, fmt.Errorf("%w: %d entries in one message", ErrLimit, n)
@@ -35,7 +37,30 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, err
 	}
+	if err := knownEnums(m); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// ErrUnknownEnum is the cause of a refused message whose type, or an
+// entry's type, is not one raft defines. proto.Unmarshal keeps such values
+// (even negative ones), and raft indexes arrays with the message type
+// (IsLocalMsg): a message of type -5 panicked RawNode.Step (found by
+// FuzzRaftMessageGuard).
+var ErrUnknownEnum = errors.New("transport: unknown raft message or entry type")
+
+// knownEnums checks m's type and its entries' types.
+func knownEnums(m *raftpb.Message) error {
+	if _, ok := raftpb.MessageType_name[int32(m.GetType())]; !ok {
+		return fmt.Errorf("%w: message type %d", ErrUnknownEnum, m.GetType())
+	}
+	for _, e := range m.GetEntries() {
+		if _, ok := raftpb.EntryType_name[int32(e.GetType())]; !ok {
+			return fmt.Errorf("%w: entry type %d", ErrUnknownEnum, e.GetType())
+		}
+	}
+	return nil
 }
 
 // messageBlock holds a message and the values its pointer fields point to.
