@@ -130,11 +130,13 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 			return fmt.Errorf("%w: heartbeat commit %d beyond the log (last index %d)", errGuard, m.GetCommit(), v.lastIndex)
 		}
 	case raftpb.MessageType_MsgSnap:
+		// A new leader whose log no longer reaches this node's may send a
+		// snapshot first, in its new term (as raft allows for appends).
 		if t < v.term {
 			return fmt.Errorf("%w: snapshot of term %d (now %d)", errStale, t, v.term)
 		}
-		if t != v.term || from != v.lead {
-			return fmt.Errorf("%w: snapshot from %d in term %d, not the leader %d of term %d", errGuard, from, t, v.lead, v.term)
+		if !fromLeader {
+			return fmt.Errorf("%w: snapshot from %d, not the leader %d of term %d", errGuard, from, v.lead, t)
 		}
 		return checkSnapshot(m, v.id)
 	case raftpb.MessageType_MsgAppResp:
@@ -197,7 +199,9 @@ func checkEnums(m *raftpb.Message) error {
 		return fmt.Errorf("%w: message type %d", errGuard, m.GetType())
 	}
 	for _, e := range m.GetEntries() {
-		if _, ok := raftpb.EntryType_name[int32(e.GetType())]; !ok {
+		switch e.GetType() {
+		case raftpb.EntryNormal, raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+		default:
 			return fmt.Errorf("%w: entry type %d", errGuard, e.GetType())
 		}
 	}
@@ -284,12 +288,19 @@ func checkConfState(cs *raftpb.ConfState, last uint64) error {
 			}
 		}
 	}
-	_, _, err := confchange.Restore(confchange.Changer{
+	cfg, trk, err := confchange.Restore(confchange.Changer{
 		Tracker:   tracker.MakeProgressTracker(1, 0),
 		LastIndex: last,
 	}, cs)
 	if err != nil {
 		return fmt.Errorf("%w: configuration raft cannot restore: %v", errGuard, err)
+	}
+	// raft also panics if the restored configuration is not the one given
+	// (an id both voter and learner restores as a learner).
+	pt := tracker.MakeProgressTracker(1, 0)
+	pt.Config, pt.Progress = cfg, trk
+	if err := cs.Equivalent(pt.ConfState()); err != nil {
+		return fmt.Errorf("%w: configuration raft would restore differently: %v", errGuard, err)
 	}
 	return nil
 }
@@ -346,27 +357,38 @@ func (n *Node) view() raftView {
 }
 
 // stepRemote judges messages from peers and steps those that pass (loop).
+// raft's state is read once and again only after a message that may have
+// changed it (a leader's append response or heartbeat response of the
+// current term cannot: the common case on a loaded leader).
 func (n *Node) stepRemote(msgs []*raftpb.Message) {
 	g := &n.loop.guard
+	v := n.view()
 	for _, m := range msgs {
 		if m.GetType() == raftpb.MessageType_MsgHeartbeat && g.appStepped {
 			g.deferred = append(g.deferred, m)
 			continue
 		}
-		if !n.admit(m) {
+		v.lastIndex = g.lastIndex
+		if !n.admitIn(m, v) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgApp || m.GetType() == raftpb.MessageType_MsgSnap {
 			g.appStepped = true
 		}
 		n.step([]*raftpb.Message{m})
+		if !(m.GetTerm() == v.term && (m.GetType() == raftpb.MessageType_MsgAppResp ||
+			m.GetType() == raftpb.MessageType_MsgHeartbeatResp)) {
+			v = n.view()
+		}
 	}
 }
 
 // admit reports whether a remote message may be stepped, refusing (and
 // logging once per sender and interval) the others.
-func (n *Node) admit(m *raftpb.Message) bool {
-	err := checkRemote(m, n.view())
+func (n *Node) admit(m *raftpb.Message) bool { return n.admitIn(m, n.view()) }
+
+func (n *Node) admitIn(m *raftpb.Message, v raftView) bool {
+	err := checkRemote(m, v)
 	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
 		err = n.authoriseProposal(m)
 	}

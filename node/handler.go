@@ -57,6 +57,11 @@ func (h *transportHandler) AcceptSnapshot(from uint64, m *raftpb.Message) error 
 		return fmt.Errorf("%w: %d is not a member", transport.ErrPermissionDenied, from)
 	}
 	if lead := n.lead.Load(); from != lead {
+		if m.GetTerm() > n.termSeen.Load() {
+			// Maybe a leader this node has not heard of yet: its
+			// heartbeats will say so, and it sends the snapshot again.
+			return fmt.Errorf("snapshot from %d of term %d: not following it yet", from, m.GetTerm())
+		}
 		return fmt.Errorf("%w: snapshot from %d, the leader is %d", transport.ErrPermissionDenied, from, lead)
 	}
 	return checkSnapshot(m, n.id)

@@ -64,7 +64,9 @@ type Node struct {
 	bgwg    sync.WaitGroup        // keepalive sender and other helpers
 	dead    atomic.Pointer[error] // set once the node stopped serving
 	lead    atomic.Uint64         // current leader id as last seen by the loop
-	sess    atomic.Uint64         // current session id (0 until opened)
+	// termSeen is raft's term as last handed to the appender (AcceptSnapshot).
+	termSeen atomic.Uint64
+	sess     atomic.Uint64 // current session id (0 until opened)
 	// lastAcked is the send time (UnixNano of the node clock) of the last
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64
@@ -108,8 +110,8 @@ type loopState struct {
 	fwd     fwdState
 	props   proposalBatch
 	hints   commitHints
-	guard   msgGuard    // judging remote raft messages (guard.go)
-	snapIn  *inSnapshot // a received snapshot stepped, awaiting raft's verdict (snapshotin.go)
+	guard   msgGuard          // judging remote raft messages (guard.go)
+	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
 
 	appendsSent, entriesSent uint64 // Status
 }

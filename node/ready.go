@@ -38,6 +38,9 @@ func (n *Node) handleReady() error {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
 			n.loop.guard.noteAppend(m)
+			if m.Term != nil {
+				n.termSeen.Store(m.GetTerm())
+			}
 			if hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
 				// raft accepted a received snapshot: its file becomes the
 				// snapshot of that index (snapshotin.go). Entries before

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,8 +138,9 @@ func TestLoopPanicStopsNodeCleanly(t *testing.T) {
 func TestTLSCertificateRotationWithoutRestart(t *testing.T) {
 	pki := newTestPKI(t)
 	cur := pki.member("test", 1)
-	var current = cur
-	rotating := &transport.TLS{Roots: cur.Roots, Certificate: func() (*tls.Certificate, error) { return current.Certificate() }}
+	var current atomic.Pointer[transport.TLS]
+	current.Store(cur)
+	rotating := &transport.TLS{Roots: cur.Roots, Certificate: func() (*tls.Certificate, error) { return current.Load().Certificate() }}
 	tc := newTestCluster(t, 3, func(c *Config) {
 		if c.ID == 1 {
 			c.TLS = rotating
@@ -162,8 +164,8 @@ func TestTLSCertificateRotationWithoutRestart(t *testing.T) {
 	require.NoError(t, err)
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
-	current = &transport.TLS{Roots: func() (*x509.CertPool, error) { return pki.ca.Pool(), nil },
-		Certificate: func() (*tls.Certificate, error) { return &pair, nil }}
+	current.Store(&transport.TLS{Roots: func() (*x509.CertPool, error) { return pki.ca.Pool(), nil },
+		Certificate: func() (*tls.Certificate, error) { return &pair, nil }})
 	require.NotEqual(t, before, serial(), "the next connection gets the new certificate")
 	tc.serving(t, "rotated")
 }

@@ -23,21 +23,21 @@ import (
 // local snapshot file, and a crash in between leaves only a temporary file,
 // which the transport removes when it starts.
 
-// inSnapshot is a received snapshot stepped into raft, awaiting its verdict.
-type inSnapshot struct {
-	index uint64
-	file  string
-}
-
 // stepSnapshot judges and steps a received MsgSnap whose file is at file
 // (loop).
 func (n *Node) stepSnapshot(m *raftpb.Message, file string) {
-	n.dropUnacceptedSnapshot() // a turn always ends before the next one runs this; be safe
 	if !n.members.allows(m.GetFrom()) || !n.admit(m) {
 		_ = os.Remove(file)
 		return
 	}
-	n.loop.snapIn = &inSnapshot{index: m.GetSnapshot().GetMetadata().GetIndex(), file: file}
+	idx := m.GetSnapshot().GetMetadata().GetIndex()
+	if old, ok := n.loop.snapIn[idx]; ok {
+		_ = os.Remove(old) // the same snapshot again in one turn: keep the newer file
+	}
+	if n.loop.snapIn == nil {
+		n.loop.snapIn = map[uint64]string{}
+	}
+	n.loop.snapIn[idx] = file
 	n.loop.guard.appStepped = true
 	n.step([]*raftpb.Message{m})
 }
@@ -46,25 +46,23 @@ func (n *Node) stepSnapshot(m *raftpb.Message, file string) {
 // index to SnapshotPath, before the lock table is restored from it (loop,
 // handleReady). Nothing to do for a snapshot not received here.
 func (n *Node) adoptSnapshotFile(index uint64) error {
-	in := n.loop.snapIn
-	if in == nil || in.index != index {
+	file, ok := n.loop.snapIn[index]
+	if !ok {
 		return nil
 	}
-	n.loop.snapIn = nil
-	if err := os.Rename(in.file, transport.SnapshotPath(n.snapDir, index)); err != nil {
+	delete(n.loop.snapIn, index)
+	if err := os.Rename(file, transport.SnapshotPath(n.snapDir, index)); err != nil {
 		return fmt.Errorf("received snapshot %d: %w", index, err)
 	}
 	return syncDir(n.snapDir)
 }
 
-// dropUnacceptedSnapshot removes the file of a received snapshot raft did
-// not accept (loop, end of the turn).
+// dropUnacceptedSnapshot removes the files of received snapshots raft did
+// not accept (loop, end of the turn: raft's verdict is in the turn's Readys).
 func (n *Node) dropUnacceptedSnapshot() {
-	in := n.loop.snapIn
-	if in == nil {
-		return
+	for idx, file := range n.loop.snapIn {
+		_ = os.Remove(file)
+		delete(n.loop.snapIn, idx)
+		n.log.Debug("received snapshot not taken by raft; file removed", "index", idx)
 	}
-	n.loop.snapIn = nil
-	_ = os.Remove(in.file)
-	n.log.Debug("received snapshot not taken by raft; file removed", "index", in.index)
 }

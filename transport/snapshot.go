@@ -151,7 +151,11 @@ func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 		err = s.t.cfg.Handler.AcceptSnapshot(from, m)
 	}
 	if err != nil {
-		s.t.refused.Refuse(refusedSnapshot, src, "reason", "refused before transfer", "err", err)
+		if errors.Is(err, ErrPermissionDenied) || errors.Is(err, errBadHeader) {
+			s.t.refused.Refuse(refusedSnapshot, src, "reason", "refused before transfer", "err", err)
+		} else {
+			s.t.refused.Note(refusedSnapshot, src, "reason", "not now", "err", err)
+		}
 		return status.Errorf(codes.PermissionDenied, "snapshot refused: %v", err)
 	}
 	select {
@@ -186,22 +190,25 @@ func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 func checkSnapshotHeader(c *transportpb.SnapshotChunk, local, from uint64, max int64) (*raftpb.Message, error) {
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(c.GetMessage(), m); err != nil {
-		return nil, fmt.Errorf("snapshot message: %w", err)
+		return nil, fmt.Errorf("%w: snapshot message: %v", errBadHeader, err)
 	}
 	switch {
 	case m.GetType() != raftpb.MessageType_MsgSnap || m.GetTo() != local || m.GetFrom() != from ||
 		m.GetSnapshot().GetMetadata() == nil:
-		return nil, fmt.Errorf("not a MsgSnap from %d to %d: type %v from %d to %d",
-			from, local, m.GetType(), m.GetFrom(), m.GetTo())
+		return nil, fmt.Errorf("%w: not a MsgSnap from %d to %d: type %v from %d to %d",
+			errBadHeader, from, local, m.GetType(), m.GetFrom(), m.GetTo())
 	case len(m.GetEntries()) > 0 || len(m.GetResponses()) > 0:
-		return nil, errors.New("MsgSnap with entries or responses")
+		return nil, fmt.Errorf("%w: MsgSnap with entries or responses", errBadHeader)
 	case m.GetSnapshot().GetMetadata().GetIndex() == 0:
-		return nil, errors.New("snapshot of index 0")
+		return nil, fmt.Errorf("%w: snapshot of index 0", errBadHeader)
 	case c.GetSize() > uint64(max):
-		return nil, fmt.Errorf("snapshot of %d bytes is over the limit of %d", c.GetSize(), max)
+		return nil, fmt.Errorf("%w: snapshot of %d bytes is over the limit of %d", errBadHeader, c.GetSize(), max)
 	}
 	return m, nil
 }
+
+// errBadHeader: a first chunk no correct sender makes.
+var errBadHeader = errors.New("bad snapshot header")
 
 // chunkReceiver checks a transfer's chunks as they come: never more bytes
 // than announced, and on the last chunk the exact size and SHA-256.
