@@ -29,7 +29,7 @@
 // (likewise FuzzStreamBatch, FuzzSnapshotHeader, FuzzSnapshotChunks and the
 // typed requests' FuzzCall* here; FuzzRaftMessageGuard, FuzzFwd* and
 // FuzzRemovedRequest in ./node/, FuzzDecodeMeta in ./membership/,
-// FuzzDecodeCommand in ./lockfsm/).
+// lockfsm's FuzzApply for lock commands).
 package transport
 
 import (
