@@ -204,11 +204,10 @@ func (n *Node) commitFromHint() {
 	if c == 0 {
 		return
 	}
-	if last, err := n.storage.LastIndex(); err != nil || c > last || c > n.loop.guard.lastIndex || n.loop.guard.appStepped {
+	if last, err := n.storage.LastIndex(); err != nil || c > last || c > n.loop.guard.lastIndex {
 		// Cannot happen for durable entries of the leader's term, which are
-		// in storage and in raft's log; never hand raft a commit beyond its
-		// log (raft's last index is exact only between an append and the
-		// next Ready: guard.go).
+		// in storage and in raft's log (as of the last Ready: guard.go);
+		// never hand raft a commit beyond its log.
 		return
 	}
 	term := h.leaderTerm
