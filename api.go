@@ -4,7 +4,8 @@
 // bbolt-backed state machine on every replica.
 //
 //	node, err := lockraft.Join(peers, lockraft.WithDataDir("/var/lib/orders/lockraft"),
-//		lockraft.WithListenAddr("10.0.0.1:7400"))
+//		lockraft.WithListenAddr("10.0.0.1:7400"), lockraft.WithClusterID("orders-prod"),
+//		lockraft.WithTLSFiles("ca.pem", "member-1.pem", "member-1-key.pem")) // see security.go
 //	defer node.Close(context.Background())
 //	l, err := node.Lock(ctx, "stock/sku-42") // blocks, FIFO-fair, no polling
 //	defer l.Unlock(ctx)
