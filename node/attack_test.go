@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,10 @@ type attackSetup struct {
 	held          *Hold
 	waiter        chan *Hold
 	sessA, tokenA uint64
+
+	mu      sync.Mutex
+	applied []ApplyRecord // every command any node applied after the setup
+	armed   bool
 }
 
 func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
@@ -49,6 +54,14 @@ func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
 	s.tc = newTestCluster(t, 3, append([]func(*Config){s.pki.tune, func(c *Config) {
 		c.SessionTTL = 30 * time.Second
 		c.KeepaliveInterval = time.Second
+		c.Observer = func(r ApplyRecord) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.armed {
+				c := *r.Command
+				s.applied = append(s.applied, ApplyRecord{Index: r.Index, Command: &c, Result: r.Result})
+			}
+		}
 	}}, tune...)...)
 	s.lead = s.tc.leader()
 	for id := range s.tc.nodes {
@@ -73,7 +86,13 @@ func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
 	require.Eventually(t, func() bool { return s.tc.nodes[s.lead].waiters("stock") == 1 }, 10*time.Second, 5*time.Millisecond)
 	s.sessA, _, s.tokenA = lockState(t, s.tc.nodes[s.lead], "stock")
 	require.NotZero(t, s.sessA)
-	s.sameLock(t) // every replica has applied the grant before the attack
+	s.sameLock(t) // every replica has applied the grant and b's wait before the attack
+	for id, n := range s.tc.nodes {
+		require.Eventually(t, func() bool { return n.waiters("stock") == 1 }, 10*time.Second, 5*time.Millisecond, "node %d", id)
+	}
+	s.mu.Lock()
+	s.armed = true // from here on, record what is applied
+	s.mu.Unlock()
 	return s
 }
 
@@ -99,6 +118,16 @@ func (s *attackSetup) untouched(t *testing.T) {
 		require.NoError(t, n.err(), "node %d stopped", id)
 	}
 	s.sameLock(t)
+	// Nothing applied since the attack began touched the lock or ended a's
+	// session (the probes and workloads use other names).
+	s.mu.Lock()
+	for _, r := range s.applied {
+		k := r.Command.Kind
+		ends := k == lockfsm.KindCloseSession || k == lockfsm.KindExpireSession
+		require.False(t, r.Command.Name == "stock" || (ends && r.Command.Session == s.sessA),
+			"applied at %d: %v %+v", r.Index, k, r.Command)
+	}
+	s.mu.Unlock()
 	require.NoError(t, s.held.Context().Err(), "a's handle lost: %v", context.Cause(s.held.Context()))
 	select {
 	case h := <-s.waiter:
