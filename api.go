@@ -295,7 +295,7 @@ func WithTimings(tick time.Duration, electionTicks int) Option {
 }
 
 // WithSessionTTL sets how long the cluster keeps a silent node's locks
-// (default 10 s; at least 3 election timeouts).
+// (default 10 s; at least 3 election timeouts, at most an hour).
 func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
 
 // WithLockDelay: after a session expires holding a lock, the name is not

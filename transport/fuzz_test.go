@@ -97,8 +97,7 @@ func FuzzSnapshotChunks(f *testing.F) {
 	good := func(data []byte, split int) []byte {
 		sum := sha256.Sum256(data)
 		out := binary.BigEndian.AppendUint64(nil, uint64(len(data)))
-		for i, c := range []*transportpb.SnapshotChunk{{Data: data[:split]}, {Data: data[split:], Last: true, Sha256: sum[:]}} {
-			_ = i
+		for _, c := range []*transportpb.SnapshotChunk{{Data: data[:split]}, {Data: data[split:], Last: true, Sha256: sum[:]}} {
 			raw, _ := proto.Marshal(c)
 			out = binary.AppendUvarint(out, uint64(len(raw)))
 			out = append(out, raw...)
