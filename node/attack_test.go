@@ -141,10 +141,13 @@ func (s *attackSetup) untouched(t *testing.T) {
 // asserts one log line for them.
 func (s *attackSetup) loggedOnce(t *testing.T, id uint64, kind, msg string, source uint64, n uint64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return refusals(s.tc.nodes[id], kind) >= n }, 10*time.Second, 5*time.Millisecond,
-		"node %d counted %d %q refusals, want %d", id, refusals(s.tc.nodes[id], kind), kind, n)
-	require.Equal(t, 1, s.tc.logs.count(fmt.Sprintf("n=%d ", id), `msg="`+msg+`"`, fmt.Sprintf("source=%d ", source)),
-		"one log line for %d refusals", n)
+	lines := func() int {
+		return s.tc.logs.count(fmt.Sprintf("n=%d ", id), `msg="`+msg+`"`, fmt.Sprintf("source=%d ", source))
+	}
+	require.Eventually(t, func() bool { return refusals(s.tc.nodes[id], kind) >= n && lines() >= 1 }, 10*time.Second,
+		5*time.Millisecond, "node %d counted %d %q refusals, want %d, and a line from %d", id,
+		refusals(s.tc.nodes[id], kind), kind, n, source)
+	require.Equal(t, 1, lines(), "one log line for %d refusals", n)
 }
 
 // PoC TestReviewHeartbeatPanics: a heartbeat of a higher term with Commit
