@@ -4,7 +4,8 @@
 // bbolt-backed state machine on every replica.
 //
 //	node, err := lockraft.Join(peers, lockraft.WithDataDir("/var/lib/orders/lockraft"),
-//		lockraft.WithListenAddr("10.0.0.1:7400"))
+//		lockraft.WithListenAddr("10.0.0.1:7400"), lockraft.WithClusterID("orders-prod"),
+//		lockraft.WithTLSFiles("ca.pem", "member-1.pem", "member-1-key.pem")) // see security.go
 //	defer node.Close(context.Background())
 //	l, err := node.Lock(ctx, "stock/sku-42") // blocks, FIFO-fair, no polling
 //	defer l.Unlock(ctx)
@@ -20,7 +21,6 @@ package lockraft
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,6 +75,10 @@ var (
 	// this member stopped applying there and stopped serving. Upgrade it and
 	// restart it on the same data directory.
 	ErrNewerVersion = node.ErrNewerVersion
+	// ErrInternal: the node hit a broken invariant and stopped serving
+	// rather than go on with state it cannot trust; its locks expire. A bug:
+	// the message says what happened. Restart the node.
+	ErrInternal = node.ErrInternal
 )
 
 // IsRetryable reports whether err is worth retrying as is: the cluster was
@@ -114,6 +118,9 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 		opt(&o)
 	}
 	cfg := o.cfg
+	if err := o.security(&cfg); err != nil {
+		return nil, err
+	}
 	if o.gossip != nil {
 		if len(o.members) > 0 {
 			return nil, fmt.Errorf("%w: WithGossip and WithStaticMembers are mutually exclusive", ErrInvalidConfig)
@@ -281,7 +288,8 @@ type options struct {
 	cfg     node.Config
 	members []node.Member
 	gossip  *node.GossipConfig
-	ops     opsOptions // metrics.go
+	ops     opsOptions      // metrics.go
+	sec     securityOptions // security.go
 }
 
 func defaultOptions() options { return options{} }
@@ -330,7 +338,7 @@ func WithTimings(tick time.Duration, electionTicks int) Option {
 }
 
 // WithSessionTTL sets how long the cluster keeps a silent node's locks
-// (default 10 s; at least 3 election timeouts).
+// (default 10 s; at least 3 election timeouts, at most an hour).
 func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
 
 // WithLockDelay: after a session expires holding a lock, the name is not
@@ -339,11 +347,6 @@ func WithLockDelay(d time.Duration) Option { return func(o *options) { o.cfg.Loc
 
 // WithMaxHolds sets the maximum reentrant depth (default 64).
 func WithMaxHolds(n uint32) Option { return func(o *options) { o.cfg.MaxHolds = n } }
-
-// WithTLS enables mutual TLS between nodes.
-func WithTLS(server, client *tls.Config) Option {
-	return func(o *options) { o.cfg.ServerTLS, o.cfg.ClientTLS = server, client }
-}
 
 // WithNodeConfig adjusts the full node configuration (advanced tuning and
 // tests: snapshot cadence, retry interval, clock).

@@ -150,7 +150,9 @@ func childMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := node.Config{ID: *id, ClusterID: "chaos-procs", DataDir: *dir, Members: ms, Listener: ln,
+	// Insecure: with netns partitions the nodes listen on the lab's veth
+	// addresses (10.77.0.x), which only the lab's namespaces can reach.
+	cfg := node.Config{ID: *id, ClusterID: "chaos-procs", DataDir: *dir, Members: ms, Listener: ln, Insecure: true,
 		Observer: func(r node.ApplyRecord) {
 			c.emit(event{T: "apply", Index: r.Index, Digest: digest(r), Grants: grantsOf(r)})
 		}}

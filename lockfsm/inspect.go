@@ -120,16 +120,20 @@ func (l *lock) info() LockInfo {
 	return li
 }
 
+// Session returns one open session; false if it is not open.
+func (f *FSM) Session(id uint64) (SessionInfo, bool) {
+	s := f.sessions[id]
+	if s == nil {
+		return SessionInfo{}, false
+	}
+	return s.info(), true
+}
+
 // Sessions returns every open session, sorted by id.
 func (f *FSM) Sessions() []SessionInfo {
 	out := make([]SessionInfo, 0, len(f.sessions))
 	for _, s := range f.sessions {
-		n := 0
-		for _, c := range s.waits {
-			n += int(c)
-		}
-		out = append(out, SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds),
-			Waits: n, Retained: len(s.results)})
+		out = append(out, s.info())
 	}
 	slices.SortFunc(out, func(a, b SessionInfo) int {
 		switch {
@@ -141,4 +145,13 @@ func (f *FSM) Sessions() []SessionInfo {
 		return 0
 	})
 	return out
+}
+
+func (s *session) info() SessionInfo {
+	n := 0
+	for _, c := range s.waits {
+		n += int(c)
+	}
+	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds), Waits: n,
+		Retained: len(s.results)}
 }

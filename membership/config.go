@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/lockraft/lockraft/internal/refuse"
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
@@ -64,6 +66,14 @@ type Config struct {
 	// gossip; it must be 16, 24 or 32 bytes. Members with another key cannot
 	// talk to this one. It does not protect the raft gRPC traffic.
 	SecretKey []byte
+
+	// Keys is a keyring (instead of SecretKey): the first key encrypts what
+	// this member sends, every key is tried on what it receives. Rotation:
+	// add the new key on every member (Membership.AddKey), make it primary
+	// on every member (UseKey), remove the old one everywhere (RemoveKey).
+	// Incoming gossip must be encrypted and outgoing gossip is (memberlist's
+	// GossipVerifyIncoming and GossipVerifyOutgoing).
+	Keys [][]byte
 
 	// Label is prepended to every gossip packet and stream; packets with
 	// another label are dropped. Default Meta.ClusterID. It keeps clusters
@@ -165,6 +175,16 @@ func (c *Config) Validate() error {
 	default:
 		return &KeyLengthError{Len: len(c.SecretKey)}
 	}
+	if len(c.SecretKey) > 0 && len(c.Keys) > 0 {
+		return bad("SecretKey and Keys are mutually exclusive")
+	}
+	for _, k := range c.Keys {
+		switch len(k) {
+		case 16, 24, 32:
+		default:
+			return &KeyLengthError{Len: len(k)}
+		}
+	}
 	if c.BindPort < 0 || c.BindPort > 65535 {
 		return bad("bind port %d out of range", c.BindPort)
 	}
@@ -205,6 +225,19 @@ func (c *Config) label() string {
 	return c.Meta.ClusterID
 }
 
+// keys is the keyring: Keys, or SecretKey alone (copies).
+func (c *Config) keys() [][]byte {
+	src := c.Keys
+	if len(c.SecretKey) > 0 {
+		src = [][]byte{c.SecretKey}
+	}
+	out := make([][]byte, 0, len(src))
+	for _, k := range src {
+		out = append(out, append([]byte(nil), k...))
+	}
+	return out
+}
+
 func (c *Config) timing() Timing {
 	if c.Timing == (Timing{}) {
 		return LANTiming()
@@ -214,7 +247,7 @@ func (c *Config) timing() Timing {
 
 // memberlistConfig builds the memberlist configuration; delegates are set by
 // Start.
-func (c *Config) memberlistConfig(logger *slog.Logger) *memberlist.Config {
+func (c *Config) memberlistConfig(logger *slog.Logger, refused *refuse.Log) *memberlist.Config {
 	t := c.timing()
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = c.nodeName()
@@ -229,8 +262,10 @@ func (c *Config) memberlistConfig(logger *slog.Logger) *memberlist.Config {
 		mc.AdvertisePort = c.BindPort
 	}
 	mc.Label = c.label()
-	if len(c.SecretKey) > 0 {
-		mc.SecretKey = append([]byte(nil), c.SecretKey...)
+	if keys := c.keys(); len(keys) > 0 {
+		// Validate checked the lengths, so NewKeyring cannot fail.
+		kr, _ := memberlist.NewKeyring(keys, keys[0])
+		mc.Keyring = kr
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
@@ -244,7 +279,7 @@ func (c *Config) memberlistConfig(logger *slog.Logger) *memberlist.Config {
 	mc.TCPTimeout = t.TCPTimeout
 	mc.GossipToTheDeadTime = t.GossipToTheDeadTime
 	mc.DeadNodeReclaimTime = t.DeadNodeReclaimTime
-	mc.Logger = newStdLogger(logger)
+	mc.Logger = newStdLogger(logger, refused)
 	mc.LogOutput = nil
 	return mc
 }

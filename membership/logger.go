@@ -5,16 +5,32 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"net"
+	"regexp"
+
+	"github.com/lockraft/lockraft/internal/refuse"
 )
 
 // slogWriter adapts memberlist's *log.Logger output ("[LEVEL] memberlist: msg")
 // to slog, mapping DEBUG/INFO/WARN/ERR to slog levels and tagging each record
 // with component=memberlist.
-type slogWriter struct{ l *slog.Logger }
-
-func newStdLogger(l *slog.Logger) *log.Logger {
-	return log.New(slogWriter{l: l.With("component", "memberlist")}, "", 0)
+//
+// memberlist logs every packet or stream it refuses (wrong key, another
+// cluster's label, garbage) at WARN or ERR with the sender ("from=ip:port"):
+// one line per packet, so anyone who can reach the gossip port could fill
+// the log. Those lines go through a refuse.Log instead: logged once per kind
+// and sender address per interval, the rest counted.
+type slogWriter struct {
+	l       *slog.Logger
+	refused *refuse.Log
 }
+
+func newStdLogger(l *slog.Logger, refused *refuse.Log) *log.Logger {
+	return log.New(slogWriter{l: l.With("component", "memberlist"), refused: refused}, "", 0)
+}
+
+// fromRE finds memberlist's LogAddress/LogConn suffix.
+var fromRE = regexp.MustCompile(`\s*from=(\S+)`)
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	msg := bytes.TrimRight(p, "\n")
@@ -38,6 +54,22 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	msg = bytes.TrimPrefix(msg, []byte("memberlist: "))
 	if bytes.HasPrefix(msg, []byte("ignoring alive message for")) {
 		level = slog.LevelDebug // already logged once at Warn by delegate.check
+	}
+	if level >= slog.LevelWarn && w.refused != nil {
+		if loc := fromRE.FindSubmatchIndex(msg); loc != nil {
+			addr := string(msg[loc[2]:loc[3]])
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			// The kind is the message's first words: what follows may be
+			// the sender's (a label, a node name).
+			head, _, _ := bytes.Cut(msg[:loc[0]], []byte(":"))
+			words := bytes.Fields(head)
+			kind := bytes.Join(words[:min(len(words), 4)], []byte(" "))
+			w.refused.Refuse("gossip: "+string(kind), host, "detail", string(msg))
+			return len(p), nil
+		}
 	}
 	if w.l.Enabled(context.Background(), level) {
 		w.l.Log(context.Background(), level, string(msg))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/lockraft/lockraft/internal/refuse"
 )
 
 // Membership is one running gossip member. All methods are safe for
@@ -25,8 +27,12 @@ type Membership struct {
 	log    *slog.Logger
 	events chan<- Event
 	ml     *memberlist.Memberlist
+	// keyring is memberlist's (nil: gossip in plaintext); safe for
+	// concurrent use, changed by AddKey, UseKey, RemoveKey.
+	keyring *memberlist.Keyring
 
 	dropped atomic.Uint64
+	refused *refuse.Log // gossip input memberlist refused (logger.go)
 
 	mu       sync.Mutex
 	meta     Meta
@@ -73,7 +79,8 @@ func Start(cfg Config) (*Membership, error) {
 		m.resolver.lookup = net.DefaultResolver.LookupHost
 	}
 	m.log = logger.With("component", "membership", "node", m.name)
-	mc := cfg.memberlistConfig(logger.With("node", m.name))
+	m.refused = refuse.New(logger.With("component", "memberlist", "node", m.name), 0)
+	mc := cfg.memberlistConfig(logger.With("node", m.name), m.refused)
 	d := &delegate{m: m}
 	mc.Delegate = d
 	mc.Events = d
@@ -84,8 +91,9 @@ func Start(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("membership: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
 	m.ml = ml
+	m.keyring = mc.Keyring
 	m.log.Info("gossip started", "addr", m.addr(ml.LocalNode()), "raft_id", cfg.Meta.RaftID, "cluster", cfg.Meta.ClusterID,
-		"encrypted", len(cfg.SecretKey) > 0, "label", mc.Label)
+		"encrypted", mc.Keyring != nil, "label", mc.Label)
 	if len(cfg.Seeds) > 0 {
 		// Seeds are resolved (DNS names too), this member's own address is
 		// skipped, and they are resolved and joined again while the
@@ -153,6 +161,12 @@ func (m *Membership) Local() Member {
 	return Member{Name: m.name, Addr: addr, Meta: m.meta, State: StateAlive}
 }
 
+// Refusals returns how many packets or streams of kind memberlist refused
+// ("gossip: Decrypt packet failed", "gossip: discarding packet with
+// unacceptable", ...: the first four words of memberlist's message), for
+// tests and metrics.
+func (m *Membership) Refusals(kind string) uint64 { return m.refused.Count(kind) }
+
 // Dropped returns how many events were dropped because Config.Events was full.
 func (m *Membership) Dropped() uint64 { return m.dropped.Load() }
 
@@ -179,6 +193,54 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 		return fmt.Errorf("membership: update metadata: %w", err)
 	}
 	return nil
+}
+
+// ErrNoKeyring is returned by the key methods of a member started without
+// keys: encryption cannot be switched on at run time.
+var ErrNoKeyring = errors.New("membership: gossip is not encrypted (no keys at start)")
+
+// AddKey adds key to this member's keyring: it decrypts gossip with it from
+// now on, but keeps encrypting with the primary key. Step 1 of a rotation,
+// done on every member before step 2 (UseKey).
+func (m *Membership) AddKey(key []byte) error {
+	if m.keyring == nil {
+		return ErrNoKeyring
+	}
+	if err := memberlist.ValidateKey(key); err != nil {
+		return &KeyLengthError{Len: len(key)}
+	}
+	return m.keyring.AddKey(key)
+}
+
+// UseKey makes key (already added) the primary: what this member sends is
+// encrypted with it. Step 2 of a rotation, once every member has the key.
+func (m *Membership) UseKey(key []byte) error {
+	if m.keyring == nil {
+		return ErrNoKeyring
+	}
+	return m.keyring.UseKey(key)
+}
+
+// RemoveKey drops a key that is not the primary. Step 3 of a rotation, once
+// every member uses the new key: gossip encrypted with the old key is then
+// refused.
+func (m *Membership) RemoveKey(key []byte) error {
+	if m.keyring == nil {
+		return ErrNoKeyring
+	}
+	return m.keyring.RemoveKey(key)
+}
+
+// Keys returns this member's keys, the primary first (copies).
+func (m *Membership) Keys() [][]byte {
+	if m.keyring == nil {
+		return nil
+	}
+	var out [][]byte
+	for _, k := range m.keyring.GetKeys() {
+		out = append(out, append([]byte(nil), k...))
+	}
+	return out
 }
 
 // Leave announces a graceful departure (others then see this member as Left,

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ type testCluster struct {
 	nodes   map[uint64]*Node
 	faults  map[uint64]*Faults
 	tune    func(*Config)
+	logs    *logSink // every node's log lines, besides t.Log
 }
 
 func fastConfig(c *Config) {
@@ -35,7 +37,7 @@ func fastConfig(c *Config) {
 func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, dirs: map[uint64]string{}, addrs: map[uint64]string{}, nodes: map[uint64]*Node{},
-		faults: map[uint64]*Faults{}}
+		faults: map[uint64]*Faults{}, logs: &logSink{}}
 	tc.tune = func(c *Config) {
 		fastConfig(c)
 		for _, f := range tune {
@@ -69,7 +71,7 @@ func (tc *testCluster) config(id uint64) Config {
 		ID:        id,
 		DataDir:   tc.dirs[id],
 		Members:   tc.members,
-		Logger:    testLogger(tc.t, id),
+		Logger:    testLoggerTo(tc.t, id, tc.logs),
 		ClusterID: "test",
 		Faults:    tc.faults[id],
 	}
@@ -157,12 +159,19 @@ func (tc *testCluster) follower() uint64 {
 	return 0
 }
 
-func testLogger(t testing.TB, id uint64) *slog.Logger {
+func testLogger(t testing.TB, id uint64) *slog.Logger { return testLoggerTo(t, id, nil) }
+
+// testLoggerTo logs to t.Log and, if sink is not nil, to sink.
+func testLoggerTo(t testing.TB, id uint64, sink io.Writer) *slog.Logger {
 	level := slog.LevelInfo
 	if os.Getenv("LOCKRAFT_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level})).With("n", id)
+	var w io.Writer = tWriter{t}
+	if sink != nil {
+		w = io.MultiWriter(w, sink)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("n", id)
 }
 
 type tWriter struct{ t testing.TB }

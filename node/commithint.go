@@ -182,6 +182,9 @@ func (n *Node) onCommitHint(m *raftpb.Message) {
 	if m.GetType() != raftpb.MessageType_MsgHeartbeat || n.cfg.TestHooks.NoCommitHints {
 		return
 	}
+	if st := n.rn.BasicStatus(); m.GetFrom() != st.Lead || m.GetTerm() != st.GetTerm() {
+		return // only the leader raft follows, in its term, hints (guard.go refuses others first)
+	}
 	if t := m.GetTerm(); t > h.leaderTerm || (t == h.leaderTerm && m.GetFrom() == h.leader) {
 		if t > h.leaderTerm {
 			h.leaderIndex = 0
@@ -201,8 +204,11 @@ func (n *Node) commitFromHint() {
 	if c == 0 {
 		return
 	}
-	if last, err := n.storage.LastIndex(); err != nil || c > last {
-		return // cannot happen (durable entries are in storage); never hand raft a commit beyond its log
+	if last, err := n.storage.LastIndex(); err != nil || c > last || c > n.loop.guard.lastIndex {
+		// Cannot happen for durable entries of the leader's term, which are
+		// in storage and in raft's log (as of the last Ready: guard.go);
+		// never hand raft a commit beyond its log.
+		return
 	}
 	term := h.leaderTerm
 	err := n.rn.Step(&raftpb.Message{

@@ -1,13 +1,13 @@
 package node
 
 import (
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport"
 )
 
 // Member is one founding voter of a statically configured cluster.
@@ -26,7 +26,11 @@ type Config struct {
 
 	// ClusterID names the cluster. Nodes reject raft traffic and calls from
 	// another cluster, and refuse a data directory created for another one.
-	// Default "lockraft".
+	// Default "lockraft", for loopback only: a node reachable from other
+	// hosts must be given its cluster's id (two clusters left at the default
+	// would accept each other's traffic). With TLS it is the host part of
+	// the member certificates' URI (transport.MemberURI), so a DNS-style
+	// name: letters, digits, '-' and '.'.
 	ClusterID string
 
 	// DataDir holds the raft log (wal/ or raft.db, see LogEngine), the lock
@@ -112,8 +116,17 @@ type Config struct {
 	// Logger receives structured logs (default: discarded).
 	Logger *slog.Logger
 
-	// ServerTLS and ClientTLS enable mutual TLS between nodes.
-	ServerTLS, ClientTLS *tls.Config
+	// Security (security.go). TLS turns on mutual TLS between members: the
+	// cluster's CA and this member's certificate, which must name it
+	// (transport.MemberURI; with Gossip and ID 0 the id is taken from it).
+	// Without TLS a node listens only on loopback addresses unless Insecure
+	// is set, which it then logs loudly: every peer's identity is then a
+	// claim nobody checks. Insecure also allows gossip without keys off
+	// loopback. MaxSnapshotSize bounds a snapshot received from the leader
+	// (default 1 GiB).
+	TLS             *transport.TLS
+	Insecure        bool
+	MaxSnapshotSize int64
 
 	// Observer, if set, is called on the loop goroutine for every lock
 	// command this node applies, with its result and events, in log order.
@@ -236,6 +249,7 @@ func (c Config) withDefaults() Config {
 
 // Validate checks a Config after defaults are applied.
 func (c Config) Validate() error {
+	clusterSet := c.ClusterID != ""
 	c = c.withDefaults()
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
@@ -256,6 +270,15 @@ func (c Config) Validate() error {
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d) >= 1", c.ElectionTicks, c.HeartbeatTicks)
 	}
 	election := time.Duration(c.ElectionTicks) * c.TickInterval
+	if c.SessionTTL > MaxSessionTTL {
+		return bad("SessionTTL %v is longer than %v", c.SessionTTL, MaxSessionTTL)
+	}
+	if c.MaxSnapshotSize < 0 {
+		return bad("MaxSnapshotSize %d is negative", c.MaxSnapshotSize)
+	}
+	if err := c.checkSecurity(clusterSet); err != nil {
+		return err
+	}
 	if c.SessionTTL < 3*election {
 		return bad("SessionTTL %v is shorter than 3 election timeouts (%v): a leader failover alone would expire healthy sessions", c.SessionTTL, 3*election)
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -29,6 +30,7 @@ type keepaliveWaiter struct {
 	name    string // renewal: the lock name
 	token   uint64 // renewal: the token it must still hold
 	renew   bool
+	from    uint64 // the remote member asking (0: this node itself)
 	recv    time.Time
 	reply   chan keepaliveStatus
 }
@@ -90,6 +92,10 @@ func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveS
 func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	if !n.loop.isLeader {
 		w.reply <- keepaliveNotLeader
+		return
+	}
+	if w.from != 0 && !n.keepaliveAllowed(w) {
+		w.reply <- keepaliveDenied
 		return
 	}
 	c := &n.loop.confirm
@@ -162,6 +168,16 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 		c.rounds = nil
 	}
 	n.issueConfirmRound(false)
+}
+
+// keepaliveAllowed: a member keeps alive only its own sessions and renews
+// only its own holds (authz.go). A session or hold the table does not have
+// is left to the keepalive itself, which answers "no session".
+func (n *Node) keepaliveAllowed(w keepaliveWaiter) bool {
+	if w.renew {
+		return n.ownsHold(w.from, w.name) == nil
+	}
+	return !errors.Is(n.ownsSession(w.from, w.session), errNotYours)
 }
 
 // expireConfirmRounds runs every tick: it issues a round for the waiters

@@ -77,4 +77,11 @@ var (
 	// replicas that understood it) and stops serving; upgrade it and restart
 	// it on the same data directory. Nothing past that entry was applied.
 	ErrNewerVersion = errors.New("lockraft: log entry from a newer lockraft version; upgrade this member")
+
+	// ErrInternal: the raft loop hit a broken invariant (raft panicked on
+	// input that passed validation). The node stopped serving rather than
+	// go on with state it can no longer trust; its session expires and its
+	// locks move on. The message carries the panic. Restart the node; report
+	// the message: it is a bug.
+	ErrInternal = errors.New("lockraft: internal error; node stopped")
 )

@@ -6,24 +6,27 @@ package node
 // leader replicates the log to it. It still serves Lock, TryLock and Unlock,
 // by forwarding to the leader:
 //
-//   - Session: "fwd-open" asks the leader to propose OpenSession with the
+//   - Session: FwdOpen asks the leader to propose OpenSession with the
 //     member's raft id and nonce; the reply carries the session id once the
 //     entry is applied on the leader. The member keeps the session alive with
-//     the ordinary keepalive Call (confirmed by a ReadIndex round, so S5
+//     the ordinary Keepalive call (confirmed by a ReadIndex round, so S5
 //     holds as on a raft member).
 //   - Commands: the op registry is the raft member's (session, seq,
 //     AckedBelow, retries, abandon → Cancel); only the last step differs:
-//     the encoded command goes to the leader in a "fwd-propose" Call (all
+//     the encoded command goes to the leader in a FwdPropose call (all
 //     commands queued meanwhile share one call) and the leader proposes the
-//     bytes verbatim. They carry the member's session and seq, so lockfsm
-//     applies a retry at most once, across leader changes too (S6).
+//     bytes verbatim once it has checked each is a command the member may
+//     issue, for a session of the member's own (authz.go). They carry the
+//     member's session and seq, so lockfsm applies a retry at most once,
+//     across leader changes too (S6).
 //   - Results and events: the leader, on applying a command of a session
 //     whose node is not in the raft configuration, and on every event of
 //     such a session, queues them for that member; one goroutine per member
-//     sends the queue in "fwd-push" Calls. A push that fails is dropped: the
+//     sends the queue in FwdPush calls, which a member accepts only from
+//     the leader it follows. A push that fails is dropped: the
 //     member re-proposes an overdue command on its retry timer and gets the
 //     retained result as a duplicate, and it asks the leader about its
-//     queued Acquires ("fwd-status": granted with token T, still queued, or
+//     queued Acquires (FwdStatus: granted with token T, still queued, or
 //     gone) at once when it finds a leader, and then only every SessionTTL/4
 //     while it waits: a missed grant is re-learned that way, and waiting
 //     costs the leader almost nothing (L4).
@@ -37,8 +40,8 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,30 +49,27 @@ import (
 
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/transport"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 const (
-	methodFwdOpen    = "fwd-open"
-	methodFwdPropose = "fwd-propose"
-	methodFwdPush    = "fwd-push"
-	methodFwdStatus  = "fwd-status"
-
-	fwdOK        = 1
-	fwdNotLeader = 2 // followed by 8 bytes: the leader hint (0 = unknown)
-
 	maxFwdQueue = 8192 // items per queue beyond which new ones are dropped
+	// maxStatusQueries bounds the acquires one FwdStatus asks about (the
+	// rest wait for the next one).
+	maxStatusQueries = 1 << 14
 )
 
 // fwdState is the loop-owned part of forwarding, member and leader side.
 type fwdState struct {
 	// member side
-	out      *batcher  // proposals on their way to the leader
-	statusAt time.Time // last fwd-status sent
-	waitedAt time.Time // last fwd-status that asked about the queued Acquires
-	probeAt  time.Time // last leader probe
+	out      *batcher[[]byte] // proposals on their way to the leader
+	statusAt time.Time        // last fwd-status sent
+	waitedAt time.Time        // last fwd-status that asked about the queued Acquires
+	probeAt  time.Time        // last leader probe
 	// leader side
 	remote  map[uint64]uint64 // session -> node, sessions of light members
-	pushers map[uint64]*batcher
+	pushers map[uint64]*batcher[*transportpb.PushItem]
 	opens   map[openKey]*pendingOpen
 	replies map[uint64]*fwdReplyWaiter // node -> its fwd-propose call held for results (fwdreply.go)
 }
@@ -78,7 +78,7 @@ type openKey struct{ node, nonce uint64 }
 
 type pendingOpen struct {
 	at      time.Time
-	waiters []chan []byte
+	waiters []chan *transportpb.FwdOpenResponse
 }
 
 // fwdCandidate rotates over the members that may know the leader.
@@ -87,10 +87,10 @@ var fwdRotor atomic.Uint64
 func (n *Node) initFwd() {
 	f := &n.loop.fwd
 	f.remote = map[uint64]uint64{}
-	f.pushers = map[uint64]*batcher{}
+	f.pushers = map[uint64]*batcher[*transportpb.PushItem]{}
 	f.opens = map[openKey]*pendingOpen{}
 	f.replies = map[uint64]*fwdReplyWaiter{}
-	f.out = &batcher{send: n.sendForwarded}
+	f.out = &batcher[[]byte]{send: n.sendForwarded}
 }
 
 // light reports whether this node is a light member: gossip, no raft state.
@@ -119,16 +119,13 @@ func (n *Node) fwdTarget() uint64 {
 
 // fwdReply handles the leader part of a reply (run from any goroutine):
 // true if target answered as the leader.
-func (n *Node) fwdReply(target uint64, resp []byte, err error) bool {
+func (n *Node) fwdReply(target uint64, notLeader *transportpb.LeaderHint, err error) bool {
 	switch {
-	case err != nil || len(resp) == 0:
+	case err != nil:
 		n.tryDo(func() { n.fwdLeaderLost(target) })
 		return false
-	case resp[0] == fwdNotLeader:
-		var hint uint64
-		if len(resp) >= 9 {
-			hint = binary.BigEndian.Uint64(resp[1:9])
-		}
+	case notLeader != nil:
+		hint := notLeader.GetLeader()
 		n.tryDo(func() {
 			n.fwdLeaderLost(target)
 			if hint != 0 && hint != n.id {
@@ -169,26 +166,21 @@ func (n *Node) fwdWaitCheck() time.Duration {
 	return max(n.cfg.RetryInterval, n.cfg.SessionTTL/4)
 }
 
-func notLeaderReply(hint uint64) []byte {
-	b := make([]byte, 9)
-	b[0] = fwdNotLeader
-	binary.BigEndian.PutUint64(b[1:], hint)
-	return b
-}
+func notLeader(hint uint64) *transportpb.LeaderHint { return &transportpb.LeaderHint{Leader: hint} }
 
 // ---- batching ----
 
 // batcher sends queued items from one goroutine at a time, all items queued
 // meanwhile in one call.
-type batcher struct {
+type batcher[T any] struct {
 	mu      sync.Mutex
-	items   [][]byte
+	items   []T
 	running bool
-	send    func([][]byte)
+	send    func([]T)
 }
 
 // add queues item; called from the loop (which owns n.bgwg.Add).
-func (b *batcher) add(n *Node, item []byte) {
+func (b *batcher[T]) add(n *Node, item T) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.items) >= maxFwdQueue {
@@ -203,13 +195,13 @@ func (b *batcher) add(n *Node, item []byte) {
 }
 
 // busy reports whether items are queued or a send is in flight.
-func (b *batcher) busy() bool {
+func (b *batcher[T]) busy() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.running || len(b.items) > 0
 }
 
-func (b *batcher) run(n *Node) {
+func (b *batcher[T]) run(n *Node) {
 	defer n.bgwg.Done()
 	for {
 		b.mu.Lock()
@@ -233,40 +225,6 @@ func (b *batcher) run(n *Node) {
 	}
 }
 
-func encodeBatch(items [][]byte) []byte {
-	size := 4
-	for _, it := range items {
-		size += len(it) + 4
-	}
-	b := make([]byte, 0, size)
-	b = binary.AppendUvarint(b, uint64(len(items)))
-	for _, it := range items {
-		b = binary.AppendUvarint(b, uint64(len(it)))
-		b = append(b, it...)
-	}
-	return b
-}
-
-var errBadFwd = errors.New("lockraft: bad forwarded request")
-
-func decodeBatch(b []byte) ([][]byte, error) {
-	cnt, k := binary.Uvarint(b)
-	if k <= 0 || cnt > uint64(len(b)) {
-		return nil, errBadFwd
-	}
-	b = b[k:]
-	out := make([][]byte, 0, cnt)
-	for i := uint64(0); i < cnt; i++ {
-		l, k := binary.Uvarint(b)
-		if k <= 0 || l > uint64(len(b)-k) {
-			return nil, errBadFwd
-		}
-		out = append(out, b[k:k+int(l)])
-		b = b[k+int(l):]
-	}
-	return out, nil
-}
-
 // ---- member side ----
 
 // forward queues an encoded command for the leader (loop).
@@ -285,12 +243,12 @@ func (n *Node) sendForwarded(items [][]byte) {
 	if m := n.cfg.Metrics; m != nil && m.Forward != nil {
 		t0 = time.Now()
 	}
-	resp, err := n.tr.Call(ctx, target, methodFwdPropose, encodeBatch(items))
+	resp, err := n.tr.FwdPropose(ctx, target, &transportpb.FwdProposeRequest{Commands: items})
 	if !t0.IsZero() {
 		n.cfg.Metrics.Forward(time.Since(t0))
 	}
-	if n.fwdReply(target, resp, err) {
-		n.fwdReplyItems(resp)
+	if n.fwdReply(target, resp.GetNotLeader(), err) {
+		n.fwdReplyItems(resp.GetItems())
 	}
 }
 
@@ -301,16 +259,13 @@ func (n *Node) fwdOpen(nonce, target uint64) {
 	n.bgwg.Add(1)
 	go func() {
 		defer n.bgwg.Done()
-		var req [16]byte
-		binary.BigEndian.PutUint64(req[:8], nonce)
-		binary.BigEndian.PutUint64(req[8:], ttl)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.RetryInterval)
 		defer cancel()
-		resp, err := n.tr.Call(ctx, target, methodFwdOpen, req[:])
-		if !n.fwdReply(target, resp, err) || len(resp) != 9 {
+		resp, err := n.tr.FwdOpen(ctx, target, &transportpb.FwdOpenRequest{Nonce: nonce, TtlMillis: ttl})
+		if !n.fwdReply(target, resp.GetNotLeader(), err) || resp.GetSession() == 0 {
 			return
 		}
-		sess := binary.BigEndian.Uint64(resp[1:])
+		sess := resp.GetSession()
 		_ = n.do(context.Background(), func() {
 			n.onSessionOpenedEvent(0, &lockfsm.Event{Kind: lockfsm.EventSessionOpened, Node: n.id, Seq: nonce, Session: sess})
 		})
@@ -333,14 +288,14 @@ func (n *Node) fwdTick(now time.Time) {
 		return
 	}
 	sess := n.loop.own.id
-	var req []byte
-	req = binary.AppendUvarint(req, sess)
+	req := &transportpb.FwdStatusRequest{Session: sess}
 	var seqs []uint64
 	add := func(seq uint64, o *op) {
+		if len(seqs) >= maxStatusQueries {
+			return // the rest are asked next time
+		}
 		seqs = append(seqs, seq)
-		req = binary.AppendUvarint(req, seq)
-		req = appendStr(req, o.cmd.Name)
-		req = appendStr(req, o.cmd.Owner)
+		req.Queries = append(req.Queries, &transportpb.StatusQuery{Seq: seq, Name: o.cmd.Name, Owner: o.cmd.Owner})
 	}
 	// Queued Acquires learn their grant by push (L4: waiting costs
 	// nothing). Asking is only the safety net for a push that failed while
@@ -374,42 +329,31 @@ func (n *Node) fwdTick(now time.Time) {
 		defer n.bgwg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RetryInterval)
 		defer cancel()
-		resp, err := n.tr.Call(ctx, target, methodFwdStatus, req)
-		if !n.fwdReply(target, resp, err) {
+		resp, err := n.tr.FwdStatus(ctx, target, req)
+		if !n.fwdReply(target, resp.GetNotLeader(), err) {
 			return
 		}
-		facts := resp[1:]
+		facts := resp.GetFacts()
 		_ = n.do(context.Background(), func() { n.onFwdStatus(sess, seqs, facts) })
 	}()
 }
 
-const (
-	statusQueued  = 0
-	statusGranted = 1
-	statusGone    = 2
-)
-
-func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
+func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []*transportpb.StatusFact) {
 	n.checkOwnSession(n.clock.Now()) // S5: no grant handed out past the holder deadline
 	if sess != n.loop.own.id {
 		return
 	}
-	for _, seq := range seqs {
-		if len(facts) == 0 {
+	for i, seq := range seqs {
+		if i >= len(facts) {
 			return
 		}
-		st := facts[0]
-		facts = facts[1:]
-		tok, k := binary.Uvarint(facts)
-		if k <= 0 {
-			return
-		}
-		facts = facts[k:]
+		st, tok := facts[i].GetState(), facts[i].GetToken()
 		r := &n.loop.ops
-		if o := r.inflight[seq]; o != nil && !o.parked && !o.abandoned && o.cmd.Kind == lockfsm.KindAcquire && st != statusGone {
+		if o := r.inflight[seq]; o != nil && !o.parked && !o.abandoned && o.cmd.Kind == lockfsm.KindAcquire &&
+			st != transportpb.AcquireState_ACQUIRE_STATE_GONE {
 			// Its result was lost on the way: the lock table says what it was.
 			delete(r.inflight, seq)
-			if st == statusGranted {
+			if st == transportpb.AcquireState_ACQUIRE_STATE_GRANTED {
 				n.relearned.Add(1)
 				n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: tok, Duplicate: true})
 			} else {
@@ -423,11 +367,11 @@ func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
 			continue
 		}
 		switch st {
-		case statusGranted:
+		case transportpb.AcquireState_ACQUIRE_STATE_GRANTED:
 			n.relearned.Add(1)
 			n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventGranted, Session: sess, Seq: seq, Name: o.cmd.Name,
 				Owner: o.cmd.Owner, Token: tok, FromQueue: true})
-		case statusGone:
+		case transportpb.AcquireState_ACQUIRE_STATE_GONE:
 			n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventWaitEnded, Session: sess, Seq: seq, Name: o.cmd.Name,
 				Owner: o.cmd.Owner, Reason: lockfsm.ReasonSessionExpired})
 		}
@@ -435,24 +379,16 @@ func (n *Node) onFwdStatus(sess uint64, seqs []uint64, facts []byte) {
 }
 
 // onPush handles results and events the leader pushed (loop).
-func (n *Node) onPush(items [][]byte) {
+func (n *Node) onPush(items []*transportpb.PushItem) {
 	n.checkOwnSession(n.clock.Now())
 	n.loop.stats.pushesReceived += uint64(len(items))
 	for _, it := range items {
-		if len(it) == 0 {
-			continue
-		}
-		switch it[0] {
-		case 'r':
-			cmd, res, ok := decodePushResult(it[1:])
-			if ok {
-				n.onResult(0, &cmd, res)
-			}
-		case 'e':
-			ev, ok := decodePushEvent(it[1:])
-			if ok {
-				n.onEvent(0, &ev)
-			}
+		if r := it.GetResult(); r != nil {
+			cmd, res := pushedResult(r)
+			n.onResult(0, &cmd, res)
+		} else if e := it.GetEvent(); e != nil {
+			ev := pushedEvent(e)
+			n.onEvent(0, &ev)
 		}
 	}
 }
@@ -475,7 +411,7 @@ func (n *Node) fwdStepDown() {
 	n.fwdExpireReplies(time.Time{}, true)
 	for k, p := range n.loop.fwd.opens {
 		for _, w := range p.waiters {
-			w <- notLeaderReply(n.loop.leader)
+			w <- &transportpb.FwdOpenResponse{NotLeader: notLeader(n.loop.leader)}
 		}
 		delete(n.loop.fwd.opens, k)
 	}
@@ -499,7 +435,7 @@ func (n *Node) fwdOnResult(cmd *lockfsm.Command, res lockfsm.Result) {
 	if !ok || !n.isLightNode(node) {
 		return
 	}
-	item := encodePushResult(cmd, res)
+	item := pushResultItem(cmd, res)
 	if !n.fwdToReply(node, item, cmd) {
 		n.push(node, item)
 	}
@@ -519,11 +455,8 @@ func (n *Node) fwdOnEvent(ev *lockfsm.Event) {
 		}
 		k := openKey{ev.Node, ev.Seq}
 		if p := f.opens[k]; p != nil {
-			reply := make([]byte, 9)
-			reply[0] = fwdOK
-			binary.BigEndian.PutUint64(reply[1:], ev.Session)
 			for _, w := range p.waiters {
-				w <- reply
+				w <- &transportpb.FwdOpenResponse{Session: ev.Session}
 			}
 			delete(f.opens, k)
 		}
@@ -540,21 +473,21 @@ func (n *Node) fwdOnEvent(ev *lockfsm.Event) {
 		return // the member learns an immediate grant from the Acquire's result
 	}
 	if n.isLightNode(node) {
-		item := encodePushEvent(ev)
+		item := pushEventItem(ev)
 		if !n.fwdToReply(node, item, nil) {
 			n.push(node, item)
 		}
 	}
 }
 
-func (n *Node) push(node uint64, item []byte) {
+func (n *Node) push(node uint64, item *transportpb.PushItem) {
 	f := &n.loop.fwd
 	b := f.pushers[node]
 	if b == nil {
-		b = &batcher{send: func(items [][]byte) {
+		b = &batcher[*transportpb.PushItem]{send: func(items []*transportpb.PushItem) {
 			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RetryInterval)
 			defer cancel()
-			_, _ = n.tr.Call(ctx, node, methodFwdPush, encodeBatch(items))
+			_, _ = n.tr.FwdPush(ctx, node, &transportpb.FwdPushRequest{Items: items})
 		}}
 		f.pushers[node] = b
 	}
@@ -562,61 +495,101 @@ func (n *Node) push(node uint64, item []byte) {
 	b.add(n, item)
 }
 
-// handleFwd serves the forwarding Calls.
-func (n *Node) handleFwd(ctx context.Context, from uint64, method string, req []byte) ([]byte, error) {
-	reply := make(chan []byte, 1)
-	var f func()
-	switch method {
-	case methodFwdOpen:
-		if len(req) != 16 {
-			return nil, errBadFwd
-		}
-		nonce, ttl := binary.BigEndian.Uint64(req), binary.BigEndian.Uint64(req[8:])
-		f = func() { n.fwdOpenOnLeader(from, nonce, ttl, reply) }
-	case methodFwdPropose:
-		items, err := decodeBatch(req)
-		if err != nil {
-			return nil, err
-		}
-		f = func() {
-			if !n.loop.isLeader {
-				reply <- notLeaderReply(n.loop.leader)
-				return
-			}
-			n.fwdProposeOnLeader(from, items, reply)
-		}
-	case methodFwdPush:
-		if n.dropPushes.Load() {
-			return nil, errors.New("lockraft: push dropped (test)")
-		}
-		items, err := decodeBatch(req)
-		if err != nil {
-			return nil, err
-		}
-		if err := n.do(ctx, func() { n.onPush(items) }); err != nil {
-			return nil, err
-		}
-		return []byte{fwdOK}, nil
-	case methodFwdStatus:
-		n.statusServed.Add(1)
-		f = func() { reply <- n.fwdStatusOnLeader(req) }
+// serveFwdOpen serves a light member's request to open its session: the session
+// is always the caller's own (Node = its authenticated id), with a TTL of at
+// most MaxSessionTTL.
+func (n *Node) serveFwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
+	if !validTTL(req.GetTtlMillis()) {
+		return nil, n.refuseCall(from, "FwdOpen", fmt.Errorf("%w: %d ms", errBadTTL, req.GetTtlMillis()))
 	}
-	if err := n.do(ctx, f); err != nil {
+	reply := make(chan *transportpb.FwdOpenResponse, 1)
+	nonce, ttl := req.GetNonce(), req.GetTtlMillis()
+	return awaitLoop(ctx, n, reply, func() { n.fwdOpenOnLeader(from, nonce, ttl, reply) })
+}
+
+// serveFwdPropose serves a light member's forwarded commands. Every command must
+// be one the member may issue, of a session of its own (authorise); one
+// that is not refuses the whole call.
+func (n *Node) serveFwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
+	reply := make(chan *transportpb.FwdProposeResponse, 1)
+	fail := make(chan error, 1)
+	cmds := req.GetCommands()
+	resp, err := awaitLoop(ctx, n, reply, func() {
+		if !n.loop.isLeader {
+			reply <- &transportpb.FwdProposeResponse{NotLeader: notLeader(n.loop.leader)}
+			return
+		}
+		if err := n.fwdProposeOnLeader(from, cmds, reply); err != nil {
+			fail <- err
+			reply <- nil
+		}
+	})
+	select {
+	case err := <-fail:
+		return nil, n.refuseCall(from, "FwdPropose", err)
+	default:
+	}
+	return resp, err
+}
+
+// serveFwdPush serves results and events pushed to this light member; only the
+// leader it follows may push (see below for a member looking for its leader).
+func (n *Node) serveFwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
+	if n.dropPushes.Load() {
+		return nil, errors.New("lockraft: push dropped (test)")
+	}
+	// From the leader this member follows; while it knows none (a call
+	// failed, it is looking), from a member with raft data, the only kind
+	// that can lead. Never from a light member or a stranger.
+	if lead := n.lead.Load(); from != lead && (lead != 0 || !n.members.allows(from)) {
+		return nil, n.refuseCall(from, "FwdPush", fmt.Errorf("%w: push from %d, the leader is %d", transport.ErrPermissionDenied, from, lead))
+	}
+	items := req.GetItems()
+	if err := n.do(ctx, func() { n.onPush(items) }); err != nil {
 		return nil, err
+	}
+	return &transportpb.FwdPushResponse{}, nil
+}
+
+// serveFwdStatus serves a light member's question about its own acquires.
+func (n *Node) serveFwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
+	n.statusServed.Add(1)
+	reply := make(chan *transportpb.FwdStatusResponse, 1)
+	fail := make(chan error, 1)
+	resp, err := awaitLoop(ctx, n, reply, func() {
+		r, err := n.fwdStatusOnLeader(from, req)
+		if err != nil {
+			fail <- err
+		}
+		reply <- r
+	})
+	select {
+	case err := <-fail:
+		return nil, n.refuseCall(from, "FwdStatus", err)
+	default:
+	}
+	return resp, err
+}
+
+// awaitLoop runs f in the loop and waits for what it sends on reply.
+func awaitLoop[T any](ctx context.Context, n *Node, reply chan T, f func()) (T, error) {
+	var zero T
+	if err := n.do(ctx, f); err != nil {
+		return zero, err
 	}
 	select {
 	case r := <-reply:
 		return r, nil
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return zero, context.Cause(ctx)
 	case <-n.donec:
-		return nil, ErrClosed
+		return zero, ErrClosed
 	}
 }
 
-func (n *Node) fwdOpenOnLeader(from, nonce, ttl uint64, reply chan []byte) {
+func (n *Node) fwdOpenOnLeader(from, nonce, ttl uint64, reply chan *transportpb.FwdOpenResponse) {
 	if !n.loop.isLeader {
-		reply <- notLeaderReply(n.loop.leader)
+		reply <- &transportpb.FwdOpenResponse{NotLeader: notLeader(n.loop.leader)}
 		return
 	}
 	f := &n.loop.fwd
@@ -635,63 +608,51 @@ func (n *Node) fwdOpenOnLeader(from, nonce, ttl uint64, reply chan []byte) {
 }
 
 // fwdStatusOnLeader answers from the leader's lock table, which is complete
-// only once the leader is ready (its term's first entry applied).
-func (n *Node) fwdStatusOnLeader(req []byte) []byte {
+// only once the leader is ready (its term's first entry applied), and only
+// about the caller's own session.
+func (n *Node) fwdStatusOnLeader(from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
 	if !n.loop.isLeader || !n.loop.lead.active {
-		return notLeaderReply(0)
+		return &transportpb.FwdStatusResponse{NotLeader: notLeader(0)}, nil
 	}
-	sess, k := binary.Uvarint(req)
-	if k <= 0 {
-		return notLeaderReply(0)
+	sess := req.GetSession()
+	if err := n.ownsSession(from, sess); errors.Is(err, errNotYours) {
+		return nil, err
 	}
-	req = req[k:]
-	out := []byte{fwdOK}
+	out := &transportpb.FwdStatusResponse{Facts: make([]*transportpb.StatusFact, 0, len(req.GetQueries()))}
 	_, alive := n.loop.lead.sessions[sess]
-	for len(req) > 0 {
-		seq, k := binary.Uvarint(req)
-		if k <= 0 {
-			break
-		}
-		req = req[k:]
-		name, rest, ok1 := readStr(req)
-		owner, rest, ok2 := readStr(rest)
-		if !ok1 || !ok2 {
-			break
-		}
-		req = rest
-		st, tok := byte(statusQueued), uint64(0)
+	for _, q := range req.GetQueries() {
+		st, tok := transportpb.AcquireState_ACQUIRE_STATE_QUEUED, uint64(0)
 		if alive {
-			st = statusGone
-			if li, ok := n.fsm.Lock(name); ok {
-				if li.HoldCount > 0 && li.Holder.Session == sess && li.Holder.Owner == owner && li.GrantSeq == seq {
-					st, tok = statusGranted, li.Token
+			st = transportpb.AcquireState_ACQUIRE_STATE_GONE
+			if li, ok := n.fsm.Lock(q.GetName()); ok {
+				if li.HoldCount > 0 && li.Holder.Session == sess && li.Holder.Owner == q.GetOwner() && li.GrantSeq == q.GetSeq() {
+					st, tok = transportpb.AcquireState_ACQUIRE_STATE_GRANTED, li.Token
 				} else {
 					for _, w := range li.Waiters {
-						if w.Session == sess && w.Seq == seq {
-							st = statusQueued
+						if w.Session == sess && w.Seq == q.GetSeq() {
+							st = transportpb.AcquireState_ACQUIRE_STATE_QUEUED
 							break
 						}
 					}
 				}
 			}
 		}
-		out = append(out, st)
-		out = binary.AppendUvarint(out, tok)
+		out.Facts = append(out.Facts, &transportpb.StatusFact{State: st, Token: tok})
 	}
-	return out
+	return out, nil
 }
 
-// ---- push encoding ----
+// ---- push items ----
 
 var fsmErrors = []error{nil, lockfsm.ErrBadCommand, lockfsm.ErrUnsupported, lockfsm.ErrInvalidName,
 	lockfsm.ErrInvalidOwner, lockfsm.ErrNoSession, lockfsm.ErrLocked, lockfsm.ErrNotHolder,
 	lockfsm.ErrTooManyHolds, lockfsm.ErrAlreadyWaiting, lockfsm.ErrStaleSequence, lockfsm.ErrCancelled,
 	lockfsm.ErrAlreadyApplied, lockfsm.ErrCorrupt}
 
-func errCode(err error) byte {
+func errCode(err error) uint32 {
 	for i, e := range fsmErrors {
 		if i > 0 && errors.Is(err, e) {
-			return byte(i)
+			return uint32(i)
 		}
 	}
 	if err != nil {
@@ -702,103 +663,38 @@ func errCode(err error) byte {
 
 var errForwarded = errors.New("lockraft: forwarded command failed")
 
-func codeErr(c byte) error {
-	if int(c) < len(fsmErrors) {
+func codeErr(c uint32) error {
+	if int64(c) < int64(len(fsmErrors)) {
 		return fsmErrors[c]
 	}
 	return errForwarded
 }
 
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
+func pushResultItem(cmd *lockfsm.Command, res lockfsm.Result) *transportpb.PushItem {
+	return &transportpb.PushItem{Item: &transportpb.PushItem_Result{Result: &transportpb.PushResult{
+		Kind: uint32(cmd.Kind), Session: cmd.Session, Seq: cmd.Seq, Status: uint32(res.Status),
+		ErrCode: errCode(res.Err), Duplicate: res.Duplicate, Token: res.Token, HoldCount: res.HoldCount,
+		Position: res.Position, HolderSession: res.Holder.Session, HolderOwner: res.Holder.Owner}}}
 }
 
-func readStr(b []byte) (string, []byte, bool) {
-	l, k := binary.Uvarint(b)
-	if k <= 0 || l > uint64(len(b)-k) {
-		return "", nil, false
-	}
-	return string(b[k : k+int(l)]), b[k+int(l):], true
+// pushedResult is the command (kind, session, seq) and result a push item
+// carries. Out-of-range kinds and statuses become values no handler acts on.
+func pushedResult(r *transportpb.PushResult) (lockfsm.Command, lockfsm.Result) {
+	cmd := lockfsm.Command{Kind: lockfsm.Kind(min(r.GetKind(), 255)), Session: r.GetSession(), Seq: r.GetSeq()}
+	res := lockfsm.Result{Status: lockfsm.Status(min(r.GetStatus(), 255)), Err: codeErr(r.GetErrCode()),
+		Duplicate: r.GetDuplicate(), Token: r.GetToken(), HoldCount: r.GetHoldCount(), Position: r.GetPosition(),
+		Holder: lockfsm.Holder{Session: r.GetHolderSession(), Owner: r.GetHolderOwner()}}
+	return cmd, res
 }
 
-type uvReader struct {
-	b  []byte
-	ok bool
+func pushEventItem(ev *lockfsm.Event) *transportpb.PushItem {
+	return &transportpb.PushItem{Item: &transportpb.PushItem_Event{Event: &transportpb.PushEvent{
+		Kind: uint32(ev.Kind), Reason: uint32(ev.Reason), FromQueue: ev.FromQueue, Session: ev.Session,
+		Seq: ev.Seq, Token: ev.Token, LeaseMillis: ev.LeaseMillis, Name: ev.Name, Owner: ev.Owner}}}
 }
 
-func (r *uvReader) u() uint64 {
-	v, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.ok = false
-		return 0
-	}
-	r.b = r.b[k:]
-	return v
-}
-
-func (r *uvReader) s() string {
-	s, rest, ok := readStr(r.b)
-	if !ok {
-		r.ok = false
-		return ""
-	}
-	r.b = rest
-	return s
-}
-
-func encodePushResult(cmd *lockfsm.Command, res lockfsm.Result) []byte {
-	b := make([]byte, 0, 48)
-	b = append(b, 'r', byte(cmd.Kind), byte(res.Status), errCode(res.Err))
-	if res.Duplicate {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
-	for _, v := range []uint64{cmd.Session, cmd.Seq, res.Token, uint64(res.HoldCount), uint64(res.Position), res.Holder.Session} {
-		b = binary.AppendUvarint(b, v)
-	}
-	return appendStr(b, res.Holder.Owner)
-}
-
-func decodePushResult(b []byte) (lockfsm.Command, lockfsm.Result, bool) {
-	var cmd lockfsm.Command
-	var res lockfsm.Result
-	if len(b) < 4 {
-		return cmd, res, false
-	}
-	cmd.Kind, res.Status, res.Err, res.Duplicate = lockfsm.Kind(b[0]), lockfsm.Status(b[1]), codeErr(b[2]), b[3] == 1
-	r := uvReader{b: b[4:], ok: true}
-	cmd.Session, cmd.Seq, res.Token = r.u(), r.u(), r.u()
-	res.HoldCount, res.Position = uint32(r.u()), uint32(r.u())
-	res.Holder.Session = r.u()
-	res.Holder.Owner = r.s()
-	return cmd, res, r.ok
-}
-
-func encodePushEvent(ev *lockfsm.Event) []byte {
-	b := make([]byte, 0, 48)
-	b = append(b, 'e', byte(ev.Kind), byte(ev.Reason))
-	if ev.FromQueue {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
-	for _, v := range []uint64{ev.Session, ev.Seq, ev.Token, ev.LeaseMillis} {
-		b = binary.AppendUvarint(b, v)
-	}
-	b = appendStr(b, ev.Name)
-	return appendStr(b, ev.Owner)
-}
-
-func decodePushEvent(b []byte) (lockfsm.Event, bool) {
-	var ev lockfsm.Event
-	if len(b) < 3 {
-		return ev, false
-	}
-	ev.Kind, ev.Reason, ev.FromQueue = lockfsm.EventKind(b[0]), lockfsm.Reason(b[1]), b[2] == 1
-	r := uvReader{b: b[3:], ok: true}
-	ev.Session, ev.Seq, ev.Token, ev.LeaseMillis = r.u(), r.u(), r.u(), r.u()
-	ev.Name, ev.Owner = r.s(), r.s()
-	return ev, r.ok
+func pushedEvent(e *transportpb.PushEvent) lockfsm.Event {
+	return lockfsm.Event{Kind: lockfsm.EventKind(min(e.GetKind(), 255)), Reason: lockfsm.Reason(min(e.GetReason(), 255)),
+		FromQueue: e.GetFromQueue(), Session: e.GetSession(), Seq: e.GetSeq(), Token: e.GetToken(),
+		LeaseMillis: e.GetLeaseMillis(), Name: e.GetName(), Owner: e.GetOwner()}
 }

@@ -3,9 +3,9 @@ package node
 // Results in the reply of a forwarded proposal (light members, fwd.go).
 //
 // A light member's command used to cost the leader two calls: the member's
-// "fwd-propose", answered at once, and a "fwd-push" of the result once the
+// FwdPropose, answered at once, and a FwdPush of the result once the
 // command was applied. Most commands are applied within a commit or two, so
-// the leader now holds the fwd-propose call open until the results of the
+// the leader now holds the FwdPropose call open until the results of the
 // commands it carried are applied (at most fwdReplyWait) and answers with
 // them: one call per command batch instead of two. What comes later (the
 // results of slow commands, a grant from the queue after the Acquire's
@@ -18,23 +18,25 @@ package node
 // behind it instead and the reply carries none. The remaining race, a push
 // sent after the reply but handled by the member first, only delays: a
 // grant event that finds no queued Acquire is dropped and re-learned through
-// fwd-status, and the holder-side deadlines (session, lease) count from the
+// FwdStatus, and the holder-side deadlines (session, lease) count from the
 // member's own send times whatever order items arrive in.
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
-// fwdReplyWaiter is a fwd-propose call held open for its results.
+// fwdReplyWaiter is a FwdPropose call held open for its results.
 type fwdReplyWaiter struct {
 	node  uint64
 	want  map[uint64]bool // seqs of the member's session still without a result
 	sess  uint64
-	items [][]byte // encoded push items, in apply order
-	reply chan []byte
+	items []*transportpb.PushItem // in apply order
+	reply chan *transportpb.FwdProposeResponse
 	at    time.Time
 }
 
@@ -44,20 +46,50 @@ type fwdReplyWaiter struct {
 func (n *Node) fwdReplyWait() time.Duration { return n.cfg.RetryInterval / 4 }
 
 // fwdProposeOnLeader proposes a member's forwarded commands and opens a reply
-// for their results (loop, leader).
-func (n *Node) fwdProposeOnLeader(from uint64, items [][]byte, reply chan []byte) {
+// for their results (loop, leader). Every command is authorised first
+// (authz.go); if one may not be proposed, none is and the error is returned.
+// Commands of a session the leader cannot place yet are held back (the
+// member retries).
+func (n *Node) fwdProposeOnLeader(from uint64, cmds [][]byte, reply chan *transportpb.FwdProposeResponse) error {
+	type item struct {
+		data []byte
+		cmd  lockfsm.Command
+		skip bool // held back or answered here
+	}
+	items := make([]item, 0, len(cmds))
+	for _, data := range cmds {
+		if len(data) == 0 {
+			continue // a probe: the leader answers, others hint
+		}
+		if len(data) > maxCommandSize {
+			return errTooLarge
+		}
+		cmd, err := lockfsm.DecodeCommand(data)
+		if err != nil {
+			return errUndecodable
+		}
+		it := item{data: data, cmd: cmd}
+		switch err := n.authorise(from, &cmd); {
+		case err == nil:
+		case errors.Is(err, errUnknownSession):
+			it.skip = true
+		default:
+			return err
+		}
+		items = append(items, it)
+	}
 	f := &n.loop.fwd
 	if old := f.replies[from]; old != nil {
 		n.fwdFlushReply(old) // one call at a time per member; answer the older one now
 	}
 	w := &fwdReplyWaiter{node: from, want: map[uint64]bool{}, reply: reply, at: n.clock.Now()}
 	for _, it := range items {
-		if len(it) == 0 {
+		if it.skip {
 			continue
 		}
-		n.proposeEntry(it, nil)
-		cmd, err := lockfsm.DecodeCommand(it)
-		if err != nil || cmd.Session == 0 || cmd.Seq == 0 {
+		n.proposeEntry(it.data, nil)
+		cmd := it.cmd
+		if cmd.Session == 0 || cmd.Seq == 0 {
 			continue // lockfsm rejects it; no result for the member
 		}
 		if w.sess != 0 && w.sess != cmd.Session {
@@ -67,16 +99,17 @@ func (n *Node) fwdProposeOnLeader(from uint64, items [][]byte, reply chan []byte
 		w.want[cmd.Seq] = true
 	}
 	if len(w.want) == 0 {
-		reply <- []byte{fwdOK}
-		return
+		reply <- &transportpb.FwdProposeResponse{Items: w.items}
+		return nil
 	}
 	f.replies[from] = w
+	return nil
 }
 
 // fwdToReply adds a push item for node to its open reply, if there is one;
 // false means push it. A result completes a wanted seq; the reply is sent
 // once none is left, at the end of the applied batch (fwdFlushComplete).
-func (n *Node) fwdToReply(node uint64, item []byte, cmd *lockfsm.Command) bool {
+func (n *Node) fwdToReply(node uint64, item *transportpb.PushItem, cmd *lockfsm.Command) bool {
 	w := n.loop.fwd.replies[node]
 	if w == nil {
 		return false
@@ -103,7 +136,7 @@ func (n *Node) fwdFlushComplete() {
 func (n *Node) fwdFlushReply(w *fwdReplyWaiter) {
 	delete(n.loop.fwd.replies, w.node)
 	if len(w.items) == 0 {
-		w.reply <- []byte{fwdOK}
+		w.reply <- &transportpb.FwdProposeResponse{}
 		return
 	}
 	if p := n.loop.fwd.pushers[w.node]; p != nil && p.busy() {
@@ -111,10 +144,10 @@ func (n *Node) fwdFlushReply(w *fwdReplyWaiter) {
 		for _, it := range w.items {
 			p.add(n, it)
 		}
-		w.reply <- []byte{fwdOK}
+		w.reply <- &transportpb.FwdProposeResponse{}
 		return
 	}
-	w.reply <- append([]byte{fwdOK}, encodeBatch(w.items)...)
+	w.reply <- &transportpb.FwdProposeResponse{Items: w.items}
 }
 
 // fwdExpireReplies answers the replies that waited fwdReplyWait (leader's
@@ -129,14 +162,10 @@ func (n *Node) fwdExpireReplies(now time.Time, all bool) {
 	}
 }
 
-// fwdReplyItems hands the items of a fwd-propose reply to the loop (member
+// fwdReplyItems hands the items of a FwdPropose reply to the loop (member
 // side, from the calling goroutine).
-func (n *Node) fwdReplyItems(resp []byte) {
-	if len(resp) <= 1 || resp[0] != fwdOK || n.dropPushes.Load() {
-		return
-	}
-	items, err := decodeBatch(resp[1:])
-	if err != nil || len(items) == 0 {
+func (n *Node) fwdReplyItems(items []*transportpb.PushItem) {
+	if len(items) == 0 || n.dropPushes.Load() {
 		return
 	}
 	_ = n.do(context.Background(), func() { n.onPush(items) })

@@ -18,6 +18,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/transport"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // GossipConfig turns on gossip membership (package membership): the node
@@ -41,7 +43,16 @@ type GossipConfig struct {
 	// formed (default 3). 1 is the explicit single-node development mode.
 	BootstrapExpect int
 
-	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
+	// Keys encrypt and authenticate gossip (AES-GCM; each 16, 24 or 32
+	// bytes). The first encrypts what this member sends; every one is tried
+	// on what it receives, so a key can be rotated without a restart of the
+	// fleet: add the new key everywhere, make it the first everywhere, then
+	// drop the old one (Node.AddGossipKey, UseGossipKey, RemoveGossipKey do
+	// the same at run time). Without keys gossip is plaintext: allowed on
+	// loopback, elsewhere only with Config.Insecure. Gossip is also labelled
+	// with the cluster id, so two clusters never merge.
+	Keys [][]byte
+	// SecretKey is a single key: the same as Keys = [][]byte{SecretKey}.
 	SecretKey []byte
 
 	// Timing of the failure detector; zero means membership.LANTiming().
@@ -59,12 +70,6 @@ type GossipConfig struct {
 	// (default 1 s; also on every membership event).
 	ReconcileEvery time.Duration
 }
-
-const methodLeave = "leave"
-
-// methodRemoved tells a member with raft state that is not in the
-// configuration that it was removed (see tellRemoved).
-const methodRemoved = "removed"
 
 // Version is gossiped in each member's metadata.
 const Version = "lockraft/0.1"
@@ -93,10 +98,31 @@ func (g *GossipConfig) validate() error {
 	if g.BootstrapExpect < 0 {
 		return fmt.Errorf("%w: Gossip.BootstrapExpect %d is negative", ErrInvalidConfig, g.BootstrapExpect)
 	}
+	if len(g.Keys) > 0 && len(g.SecretKey) > 0 {
+		return fmt.Errorf("%w: Gossip.Keys and Gossip.SecretKey are mutually exclusive", ErrInvalidConfig)
+	}
 	switch len(g.SecretKey) {
 	case 0, 16, 24, 32:
 	default:
 		return fmt.Errorf("%w: Gossip.SecretKey is %d bytes, want 16, 24 or 32", ErrInvalidConfig, len(g.SecretKey))
+	}
+	for i, k := range g.Keys {
+		switch len(k) {
+		case 16, 24, 32:
+		default:
+			return fmt.Errorf("%w: Gossip.Keys[%d] is %d bytes, want 16, 24 or 32", ErrInvalidConfig, i, len(k))
+		}
+	}
+	return nil
+}
+
+// keys is the keyring: Keys, or SecretKey alone.
+func (g *GossipConfig) keys() [][]byte {
+	if len(g.Keys) > 0 {
+		return g.Keys
+	}
+	if len(g.SecretKey) > 0 {
+		return [][]byte{g.SecretKey}
 	}
 	return nil
 }
@@ -172,7 +198,7 @@ func (n *Node) startGossip() error {
 		AdvertisePort: g.AdvertisePort,
 		Seeds:         g.Seeds,
 		Meta:          n.localMeta(),
-		SecretKey:     g.SecretKey,
+		Keys:          g.keys(),
 		Timing:        g.Timing,
 		Logger:        n.log,
 		Events:        n.gevents,
@@ -314,13 +340,19 @@ func viewKey(members []membership.Member) string {
 	return b.String()
 }
 
-// syncPeers makes every alive member's gRPC address known to the transport.
+// syncPeers makes every alive member's gRPC address known to the transport,
+// and the members with raft data allowed to send raft messages (members.go).
 func (n *Node) syncPeers() {
+	var withData []uint64
 	for _, m := range n.ml.Members() {
 		if m.State == membership.StateAlive && m.Meta.RaftID != n.id {
 			n.tr.AddPeer(m.Meta.RaftID, m.Meta.RaftAddr)
 		}
+		if m.Meta.HasData && m.Meta.RaftID != n.id {
+			withData = append(withData, m.Meta.RaftID)
+		}
 	}
+	n.members.setGossip(withData)
 }
 
 // bootstrapRaft forms the cluster with voters. Runs in the loop; refuses if
@@ -338,6 +370,7 @@ func (n *Node) bootstrapRaft(voters []membership.Member) error {
 			n.tr.AddPeer(v.Meta.RaftID, v.Meta.RaftAddr)
 		}
 	}
+	n.members.addFounders(ids)
 	if err := n.rn.Bootstrap(peers); err != nil {
 		return err
 	}
@@ -357,6 +390,7 @@ func (n *Node) onConfChangeApplied(cc raftpb.ConfChangeI) {
 				n.tr.AddPeer(id, addr)
 			}
 		case raftpb.ConfChangeRemoveNode:
+			n.members.remove(id)
 			if n.cfg.Gossip == nil {
 				continue
 			}
@@ -500,24 +534,21 @@ func (n *Node) reconcile() {
 	n.log.Info("gossip: configuration change proposed", "change", plan.Change.String(), "id", plan.RaftID, "reason", plan.Reason)
 }
 
-// handleLeave serves a member's request to be removed from the configuration
-// (its graceful Close): the leader proposes the removal and answers once it
-// is applied here.
-func (n *Node) handleLeave(ctx context.Context, from uint64) ([]byte, error) {
+// handleLeave serves a member's request to be removed from the
+// configuration (its graceful Close): the leader proposes the removal of the
+// caller (never of anyone else) and answers once it is applied here.
+func (n *Node) handleLeave(ctx context.Context, from uint64) error {
 	res := make(chan error, 1)
 	if err := n.do(ctx, func() { n.proposeRemoval(from, res) }); err != nil {
-		return nil, err
+		return err
 	}
 	select {
 	case err := <-res:
-		if err != nil {
-			return nil, err
-		}
-		return []byte{1}, nil
+		return err
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return context.Cause(ctx)
 	case <-n.donec:
-		return nil, ErrClosed
+		return ErrClosed
 	}
 }
 
@@ -548,6 +579,9 @@ func (n *Node) proposeRemoval(id uint64, res chan error) {
 		gs.pending = &pendingChange{kind: membership.RemoveVoter, id: id, at: time.Now()}
 		n.log.Info("gossip: removing a leaving member", "id", id)
 	}
+	if gs.leaveWait == nil {
+		gs.leaveWait = map[uint64][]chan error{} // static mode: startGossip never ran
+	}
 	gs.leaveWait[id] = append(gs.leaveWait[id], res)
 }
 
@@ -564,7 +598,7 @@ func (n *Node) leaveCluster(ctx context.Context) {
 			lead := n.Leader()
 			if lead != 0 && lead != n.id {
 				cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.electionTimeout())
-				_, err := n.tr.Call(cctx, lead, methodLeave, nil)
+				_, err := n.tr.Leave(cctx, lead, &transportpb.LeaveRequest{})
 				cancel()
 				if err == nil {
 					n.log.Info("removed from the raft configuration")
@@ -605,19 +639,101 @@ func (n *Node) tellRemoved(id uint64, now time.Time) {
 	}
 	gs.told[id] = now
 	n.log.Warn("gossip: member has raft state but is not in the configuration; telling it it was removed", "id", id)
+	cs := n.loop.confState
+	req := &transportpb.RemovedRequest{Term: n.rn.BasicStatus().GetTerm(), Applied: n.loop.lastApplied,
+		Voters: slices.Clone(cs.GetVoters()), Learners: slices.Clone(cs.GetLearners())}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.electionTimeout())
 		defer cancel()
-		if _, err := n.tr.Call(ctx, id, methodRemoved, nil); err != nil {
+		if _, err := n.tr.Removed(ctx, id, req); err != nil {
 			n.log.Debug("gossip: removed notice not delivered", "id", id, "err", err)
 		}
 	}()
 }
 
-// handleRemoved stops this node: the leader says it is not a member.
-func (n *Node) handleRemoved(from uint64) ([]byte, error) {
+func inConf(cs *raftpb.ConfState, id uint64) bool {
+	return slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id) ||
+		slices.Contains(cs.GetVotersOutgoing(), id)
+}
+
+// judgeRemoved decides whether to believe a notice that this node was
+// removed (loop): it stops for good, so the notice must come from the leader
+// this node follows or, if it follows none (a removed member campaigns in
+// vain), from a voter it knows or gossip reports with raft data; the
+// configuration the notice was judged from must not list it and must be
+// newer than this node's, unless this node's own already lacks it. nil
+// means it was believed and the node stops.
+func (n *Node) judgeRemoved(from uint64, req *transportpb.RemovedRequest) error {
+	st := n.rn.BasicStatus()
+	if err := removedVerdict(removedView{self: n.id, term: st.GetTerm(), lead: st.Lead, applied: n.loop.lastApplied,
+		conf: n.loop.confState, known: n.members.allows}, from, req); err != nil {
+		return err
+	}
 	n.log.Error("removed from the cluster while away: stopping; start with a fresh data directory to rejoin",
 		"told_by", from, "id", n.id)
-	n.tryDo(func() { n.loop.stopWith = ErrRemoved })
-	return nil, nil
+	n.loop.stopWith = ErrRemoved
+	return nil
+}
+
+// removedView is what a node judges a removed notice against.
+type removedView struct {
+	self, term, lead, applied uint64
+	conf                      *raftpb.ConfState
+	known                     func(uint64) bool // members with raft data (members.go)
+}
+
+// removedVerdict is judgeRemoved's rule (pure; FuzzRemovedRequest): nil
+// means believe the notice.
+func removedVerdict(v removedView, from uint64, req *transportpb.RemovedRequest) error {
+	denied := func(format string, a ...any) error {
+		return fmt.Errorf("%w: removed notice from %d: %s", transport.ErrPermissionDenied, from, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case slices.Contains(req.GetVoters(), v.self) || slices.Contains(req.GetLearners(), v.self):
+		return denied("its configuration lists this node")
+	case !slices.Contains(req.GetVoters(), from):
+		return denied("it is not a voter of its own configuration")
+	case req.GetTerm() < v.term:
+		return denied("term %d is behind this node's %d", req.GetTerm(), v.term)
+	case req.GetApplied() <= v.applied && inConf(v.conf, v.self):
+		return denied("its configuration (applied %d) is not newer than this node's (%d), which lists this node",
+			req.GetApplied(), v.applied)
+	case v.lead != 0 && v.lead != from:
+		return denied("this node follows %d", v.lead)
+	case v.lead == 0 && !slices.Contains(v.conf.GetVoters(), from) && !v.known(from):
+		return denied("not a voter or member known here")
+	}
+	return nil
+}
+
+// ErrNoGossip is returned by the gossip key methods of a node without gossip.
+var ErrNoGossip = errors.New("lockraft: gossip is not configured")
+
+// AddGossipKey, UseGossipKey and RemoveGossipKey rotate this member's gossip
+// keys at run time (membership.Membership.AddKey, UseKey, RemoveKey): add the
+// new key on every member, then make it the primary on every member, then
+// remove the old one everywhere. A member started without keys cannot start
+// encrypting at run time.
+func (n *Node) AddGossipKey(key []byte) error {
+	return n.gossipKey(key, (*membership.Membership).AddKey)
+}
+
+// UseGossipKey: see AddGossipKey.
+func (n *Node) UseGossipKey(key []byte) error {
+	return n.gossipKey(key, (*membership.Membership).UseKey)
+}
+
+// RemoveGossipKey: see AddGossipKey.
+func (n *Node) RemoveGossipKey(key []byte) error {
+	return n.gossipKey(key, (*membership.Membership).RemoveKey)
+}
+
+func (n *Node) gossipKey(key []byte, f func(*membership.Membership, []byte) error) error {
+	if n.ml == nil {
+		return ErrNoGossip
+	}
+	if err := f(n.ml, key); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	return nil
 }

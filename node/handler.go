@@ -2,22 +2,35 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/transport"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // transportHandler is the Node as the transport sees it. Its methods never
-// block for long: they hand work to the loop.
+// block for long: they hand work to the loop. Every from is the caller's
+// authenticated member id (transport.authenticate).
 type transportHandler Node
 
-// Receive queues raft messages for the loop. If the loop is far behind the
-// batch is dropped; raft retransmits.
+// Receive queues raft messages for the loop, dropping those of senders that
+// are not members (members.go). If the loop is far behind the batch is
+// dropped; raft retransmits. The loop judges each message before raft sees
+// it (guard.go).
 func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	n := (*Node)(h)
 	if msgs = n.cfg.Faults.filterIn(msgs); len(msgs) == 0 {
+		return
+	}
+	if from := msgs[0].GetFrom(); !n.members.allows(from) {
+		// One batch is one peer's (transport: From == the stream's peer).
+		// At Info: a member removed a moment ago, or one gossip has not
+		// reported yet, does this too.
+		n.tr.Note(refusedRaft, fmt.Sprint(from), "reason", "not a member", "type", msgs[0].GetType().String(),
+			"msgs", len(msgs))
 		return
 	}
 	if p := n.cfg.TestHooks.Stages; p != nil {
@@ -32,6 +45,41 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	case <-n.stopc:
 	default:
 		n.log.Debug("receive queue full; dropping batch", "msgs", len(msgs))
+	}
+}
+
+// AcceptSnapshot admits a snapshot transfer before its file is received:
+// only from the leader this node follows, and only a snapshot raft can
+// restore (checkSnapshot). The loop checks again when it steps it.
+func (h *transportHandler) AcceptSnapshot(from uint64, m *raftpb.Message) error {
+	n := (*Node)(h)
+	if !n.members.allows(from) {
+		return fmt.Errorf("%w: %d is not a member", transport.ErrPermissionDenied, from)
+	}
+	if lead := n.lead.Load(); from != lead {
+		if m.GetTerm() > n.termSeen.Load() {
+			// Maybe a leader this node has not heard of yet: its
+			// heartbeats will say so, and it sends the snapshot again.
+			return fmt.Errorf("snapshot from %d of term %d: not following it yet", from, m.GetTerm())
+		}
+		return fmt.Errorf("%w: snapshot from %d, the leader is %d", transport.ErrPermissionDenied, from, lead)
+	}
+	return checkSnapshot(m, n.id)
+}
+
+// ReceiveSnapshot hands a received snapshot and its file to the loop, which
+// steps it and keeps the file only if raft accepts it (snapshotin.go). It
+// waits for the loop to take it (bounded by ctx): a snapshot the node could
+// not take is reported to the sender as failed, never acknowledged.
+func (h *transportHandler) ReceiveSnapshot(ctx context.Context, m *raftpb.Message, file string) error {
+	n := (*Node)(h)
+	select {
+	case n.reqc <- func() { n.stepSnapshot(m, file) }:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-n.stopc:
+		return ErrClosed
 	}
 }
 
@@ -53,36 +101,101 @@ func (h *transportHandler) ReportSnapshot(id uint64, failed bool) {
 	}
 }
 
-// HandleCall serves node-to-node calls: keepalives and lease renewals, which
-// only the leader answers.
-func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method string, req []byte) ([]byte, error) {
-	n := (*Node)(h)
+// callIn fails calls that fault injection blocks.
+func (n *Node) callIn(from uint64) error {
 	if !n.cfg.Faults.allowsIn(from) {
-		return nil, fmt.Errorf("lockraft: call from %d blocked by fault injection", from)
+		return fmt.Errorf("lockraft: call from %d blocked by fault injection", from)
 	}
-	switch method {
-	case methodKeepalive:
-		if len(req) != 8 {
-			return nil, fmt.Errorf("lockraft: bad keepalive request from %d", from)
-		}
-		st := n.localKeepalive(ctx, binary.BigEndian.Uint64(req))
-		return []byte{byte(st)}, nil
-	case methodRenew:
-		name, token, err := decodeRenew(req)
-		if err != nil {
-			return nil, err
-		}
-		return []byte{byte(n.localRenew(ctx, name, token))}, nil
-	case methodRemoved:
-		return n.handleRemoved(from)
-	case methodLeave:
-		return n.handleLeave(ctx, from)
-	case methodInspect:
-		return n.handleInspect(ctx, req)
-	case methodFwdOpen, methodFwdPropose, methodFwdPush, methodFwdStatus:
-		return n.handleFwd(ctx, from, method, req)
+	return nil
+}
+
+// Keepalive serves a member's keepalive for one of its own sessions (leader).
+func (h *transportHandler) Keepalive(ctx context.Context, from uint64, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("lockraft: unknown method %q from %d", method, from)
+	st := n.awaitConfirmed(ctx, keepaliveWaiter{session: req.GetSession(), from: from})
+	if st == keepaliveDenied {
+		return nil, n.refuseCall(from, "Keepalive", fmt.Errorf("%w: session %d", errNotYours, req.GetSession()))
+	}
+	return &transportpb.KeepaliveResponse{Status: transportpb.KeepaliveStatus(st)}, nil
+}
+
+// Renew serves a member's lease renewal of one of its own holds (leader).
+func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	st := n.awaitConfirmed(ctx, keepaliveWaiter{name: req.GetName(), token: req.GetToken(), renew: true, from: from})
+	if st == keepaliveDenied {
+		return nil, n.refuseCall(from, "Renew", fmt.Errorf("%w: lock %q", errNotYours, req.GetName()))
+	}
+	return &transportpb.RenewResponse{Status: transportpb.KeepaliveStatus(st)}, nil
+}
+
+// Removed serves the leader's notice that this node is no longer in the
+// configuration; judgeRemoved decides whether to believe it.
+func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	res := make(chan error, 1)
+	verdict, err := awaitLoop(ctx, n, res, func() { res <- n.judgeRemoved(from, req) })
+	if err != nil {
+		return nil, err
+	}
+	if verdict != nil {
+		return nil, n.refuseCall(from, "Removed", verdict)
+	}
+	return &transportpb.RemovedResponse{Stopped: true}, nil
+}
+
+// Leave serves a member's request to be removed from the configuration: the
+// member removed is always the caller itself.
+func (h *transportHandler) Leave(ctx context.Context, from uint64, _ *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	if err := n.handleLeave(ctx, from); err != nil {
+		return nil, err
+	}
+	return &transportpb.LeaveResponse{}, nil
+}
+
+func (h *transportHandler) FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	return n.serveFwdOpen(ctx, from, req)
+}
+
+func (h *transportHandler) FwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	return n.serveFwdPropose(ctx, from, req)
+}
+
+func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	return n.serveFwdPush(ctx, from, req)
+}
+
+func (h *transportHandler) FwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	return n.serveFwdStatus(ctx, from, req)
 }
 
 // tryDo runs f in the loop without blocking the caller when the loop is busy

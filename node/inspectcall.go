@@ -3,18 +3,19 @@ package node
 // The one node-to-node call of inspection: a light member (no lock table)
 // and a follower that wants the leader's membership view ask the leader; a
 // node asked to transfer leadership without being the leader asks it too.
-// Request and reply are JSON in the opaque Call payload. This file is the
-// only place that makes or serves the call, so converting it into a typed
-// gRPC method touches nothing else: askLeader (client side) and
-// handleInspect (server side, dispatched from HandleCall).
+// It is the typed Inspect method of the transport: the request is typed,
+// the reply is the view as JSON (read-only output for operators, never input
+// to raft or the lock table). Any authenticated member may ask. This file is
+// the only place that makes or serves the call: askLeader (client side) and
+// the Inspect handler (server side).
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-)
 
-const methodInspect = "inspect"
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
 
 // inspectRequest is what a member asks the leader.
 type inspectRequest struct {
@@ -40,30 +41,53 @@ func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error
 	if target == 0 || target == n.id {
 		return fmt.Errorf("%w: no leader known", ErrUnavailable)
 	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
+	op, ok := inspectOps[req.Op]
+	if !ok {
+		return fmt.Errorf("lockraft: unknown inspect op %q", req.Op)
 	}
-	resp, err := n.tr.Call(ctx, target, methodInspect, b)
+	resp, err := n.tr.Inspect(ctx, target, &transportpb.InspectRequest{Op: op, Name: req.Name, Prefix: req.Prefix,
+		After: req.After, Limit: uint32(max(req.Limit, 0)), Stale: req.Stale, To: req.To})
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
 		return fmt.Errorf("%w: inspect via %016x: %v", ErrUnavailable, target, err)
 	}
-	if err := json.Unmarshal(resp, out); err != nil {
+	if err := json.Unmarshal(resp.GetJson(), out); err != nil {
 		return fmt.Errorf("%w: inspect via %016x: bad reply: %v", ErrUnavailable, target, err)
 	}
 	return nil
 }
 
-// handleInspect serves an inspection call from another member. Only a
-// leader answers (a follower's own view would not be what the caller asked
-// for); it reads as a local caller would.
-func (n *Node) handleInspect(ctx context.Context, req []byte) ([]byte, error) {
-	var r inspectRequest
-	if err := json.Unmarshal(req, &r); err != nil {
-		return nil, fmt.Errorf("lockraft: bad inspect request: %v", err)
+var inspectOps = map[string]transportpb.InspectOp{
+	"lock":     transportpb.InspectOp_INSPECT_OP_LOCK,
+	"locks":    transportpb.InspectOp_INSPECT_OP_LOCKS,
+	"members":  transportpb.InspectOp_INSPECT_OP_MEMBERS,
+	"transfer": transportpb.InspectOp_INSPECT_OP_TRANSFER,
+}
+
+// Inspect serves an inspection call from another member. Only a leader
+// answers (a follower's own view would not be what the caller asked for); it
+// reads as a local caller would.
+func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	b, err := n.serveInspect(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return &transportpb.InspectResponse{Json: b}, nil
+}
+
+func (n *Node) serveInspect(ctx context.Context, in *transportpb.InspectRequest) ([]byte, error) {
+	r := inspectRequest{Name: in.GetName(), Prefix: in.GetPrefix(), After: in.GetAfter(),
+		Limit: int(min(in.GetLimit(), 1<<20)), Stale: in.GetStale(), To: in.GetTo()}
+	for name, op := range inspectOps {
+		if op == in.GetOp() {
+			r.Op = name
+		}
 	}
 	if n.light() || n.Leader() != n.id {
 		return nil, fmt.Errorf("%w: not the leader", ErrUnavailable)

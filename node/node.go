@@ -46,6 +46,7 @@ type Node struct {
 	fsm     *lockfsm.FSM
 	tr      *transport.Transport
 	rn      *raft.RawNode // owned by the loop goroutine
+	members *memberSet    // who may send raft messages (members.go)
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
@@ -63,7 +64,9 @@ type Node struct {
 	bgwg    sync.WaitGroup        // keepalive sender and other helpers
 	dead    atomic.Pointer[error] // set once the node stopped serving
 	lead    atomic.Uint64         // current leader id as last seen by the loop
-	sess    atomic.Uint64         // current session id (0 until opened)
+	// termSeen is raft's term as last handed to the appender (AcceptSnapshot).
+	termSeen atomic.Uint64
+	sess     atomic.Uint64 // current session id (0 until opened)
 	// lastAcked is the send time (node clock, monotonic reading kept) of
 	// the last keepalive the leader acknowledged: the base of the holder
 	// deadline.
@@ -108,10 +111,12 @@ type loopState struct {
 	fwd     fwdState
 	props   proposalBatch
 	hints   commitHints
-	reads   readIndexState // linearizable inspection reads (readindex.go)
-	times   applyTimes     // when indexes were applied, for inspection (applytimes.go)
-	stats   loopCounters   // counters for Status and metrics (metricsnode.go)
-	fine    fineTicker     // the leader's fine ticker, on only when needed (fineticker.go)
+	reads   readIndexState    // linearizable inspection reads (readindex.go)
+	times   applyTimes        // when indexes were applied, for inspection (applytimes.go)
+	stats   loopCounters      // counters for Status and metrics (metricsnode.go)
+	fine    fineTicker        // the leader's fine ticker, on only when needed (fineticker.go)
+	guard   msgGuard          // judging remote raft messages (guard.go)
+	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -126,6 +131,14 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Gossip != nil && cfg.ID == 0 && cfg.TLS != nil {
+		// The certificate names this member: its id is the member's id.
+		_, id, err := tlsMemberID(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS: %v", ErrInvalidConfig, err)
+		}
+		cfg.ID = id
+	}
 	if cfg.Gossip != nil && cfg.ID == 0 {
 		id, err := resolveID(cfg.DataDir)
 		if err != nil {
@@ -168,6 +181,7 @@ func start(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(n.snapDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
+	n.members = newMemberSet(cfg.Members)
 	if err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID); err != nil {
 		return nil, err
 	}
@@ -212,6 +226,10 @@ func start(cfg Config) (*Node, error) {
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
 	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
+	n.members.setConf(cs)
+	if n.loop.guard.lastIndex, err = n.storage.LastIndex(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
@@ -231,17 +249,19 @@ func start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
 	}
 	n.tr, err = transport.New(transport.Config{
-		ClusterID:   cfg.ClusterID,
-		LocalID:     cfg.ID,
-		ListenAddr:  cfg.ListenAddr,
-		Listener:    cfg.Listener,
-		SnapshotDir: n.snapDir,
-		Handler:     (*transportHandler)(n),
-		Logger:      n.log,
-		ServerTLS:   cfg.ServerTLS,
-		ClientTLS:   cfg.ClientTLS,
+		ClusterID:       cfg.ClusterID,
+		LocalID:         cfg.ID,
+		ListenAddr:      cfg.ListenAddr,
+		Listener:        cfg.Listener,
+		SnapshotDir:     n.snapDir,
+		Handler:         (*transportHandler)(n),
+		Logger:          n.log,
+		TLS:             cfg.TLS,
+		MaxSnapshotSize: cfg.MaxSnapshotSize,
 	})
-	if err != nil {
+	if errors.Is(err, transport.ErrInvalidConfig) {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	} else if err != nil {
 		return nil, err
 	}
 	for _, m := range cfg.Members {
@@ -263,7 +283,8 @@ func start(cfg Config) (*Node, error) {
 		}
 	}
 	ok = true
-	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied)
+	n.warnIfInsecure()
+	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
 	go n.appendLoop()
 	go n.commitLoop()
@@ -297,6 +318,9 @@ func (n *Node) restoreFSM(index uint64) error {
 	defer f.Close()
 	if err := n.fsm.Restore(f); err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, index, err)
+	}
+	if got := n.fsm.AppliedIndex(); got != index {
+		return fmt.Errorf("%w: snapshot %d holds the lock table at index %d", ErrDataDir, index, got)
 	}
 	return nil
 }
@@ -342,6 +366,7 @@ func (n *Node) do(ctx context.Context, f func()) error {
 // run is the loop: the only goroutine that touches rn, fsm and loopState.
 func (n *Node) run() {
 	defer close(n.donec)
+	defer n.recoverLoop()
 	if n.cfg.TestHooks.LockLoopThread {
 		n.lockLoopThread()
 	}
@@ -367,7 +392,7 @@ func (n *Node) run() {
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
-			n.step(msgs)
+			n.stepRemote(msgs)
 		case msgs := <-n.localc:
 			n.step(msgs)
 		case err := <-n.appErr:
@@ -394,16 +419,31 @@ func (n *Node) run() {
 			n.stopServing(n.loop.stopWith)
 			return
 		}
-		n.flushProposals()
-		for n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
+		if err := n.readyLoop(); err != nil {
+			n.fail(err)
+			return
+		}
+		if n.endOfTurn() {
+			if err := n.readyLoop(); err != nil {
 				n.fail(err)
 				return
 			}
-			n.flushProposals() // proposed while applying (a leader change re-proposes)
 		}
 		n.syncFineTicker()
 	}
+}
+
+// readyLoop flushes the turn's proposals and handles Readys until raft has
+// none (loop).
+func (n *Node) readyLoop() error {
+	n.flushProposals()
+	for n.rn.HasReady() {
+		if err := n.handleReady(); err != nil {
+			return err
+		}
+		n.flushProposals() // proposed while applying (a leader change re-proposes)
+	}
+	return nil
 }
 
 // drainInputs takes whatever else is already queued, so that concurrent
@@ -414,7 +454,7 @@ func (n *Node) drainInputs() {
 		case f := <-n.reqc:
 			f()
 		case msgs := <-n.recvc:
-			n.step(msgs)
+			n.stepRemote(msgs)
 		case msgs := <-n.localc:
 			n.step(msgs)
 		default:
@@ -423,6 +463,9 @@ func (n *Node) drainInputs() {
 	}
 }
 
+// step steps messages into raft: this node's own (the appender's
+// responses, the responses of applied entries) and remote ones that
+// stepRemote admitted.
 func (n *Node) step(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		if n.loop.isLeader {
@@ -433,8 +476,8 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
-			// A follower's forwarded proposals join this turn's batch, as
-			// they are (a configuration change keeps its entry type).
+			// A follower's forwarded proposals (lock commands of its own
+			// sessions: admit checked them) join this turn's batch.
 			n.proposeEntries(m.GetEntries())
 			continue
 		}

@@ -29,6 +29,7 @@ import (
 // here, in the loop, before their responses are stepped back in.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
+	n.loop.guard.appStepped = false // raft's last index is exact again (noteAppend below)
 	if rd.SoftState != nil {
 		n.onSoftState(rd.SoftState)
 	}
@@ -37,18 +38,27 @@ func (n *Node) handleReady() error {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
+			n.loop.guard.noteAppend(m)
+			if m.Term != nil {
+				n.termSeen.Store(m.GetTerm())
+			}
 			if hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
-				// The transport stored the snapshot file before stepping
-				// MsgSnap in. Entries before the snapshot were applied by
-				// earlier Readys (apply runs in this loop, in order).
+				// raft accepted a received snapshot: its file becomes the
+				// snapshot of that index (snapshotin.go). Entries before
+				// the snapshot were applied by earlier Readys (apply runs
+				// in this loop, in order).
+				md := m.Snapshot.GetMetadata()
+				if err := n.adoptSnapshotFile(md.GetIndex()); err != nil {
+					return err
+				}
 				if err := n.waitFSMCommit(); err != nil {
 					return err
 				}
-				md := m.Snapshot.GetMetadata()
 				if err := n.restoreFSM(md.GetIndex()); err != nil {
 					return err
 				}
 				n.loop.confState = md.GetConfState()
+				n.members.setConf(n.loop.confState)
 				n.loop.lastApplied = md.GetIndex()
 				n.snapshotsRestored.Add(1)
 				n.loop.times.restart(md.GetIndex() + 1)
@@ -184,13 +194,17 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %v", idx, err)
 			}
-			n.applyConfChange(&cc)
+			if err := n.applyConfChange(&cc); err != nil {
+				return err
+			}
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %v", idx, err)
 			}
-			n.applyConfChange(&cc)
+			if err := n.applyConfChange(&cc); err != nil {
+				return err
+			}
 		}
 		if idx > n.loop.lastApplied {
 			n.loop.sinceSnap += idx - n.loop.lastApplied
@@ -200,12 +214,21 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 	return n.maybeCommitFSM(false)
 }
 
-func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
+func (n *Node) applyConfChange(cc raftpb.ConfChangeI) error {
+	// raft panics on a change it cannot apply (removing every voter, a
+	// second joint change). Only the leader's own reconcile proposes changes
+	// (guard.go), so a committed bad one means a broken invariant: stop the
+	// node cleanly rather than panic (guard.go, checkConfChange).
+	if err := checkConfChange(n.loop.confState, cc, n.loop.guard.lastIndex); err != nil {
+		return fmt.Errorf("%w: committed configuration change raft cannot apply: %v", ErrInternal, err)
+	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
+	n.members.setConf(n.loop.confState)
 	if err := n.storage.SetConfState(n.loop.confState); err != nil {
 		n.log.Error("persist conf state", "err", err)
 	}
 	n.onConfChangeApplied(cc)
+	return nil
 }
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file

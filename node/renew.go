@@ -2,25 +2,10 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
-
-const methodRenew = "renew"
-
-func encodeRenew(name string, token uint64) []byte {
-	b := make([]byte, 8, 8+len(name))
-	binary.BigEndian.PutUint64(b, token)
-	return append(b, name...)
-}
-
-func decodeRenew(b []byte) (string, uint64, error) {
-	if len(b) < 9 {
-		return "", 0, errors.New("lockraft: bad renew request")
-	}
-	return string(b[8:]), binary.BigEndian.Uint64(b), nil
-}
 
 // Renew restarts the lock's own lease (a lock taken with a lease; every Hold
 // of the grant shares it). Renewals go to the leader and are not logged. On
@@ -50,15 +35,15 @@ func (h *Hold) Renew(ctx context.Context) error {
 	} else if !n.cfg.Faults.callFault(ctx, lead, func() {
 		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
 		defer cancel()
-		_, _ = n.tr.Call(dctx, lead, methodRenew, encodeRenew(h.name, h.token))
+		_, _ = n.tr.Renew(dctx, lead, &transportpb.RenewRequest{Name: h.name, Token: h.token})
 	}) {
 		return ErrUnavailable
 	} else {
-		resp, err := n.tr.Call(ctx, lead, methodRenew, encodeRenew(h.name, h.token))
-		if err != nil || len(resp) != 1 {
+		resp, err := n.tr.Renew(ctx, lead, &transportpb.RenewRequest{Name: h.name, Token: h.token})
+		if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		st = keepaliveStatus(resp[0])
+		st = keepaliveStatus(resp.GetStatus())
 	}
 	switch st {
 	case keepaliveOK:

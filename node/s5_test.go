@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // Tests of S5 ("holder knows first") against the review's findings 2, 4, 5
@@ -164,7 +164,7 @@ func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
 		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "late", Owner: "a", Session: sess, Seq: 1 << 40},
 			done: done, hold: &holdRequest{sentAt: n.clock.Now()}}
 		n.loop.ops.inflight[o.cmd.Seq] = o
-		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, binary.AppendUvarint([]byte{statusGranted}, 1<<40))
+		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, []*transportpb.StatusFact{{State: transportpb.AcquireState_ACQUIRE_STATE_GRANTED, Token: 1 << 40}})
 		delete(n.loop.ops.inflight, o.cmd.Seq)
 		select {
 		case r := <-done:
@@ -210,7 +210,7 @@ func TestS5OneHoldPerLeasedGrant(t *testing.T) {
 		n.loop.ops.queued[o.cmd.Seq] = o
 		n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventGranted, Session: sess, Seq: o.cmd.Seq, Name: "q", Owner: "o",
 			Token: 7, FromQueue: true}) // the push
-		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, binary.AppendUvarint([]byte{statusGranted}, 7)) // fwd-status
+		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, []*transportpb.StatusFact{{State: transportpb.AcquireState_ACQUIRE_STATE_GRANTED, Token: 7}}) // fwd-status
 		if hl := n.loop.holds.held[holdKey{"q", "o"}]; hl != nil {
 			handles = len(hl.handles)
 		}

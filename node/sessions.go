@@ -2,11 +2,11 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"math/rand/v2"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // ownSession is this node's session: every lock it holds or waits for
@@ -245,9 +245,8 @@ const (
 	keepaliveNotLeader
 	keepaliveNoSession
 	keepaliveFailed
+	keepaliveDenied // not the caller's own session or hold; never sent on the wire
 )
-
-const methodKeepalive = "keepalive"
 
 func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveStatus {
 	if lead == n.id {
@@ -257,21 +256,20 @@ func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveSt
 		<-ctx.Done()
 		return keepaliveFailed
 	}
-	var req [8]byte
-	binary.BigEndian.PutUint64(req[:], sess)
+	req := &transportpb.KeepaliveRequest{Session: sess}
 	if !n.cfg.Faults.callFault(ctx, lead, func() {
 		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
 		defer cancel()
-		_, _ = n.tr.Call(dctx, lead, methodKeepalive, req[:])
+		_, _ = n.tr.Keepalive(dctx, lead, req)
 	}) {
 		<-ctx.Done()
 		return keepaliveFailed
 	}
-	resp, err := n.tr.Call(ctx, lead, methodKeepalive, req[:])
-	if err != nil || len(resp) != 1 {
+	resp, err := n.tr.Keepalive(ctx, lead, req)
+	if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {
 		return keepaliveFailed
 	}
-	return keepaliveStatus(resp[0])
+	return keepaliveStatus(resp.GetStatus())
 }
 
 // localKeepalive serves a keepalive inside the loop (for the leader's own

@@ -92,25 +92,37 @@ func (h *echoHandler) Receive(msgs []*raftpb.Message) {
 
 // BenchmarkRoundTrip measures one raft message there and its answer back over
 // loopback gRPC, one at a time: the transport's share of every commit
-// (leader → follower MsgApp, follower → leader MsgAppResp).
+// (leader → follower MsgApp, follower → leader MsgAppResp), in plaintext and
+// over mutual TLS.
+//
+//	go test -run '^$' -bench RoundTrip -benchmem ./transport/
 func BenchmarkRoundTrip(b *testing.B) {
-	ha := &echoHandler{back: make(chan struct{}, 1)}
-	hb := &echoHandler{}
-	a := newNode(b, "bench", 1, func(c *Config) { c.Handler = ha })
-	bn := newNode(b, "bench", 2, func(c *Config) { c.Handler = hb })
-	hb.t = bn.t
-	connect(a, bn)
-	msg := func(i uint64) []*raftpb.Message {
-		return []*raftpb.Message{{Type: raftpb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)), Index: new(i),
-			Entries: []*raftpb.Entry{{Index: new(i), Term: new(uint64(1)), Data: make([]byte, 64)}}}}
-	}
-	for i := range 100 { // warm up the streams
-		a.t.Send(msg(uint64(i)))
-		<-ha.back
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		a.t.Send(msg(uint64(i)))
-		<-ha.back
+	p := newPKI(b)
+	for _, mode := range []string{"plaintext", "tls"} {
+		b.Run(mode, func(b *testing.B) {
+			ha := &echoHandler{back: make(chan struct{}, 1)}
+			hb := &echoHandler{}
+			ta, tb := func(*Config) {}, func(*Config) {}
+			if mode == "tls" {
+				ta, tb = withTLS(p.member("bench", 1)), withTLS(p.member("bench", 2))
+			}
+			a := newNode(b, "bench", 1, ta, func(c *Config) { c.Handler = ha })
+			bn := newNode(b, "bench", 2, tb, func(c *Config) { c.Handler = hb })
+			hb.t = bn.t
+			connect(a, bn)
+			msg := func(i uint64) []*raftpb.Message {
+				return []*raftpb.Message{{Type: raftpb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)), Index: new(i),
+					Term: new(uint64(1)), Entries: []*raftpb.Entry{{Index: new(i), Term: new(uint64(1)), Data: make([]byte, 64)}}}}
+			}
+			for i := range 100 { // warm up the streams
+				a.t.Send(msg(uint64(i)))
+				<-ha.back
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				a.t.Send(msg(uint64(i)))
+				<-ha.back
+			}
+		})
 	}
 }

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 const (
@@ -26,8 +31,14 @@ type recorder struct {
 
 	// onReceive, if set, runs inside Receive before recording.
 	onReceive func(msgs []*raftpb.Message)
-	// call, if set, serves HandleCall; the default echoes.
-	call func(ctx context.Context, from uint64, method string, req []byte) ([]byte, error)
+	// accept, if set, decides AcceptSnapshot; the default accepts.
+	accept func(from uint64, m *raftpb.Message) error
+	// receiveSnap, if set, serves ReceiveSnapshot; the default takes the file
+	// as the snapshot of its index and records the MsgSnap.
+	receiveSnap func(ctx context.Context, m *raftpb.Message, file string) error
+	// call, if set, serves the typed calls (method: the RPC's name); the
+	// default answers each with an empty response of its type.
+	call func(ctx context.Context, from uint64, method string, req proto.Message) (proto.Message, error)
 }
 
 type snapReport struct {
@@ -59,11 +70,74 @@ func (r *recorder) ReportSnapshot(id uint64, failed bool) {
 	r.snapReports = append(r.snapReports, snapReport{id, failed})
 }
 
-func (r *recorder) HandleCall(ctx context.Context, from uint64, method string, req []byte) ([]byte, error) {
-	if r.call != nil {
-		return r.call(ctx, from, method, req)
+// AcceptSnapshot accepts unless accept says otherwise.
+func (r *recorder) AcceptSnapshot(from uint64, m *raftpb.Message) error {
+	if r.accept != nil {
+		return r.accept(from, m)
 	}
-	return append([]byte(method+":"), req...), nil
+	return nil
+}
+
+// ReceiveSnapshot plays the node: it takes the file as the snapshot of its
+// index, then records the MsgSnap like Receive.
+func (r *recorder) ReceiveSnapshot(ctx context.Context, m *raftpb.Message, file string) error {
+	if r.receiveSnap != nil {
+		return r.receiveSnap(ctx, m, file)
+	}
+	dst := SnapshotPath(filepath.Dir(file), m.GetSnapshot().GetMetadata().GetIndex())
+	if err := os.Rename(file, dst); err != nil {
+		return err
+	}
+	r.Receive([]*raftpb.Message{m})
+	return nil
+}
+
+func respond[Req, Resp proto.Message](r *recorder, ctx context.Context, from uint64, method string, req Req) (Resp, error) {
+	var zero Resp
+	if r.call == nil {
+		return zero.ProtoReflect().Type().New().Interface().(Resp), nil
+	}
+	out, err := r.call(ctx, from, method, req)
+	if err != nil {
+		return zero, err
+	}
+	return out.(Resp), nil
+}
+
+func (r *recorder) Keepalive(ctx context.Context, from uint64, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error) {
+	return respond[*transportpb.KeepaliveRequest, *transportpb.KeepaliveResponse](r, ctx, from, "Keepalive", req)
+}
+
+func (r *recorder) Renew(ctx context.Context, from uint64, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error) {
+	return respond[*transportpb.RenewRequest, *transportpb.RenewResponse](r, ctx, from, "Renew", req)
+}
+
+func (r *recorder) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
+	return respond[*transportpb.RemovedRequest, *transportpb.RemovedResponse](r, ctx, from, "Removed", req)
+}
+
+func (r *recorder) Leave(ctx context.Context, from uint64, req *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error) {
+	return respond[*transportpb.LeaveRequest, *transportpb.LeaveResponse](r, ctx, from, "Leave", req)
+}
+
+func (r *recorder) FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
+	return respond[*transportpb.FwdOpenRequest, *transportpb.FwdOpenResponse](r, ctx, from, "FwdOpen", req)
+}
+
+func (r *recorder) FwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
+	return respond[*transportpb.FwdProposeRequest, *transportpb.FwdProposeResponse](r, ctx, from, "FwdPropose", req)
+}
+
+func (r *recorder) FwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
+	return respond[*transportpb.FwdPushRequest, *transportpb.FwdPushResponse](r, ctx, from, "FwdPush", req)
+}
+
+func (r *recorder) FwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
+	return respond[*transportpb.FwdStatusRequest, *transportpb.FwdStatusResponse](r, ctx, from, "FwdStatus", req)
+}
+
+func (r *recorder) Inspect(ctx context.Context, from uint64, req *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
+	return respond[*transportpb.InspectRequest, *transportpb.InspectResponse](r, ctx, from, "Inspect", req)
 }
 
 // received returns all messages received so far, flattened, and the number

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"errors"
+	"fmt"
 	"math"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -20,8 +22,14 @@ import (
 // Context alias b, which the caller must not modify afterwards. Anything
 // else (a snapshot, responses, an unknown field or enum value, a malformed
 // field) goes to proto.Unmarshal, so the result is always what it would
-// have produced (FuzzDecodeMessage).
+// have produced (FuzzDecodeMessage), except that a message announcing more
+// than maxMsgEntries entries is refused (ErrLimit) before either decoder
+// allocates anything for them, and one with a message or entry type raft
+// does not define is refused (ErrUnknownEnum).
 func decodeMessage(b []byte) (*raftpb.Message, error) {
+	if n := countEntries(b); n > maxMsgEntries {
+		return nil, fmt.Errorf("%w: %d entries in one message", ErrLimit, n)
+	}
 	if m, ok := decodeMessageFast(b); ok {
 		return m, nil
 	}
@@ -29,7 +37,30 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, err
 	}
+	if err := knownEnums(m); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// ErrUnknownEnum is the cause of a refused message whose type, or an
+// entry's type, is not one raft defines. proto.Unmarshal keeps such values
+// (even negative ones), and raft indexes arrays with the message type
+// (IsLocalMsg): a message of type -5 panicked RawNode.Step (found by
+// FuzzRaftMessageGuard).
+var ErrUnknownEnum = errors.New("transport: unknown raft message or entry type")
+
+// knownEnums checks m's type and its entries' types.
+func knownEnums(m *raftpb.Message) error {
+	if _, ok := raftpb.MessageType_name[int32(m.GetType())]; !ok {
+		return fmt.Errorf("%w: message type %d", ErrUnknownEnum, m.GetType())
+	}
+	for _, e := range m.GetEntries() {
+		if _, ok := raftpb.EntryType_name[int32(e.GetType())]; !ok {
+			return fmt.Errorf("%w: entry type %d", ErrUnknownEnum, e.GetType())
+		}
+	}
+	return nil
 }
 
 // messageBlock holds a message and the values its pointer fields point to.
@@ -56,6 +87,30 @@ const (
 	entType, entTerm, entIndex, entData = 1, 2, 3, 4
 )
 
+// countEntries returns how many entries field (7) occurrences b holds,
+// walking the top-level fields only. Malformed framing is not an error here
+// (the decoder reports it); the count is then of the well-formed prefix.
+func countEntries(b []byte) int {
+	n := 0
+	for p := b; len(p) > 0; {
+		num, typ, l := protowire.ConsumeTag(p)
+		if l < 0 {
+			break
+		}
+		p = p[l:]
+		if num == msgEntries && typ == protowire.BytesType {
+			n++
+		}
+		if l = protowire.ConsumeFieldValue(num, typ, p); l < 0 {
+			break
+		}
+		p = p[l:]
+	}
+	return n
+}
+
+// decodeMessageFast decodes the common messages; false means "use
+// proto.Unmarshal". The entry count was bounded by decodeMessage.
 func decodeMessageFast(b []byte) (*raftpb.Message, bool) {
 	// First pass: check the framing and count the entries.
 	n := 0

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,17 +61,15 @@ func TestDecodeMessageMatchesProto(t *testing.T) {
 }
 
 // TestDecodeMessageFallsBack: what the fast path does not know (an unknown
-// field, an enum value raft does not define, a truncated field) is left to
-// proto.Unmarshal: kept as an unknown field, or an error.
+// field, a truncated field) is left to proto.Unmarshal: kept as an unknown
+// field, or an error; a message or entry type raft does not define is
+// refused (TestDecodeRefusesUnknownEnums).
 func TestDecodeMessageFallsBack(t *testing.T) {
 	base, err := proto.Marshal(&raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), Term: new(uint64(3))})
 	require.NoError(t, err)
 	cases := map[string][]byte{
-		"unknown field":      protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), base...), 99, protowire.VarintType), 5),
-		"unknown enum value": protowire.AppendVarint(protowire.AppendTag(nil, msgType, protowire.VarintType), 1000),
-		"wrong wire type":    protowire.AppendBytes(protowire.AppendTag(nil, msgTerm, protowire.BytesType), []byte{1}),
-		"entry unknown enum": protowire.AppendBytes(protowire.AppendTag(nil, msgEntries, protowire.BytesType),
-			protowire.AppendVarint(protowire.AppendTag(nil, entType, protowire.VarintType), 77)),
+		"unknown field":   protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), base...), 99, protowire.VarintType), 5),
+		"wrong wire type": protowire.AppendBytes(protowire.AppendTag(nil, msgTerm, protowire.BytesType), []byte{1}),
 	}
 	for name, b := range cases {
 		_, fast := decodeMessageFast(b)
@@ -85,8 +84,32 @@ func TestDecodeMessageFallsBack(t *testing.T) {
 	require.Error(t, err)
 }
 
+// A message or entry type raft does not define — 1000, 77, or negative,
+// which proto.Unmarshal keeps and raft's IsLocalMsg would index an array
+// with (a panic in RawNode.Step on main: one message crashed the process) —
+// is refused. (S7: the loop never panics on input.)
+func TestDecodeRefusesUnknownEnums(t *testing.T) {
+	neg := int64(-5)
+	for name, b := range map[string][]byte{
+		"unknown type":  protowire.AppendVarint(protowire.AppendTag(nil, msgType, protowire.VarintType), 1000),
+		"negative type": protowire.AppendVarint(protowire.AppendTag(nil, msgType, protowire.VarintType), uint64(neg)),
+		"entry unknown": protowire.AppendBytes(protowire.AppendTag(nil, msgEntries, protowire.BytesType),
+			protowire.AppendVarint(protowire.AppendTag(nil, entType, protowire.VarintType), 77)),
+		"entry negative": protowire.AppendBytes(protowire.AppendTag(nil, msgEntries, protowire.BytesType),
+			protowire.AppendVarint(protowire.AppendTag(nil, entType, protowire.VarintType), uint64(neg))),
+	} {
+		_, fast := decodeMessageFast(b)
+		require.False(t, fast, name)
+		require.NoError(t, proto.Unmarshal(b, &raftpb.Message{}), "%s: proto keeps it", name)
+		_, err := decodeMessage(b)
+		require.ErrorIs(t, err, ErrUnknownEnum, name)
+	}
+}
+
 // FuzzDecodeMessage: for any input, decodeMessage fails exactly when
-// proto.Unmarshal does, and otherwise returns an equal message.
+// proto.Unmarshal does (or when the input announces more entries than
+// maxMsgEntries, or types raft does not define), and otherwise returns an
+// equal message.
 func FuzzDecodeMessage(f *testing.F) {
 	for _, m := range decodeSamples() {
 		b, err := proto.Marshal(m)
@@ -99,6 +122,14 @@ func FuzzDecodeMessage(f *testing.F) {
 		got, err := decodeMessage(b)
 		if werr != nil {
 			require.Error(t, err)
+			return
+		}
+		if errors.Is(err, ErrLimit) {
+			require.Greater(t, len(want.GetEntries()), maxMsgEntries)
+			return
+		}
+		if errors.Is(err, ErrUnknownEnum) {
+			require.Error(t, knownEnums(want))
 			return
 		}
 		require.NoError(t, err)

@@ -67,7 +67,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 	// Group by destination, keeping per-peer order. Small slices: a Ready has
 	// a handful of peers.
 	var order []uint64
-	groups := make(map[uint64][][]byte, 4)
+	groups := make(map[uint64][]wireMsg, 4)
 	unreachable := make(map[uint64]bool)
 	for _, m := range msgs {
 		to := m.GetTo()
@@ -93,7 +93,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		if _, ok := groups[to]; !ok {
 			order = append(order, to)
 		}
-		groups[to] = append(groups[to], b)
+		groups[to] = append(groups[to], wireMsg{b: b, ents: len(m.GetEntries())})
 	}
 	for _, to := range order {
 		if !t.peers[to].enqueue(groups[to]) {
@@ -105,6 +105,13 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 	}
 }
 
+// wireMsg is one marshalled raft message and its entry count, so that the
+// writer keeps each gRPC batch within the receiver's limits (limits.go).
+type wireMsg struct {
+	b    []byte
+	ents int
+}
+
 // peer is one remote node: a gRPC connection, a writer goroutine owning the
 // long-lived message stream, and a snapshot sender goroutine.
 type peer struct {
@@ -114,8 +121,8 @@ type peer struct {
 	conn *grpc.ClientConn
 	rpc  transportpb.RaftClient
 
-	queue   chan [][]byte // batches of marshalled messages
-	pending atomic.Int64  // messages in queue, bounded by QueueSize
+	queue   chan []wireMsg // batches of marshalled messages
+	pending atomic.Int64   // messages in queue, bounded by QueueSize
 	snaps   chan *raftpb.Message
 
 	ctx    context.Context // cancelled by stop
@@ -126,8 +133,8 @@ type peer struct {
 func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 	cfg := &t.cfg
 	creds := insecure.NewCredentials()
-	if cfg.ClientTLS != nil {
-		creds = credentials.NewTLS(cfg.ClientTLS)
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(t.clientTLS(id))
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
@@ -150,6 +157,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallSendMsgSize(cfg.MaxMsgSize+grpcSlack),
 			grpc.MaxCallRecvMsgSize(cfg.MaxMsgSize+grpcSlack),
+			grpc.ForceCodecV2(t.codec),
 		),
 	)
 	if err != nil {
@@ -162,7 +170,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		addr:   addr,
 		conn:   conn,
 		rpc:    transportpb.NewRaftClient(conn),
-		queue:  make(chan [][]byte, cfg.QueueSize),
+		queue:  make(chan []wireMsg, cfg.QueueSize),
 		snaps:  make(chan *raftpb.Message, snapshotQueueSize),
 		ctx:    ctx,
 		cancel: cancel,
@@ -190,7 +198,7 @@ func (p *peer) stop() {
 }
 
 // enqueue adds one batch without blocking; false means the queue is full.
-func (p *peer) enqueue(batch [][]byte) bool {
+func (p *peer) enqueue(batch []wireMsg) bool {
 	n := int64(len(batch))
 	if p.pending.Add(n) > int64(p.t.cfg.QueueSize) {
 		p.pending.Add(-n)
@@ -225,7 +233,7 @@ func (p *peer) writeLoop() {
 	var (
 		stream  transportpb.Raft_StreamClient
 		cancel  context.CancelFunc = func() {}
-		carry   [][]byte           // messages taken from the queue but not yet sent
+		carry   []wireMsg          // messages taken from the queue but not yet sent
 		backoff = minRedial
 	)
 	defer func() { cancel() }()
@@ -240,18 +248,21 @@ func (p *peer) writeLoop() {
 				carry = b
 			}
 		}
-		// Coalesce: fill one gRPC message from carry and the queue.
-		batch, size := &transportpb.Batch{}, 0
+		// Coalesce: fill one gRPC message from carry and the queue, below
+		// MaxMsgSize and the receiver's message and entry limits.
+		batch, size, ents := &transportpb.Batch{}, 0, 0
 		for {
-			for len(carry) > 0 && (len(batch.Msgs) == 0 || size+len(carry[0]) <= limit) {
-				if len(carry[0]) > limit {
-					p.t.log.Error("transport: message larger than MaxMsgSize dropped",
-						"peer", p.id, "size", len(carry[0]), "max", limit)
+			for len(carry) > 0 && (len(batch.Msgs) == 0 || (size+len(carry[0].b) <= limit &&
+				len(batch.Msgs) < maxBatchMsgs && ents+carry[0].ents <= maxBatchEntries)) {
+				if len(carry[0].b) > limit || carry[0].ents > maxMsgEntries {
+					p.t.log.Error("transport: message over MaxMsgSize or the entry limit dropped",
+						"peer", p.id, "size", len(carry[0].b), "max", limit, "entries", carry[0].ents)
 					carry = carry[1:]
 					continue
 				}
-				batch.Msgs = append(batch.Msgs, carry[0])
-				size += len(carry[0]) + 8 // rough framing overhead
+				batch.Msgs = append(batch.Msgs, carry[0].b)
+				size += len(carry[0].b) + 8 // rough framing overhead
+				ents += carry[0].ents
 				carry = carry[1:]
 			}
 			if len(carry) > 0 {

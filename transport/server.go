@@ -6,11 +6,10 @@ import (
 	"io"
 	"strconv"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -20,43 +19,58 @@ import (
 // mismatch so that callers can map it back to ErrClusterMismatch.
 const clusterMismatchMsg = "cluster id mismatch"
 
+// Refusal kinds (Transport.Refusals).
+const (
+	refusedRPC     = "rpc"
+	refusedMessage = "raft message"
+)
+
 // server implements transportpb.RaftServer on behalf of a Transport.
 type server struct {
 	transportpb.UnimplementedRaftServer
 	t *Transport
 }
 
-// authenticate checks the metadata of an incoming RPC and returns the
-// sender's raft id. A wrong cluster id is logged and rejected with
-// PermissionDenied; missing headers with Unauthenticated.
+// authenticate establishes who sent an incoming RPC and that it belongs to
+// this cluster; it is the one place where both are decided, for every
+// stream, snapshot and call.
+//
+// Who: with TLS, the member id named by the client's verified certificate
+// (the handshake already checked its chain and cluster); a "lockraft-from"
+// header that says otherwise is refused, never believed. Without TLS, the
+// header, which nothing backs (loopback and explicitly insecure setups only).
+// Which cluster: the "lockraft-cluster" header must be this cluster's id.
+// Refusals are logged once per source and interval.
 func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	cluster := first(md, mdCluster)
 	fromStr := first(md, mdFrom)
-	from, err := strconv.ParseUint(fromStr, 10, 64)
-	if err != nil || from == 0 {
-		s.t.log.Warn("transport: rejected rpc without a valid sender id", "rpc", rpc, "from", fromStr)
-		return 0, status.Errorf(codes.Unauthenticated, "missing or invalid %s header", mdFrom)
+	var from uint64
+	if s.t.cfg.TLS != nil {
+		id, err := tlsPeer(ctx)
+		if err != nil {
+			s.t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "no member certificate", "err", err)
+			return 0, status.Errorf(codes.Unauthenticated, "%v", err)
+		}
+		if fromStr != "" && fromStr != strconv.FormatUint(id, 10) {
+			s.t.refused.Refuse(refusedRPC, strconv.FormatUint(id, 10), "rpc", rpc,
+				"reason", "sender header contradicts the certificate", "header", fromStr)
+			return 0, status.Errorf(codes.PermissionDenied, "certificate names member %d, header says %q", id, fromStr)
+		}
+		from = id
+	} else {
+		id, err := strconv.ParseUint(fromStr, 10, 64)
+		if err != nil || ReservedID(id) {
+			s.t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "no valid sender id", "from", fromStr)
+			return 0, status.Errorf(codes.Unauthenticated, "missing or invalid %s header", mdFrom)
+		}
+		from = id
 	}
 	if cluster != s.t.cfg.ClusterID {
-		s.t.log.Warn("transport: rejected rpc from another cluster",
-			"rpc", rpc, "from", from, "local_cluster", s.t.cfg.ClusterID, "remote_cluster", cluster)
+		s.t.refused.Refuse(refusedRPC, strconv.FormatUint(from, 10), "rpc", rpc, "reason", "another cluster",
+			"local_cluster", s.t.cfg.ClusterID, "remote_cluster", cluster)
 		return 0, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
 			clusterMismatchMsg, s.t.cfg.ClusterID, cluster)
-	}
-	if s.t.cfg.ServerTLS != nil && s.t.cfg.VerifyPeer != nil {
-		pr, ok := grpcpeer.FromContext(ctx)
-		var tlsInfo credentials.TLSInfo
-		if ok {
-			tlsInfo, ok = pr.AuthInfo.(credentials.TLSInfo)
-		}
-		if !ok {
-			return 0, status.Error(codes.Unauthenticated, "no TLS peer information")
-		}
-		if err := s.t.cfg.VerifyPeer(from, tlsInfo.State); err != nil {
-			s.t.log.Warn("transport: rejected peer certificate", "rpc", rpc, "from", from, "err", err)
-			return 0, status.Errorf(codes.PermissionDenied, "peer %d: %v", from, err)
-		}
 	}
 	return from, nil
 }
@@ -68,16 +82,40 @@ func first(md metadata.MD, key string) string {
 	return ""
 }
 
+// remoteMessageOK reports whether m may arrive from peer from over the
+// message stream: addressed to this node, from the stream's authenticated
+// sender, and of a type a remote peer may send. raft's local messages
+// (storage acknowledgements, ticks, reports) and messages naming raft's
+// local threads would bypass raft's own guard (RawNode.Step accepts a local
+// message whose From is a local thread); a snapshot must come with its file
+// over Snapshot. Everything else is judged by the node against raft's state.
+func remoteMessageOK(m *raftpb.Message, local, from uint64) (bool, string) {
+	switch {
+	case m.GetTo() != local:
+		return false, "addressed to another node"
+	case m.GetFrom() != from:
+		return false, "sender differs from the authenticated peer"
+	case raft.IsLocalMsg(m.GetType()) || raft.IsLocalMsgTarget(m.GetFrom()) || raft.IsLocalMsgTarget(m.GetTo()):
+		return false, "raft local message"
+	case m.GetType() == raftpb.MessageType_MsgSnap:
+		return false, "snapshot outside the Snapshot RPC"
+	case len(m.GetResponses()) > 0:
+		return false, "carries local responses"
+	}
+	return true, ""
+}
+
 // Stream receives the batches of one peer for as long as the peer keeps the
-// stream open, delivering each batch with one Handler.Receive call.
-// Messages not addressed to this node, not from the authenticated peer, or
-// of type MsgSnap (which must come with its file over Snapshot) are dropped.
+// stream open, delivering each batch with one Handler.Receive call. Messages
+// refused by remoteMessageOK, undecodable ones and those beyond the batch's
+// entry budget are dropped (and logged once per peer and interval).
 func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	from, err := s.authenticate(stream.Context(), "Stream")
 	if err != nil {
 		return err
 	}
 	local := s.t.cfg.LocalID
+	src := strconv.FormatUint(from, 10)
 	for {
 		b, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -87,17 +125,23 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 			return err
 		}
 		msgs := make([]*raftpb.Message, 0, len(b.GetMsgs()))
+		budget := maxBatchEntries
 		for _, raw := range b.GetMsgs() {
 			// raw is this batch's own copy (protobuf copies bytes fields out
 			// of gRPC's pooled buffer), so the message may alias it.
-			m, err := decodeMessage(raw)
+			var m *raftpb.Message
+			err := ErrLimit
+			if countEntries(raw) <= budget {
+				m, err = decodeMessage(raw)
+			}
 			if err != nil {
-				s.t.log.Warn("transport: undecodable message dropped", "from", from, "err", err)
+				s.t.refused.Refuse(refusedMessage, src, "reason", "undecodable or over limit", "err", err)
 				continue
 			}
-			if m.GetTo() != local || m.GetFrom() != from || m.GetType() == raftpb.MessageType_MsgSnap {
-				s.t.log.Debug("transport: misaddressed message dropped", "from", from,
-					"msg_from", m.GetFrom(), "msg_to", m.GetTo(), "type", m.GetType())
+			budget -= len(m.GetEntries())
+			if ok, why := remoteMessageOK(m, local, from); !ok {
+				s.t.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
+					"msg_from", m.GetFrom(), "msg_to", m.GetTo())
 				continue
 			}
 			msgs = append(msgs, m)
@@ -108,21 +152,69 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	}
 }
 
-// Call serves Transport.Call by handing the request to Handler.HandleCall.
-func (s *server) Call(ctx context.Context, req *transportpb.CallRequest) (*transportpb.CallResponse, error) {
-	from, err := s.authenticate(ctx, "Call")
-	if err != nil {
-		return nil, err
+// callError maps a Calls handler's error to the status the caller sees.
+func callError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
 	}
-	out, err := s.t.cfg.Handler.HandleCall(ctx, from, req.GetMethod(), req.GetPayload())
-	if err != nil {
-		if _, ok := status.FromError(err); ok {
-			return nil, err
-		}
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return nil, status.FromContextError(err).Err()
-		}
-		return nil, status.Error(codes.Unknown, err.Error())
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, ErrPermissionDenied):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &transportpb.CallResponse{Payload: out}, nil
+	return status.Error(codes.Unknown, err.Error())
+}
+
+// serve runs one typed call: authenticate, then the handler.
+func serve[Req, Resp any](s *server, ctx context.Context, rpc string, req Req,
+	h func(context.Context, uint64, Req) (Resp, error)) (Resp, error) {
+	var zero Resp
+	from, err := s.authenticate(ctx, rpc)
+	if err != nil {
+		return zero, err
+	}
+	resp, err := h(ctx, from, req)
+	if err != nil {
+		return zero, callError(err)
+	}
+	return resp, nil
+}
+
+func (s *server) Keepalive(ctx context.Context, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error) {
+	return serve(s, ctx, "Keepalive", req, s.t.cfg.Handler.Keepalive)
+}
+
+func (s *server) Renew(ctx context.Context, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error) {
+	return serve(s, ctx, "Renew", req, s.t.cfg.Handler.Renew)
+}
+
+func (s *server) Removed(ctx context.Context, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
+	return serve(s, ctx, "Removed", req, s.t.cfg.Handler.Removed)
+}
+
+func (s *server) Leave(ctx context.Context, req *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error) {
+	return serve(s, ctx, "Leave", req, s.t.cfg.Handler.Leave)
+}
+
+func (s *server) FwdOpen(ctx context.Context, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
+	return serve(s, ctx, "FwdOpen", req, s.t.cfg.Handler.FwdOpen)
+}
+
+func (s *server) FwdPropose(ctx context.Context, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
+	return serve(s, ctx, "FwdPropose", req, s.t.cfg.Handler.FwdPropose)
+}
+
+func (s *server) FwdPush(ctx context.Context, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
+	return serve(s, ctx, "FwdPush", req, s.t.cfg.Handler.FwdPush)
+}
+
+func (s *server) FwdStatus(ctx context.Context, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
+	return serve(s, ctx, "FwdStatus", req, s.t.cfg.Handler.FwdStatus)
+}
+
+func (s *server) Inspect(ctx context.Context, req *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
+	return serve(s, ctx, "Inspect", req, s.t.cfg.Handler.Inspect)
 }

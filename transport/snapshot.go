@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
-	"path/filepath"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
@@ -21,12 +21,22 @@ import (
 //
 // The sender streams, over one Snapshot RPC: a first chunk with the marshalled
 // MsgSnap and the file size, the file in chunks of snapshotChunkSize, and a
-// last chunk with the SHA-256 of the file. The receiver writes the chunks to
-// a temporary file in SnapshotDir, checks size and checksum, fsyncs, renames
-// it to SnapshotPath(dir, index), fsyncs the directory, and only then
-// delivers the MsgSnap to Handler.Receive and acknowledges. Any failure
-// removes the temporary file, delivers nothing and fails the RPC, which the
-// sender reports with Handler.ReportSnapshot(to, true).
+// last chunk with the SHA-256 of the file.
+//
+// The receiver checks the first chunk before writing anything
+// (checkSnapshotHeader: a MsgSnap from the authenticated sender to this
+// node, of at most MaxSnapshotSize bytes) and asks the node
+// (Handler.AcceptSnapshot: from the current leader, a sane snapshot). It
+// receives one snapshot at a time (another is refused with
+// ResourceExhausted). It writes the chunks to a temporary file of its own in
+// SnapshotDir (a random name per transfer), checks size and checksum as they
+// come (chunkReceiver), fsyncs, and hands the MsgSnap and the file to the
+// node (Handler.ReceiveSnapshot), which renames the file to
+// SnapshotPath(dir, index) only once raft has accepted the snapshot and
+// removes it otherwise. Only then is the transfer acknowledged: a snapshot
+// the node could not take is a failed RPC, reported by the sender with
+// Handler.ReportSnapshot(to, true). Any failure removes the temporary file;
+// files left by a crash are removed when the Transport starts.
 
 // snapshotLoop sends the peer's MsgSnap one at a time, off the message
 // stream, and reports each outcome.
@@ -122,6 +132,9 @@ func closeErr(stream transportpb.Raft_SnapshotClient, err error) error {
 	return err
 }
 
+// refusedSnapshot is the refuse.Log kind of refused snapshot transfers.
+const refusedSnapshot = "snapshot"
+
 // Snapshot receives one MsgSnap with its file; see the section comment above.
 func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 	from, err := s.authenticate(stream.Context(), "Snapshot")
@@ -132,18 +145,30 @@ func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 	if err != nil {
 		return err
 	}
-	m := &raftpb.Message{}
-	if err := proto.Unmarshal(c.GetMessage(), m); err != nil {
-		return status.Errorf(codes.InvalidArgument, "snapshot message: %v", err)
+	src := fmt.Sprint(from)
+	m, err := checkSnapshotHeader(c, s.t.cfg.LocalID, from, s.t.cfg.MaxSnapshotSize)
+	if err == nil {
+		err = s.t.cfg.Handler.AcceptSnapshot(from, m)
 	}
-	if m.GetType() != raftpb.MessageType_MsgSnap || m.GetTo() != s.t.cfg.LocalID ||
-		m.GetFrom() != from || m.GetSnapshot().GetMetadata() == nil {
-		return status.Errorf(codes.InvalidArgument, "not a MsgSnap from %d to %d: type %v from %d to %d",
-			from, s.t.cfg.LocalID, m.GetType(), m.GetFrom(), m.GetTo())
+	if err != nil {
+		if errors.Is(err, ErrPermissionDenied) || errors.Is(err, errBadHeader) {
+			s.t.refused.Refuse(refusedSnapshot, src, "reason", "refused before transfer", "err", err)
+		} else {
+			s.t.refused.Note(refusedSnapshot, src, "reason", "not now", "err", err)
+		}
+		return status.Errorf(codes.PermissionDenied, "snapshot refused: %v", err)
+	}
+	select {
+	case s.t.snapSem <- struct{}{}:
+		defer func() { <-s.t.snapSem }()
+	default:
+		s.t.refused.Refuse(refusedSnapshot, src, "reason", "another snapshot is being received")
+		return status.Error(codes.ResourceExhausted, "another snapshot is being received")
 	}
 	index := m.GetSnapshot().GetMetadata().GetIndex()
-	if err := s.receiveFile(stream, c, index); err != nil {
-		s.t.log.Warn("transport: snapshot rejected", "from", from, "index", index, "err", err)
+	tmp, err := s.receiveFile(stream, c, index)
+	if err != nil {
+		s.t.refused.Refuse(refusedSnapshot, src, "reason", "transfer failed", "index", index, "err", err)
 		if errors.Is(err, ErrSnapshotChecksum) {
 			return status.Error(codes.DataLoss, err.Error())
 		}
@@ -152,17 +177,76 @@ func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 		}
 		return status.Error(codes.Internal, err.Error())
 	}
-	s.t.cfg.Handler.Receive([]*raftpb.Message{m})
+	if err := s.t.cfg.Handler.ReceiveSnapshot(stream.Context(), m, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return status.Errorf(codes.Unavailable, "snapshot not taken: %v", err)
+	}
 	return stream.SendAndClose(&transportpb.SnapshotAck{})
 }
 
-// receiveFile writes the chunks, starting with c, to a temporary file and
-// moves it to SnapshotPath(dir, index) once size and checksum match.
-func (s *server) receiveFile(stream transportpb.Raft_SnapshotServer, c *transportpb.SnapshotChunk, index uint64) (err error) {
+// checkSnapshotHeader decodes and checks the first chunk of a transfer from
+// from to local: a MsgSnap with metadata, between these two nodes, announcing
+// a file of at most max bytes. Nothing is written before it passes.
+func checkSnapshotHeader(c *transportpb.SnapshotChunk, local, from uint64, max int64) (*raftpb.Message, error) {
+	m := &raftpb.Message{}
+	if err := proto.Unmarshal(c.GetMessage(), m); err != nil {
+		return nil, fmt.Errorf("%w: snapshot message: %v", errBadHeader, err)
+	}
+	switch {
+	case m.GetType() != raftpb.MessageType_MsgSnap || m.GetTo() != local || m.GetFrom() != from ||
+		m.GetSnapshot().GetMetadata() == nil:
+		return nil, fmt.Errorf("%w: not a MsgSnap from %d to %d: type %v from %d to %d",
+			errBadHeader, from, local, m.GetType(), m.GetFrom(), m.GetTo())
+	case len(m.GetEntries()) > 0 || len(m.GetResponses()) > 0:
+		return nil, fmt.Errorf("%w: MsgSnap with entries or responses", errBadHeader)
+	case m.GetSnapshot().GetMetadata().GetIndex() == 0:
+		return nil, fmt.Errorf("%w: snapshot of index 0", errBadHeader)
+	case c.GetSize() > uint64(max):
+		return nil, fmt.Errorf("%w: snapshot of %d bytes is over the limit of %d", errBadHeader, c.GetSize(), max)
+	}
+	return m, nil
+}
+
+// errBadHeader: a first chunk no correct sender makes.
+var errBadHeader = errors.New("bad snapshot header")
+
+// chunkReceiver checks a transfer's chunks as they come: never more bytes
+// than announced, and on the last chunk the exact size and SHA-256.
+type chunkReceiver struct {
+	want, got uint64
+	sum       hash.Hash
+}
+
+func newChunkReceiver(size uint64) *chunkReceiver {
+	return &chunkReceiver{want: size, sum: sha256.New()}
+}
+
+// add takes one chunk: it returns the data to write and whether this was the
+// last chunk (then checked whole), or an error wrapping ErrSnapshotChecksum.
+func (r *chunkReceiver) add(c *transportpb.SnapshotChunk) ([]byte, bool, error) {
+	d := c.GetData()
+	if uint64(len(d)) > r.want-r.got {
+		return nil, false, fmt.Errorf("%w: more than the announced %d bytes", ErrSnapshotChecksum, r.want)
+	}
+	r.got += uint64(len(d))
+	r.sum.Write(d)
+	if !c.GetLast() {
+		return d, false, nil
+	}
+	if r.got != r.want || !bytes.Equal(r.sum.Sum(nil), c.GetSha256()) {
+		return nil, true, fmt.Errorf("%w: %d of %d bytes", ErrSnapshotChecksum, r.got, r.want)
+	}
+	return d, true, nil
+}
+
+// receiveFile writes the chunks, starting with c, to a temporary file of
+// this transfer and returns its name once size and checksum match and it is
+// synced. On error the file is removed.
+func (s *server) receiveFile(stream transportpb.Raft_SnapshotServer, c *transportpb.SnapshotChunk, index uint64) (_ string, err error) {
 	dir := s.t.cfg.SnapshotDir
-	f, err := os.CreateTemp(dir, fmt.Sprintf("%016x.snap.tmp-*", index))
+	f, err := os.CreateTemp(dir, snapshotTempPattern(index))
 	if err != nil {
-		return err
+		return "", err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -173,51 +257,32 @@ func (s *server) receiveFile(stream transportpb.Raft_SnapshotServer, c *transpor
 			_ = os.Remove(tmp)
 		}
 	}()
-	want := c.GetSize()
-	sum := sha256.New()
-	var got uint64
+	r := newChunkReceiver(c.GetSize())
 	for {
-		got += uint64(len(c.GetData()))
-		if got > want {
-			return fmt.Errorf("%w: more than the announced %d bytes", ErrSnapshotChecksum, want)
+		data, last, err := r.add(c)
+		if err != nil {
+			return "", err
 		}
-		if _, err := f.Write(c.GetData()); err != nil {
-			return err
+		if _, err := f.Write(data); err != nil {
+			return "", err
 		}
-		sum.Write(c.GetData())
-		if c.GetLast() {
+		if last {
 			break
 		}
 		if c, err = stream.Recv(); err != nil {
 			if errors.Is(err, io.EOF) {
-				return status.Error(codes.InvalidArgument, "snapshot stream ended before the last chunk")
+				return "", status.Error(codes.InvalidArgument, "snapshot stream ended before the last chunk")
 			}
-			return err
+			return "", err
 		}
 	}
-	if got != want || !bytes.Equal(sum.Sum(nil), c.GetSha256()) {
-		return fmt.Errorf("%w: %d of %d bytes", ErrSnapshotChecksum, got, want)
-	}
 	if err := f.Sync(); err != nil {
-		return err
+		return "", err
 	}
 	if err := f.Close(); err != nil {
 		f = nil
-		return err
+		return "", err
 	}
 	f = nil
-	if err := os.Rename(tmp, SnapshotPath(dir, index)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(filepath.Clean(dir))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return tmp, nil
 }

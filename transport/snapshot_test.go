@@ -100,7 +100,7 @@ func TestSnapshotCorruptedIsRejected(t *testing.T) {
 	got, _ := b.rec.received()
 	require.Empty(t, got)
 	requireOnlySnapFiles(t, b.dir, 0)
-	require.Contains(t, b.log.String(), "snapshot rejected")
+	require.Contains(t, b.log.String(), "refused snapshot")
 	require.Contains(t, b.log.String(), ErrSnapshotChecksum.Error())
 }
 

@@ -1,4 +1,4 @@
-// Package transport carries raft messages, snapshot files and opaque
+// Package transport carries raft messages, snapshot files and typed
 // node-to-node calls between lockraft nodes over gRPC.
 //
 // Each node runs one Transport. For every peer it keeps one long-lived
@@ -6,16 +6,34 @@
 // dead peer never blocks the caller: Send drops and reports the peer
 // unreachable instead. Snapshots (MsgSnap) travel on their own RPC together
 // with the snapshot file, so a multi-MiB transfer never delays heartbeats.
+//
+// Security (see README "Security"): with Config.TLS every connection is
+// mutual TLS and the sender of everything that arrives is the member id its
+// verified certificate names (identity.go); without it (loopback quick
+// start, or an explicit insecure mode) the sender is a self-declared header.
 // Every stream, snapshot and call carries the cluster id and is rejected by a
-// node of another cluster.
+// node of another cluster. What a message announces is bounded before it is
+// decoded (limits.go), raft messages a remote peer may never send are
+// dropped here, and refusals are logged once per source and interval.
 //
 // The transport knows nothing about raft's state: it delivers what arrives to
-// a Handler and reports failures back through it. It holds no lock semantics.
+// a Handler, which judges it against that state, and reports failures back
+// through it. It holds no lock semantics.
+//
+// Fuzzing: every decoder reachable from the network has a fuzz target with a
+// seed corpus under testdata/fuzz, run as ordinary tests by go test. To
+// search longer, one target at a time:
+//
+//	go test -run '^$' -fuzz '^FuzzDecodeMessage$' -fuzztime 5m ./transport/
+//
+// (likewise FuzzStreamBatch, FuzzSnapshotHeader, FuzzSnapshotChunks and the
+// typed requests' FuzzCall* here; FuzzRaftMessageGuard, FuzzFwd* and
+// FuzzRemovedRequest in ./node/, FuzzDecodeMeta in ./membership/,
+// lockfsm's FuzzApply for lock commands).
 package transport
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +48,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/lockraft/lockraft/internal/refuse"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -52,6 +72,18 @@ var (
 	// ErrSnapshotChecksum is the cause of a rejected snapshot transfer whose
 	// size or SHA-256 did not match what the sender announced.
 	ErrSnapshotChecksum = errors.New("transport: snapshot checksum mismatch")
+	// ErrPermissionDenied: a Calls method returns an error wrapping it when
+	// the caller may not do what it asked (another member's session, a push
+	// from a node that does not lead); the caller gets codes.PermissionDenied
+	// and an error wrapping it.
+	ErrPermissionDenied = errors.New("transport: permission denied")
+	// ErrInvalidRequest: a Calls method returns an error wrapping it for a
+	// malformed request; the caller gets codes.InvalidArgument and an error
+	// wrapping it.
+	ErrInvalidRequest = errors.New("transport: invalid request")
+	// ErrUnauthenticated wraps a call rejected because the caller's identity
+	// could not be established (no or an unusable certificate).
+	ErrUnauthenticated = errors.New("transport: unauthenticated")
 )
 
 // Defaults for the zero values in Config.
@@ -59,6 +91,14 @@ const (
 	DefaultQueueSize   = 4096
 	DefaultMaxMsgSize  = 4 << 20
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultMaxSnapshotSize bounds a received snapshot file (1 GiB, about
+	// ten million held locks).
+	DefaultMaxSnapshotSize = 1 << 30
+
+	// maxStreams caps the concurrent RPCs of one connection: the message
+	// stream, a snapshot, and the calls of one peer (keepalives, forwarded
+	// commands, pushes, status) fit many times over.
+	maxStreams = 64
 
 	// snapshotChunkSize is the file bytes carried per snapshot chunk.
 	snapshotChunkSize = 512 << 10
@@ -76,20 +116,52 @@ const (
 type Handler interface {
 	// Receive is called with a batch of raft messages that arrived from one
 	// peer, in the order that peer sent them. Every message has To == the local
-	// id and From == the stream's authenticated peer id; others are dropped
-	// before. The transport does not touch msgs after the call; the handler owns them.
+	// id and From == the stream's authenticated peer id, and is of a type a
+	// remote peer may send (never one of raft's local messages, never
+	// MsgSnap, which comes through ReceiveSnapshot); others are dropped
+	// before. The transport does not touch msgs after the call; the handler
+	// owns them. The handler judges them against raft's state.
 	Receive(msgs []*raftpb.Message)
+	// AcceptSnapshot is asked before a snapshot's file is received: m is the
+	// MsgSnap (To == local, From == the authenticated sender). A non-nil
+	// error refuses the transfer before any byte is written (the sender
+	// reports a failed snapshot).
+	AcceptSnapshot(from uint64, m *raftpb.Message) error
+	// ReceiveSnapshot hands over an accepted MsgSnap whose file, complete
+	// and checked, is at file (a temporary name in SnapshotDir). On nil the
+	// handler owns the file: it renames it to SnapshotPath once raft accepts
+	// the snapshot, or removes it. On an error (the node could not take it:
+	// busy, stopping; ctx is the transfer's) the transport removes the file
+	// and the sender is told the snapshot failed, never that it arrived.
+	ReceiveSnapshot(ctx context.Context, m *raftpb.Message, file string) error
 	// ReportUnreachable tells the node that messages to id were dropped (queue
 	// full, unknown peer, broken stream). Forward to RawNode.ReportUnreachable.
 	ReportUnreachable(id uint64)
 	// ReportSnapshot tells the node how a MsgSnap to id ended. Forward to
 	// RawNode.ReportSnapshot; failed maps to raft.SnapshotFailure.
 	ReportSnapshot(id uint64, failed bool)
-	// HandleCall serves an opaque request sent with Transport.Call by peer
-	// from. ctx carries the caller's deadline. A returned error that carries a
-	// gRPC status keeps its code; any other error reaches the caller as
-	// codes.Unknown with its text.
-	HandleCall(ctx context.Context, from uint64, method string, req []byte) ([]byte, error)
+	// Calls serves the typed node-to-node calls.
+	Calls
+}
+
+// Calls serves the typed node-to-node calls. from is the caller's
+// authenticated member id; ctx carries the caller's deadline. An error
+// wrapping ErrPermissionDenied or ErrInvalidRequest reaches the caller as
+// that code; one carrying a gRPC status keeps its code; context errors map
+// to theirs; anything else becomes codes.Unknown with its text.
+type Calls interface {
+	Keepalive(ctx context.Context, from uint64, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error)
+	Renew(ctx context.Context, from uint64, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error)
+	Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error)
+	Leave(ctx context.Context, from uint64, req *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error)
+	FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error)
+	FwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error)
+	FwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error)
+	FwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error)
+	// Inspect serves a member's read of the leader's lock table or
+	// membership view (read-only), or relays an operator's leadership
+	// transfer.
+	Inspect(ctx context.Context, from uint64, req *transportpb.InspectRequest) (*transportpb.InspectResponse, error)
 }
 
 // Config configures a Transport. Zero values take the documented defaults.
@@ -124,14 +196,17 @@ type Config struct {
 	// gRPC flow-control windows: at least 1 MiB per stream, one batch per
 	// stream and two per connection.
 	MaxMsgSize int
-	// ServerTLS and ClientTLS enable (mutual) TLS. nil means plaintext, meant
-	// for the loopback quick start only.
-	ServerTLS, ClientTLS *tls.Config
-	// VerifyPeer, if set and ServerTLS is set, is called for every stream,
-	// snapshot and call with the id the peer claims and its verified TLS
-	// state; a non-nil error rejects the peer with codes.PermissionDenied.
-	// Use it to check that the certificate names node id.
-	VerifyPeer func(id uint64, state tls.ConnectionState) error
+	// TLS turns on mutual TLS with member identities (tls.go). nil means
+	// plaintext: every sender id is then a claim nobody checks, which is
+	// safe only where nobody else can connect (loopback). The node refuses
+	// to start that way on other addresses unless told to (WithInsecure).
+	TLS *TLS
+	// MaxSnapshotSize bounds a received snapshot file (default
+	// DefaultMaxSnapshotSize). One snapshot is received at a time.
+	MaxSnapshotSize int64
+	// RefuseEvery is how long a refusal from one source stays quiet in the
+	// log after it was logged (default refuse.DefaultInterval).
+	RefuseEvery time.Duration
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
 }
@@ -152,6 +227,24 @@ func SnapshotPath(dir string, index uint64) string {
 	return filepath.Join(dir, fmt.Sprintf("%016x.snap", index))
 }
 
+// snapshotTempPattern names the file of one snapshot transfer in progress
+// (os.CreateTemp pattern): the index and a random suffix per transfer.
+func snapshotTempPattern(index uint64) string { return fmt.Sprintf("%016x.snap.tmp-*", index) }
+
+// removeSnapshotTemps deletes the files of transfers a crash interrupted.
+func removeSnapshotTemps(dir string) error {
+	tmps, err := filepath.Glob(filepath.Join(dir, "*.snap.tmp-*"))
+	if err != nil {
+		return err
+	}
+	for _, p := range tmps {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	switch {
 	case c.ClusterID == "":
@@ -170,6 +263,18 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: MaxMsgSize %d < 0", ErrInvalidConfig, c.MaxMsgSize)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: DialTimeout %v < 0", ErrInvalidConfig, c.DialTimeout)
+	case c.MaxSnapshotSize < 0:
+		return fmt.Errorf("%w: MaxSnapshotSize %d < 0", ErrInvalidConfig, c.MaxSnapshotSize)
+	case ReservedID(c.LocalID):
+		return fmt.Errorf("%w: LocalID %d is reserved", ErrInvalidConfig, c.LocalID)
+	}
+	if c.TLS != nil {
+		if err := c.TLS.validate(c.ClusterID, c.LocalID); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
+	}
+	if c.MaxSnapshotSize == 0 {
+		c.MaxSnapshotSize = DefaultMaxSnapshotSize
 	}
 	if c.QueueSize == 0 {
 		c.QueueSize = DefaultQueueSize
@@ -189,10 +294,13 @@ func (c *Config) validate() error {
 // Transport connects one raft node to its peers. All methods are safe for
 // concurrent use.
 type Transport struct {
-	cfg    Config
-	log    *slog.Logger
-	lis    net.Listener
-	server *grpc.Server
+	cfg     Config
+	log     *slog.Logger
+	refused *refuse.Log
+	codec   codec
+	lis     net.Listener
+	server  *grpc.Server
+	snapSem chan struct{} // one snapshot received at a time
 
 	mu     sync.RWMutex
 	peers  map[uint64]*peer
@@ -215,6 +323,9 @@ func New(cfg Config) (*Transport, error) {
 	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
 		return nil, fmt.Errorf("transport: snapshot dir: %w", err)
 	}
+	if err := removeSnapshotTemps(cfg.SnapshotDir); err != nil {
+		return nil, fmt.Errorf("transport: snapshot dir: %w", err)
+	}
 	lis := cfg.Listener
 	if lis == nil {
 		var err error
@@ -223,14 +334,26 @@ func New(cfg Config) (*Transport, error) {
 			return nil, fmt.Errorf("transport: listen: %w", err)
 		}
 	}
+	log := cfg.Logger.With("local", cfg.LocalID)
 	t := &Transport{
 		cfg:       cfg,
-		log:       cfg.Logger.With("local", cfg.LocalID),
+		log:       log,
+		refused:   refuse.New(log, cfg.RefuseEvery),
 		lis:       lis,
 		peers:     make(map[uint64]*peer),
 		serveDone: make(chan struct{}),
+		snapSem:   make(chan struct{}, 1),
+	}
+	t.codec = newCodec(t.refused)
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(t.serverTLS())
 	}
 	opts := []grpc.ServerOption{
+		grpc.Creds(guardCreds{TransportCredentials: creds, t: t}),
+		grpc.ForceServerCodecV2(t.codec),
+		grpc.MaxConcurrentStreams(maxStreams),
+		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
 		// Close waits for handlers, so no Handler method runs after it.
 		grpc.WaitForHandlers(true),
@@ -245,9 +368,6 @@ func New(cfg Config) (*Transport, error) {
 			Timeout: 5 * time.Second,
 		}),
 	}
-	if cfg.ServerTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.ServerTLS)))
-	}
 	t.server = grpc.NewServer(opts...)
 	transportpb.RegisterRaftServer(t.server, &server{t: t})
 	go func() {
@@ -257,6 +377,24 @@ func New(cfg Config) (*Transport, error) {
 		}
 	}()
 	return t, nil
+}
+
+// Refusals returns how many inputs of kind were refused: "connection",
+// "rpc", "raft message", "snapshot", "oversize message" (for tests and
+// metrics; each kind is logged once per source and interval).
+func (t *Transport) Refusals(kind string) uint64 { return t.refused.Count(kind) }
+
+// Refuse records a refusal of the node's own (a raft message, a call it
+// will not serve) in the transport's refusal log, so that one source's
+// refusals share one rate limit.
+func (t *Transport) Refuse(kind, source string, attrs ...any) {
+	t.refused.Refuse(kind, source, attrs...)
+}
+
+// Note is Refuse at Info level, for refusals correct peers also cause now and
+// then.
+func (t *Transport) Note(kind, source string, attrs ...any) {
+	t.refused.Note(kind, source, attrs...)
 }
 
 // Addr returns the address the Transport actually listens on.

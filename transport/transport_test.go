@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"sync/atomic"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
@@ -113,12 +117,12 @@ func TestOtherClusterIsRejected(t *testing.T) {
 	}, waitFor, 10*time.Millisecond)
 	got, _ := b.rec.received()
 	require.Empty(t, got)
-	require.Contains(t, b.log.String(), "level=WARN msg=\"transport: rejected rpc from another cluster\" local=2 rpc=Stream from=1 local_cluster=cluster-b remote_cluster=cluster-a")
+	require.Contains(t, b.log.String(), "level=WARN msg=\"refused rpc\" local=2 source=1 rpc=Stream reason=\"another cluster\" local_cluster=cluster-b remote_cluster=cluster-a")
 	require.Contains(t, a.log.String(), "peer rejected stream")
 
-	_, err := a.t.Call(context.Background(), 2, "ping", nil)
+	_, err := a.t.Keepalive(context.Background(), 2, &transportpb.KeepaliveRequest{})
 	require.ErrorIs(t, err, ErrClusterMismatch)
-	require.Contains(t, b.log.String(), "rpc=Call from=1 local_cluster=cluster-b remote_cluster=cluster-a")
+	require.EqualValues(t, 2, b.t.Refusals("rpc"), "the stream and the call were refused")
 }
 
 // A closed port: the writer cannot open a stream, so its queue fills and
@@ -187,39 +191,51 @@ func TestReconnectAfterRestart(t *testing.T) {
 	}
 }
 
-func TestCall(t *testing.T) {
+// A typed call reaches the handler with the caller's id and its request;
+// the handler's answer and errors (a deadline, a permission refusal, an
+// invalid request) come back as such.
+func TestTypedCalls(t *testing.T) {
 	a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 	connect(a, b)
 	var gotFrom atomic.Uint64
-	b.rec.call = func(ctx context.Context, from uint64, method string, req []byte) ([]byte, error) {
+	b.rec.call = func(ctx context.Context, from uint64, method string, req proto.Message) (proto.Message, error) {
 		gotFrom.Store(from)
-		switch method {
-		case "echo":
-			return append([]byte("re:"), req...), nil
-		case "block":
-			<-ctx.Done()
-			return nil, ctx.Err()
-		default:
-			return nil, errors.New("no such method")
+		switch r := req.(type) {
+		case *transportpb.KeepaliveRequest:
+			if r.GetSession() == 99 {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			if r.GetSession() == 66 {
+				return nil, fmt.Errorf("%w: not yours", ErrPermissionDenied)
+			}
+			return &transportpb.KeepaliveResponse{Status: transportpb.KeepaliveStatus_KEEPALIVE_STATUS_OK}, nil
+		case *transportpb.RenewRequest:
+			return nil, fmt.Errorf("%w: bad name %q", ErrInvalidRequest, r.GetName())
 		}
+		return nil, errors.New("no such method")
 	}
 
-	out, err := a.t.Call(context.Background(), 2, "echo", []byte("hi"))
+	out, err := a.t.Keepalive(context.Background(), 2, &transportpb.KeepaliveRequest{Session: 7})
 	require.NoError(t, err)
-	require.Equal(t, "re:hi", string(out))
+	require.Equal(t, transportpb.KeepaliveStatus_KEEPALIVE_STATUS_OK, out.GetStatus())
 	require.Equal(t, uint64(1), gotFrom.Load())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = a.t.Call(ctx, 2, "block", nil)
+	_, err = a.t.Keepalive(ctx, 2, &transportpb.KeepaliveRequest{Session: 99})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), 2*time.Second)
 
-	_, err = a.t.Call(context.Background(), 2, "nope", nil)
+	_, err = a.t.Keepalive(context.Background(), 2, &transportpb.KeepaliveRequest{Session: 66})
+	require.ErrorIs(t, err, ErrPermissionDenied)
+	_, err = a.t.Renew(context.Background(), 2, &transportpb.RenewRequest{Name: "x"})
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	_, err = a.t.Leave(context.Background(), 2, &transportpb.LeaveRequest{})
 	require.ErrorContains(t, err, "no such method")
 
-	_, err = a.t.Call(context.Background(), 9, "echo", nil)
+	_, err = a.t.Keepalive(context.Background(), 9, &transportpb.KeepaliveRequest{})
 	require.ErrorIs(t, err, ErrUnknownPeer)
 }
 
@@ -235,7 +251,7 @@ func TestCloseIsIdempotentAndLeaksNothing(t *testing.T) {
 			gb, _ := b.rec.received()
 			return len(ga) == 1 && len(gb) == 1
 		}, waitFor, tick)
-		_, err := a.t.Call(context.Background(), 2, "x", nil)
+		_, err := a.t.Leave(context.Background(), 2, &transportpb.LeaveRequest{})
 		require.NoError(t, err)
 
 		require.NoError(t, a.t.Close())
@@ -243,7 +259,7 @@ func TestCloseIsIdempotentAndLeaksNothing(t *testing.T) {
 		require.NoError(t, b.t.Close())
 		a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)}) // must not panic
 		a.t.AddPeer(3, "127.0.0.1:1")
-		_, err = a.t.Call(context.Background(), 2, "x", nil)
+		_, err = a.t.Leave(context.Background(), 2, &transportpb.LeaveRequest{})
 		require.ErrorIs(t, err, ErrClosed)
 	}()
 	// Polled here, not with require.Eventually: that runs the condition on a
@@ -282,5 +298,5 @@ func TestSendSplitsBelowMaxMsgSize(t *testing.T) {
 	got, calls := b.rec.received()
 	require.Equal(t, append(seq(1, 20), 22), indexes(got))
 	require.GreaterOrEqual(t, calls, 4, "20×~320 bytes must not fit one 2 KiB message")
-	require.Contains(t, a.log.String(), "message larger than MaxMsgSize dropped")
+	require.Contains(t, a.log.String(), "message over MaxMsgSize or the entry limit dropped")
 }

@@ -22,6 +22,10 @@ func runInProcess() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	certs, err := maybeCerts(tmp)
+	if err != nil {
+		return err
+	}
 
 	var lns []net.Listener
 	var peers []string
@@ -36,7 +40,7 @@ func runInProcess() error {
 	nodes := make([]*lockraft.Node, flagNodes)
 	for i := range nodes {
 		id := uint64(i + 1)
-		opts := append(nodeOptions(id, filepath.Join(tmp, fmt.Sprintf("n%d", id))),
+		opts := append(nodeOptions(id, filepath.Join(tmp, fmt.Sprintf("n%d", id)), certs),
 			lockraft.WithListener(lns[i]), lockraft.WithListenAddr(peers[i]))
 		if nodes[i], err = lockraft.Join(peers, opts...); err != nil {
 			return fmt.Errorf("join node %d: %w", id, err)

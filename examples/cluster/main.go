@@ -18,6 +18,8 @@
 //	go run ./examples/cluster -procs         # each node its own OS process
 //	go run ./examples/cluster -procs -kill   # ... and kill -9 one midway, then restart it
 //	go run ./examples/cluster -db 'postgres://user@127.0.0.1:5432/db?sslmode=disable'
+//	go run ./examples/cluster -tls           # with mutual TLS (also with -procs): a CA and
+//	                                         # member certificates made for the run (tls.go)
 //
 // The store is a SQL database, fenced with package fence: a SQLite file
 // (pure Go, nothing to install) unless -db names a PostgreSQL or
@@ -42,6 +44,7 @@ var (
 	flagStock   = flag.Int("stock", 1000, "initial units per product")
 	flagWorkers = flag.Int("workers", 4, "workers per node")
 	flagDB      = flag.String("db", "", "the stock's database: postgres://… or mysql://… (default: a SQLite file in the temp dir)")
+	flagTLS     = flag.Bool("tls", false, "mutual TLS between the nodes, with certificates made for this run")
 	flagNodes   = 3
 
 	// Hidden: set by the parent when it re-executes itself as one node.
@@ -50,6 +53,7 @@ var (
 	flagData      = flag.String("data", "", "")
 	flagStore     = flag.String("store", "", "")
 	flagRestarted = flag.Bool("restarted", false, "")
+	flagCerts     = flag.String("certs", "", "")
 )
 
 func main() {
@@ -80,16 +84,23 @@ func skuNames() []string {
 // nodeOptions: faster timings than the defaults so the demo (and a crashed
 // node's release) takes seconds: 50 ms ticks, elections after 0.5–1 s,
 // sessions kept 3 s after the last keepalive. Library logs at Warn to stderr.
-func nodeOptions(id uint64, dir string) []lockraft.Option {
+// With certs (a directory made by makeCerts) the node uses mutual TLS.
+func nodeOptions(id uint64, dir, certs string) []lockraft.Option {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return []lockraft.Option{
+	opts := []lockraft.Option{
 		lockraft.WithDataDir(dir),
 		lockraft.WithLogger(log),
-		lockraft.WithClusterID("examples-cluster"),
+		lockraft.WithClusterID(clusterID),
 		lockraft.WithTimings(50*time.Millisecond, 10),
 		lockraft.WithSessionTTL(3 * time.Second),
 	}
+	if certs != "" {
+		opts = append(opts, tlsOption(certs, id))
+	}
+	return opts
 }
+
+const clusterID = "examples-cluster"
 
 func verdict(bad []string) error {
 	if len(bad) > 0 {

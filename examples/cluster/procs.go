@@ -40,6 +40,10 @@ func runProcs() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	certs, err := maybeCerts(tmp)
+	if err != nil {
+		return err
+	}
 
 	// Free ports: bind :0, note the address, release it for the child.
 	var peers []string
@@ -67,6 +71,9 @@ func runProcs() error {
 			"-skus", fmt.Sprint(*flagSKUs), "-stock", fmt.Sprint(*flagStock), "-workers", fmt.Sprint(*flagWorkers)}
 		if restarted {
 			args = append(args, "-restarted")
+		}
+		if certs != "" {
+			args = append(args, "-certs", certs)
 		}
 		c := &child{id: id, cmd: exec.Command(exe, args...), counts: make(chan *Counts, 1), exited: make(chan error, 1)}
 		stdout, _ := c.cmd.StdoutPipe()
@@ -278,7 +285,7 @@ func relay(id uint64, r io.Reader) {
 // database (-db, or the parent's SQLite file).
 func runChild(id uint64, peers []string, dir, storeURL string) error {
 	say := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "> "+format+"\n", a...) }
-	opts := append(nodeOptions(id, dir), lockraft.WithListenAddr(peers[id-1]))
+	opts := append(nodeOptions(id, dir, *flagCerts), lockraft.WithListenAddr(peers[id-1]))
 	n, err := lockraft.Join(peers, opts...)
 	if err != nil {
 		return err

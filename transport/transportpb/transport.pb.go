@@ -25,6 +25,168 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// KeepaliveStatus answers a keepalive or a renewal.
+type KeepaliveStatus int32
+
+const (
+	KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED KeepaliveStatus = 0
+	KeepaliveStatus_KEEPALIVE_STATUS_OK          KeepaliveStatus = 1 // confirmed by a quorum round
+	KeepaliveStatus_KEEPALIVE_STATUS_NOT_LEADER  KeepaliveStatus = 2 // ask the leader
+	KeepaliveStatus_KEEPALIVE_STATUS_NO_SESSION  KeepaliveStatus = 3 // the session (renewal: the hold) is gone
+	KeepaliveStatus_KEEPALIVE_STATUS_FAILED      KeepaliveStatus = 4 // not confirmed in time
+)
+
+// Enum value maps for KeepaliveStatus.
+var (
+	KeepaliveStatus_name = map[int32]string{
+		0: "KEEPALIVE_STATUS_UNSPECIFIED",
+		1: "KEEPALIVE_STATUS_OK",
+		2: "KEEPALIVE_STATUS_NOT_LEADER",
+		3: "KEEPALIVE_STATUS_NO_SESSION",
+		4: "KEEPALIVE_STATUS_FAILED",
+	}
+	KeepaliveStatus_value = map[string]int32{
+		"KEEPALIVE_STATUS_UNSPECIFIED": 0,
+		"KEEPALIVE_STATUS_OK":          1,
+		"KEEPALIVE_STATUS_NOT_LEADER":  2,
+		"KEEPALIVE_STATUS_NO_SESSION":  3,
+		"KEEPALIVE_STATUS_FAILED":      4,
+	}
+)
+
+func (x KeepaliveStatus) Enum() *KeepaliveStatus {
+	p := new(KeepaliveStatus)
+	*p = x
+	return p
+}
+
+func (x KeepaliveStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeepaliveStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_enumTypes[0].Descriptor()
+}
+
+func (KeepaliveStatus) Type() protoreflect.EnumType {
+	return &file_transport_proto_enumTypes[0]
+}
+
+func (x KeepaliveStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeepaliveStatus.Descriptor instead.
+func (KeepaliveStatus) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{0}
+}
+
+// AcquireState is what the leader's lock table says about one acquire.
+type AcquireState int32
+
+const (
+	AcquireState_ACQUIRE_STATE_QUEUED  AcquireState = 0
+	AcquireState_ACQUIRE_STATE_GRANTED AcquireState = 1
+	AcquireState_ACQUIRE_STATE_GONE    AcquireState = 2
+)
+
+// Enum value maps for AcquireState.
+var (
+	AcquireState_name = map[int32]string{
+		0: "ACQUIRE_STATE_QUEUED",
+		1: "ACQUIRE_STATE_GRANTED",
+		2: "ACQUIRE_STATE_GONE",
+	}
+	AcquireState_value = map[string]int32{
+		"ACQUIRE_STATE_QUEUED":  0,
+		"ACQUIRE_STATE_GRANTED": 1,
+		"ACQUIRE_STATE_GONE":    2,
+	}
+)
+
+func (x AcquireState) Enum() *AcquireState {
+	p := new(AcquireState)
+	*p = x
+	return p
+}
+
+func (x AcquireState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AcquireState) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_enumTypes[1].Descriptor()
+}
+
+func (AcquireState) Type() protoreflect.EnumType {
+	return &file_transport_proto_enumTypes[1]
+}
+
+func (x AcquireState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AcquireState.Descriptor instead.
+func (AcquireState) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{1}
+}
+
+// InspectOp is what an Inspect call asks for.
+type InspectOp int32
+
+const (
+	InspectOp_INSPECT_OP_UNSPECIFIED InspectOp = 0
+	InspectOp_INSPECT_OP_LOCK        InspectOp = 1 // one name's holders and waiters
+	InspectOp_INSPECT_OP_LOCKS       InspectOp = 2 // a page of names by prefix
+	InspectOp_INSPECT_OP_MEMBERS     InspectOp = 3 // the leader's view of the members
+	InspectOp_INSPECT_OP_TRANSFER    InspectOp = 4 // transfer leadership to `to` (0: the leader picks)
+)
+
+// Enum value maps for InspectOp.
+var (
+	InspectOp_name = map[int32]string{
+		0: "INSPECT_OP_UNSPECIFIED",
+		1: "INSPECT_OP_LOCK",
+		2: "INSPECT_OP_LOCKS",
+		3: "INSPECT_OP_MEMBERS",
+		4: "INSPECT_OP_TRANSFER",
+	}
+	InspectOp_value = map[string]int32{
+		"INSPECT_OP_UNSPECIFIED": 0,
+		"INSPECT_OP_LOCK":        1,
+		"INSPECT_OP_LOCKS":       2,
+		"INSPECT_OP_MEMBERS":     3,
+		"INSPECT_OP_TRANSFER":    4,
+	}
+)
+
+func (x InspectOp) Enum() *InspectOp {
+	p := new(InspectOp)
+	*p = x
+	return p
+}
+
+func (x InspectOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InspectOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_enumTypes[2].Descriptor()
+}
+
+func (InspectOp) Type() protoreflect.EnumType {
+	return &file_transport_proto_enumTypes[2]
+}
+
+func (x InspectOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InspectOp.Descriptor instead.
+func (InspectOp) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{2}
+}
+
 // Batch is a group of raft messages, each proto.Marshal(raftpb.Message).
 type Batch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -220,28 +382,27 @@ func (*SnapshotAck) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{3}
 }
 
-type CallRequest struct {
+type KeepaliveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Method        string                 `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *CallRequest) Reset() {
-	*x = CallRequest{}
+func (x *KeepaliveRequest) Reset() {
+	*x = KeepaliveRequest{}
 	mi := &file_transport_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *CallRequest) String() string {
+func (x *KeepaliveRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*CallRequest) ProtoMessage() {}
+func (*KeepaliveRequest) ProtoMessage() {}
 
-func (x *CallRequest) ProtoReflect() protoreflect.Message {
+func (x *KeepaliveRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_transport_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -253,47 +414,136 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
-func (*CallRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use KeepaliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepaliveRequest) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *CallRequest) GetMethod() string {
+func (x *KeepaliveRequest) GetSession() uint64 {
 	if x != nil {
-		return x.Method
+		return x.Session
+	}
+	return 0
+}
+
+type KeepaliveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        KeepaliveStatus        `protobuf:"varint,1,opt,name=status,proto3,enum=lockraft.transport.v1.KeepaliveStatus" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepaliveResponse) Reset() {
+	*x = KeepaliveResponse{}
+	mi := &file_transport_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepaliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepaliveResponse) ProtoMessage() {}
+
+func (x *KeepaliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepaliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepaliveResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *KeepaliveResponse) GetStatus() KeepaliveStatus {
+	if x != nil {
+		return x.Status
+	}
+	return KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED
+}
+
+type RenewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_transport_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RenewRequest) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
 
-func (x *CallRequest) GetPayload() []byte {
+func (x *RenewRequest) GetToken() uint64 {
 	if x != nil {
-		return x.Payload
+		return x.Token
 	}
-	return nil
+	return 0
 }
 
-type CallResponse struct {
+type RenewResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	Status        KeepaliveStatus        `protobuf:"varint,1,opt,name=status,proto3,enum=lockraft.transport.v1.KeepaliveStatus" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *CallResponse) Reset() {
-	*x = CallResponse{}
-	mi := &file_transport_proto_msgTypes[5]
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_transport_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *CallResponse) String() string {
+func (x *RenewResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*CallResponse) ProtoMessage() {}
+func (*RenewResponse) ProtoMessage() {}
 
-func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[5]
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,14 +554,1198 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
-func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{5}
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *CallResponse) GetPayload() []byte {
+func (x *RenewResponse) GetStatus() KeepaliveStatus {
 	if x != nil {
-		return x.Payload
+		return x.Status
+	}
+	return KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED
+}
+
+// RemovedRequest carries the configuration the leader judged from, so the
+// receiver can check the claim against what it knows.
+type RemovedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`       // the leader's term
+	Applied       uint64                 `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"` // index the configuration was applied at
+	Voters        []uint64               `protobuf:"varint,3,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	Learners      []uint64               `protobuf:"varint,4,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovedRequest) Reset() {
+	*x = RemovedRequest{}
+	mi := &file_transport_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovedRequest) ProtoMessage() {}
+
+func (x *RemovedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovedRequest.ProtoReflect.Descriptor instead.
+func (*RemovedRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RemovedRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *RemovedRequest) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *RemovedRequest) GetVoters() []uint64 {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *RemovedRequest) GetLearners() []uint64 {
+	if x != nil {
+		return x.Learners
+	}
+	return nil
+}
+
+type RemovedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stopped       bool                   `protobuf:"varint,1,opt,name=stopped,proto3" json:"stopped,omitempty"` // the receiver accepted the notice and stops
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovedResponse) Reset() {
+	*x = RemovedResponse{}
+	mi := &file_transport_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovedResponse) ProtoMessage() {}
+
+func (x *RemovedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovedResponse.ProtoReflect.Descriptor instead.
+func (*RemovedResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RemovedResponse) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
+type LeaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveRequest) Reset() {
+	*x = LeaveRequest{}
+	mi := &file_transport_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveRequest) ProtoMessage() {}
+
+func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
+func (*LeaveRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{10}
+}
+
+type LeaveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveResponse) Reset() {
+	*x = LeaveResponse{}
+	mi := &file_transport_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveResponse) ProtoMessage() {}
+
+func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
+func (*LeaveResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{11}
+}
+
+// LeaderHint is how a node that does not lead answers a call meant for the
+// leader: who it believes leads (0: unknown).
+type LeaderHint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leader        uint64                 `protobuf:"varint,1,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderHint) Reset() {
+	*x = LeaderHint{}
+	mi := &file_transport_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderHint) ProtoMessage() {}
+
+func (x *LeaderHint) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
+func (*LeaderHint) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LeaderHint) GetLeader() uint64 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+type FwdOpenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nonce         uint64                 `protobuf:"varint,1,opt,name=nonce,proto3" json:"nonce,omitempty"`                          // the member's open attempt (its seq)
+	TtlMillis     uint64                 `protobuf:"varint,2,opt,name=ttl_millis,json=ttlMillis,proto3" json:"ttl_millis,omitempty"` // the member's session TTL, bounded by the leader
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdOpenRequest) Reset() {
+	*x = FwdOpenRequest{}
+	mi := &file_transport_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdOpenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdOpenRequest) ProtoMessage() {}
+
+func (x *FwdOpenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdOpenRequest.ProtoReflect.Descriptor instead.
+func (*FwdOpenRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FwdOpenRequest) GetNonce() uint64 {
+	if x != nil {
+		return x.Nonce
+	}
+	return 0
+}
+
+func (x *FwdOpenRequest) GetTtlMillis() uint64 {
+	if x != nil {
+		return x.TtlMillis
+	}
+	return 0
+}
+
+type FwdOpenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotLeader     *LeaderHint            `protobuf:"bytes,1,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"` // set when the receiver does not lead
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`                     // the opened session
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdOpenResponse) Reset() {
+	*x = FwdOpenResponse{}
+	mi := &file_transport_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdOpenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdOpenResponse) ProtoMessage() {}
+
+func (x *FwdOpenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdOpenResponse.ProtoReflect.Descriptor instead.
+func (*FwdOpenResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FwdOpenResponse) GetNotLeader() *LeaderHint {
+	if x != nil {
+		return x.NotLeader
+	}
+	return nil
+}
+
+func (x *FwdOpenResponse) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type FwdProposeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      [][]byte               `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"` // lockfsm-encoded commands, each of the caller's own sessions
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdProposeRequest) Reset() {
+	*x = FwdProposeRequest{}
+	mi := &file_transport_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdProposeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdProposeRequest) ProtoMessage() {}
+
+func (x *FwdProposeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdProposeRequest.ProtoReflect.Descriptor instead.
+func (*FwdProposeRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *FwdProposeRequest) GetCommands() [][]byte {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+type FwdProposeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotLeader     *LeaderHint            `protobuf:"bytes,1,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Items         []*PushItem            `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"` // results (and events) applied while the call was held
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdProposeResponse) Reset() {
+	*x = FwdProposeResponse{}
+	mi := &file_transport_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdProposeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdProposeResponse) ProtoMessage() {}
+
+func (x *FwdProposeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdProposeResponse.ProtoReflect.Descriptor instead.
+func (*FwdProposeResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *FwdProposeResponse) GetNotLeader() *LeaderHint {
+	if x != nil {
+		return x.NotLeader
+	}
+	return nil
+}
+
+func (x *FwdProposeResponse) GetItems() []*PushItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type FwdPushRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*PushItem            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdPushRequest) Reset() {
+	*x = FwdPushRequest{}
+	mi := &file_transport_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdPushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdPushRequest) ProtoMessage() {}
+
+func (x *FwdPushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdPushRequest.ProtoReflect.Descriptor instead.
+func (*FwdPushRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *FwdPushRequest) GetItems() []*PushItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type FwdPushResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdPushResponse) Reset() {
+	*x = FwdPushResponse{}
+	mi := &file_transport_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdPushResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdPushResponse) ProtoMessage() {}
+
+func (x *FwdPushResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdPushResponse.ProtoReflect.Descriptor instead.
+func (*FwdPushResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{18}
+}
+
+// PushItem is one result or one event of a light member's session.
+type PushItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Item:
+	//
+	//	*PushItem_Result
+	//	*PushItem_Event
+	Item          isPushItem_Item `protobuf_oneof:"item"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushItem) Reset() {
+	*x = PushItem{}
+	mi := &file_transport_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushItem) ProtoMessage() {}
+
+func (x *PushItem) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushItem.ProtoReflect.Descriptor instead.
+func (*PushItem) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PushItem) GetItem() isPushItem_Item {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *PushItem) GetResult() *PushResult {
+	if x != nil {
+		if x, ok := x.Item.(*PushItem_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+func (x *PushItem) GetEvent() *PushEvent {
+	if x != nil {
+		if x, ok := x.Item.(*PushItem_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+type isPushItem_Item interface {
+	isPushItem_Item()
+}
+
+type PushItem_Result struct {
+	Result *PushResult `protobuf:"bytes,1,opt,name=result,proto3,oneof"`
+}
+
+type PushItem_Event struct {
+	Event *PushEvent `protobuf:"bytes,2,opt,name=event,proto3,oneof"`
+}
+
+func (*PushItem_Result) isPushItem_Item() {}
+
+func (*PushItem_Event) isPushItem_Item() {}
+
+// PushResult is the result of one applied command (lockfsm.Result).
+type PushResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"` // lockfsm.Kind of the command
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Status        uint32                 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`                  // lockfsm.Status
+	ErrCode       uint32                 `protobuf:"varint,5,opt,name=err_code,json=errCode,proto3" json:"err_code,omitempty"` // index into the node's table of lockfsm errors; 0 = none
+	Duplicate     bool                   `protobuf:"varint,6,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Token         uint64                 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
+	HoldCount     uint32                 `protobuf:"varint,8,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
+	Position      uint32                 `protobuf:"varint,9,opt,name=position,proto3" json:"position,omitempty"`
+	HolderSession uint64                 `protobuf:"varint,10,opt,name=holder_session,json=holderSession,proto3" json:"holder_session,omitempty"`
+	HolderOwner   string                 `protobuf:"bytes,11,opt,name=holder_owner,json=holderOwner,proto3" json:"holder_owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushResult) Reset() {
+	*x = PushResult{}
+	mi := &file_transport_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushResult) ProtoMessage() {}
+
+func (x *PushResult) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushResult.ProtoReflect.Descriptor instead.
+func (*PushResult) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PushResult) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *PushResult) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *PushResult) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PushResult) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *PushResult) GetErrCode() uint32 {
+	if x != nil {
+		return x.ErrCode
+	}
+	return 0
+}
+
+func (x *PushResult) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *PushResult) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *PushResult) GetHoldCount() uint32 {
+	if x != nil {
+		return x.HoldCount
+	}
+	return 0
+}
+
+func (x *PushResult) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *PushResult) GetHolderSession() uint64 {
+	if x != nil {
+		return x.HolderSession
+	}
+	return 0
+}
+
+func (x *PushResult) GetHolderOwner() string {
+	if x != nil {
+		return x.HolderOwner
+	}
+	return ""
+}
+
+// PushEvent is one lockfsm.Event of a light member's session.
+type PushEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`     // lockfsm.EventKind
+	Reason        uint32                 `protobuf:"varint,2,opt,name=reason,proto3" json:"reason,omitempty"` // lockfsm.Reason
+	FromQueue     bool                   `protobuf:"varint,3,opt,name=from_queue,json=fromQueue,proto3" json:"from_queue,omitempty"`
+	Session       uint64                 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
+	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Token         uint64                 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	LeaseMillis   uint64                 `protobuf:"varint,7,opt,name=lease_millis,json=leaseMillis,proto3" json:"lease_millis,omitempty"`
+	Name          string                 `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	Owner         string                 `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushEvent) Reset() {
+	*x = PushEvent{}
+	mi := &file_transport_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushEvent) ProtoMessage() {}
+
+func (x *PushEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushEvent.ProtoReflect.Descriptor instead.
+func (*PushEvent) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PushEvent) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *PushEvent) GetReason() uint32 {
+	if x != nil {
+		return x.Reason
+	}
+	return 0
+}
+
+func (x *PushEvent) GetFromQueue() bool {
+	if x != nil {
+		return x.FromQueue
+	}
+	return false
+}
+
+func (x *PushEvent) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *PushEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PushEvent) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *PushEvent) GetLeaseMillis() uint64 {
+	if x != nil {
+		return x.LeaseMillis
+	}
+	return 0
+}
+
+func (x *PushEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PushEvent) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type FwdStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"` // the caller's own session
+	Queries       []*StatusQuery         `protobuf:"bytes,2,rep,name=queries,proto3" json:"queries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdStatusRequest) Reset() {
+	*x = FwdStatusRequest{}
+	mi := &file_transport_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdStatusRequest) ProtoMessage() {}
+
+func (x *FwdStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdStatusRequest.ProtoReflect.Descriptor instead.
+func (*FwdStatusRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *FwdStatusRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *FwdStatusRequest) GetQueries() []*StatusQuery {
+	if x != nil {
+		return x.Queries
+	}
+	return nil
+}
+
+type StatusQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusQuery) Reset() {
+	*x = StatusQuery{}
+	mi := &file_transport_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusQuery) ProtoMessage() {}
+
+func (x *StatusQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusQuery.ProtoReflect.Descriptor instead.
+func (*StatusQuery) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StatusQuery) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StatusQuery) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StatusQuery) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type FwdStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotLeader     *LeaderHint            `protobuf:"bytes,1,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Facts         []*StatusFact          `protobuf:"bytes,2,rep,name=facts,proto3" json:"facts,omitempty"` // one per query, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FwdStatusResponse) Reset() {
+	*x = FwdStatusResponse{}
+	mi := &file_transport_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FwdStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FwdStatusResponse) ProtoMessage() {}
+
+func (x *FwdStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FwdStatusResponse.ProtoReflect.Descriptor instead.
+func (*FwdStatusResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *FwdStatusResponse) GetNotLeader() *LeaderHint {
+	if x != nil {
+		return x.NotLeader
+	}
+	return nil
+}
+
+func (x *FwdStatusResponse) GetFacts() []*StatusFact {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+type StatusFact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         AcquireState           `protobuf:"varint,1,opt,name=state,proto3,enum=lockraft.transport.v1.AcquireState" json:"state,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusFact) Reset() {
+	*x = StatusFact{}
+	mi := &file_transport_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusFact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusFact) ProtoMessage() {}
+
+func (x *StatusFact) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusFact.ProtoReflect.Descriptor instead.
+func (*StatusFact) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StatusFact) GetState() AcquireState {
+	if x != nil {
+		return x.State
+	}
+	return AcquireState_ACQUIRE_STATE_QUEUED
+}
+
+func (x *StatusFact) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type InspectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            InspectOp              `protobuf:"varint,1,opt,name=op,proto3,enum=lockraft.transport.v1.InspectOp" json:"op,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`     // LOCK
+	Prefix        string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"` // LOCKS
+	After         string                 `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`   // LOCKS: continuation
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`  // LOCKS: page size
+	Stale         bool                   `protobuf:"varint,6,opt,name=stale,proto3" json:"stale,omitempty"`  // skip the leader's ReadIndex round
+	To            uint64                 `protobuf:"varint,7,opt,name=to,proto3" json:"to,omitempty"`        // TRANSFER
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectRequest) Reset() {
+	*x = InspectRequest{}
+	mi := &file_transport_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectRequest) ProtoMessage() {}
+
+func (x *InspectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
+func (*InspectRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *InspectRequest) GetOp() InspectOp {
+	if x != nil {
+		return x.Op
+	}
+	return InspectOp_INSPECT_OP_UNSPECIFIED
+}
+
+func (x *InspectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *InspectRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *InspectRequest) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+// InspectResponse carries the view as JSON (the same documents the admin
+// handler serves): it is read-only output for operators, never input to
+// raft or the lock table.
+type InspectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Json          []byte                 `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectResponse) Reset() {
+	*x = InspectResponse{}
+	mi := &file_transport_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectResponse) ProtoMessage() {}
+
+func (x *InspectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
+func (*InspectResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *InspectResponse) GetJson() []byte {
+	if x != nil {
+		return x.Json
 	}
 	return nil
 }
@@ -330,16 +1764,129 @@ const file_transport_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\fR\x06sha256\x12\x12\n" +
 	"\x04last\x18\x05 \x01(\bR\x04last\"\r\n" +
-	"\vSnapshotAck\"?\n" +
-	"\vCallRequest\x12\x16\n" +
-	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"(\n" +
-	"\fCallResponse\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload2\xfb\x01\n" +
+	"\vSnapshotAck\",\n" +
+	"\x10KeepaliveRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"S\n" +
+	"\x11KeepaliveResponse\x12>\n" +
+	"\x06status\x18\x01 \x01(\x0e2&.lockraft.transport.v1.KeepaliveStatusR\x06status\"8\n" +
+	"\fRenewRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"O\n" +
+	"\rRenewResponse\x12>\n" +
+	"\x06status\x18\x01 \x01(\x0e2&.lockraft.transport.v1.KeepaliveStatusR\x06status\"r\n" +
+	"\x0eRemovedRequest\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\x04R\aapplied\x12\x16\n" +
+	"\x06voters\x18\x03 \x03(\x04R\x06voters\x12\x1a\n" +
+	"\blearners\x18\x04 \x03(\x04R\blearners\"+\n" +
+	"\x0fRemovedResponse\x12\x18\n" +
+	"\astopped\x18\x01 \x01(\bR\astopped\"\x0e\n" +
+	"\fLeaveRequest\"\x0f\n" +
+	"\rLeaveResponse\"$\n" +
+	"\n" +
+	"LeaderHint\x12\x16\n" +
+	"\x06leader\x18\x01 \x01(\x04R\x06leader\"E\n" +
+	"\x0eFwdOpenRequest\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\x04R\x05nonce\x12\x1d\n" +
+	"\n" +
+	"ttl_millis\x18\x02 \x01(\x04R\tttlMillis\"m\n" +
+	"\x0fFwdOpenResponse\x12@\n" +
+	"\n" +
+	"not_leader\x18\x01 \x01(\v2!.lockraft.transport.v1.LeaderHintR\tnotLeader\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\"/\n" +
+	"\x11FwdProposeRequest\x12\x1a\n" +
+	"\bcommands\x18\x01 \x03(\fR\bcommands\"\x8d\x01\n" +
+	"\x12FwdProposeResponse\x12@\n" +
+	"\n" +
+	"not_leader\x18\x01 \x01(\v2!.lockraft.transport.v1.LeaderHintR\tnotLeader\x125\n" +
+	"\x05items\x18\x02 \x03(\v2\x1f.lockraft.transport.v1.PushItemR\x05items\"G\n" +
+	"\x0eFwdPushRequest\x125\n" +
+	"\x05items\x18\x01 \x03(\v2\x1f.lockraft.transport.v1.PushItemR\x05items\"\x11\n" +
+	"\x0fFwdPushResponse\"\x89\x01\n" +
+	"\bPushItem\x12;\n" +
+	"\x06result\x18\x01 \x01(\v2!.lockraft.transport.v1.PushResultH\x00R\x06result\x128\n" +
+	"\x05event\x18\x02 \x01(\v2 .lockraft.transport.v1.PushEventH\x00R\x05eventB\x06\n" +
+	"\x04item\"\xb8\x02\n" +
+	"\n" +
+	"PushResult\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\rR\x06status\x12\x19\n" +
+	"\berr_code\x18\x05 \x01(\rR\aerrCode\x12\x1c\n" +
+	"\tduplicate\x18\x06 \x01(\bR\tduplicate\x12\x14\n" +
+	"\x05token\x18\a \x01(\x04R\x05token\x12\x1d\n" +
+	"\n" +
+	"hold_count\x18\b \x01(\rR\tholdCount\x12\x1a\n" +
+	"\bposition\x18\t \x01(\rR\bposition\x12%\n" +
+	"\x0eholder_session\x18\n" +
+	" \x01(\x04R\rholderSession\x12!\n" +
+	"\fholder_owner\x18\v \x01(\tR\vholderOwner\"\xe5\x01\n" +
+	"\tPushEvent\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\rR\x06reason\x12\x1d\n" +
+	"\n" +
+	"from_queue\x18\x03 \x01(\bR\tfromQueue\x12\x18\n" +
+	"\asession\x18\x04 \x01(\x04R\asession\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\x12!\n" +
+	"\flease_millis\x18\a \x01(\x04R\vleaseMillis\x12\x12\n" +
+	"\x04name\x18\b \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\"j\n" +
+	"\x10FwdStatusRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12<\n" +
+	"\aqueries\x18\x02 \x03(\v2\".lockraft.transport.v1.StatusQueryR\aqueries\"I\n" +
+	"\vStatusQuery\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"\x8e\x01\n" +
+	"\x11FwdStatusResponse\x12@\n" +
+	"\n" +
+	"not_leader\x18\x01 \x01(\v2!.lockraft.transport.v1.LeaderHintR\tnotLeader\x127\n" +
+	"\x05facts\x18\x02 \x03(\v2!.lockraft.transport.v1.StatusFactR\x05facts\"]\n" +
+	"\n" +
+	"StatusFact\x129\n" +
+	"\x05state\x18\x01 \x01(\x0e2#.lockraft.transport.v1.AcquireStateR\x05state\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xc0\x01\n" +
+	"\x0eInspectRequest\x120\n" +
+	"\x02op\x18\x01 \x01(\x0e2 .lockraft.transport.v1.InspectOpR\x02op\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\x12\x14\n" +
+	"\x05stale\x18\x06 \x01(\bR\x05stale\x12\x0e\n" +
+	"\x02to\x18\a \x01(\x04R\x02to\"%\n" +
+	"\x0fInspectResponse\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json*\xab\x01\n" +
+	"\x0fKeepaliveStatus\x12 \n" +
+	"\x1cKEEPALIVE_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13KEEPALIVE_STATUS_OK\x10\x01\x12\x1f\n" +
+	"\x1bKEEPALIVE_STATUS_NOT_LEADER\x10\x02\x12\x1f\n" +
+	"\x1bKEEPALIVE_STATUS_NO_SESSION\x10\x03\x12\x1b\n" +
+	"\x17KEEPALIVE_STATUS_FAILED\x10\x04*[\n" +
+	"\fAcquireState\x12\x18\n" +
+	"\x14ACQUIRE_STATE_QUEUED\x10\x00\x12\x19\n" +
+	"\x15ACQUIRE_STATE_GRANTED\x10\x01\x12\x16\n" +
+	"\x12ACQUIRE_STATE_GONE\x10\x02*\x83\x01\n" +
+	"\tInspectOp\x12\x1a\n" +
+	"\x16INSPECT_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fINSPECT_OP_LOCK\x10\x01\x12\x14\n" +
+	"\x10INSPECT_OP_LOCKS\x10\x02\x12\x16\n" +
+	"\x12INSPECT_OP_MEMBERS\x10\x03\x12\x17\n" +
+	"\x13INSPECT_OP_TRANSFER\x10\x042\xdd\a\n" +
 	"\x04Raft\x12J\n" +
 	"\x06Stream\x12\x1c.lockraft.transport.v1.Batch\x1a .lockraft.transport.v1.StreamAck(\x01\x12V\n" +
-	"\bSnapshot\x12$.lockraft.transport.v1.SnapshotChunk\x1a\".lockraft.transport.v1.SnapshotAck(\x01\x12O\n" +
-	"\x04Call\x12\".lockraft.transport.v1.CallRequest\x1a#.lockraft.transport.v1.CallResponseB4Z2github.com/lockraft/lockraft/transport/transportpbb\x06proto3"
+	"\bSnapshot\x12$.lockraft.transport.v1.SnapshotChunk\x1a\".lockraft.transport.v1.SnapshotAck(\x01\x12^\n" +
+	"\tKeepalive\x12'.lockraft.transport.v1.KeepaliveRequest\x1a(.lockraft.transport.v1.KeepaliveResponse\x12R\n" +
+	"\x05Renew\x12#.lockraft.transport.v1.RenewRequest\x1a$.lockraft.transport.v1.RenewResponse\x12X\n" +
+	"\aRemoved\x12%.lockraft.transport.v1.RemovedRequest\x1a&.lockraft.transport.v1.RemovedResponse\x12R\n" +
+	"\x05Leave\x12#.lockraft.transport.v1.LeaveRequest\x1a$.lockraft.transport.v1.LeaveResponse\x12X\n" +
+	"\aFwdOpen\x12%.lockraft.transport.v1.FwdOpenRequest\x1a&.lockraft.transport.v1.FwdOpenResponse\x12a\n" +
+	"\n" +
+	"FwdPropose\x12(.lockraft.transport.v1.FwdProposeRequest\x1a).lockraft.transport.v1.FwdProposeResponse\x12X\n" +
+	"\aFwdPush\x12%.lockraft.transport.v1.FwdPushRequest\x1a&.lockraft.transport.v1.FwdPushResponse\x12^\n" +
+	"\tFwdStatus\x12'.lockraft.transport.v1.FwdStatusRequest\x1a(.lockraft.transport.v1.FwdStatusResponse\x12X\n" +
+	"\aInspect\x12%.lockraft.transport.v1.InspectRequest\x1a&.lockraft.transport.v1.InspectResponseB4Z2github.com/lockraft/lockraft/transport/transportpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -353,27 +1900,82 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_transport_proto_goTypes = []any{
-	(*Batch)(nil),         // 0: lockraft.transport.v1.Batch
-	(*StreamAck)(nil),     // 1: lockraft.transport.v1.StreamAck
-	(*SnapshotChunk)(nil), // 2: lockraft.transport.v1.SnapshotChunk
-	(*SnapshotAck)(nil),   // 3: lockraft.transport.v1.SnapshotAck
-	(*CallRequest)(nil),   // 4: lockraft.transport.v1.CallRequest
-	(*CallResponse)(nil),  // 5: lockraft.transport.v1.CallResponse
+	(KeepaliveStatus)(0),       // 0: lockraft.transport.v1.KeepaliveStatus
+	(AcquireState)(0),          // 1: lockraft.transport.v1.AcquireState
+	(InspectOp)(0),             // 2: lockraft.transport.v1.InspectOp
+	(*Batch)(nil),              // 3: lockraft.transport.v1.Batch
+	(*StreamAck)(nil),          // 4: lockraft.transport.v1.StreamAck
+	(*SnapshotChunk)(nil),      // 5: lockraft.transport.v1.SnapshotChunk
+	(*SnapshotAck)(nil),        // 6: lockraft.transport.v1.SnapshotAck
+	(*KeepaliveRequest)(nil),   // 7: lockraft.transport.v1.KeepaliveRequest
+	(*KeepaliveResponse)(nil),  // 8: lockraft.transport.v1.KeepaliveResponse
+	(*RenewRequest)(nil),       // 9: lockraft.transport.v1.RenewRequest
+	(*RenewResponse)(nil),      // 10: lockraft.transport.v1.RenewResponse
+	(*RemovedRequest)(nil),     // 11: lockraft.transport.v1.RemovedRequest
+	(*RemovedResponse)(nil),    // 12: lockraft.transport.v1.RemovedResponse
+	(*LeaveRequest)(nil),       // 13: lockraft.transport.v1.LeaveRequest
+	(*LeaveResponse)(nil),      // 14: lockraft.transport.v1.LeaveResponse
+	(*LeaderHint)(nil),         // 15: lockraft.transport.v1.LeaderHint
+	(*FwdOpenRequest)(nil),     // 16: lockraft.transport.v1.FwdOpenRequest
+	(*FwdOpenResponse)(nil),    // 17: lockraft.transport.v1.FwdOpenResponse
+	(*FwdProposeRequest)(nil),  // 18: lockraft.transport.v1.FwdProposeRequest
+	(*FwdProposeResponse)(nil), // 19: lockraft.transport.v1.FwdProposeResponse
+	(*FwdPushRequest)(nil),     // 20: lockraft.transport.v1.FwdPushRequest
+	(*FwdPushResponse)(nil),    // 21: lockraft.transport.v1.FwdPushResponse
+	(*PushItem)(nil),           // 22: lockraft.transport.v1.PushItem
+	(*PushResult)(nil),         // 23: lockraft.transport.v1.PushResult
+	(*PushEvent)(nil),          // 24: lockraft.transport.v1.PushEvent
+	(*FwdStatusRequest)(nil),   // 25: lockraft.transport.v1.FwdStatusRequest
+	(*StatusQuery)(nil),        // 26: lockraft.transport.v1.StatusQuery
+	(*FwdStatusResponse)(nil),  // 27: lockraft.transport.v1.FwdStatusResponse
+	(*StatusFact)(nil),         // 28: lockraft.transport.v1.StatusFact
+	(*InspectRequest)(nil),     // 29: lockraft.transport.v1.InspectRequest
+	(*InspectResponse)(nil),    // 30: lockraft.transport.v1.InspectResponse
 }
 var file_transport_proto_depIdxs = []int32{
-	0, // 0: lockraft.transport.v1.Raft.Stream:input_type -> lockraft.transport.v1.Batch
-	2, // 1: lockraft.transport.v1.Raft.Snapshot:input_type -> lockraft.transport.v1.SnapshotChunk
-	4, // 2: lockraft.transport.v1.Raft.Call:input_type -> lockraft.transport.v1.CallRequest
-	1, // 3: lockraft.transport.v1.Raft.Stream:output_type -> lockraft.transport.v1.StreamAck
-	3, // 4: lockraft.transport.v1.Raft.Snapshot:output_type -> lockraft.transport.v1.SnapshotAck
-	5, // 5: lockraft.transport.v1.Raft.Call:output_type -> lockraft.transport.v1.CallResponse
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: lockraft.transport.v1.KeepaliveResponse.status:type_name -> lockraft.transport.v1.KeepaliveStatus
+	0,  // 1: lockraft.transport.v1.RenewResponse.status:type_name -> lockraft.transport.v1.KeepaliveStatus
+	15, // 2: lockraft.transport.v1.FwdOpenResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	15, // 3: lockraft.transport.v1.FwdProposeResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	22, // 4: lockraft.transport.v1.FwdProposeResponse.items:type_name -> lockraft.transport.v1.PushItem
+	22, // 5: lockraft.transport.v1.FwdPushRequest.items:type_name -> lockraft.transport.v1.PushItem
+	23, // 6: lockraft.transport.v1.PushItem.result:type_name -> lockraft.transport.v1.PushResult
+	24, // 7: lockraft.transport.v1.PushItem.event:type_name -> lockraft.transport.v1.PushEvent
+	26, // 8: lockraft.transport.v1.FwdStatusRequest.queries:type_name -> lockraft.transport.v1.StatusQuery
+	15, // 9: lockraft.transport.v1.FwdStatusResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	28, // 10: lockraft.transport.v1.FwdStatusResponse.facts:type_name -> lockraft.transport.v1.StatusFact
+	1,  // 11: lockraft.transport.v1.StatusFact.state:type_name -> lockraft.transport.v1.AcquireState
+	2,  // 12: lockraft.transport.v1.InspectRequest.op:type_name -> lockraft.transport.v1.InspectOp
+	3,  // 13: lockraft.transport.v1.Raft.Stream:input_type -> lockraft.transport.v1.Batch
+	5,  // 14: lockraft.transport.v1.Raft.Snapshot:input_type -> lockraft.transport.v1.SnapshotChunk
+	7,  // 15: lockraft.transport.v1.Raft.Keepalive:input_type -> lockraft.transport.v1.KeepaliveRequest
+	9,  // 16: lockraft.transport.v1.Raft.Renew:input_type -> lockraft.transport.v1.RenewRequest
+	11, // 17: lockraft.transport.v1.Raft.Removed:input_type -> lockraft.transport.v1.RemovedRequest
+	13, // 18: lockraft.transport.v1.Raft.Leave:input_type -> lockraft.transport.v1.LeaveRequest
+	16, // 19: lockraft.transport.v1.Raft.FwdOpen:input_type -> lockraft.transport.v1.FwdOpenRequest
+	18, // 20: lockraft.transport.v1.Raft.FwdPropose:input_type -> lockraft.transport.v1.FwdProposeRequest
+	20, // 21: lockraft.transport.v1.Raft.FwdPush:input_type -> lockraft.transport.v1.FwdPushRequest
+	25, // 22: lockraft.transport.v1.Raft.FwdStatus:input_type -> lockraft.transport.v1.FwdStatusRequest
+	29, // 23: lockraft.transport.v1.Raft.Inspect:input_type -> lockraft.transport.v1.InspectRequest
+	4,  // 24: lockraft.transport.v1.Raft.Stream:output_type -> lockraft.transport.v1.StreamAck
+	6,  // 25: lockraft.transport.v1.Raft.Snapshot:output_type -> lockraft.transport.v1.SnapshotAck
+	8,  // 26: lockraft.transport.v1.Raft.Keepalive:output_type -> lockraft.transport.v1.KeepaliveResponse
+	10, // 27: lockraft.transport.v1.Raft.Renew:output_type -> lockraft.transport.v1.RenewResponse
+	12, // 28: lockraft.transport.v1.Raft.Removed:output_type -> lockraft.transport.v1.RemovedResponse
+	14, // 29: lockraft.transport.v1.Raft.Leave:output_type -> lockraft.transport.v1.LeaveResponse
+	17, // 30: lockraft.transport.v1.Raft.FwdOpen:output_type -> lockraft.transport.v1.FwdOpenResponse
+	19, // 31: lockraft.transport.v1.Raft.FwdPropose:output_type -> lockraft.transport.v1.FwdProposeResponse
+	21, // 32: lockraft.transport.v1.Raft.FwdPush:output_type -> lockraft.transport.v1.FwdPushResponse
+	27, // 33: lockraft.transport.v1.Raft.FwdStatus:output_type -> lockraft.transport.v1.FwdStatusResponse
+	30, // 34: lockraft.transport.v1.Raft.Inspect:output_type -> lockraft.transport.v1.InspectResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -381,18 +1983,23 @@ func file_transport_proto_init() {
 	if File_transport_proto != nil {
 		return
 	}
+	file_transport_proto_msgTypes[19].OneofWrappers = []any{
+		(*PushItem_Result)(nil),
+		(*PushItem_Event)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   6,
+			NumEnums:      3,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_transport_proto_goTypes,
 		DependencyIndexes: file_transport_proto_depIdxs,
+		EnumInfos:         file_transport_proto_enumTypes,
 		MessageInfos:      file_transport_proto_msgTypes,
 	}.Build()
 	File_transport_proto = out.File

@@ -23,25 +23,59 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Raft_Stream_FullMethodName   = "/lockraft.transport.v1.Raft/Stream"
-	Raft_Snapshot_FullMethodName = "/lockraft.transport.v1.Raft/Snapshot"
-	Raft_Call_FullMethodName     = "/lockraft.transport.v1.Raft/Call"
+	Raft_Stream_FullMethodName     = "/lockraft.transport.v1.Raft/Stream"
+	Raft_Snapshot_FullMethodName   = "/lockraft.transport.v1.Raft/Snapshot"
+	Raft_Keepalive_FullMethodName  = "/lockraft.transport.v1.Raft/Keepalive"
+	Raft_Renew_FullMethodName      = "/lockraft.transport.v1.Raft/Renew"
+	Raft_Removed_FullMethodName    = "/lockraft.transport.v1.Raft/Removed"
+	Raft_Leave_FullMethodName      = "/lockraft.transport.v1.Raft/Leave"
+	Raft_FwdOpen_FullMethodName    = "/lockraft.transport.v1.Raft/FwdOpen"
+	Raft_FwdPropose_FullMethodName = "/lockraft.transport.v1.Raft/FwdPropose"
+	Raft_FwdPush_FullMethodName    = "/lockraft.transport.v1.Raft/FwdPush"
+	Raft_FwdStatus_FullMethodName  = "/lockraft.transport.v1.Raft/FwdStatus"
+	Raft_Inspect_FullMethodName    = "/lockraft.transport.v1.Raft/Inspect"
 )
 
 // RaftClient is the client API for Raft service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Raft is served by every node. Every RPC carries the metadata headers
-// "lockraft-cluster" (cluster id) and "lockraft-from" (sender's raft id, decimal).
+// Raft is served by every node. The caller's identity is the member id named
+// by its verified TLS certificate (plaintext mode, loopback only: the
+// "lockraft-from" header, unauthenticated). Every RPC also carries the
+// "lockraft-cluster" header (cluster id).
+//
+// Each unary method is one node-to-node call with one meaning; the receiver
+// acts only on what belongs to the caller (its own sessions, its own holds,
+// its own membership) and accepts pushes and "removed" notices only from the
+// leader.
 type RaftClient interface {
 	// Stream is the long-lived per-peer message stream: the client sends
 	// batches for as long as it lives; the server answers only when closing.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Batch, StreamAck], error)
 	// Snapshot carries one MsgSnap and the snapshot file it refers to.
 	Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error)
-	// Call is an opaque node-to-node request.
-	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error)
+	// Keepalive extends one of the caller's sessions (to the leader).
+	Keepalive(ctx context.Context, in *KeepaliveRequest, opts ...grpc.CallOption) (*KeepaliveResponse, error)
+	// Renew restarts the lease of one of the caller's holds (to the leader).
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
+	// Removed tells a member that the leader's configuration no longer has it.
+	Removed(ctx context.Context, in *RemovedRequest, opts ...grpc.CallOption) (*RemovedResponse, error)
+	// Leave asks the leader to remove the caller from the configuration.
+	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
+	// FwdOpen asks the leader to open a session for the calling light member.
+	FwdOpen(ctx context.Context, in *FwdOpenRequest, opts ...grpc.CallOption) (*FwdOpenResponse, error)
+	// FwdPropose asks the leader to propose lock commands of the caller's own
+	// sessions; the reply carries the results applied meanwhile.
+	FwdPropose(ctx context.Context, in *FwdProposeRequest, opts ...grpc.CallOption) (*FwdProposeResponse, error)
+	// FwdPush delivers results and events from the leader to a light member.
+	FwdPush(ctx context.Context, in *FwdPushRequest, opts ...grpc.CallOption) (*FwdPushResponse, error)
+	// FwdStatus asks the leader about the caller's queued and overdue acquires.
+	FwdStatus(ctx context.Context, in *FwdStatusRequest, opts ...grpc.CallOption) (*FwdStatusResponse, error)
+	// Inspect asks the leader for a read-only view of its lock table or
+	// membership, or to transfer leadership (an operator action relayed by a
+	// member that does not lead): used by light members and followers.
+	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 }
 
 type raftClient struct {
@@ -78,10 +112,90 @@ func (c *raftClient) Snapshot(ctx context.Context, opts ...grpc.CallOption) (grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck]
 
-func (c *raftClient) Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error) {
+func (c *raftClient) Keepalive(ctx context.Context, in *KeepaliveRequest, opts ...grpc.CallOption) (*KeepaliveResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CallResponse)
-	err := c.cc.Invoke(ctx, Raft_Call_FullMethodName, in, out, cOpts...)
+	out := new(KeepaliveResponse)
+	err := c.cc.Invoke(ctx, Raft_Keepalive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, Raft_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) Removed(ctx context.Context, in *RemovedRequest, opts ...grpc.CallOption) (*RemovedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemovedResponse)
+	err := c.cc.Invoke(ctx, Raft_Removed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaveResponse)
+	err := c.cc.Invoke(ctx, Raft_Leave_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) FwdOpen(ctx context.Context, in *FwdOpenRequest, opts ...grpc.CallOption) (*FwdOpenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FwdOpenResponse)
+	err := c.cc.Invoke(ctx, Raft_FwdOpen_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) FwdPropose(ctx context.Context, in *FwdProposeRequest, opts ...grpc.CallOption) (*FwdProposeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FwdProposeResponse)
+	err := c.cc.Invoke(ctx, Raft_FwdPropose_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) FwdPush(ctx context.Context, in *FwdPushRequest, opts ...grpc.CallOption) (*FwdPushResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FwdPushResponse)
+	err := c.cc.Invoke(ctx, Raft_FwdPush_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) FwdStatus(ctx context.Context, in *FwdStatusRequest, opts ...grpc.CallOption) (*FwdStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FwdStatusResponse)
+	err := c.cc.Invoke(ctx, Raft_FwdStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectResponse)
+	err := c.cc.Invoke(ctx, Raft_Inspect_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -92,16 +206,42 @@ func (c *raftClient) Call(ctx context.Context, in *CallRequest, opts ...grpc.Cal
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
 //
-// Raft is served by every node. Every RPC carries the metadata headers
-// "lockraft-cluster" (cluster id) and "lockraft-from" (sender's raft id, decimal).
+// Raft is served by every node. The caller's identity is the member id named
+// by its verified TLS certificate (plaintext mode, loopback only: the
+// "lockraft-from" header, unauthenticated). Every RPC also carries the
+// "lockraft-cluster" header (cluster id).
+//
+// Each unary method is one node-to-node call with one meaning; the receiver
+// acts only on what belongs to the caller (its own sessions, its own holds,
+// its own membership) and accepts pushes and "removed" notices only from the
+// leader.
 type RaftServer interface {
 	// Stream is the long-lived per-peer message stream: the client sends
 	// batches for as long as it lives; the server answers only when closing.
 	Stream(grpc.ClientStreamingServer[Batch, StreamAck]) error
 	// Snapshot carries one MsgSnap and the snapshot file it refers to.
 	Snapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error
-	// Call is an opaque node-to-node request.
-	Call(context.Context, *CallRequest) (*CallResponse, error)
+	// Keepalive extends one of the caller's sessions (to the leader).
+	Keepalive(context.Context, *KeepaliveRequest) (*KeepaliveResponse, error)
+	// Renew restarts the lease of one of the caller's holds (to the leader).
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
+	// Removed tells a member that the leader's configuration no longer has it.
+	Removed(context.Context, *RemovedRequest) (*RemovedResponse, error)
+	// Leave asks the leader to remove the caller from the configuration.
+	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
+	// FwdOpen asks the leader to open a session for the calling light member.
+	FwdOpen(context.Context, *FwdOpenRequest) (*FwdOpenResponse, error)
+	// FwdPropose asks the leader to propose lock commands of the caller's own
+	// sessions; the reply carries the results applied meanwhile.
+	FwdPropose(context.Context, *FwdProposeRequest) (*FwdProposeResponse, error)
+	// FwdPush delivers results and events from the leader to a light member.
+	FwdPush(context.Context, *FwdPushRequest) (*FwdPushResponse, error)
+	// FwdStatus asks the leader about the caller's queued and overdue acquires.
+	FwdStatus(context.Context, *FwdStatusRequest) (*FwdStatusResponse, error)
+	// Inspect asks the leader for a read-only view of its lock table or
+	// membership, or to transfer leadership (an operator action relayed by a
+	// member that does not lead): used by light members and followers.
+	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -118,8 +258,32 @@ func (UnimplementedRaftServer) Stream(grpc.ClientStreamingServer[Batch, StreamAc
 func (UnimplementedRaftServer) Snapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error {
 	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
-func (UnimplementedRaftServer) Call(context.Context, *CallRequest) (*CallResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Call not implemented")
+func (UnimplementedRaftServer) Keepalive(context.Context, *KeepaliveRequest) (*KeepaliveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Keepalive not implemented")
+}
+func (UnimplementedRaftServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
+}
+func (UnimplementedRaftServer) Removed(context.Context, *RemovedRequest) (*RemovedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Removed not implemented")
+}
+func (UnimplementedRaftServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leave not implemented")
+}
+func (UnimplementedRaftServer) FwdOpen(context.Context, *FwdOpenRequest) (*FwdOpenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FwdOpen not implemented")
+}
+func (UnimplementedRaftServer) FwdPropose(context.Context, *FwdProposeRequest) (*FwdProposeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FwdPropose not implemented")
+}
+func (UnimplementedRaftServer) FwdPush(context.Context, *FwdPushRequest) (*FwdPushResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FwdPush not implemented")
+}
+func (UnimplementedRaftServer) FwdStatus(context.Context, *FwdStatusRequest) (*FwdStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FwdStatus not implemented")
+}
+func (UnimplementedRaftServer) Inspect(context.Context, *InspectRequest) (*InspectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -156,20 +320,164 @@ func _Raft_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]
 
-func _Raft_Call_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CallRequest)
+func _Raft_Keepalive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeepaliveRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(RaftServer).Call(ctx, in)
+		return srv.(RaftServer).Keepalive(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Raft_Call_FullMethodName,
+		FullMethod: Raft_Keepalive_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(RaftServer).Call(ctx, req.(*CallRequest))
+		return srv.(RaftServer).Keepalive(ctx, req.(*KeepaliveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_Removed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemovedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Removed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Removed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Removed(ctx, req.(*RemovedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_Leave_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Leave(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Leave_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Leave(ctx, req.(*LeaveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_FwdOpen_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FwdOpenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).FwdOpen(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_FwdOpen_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).FwdOpen(ctx, req.(*FwdOpenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_FwdPropose_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FwdProposeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).FwdPropose(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_FwdPropose_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).FwdPropose(ctx, req.(*FwdProposeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_FwdPush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FwdPushRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).FwdPush(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_FwdPush_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).FwdPush(ctx, req.(*FwdPushRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_FwdStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FwdStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).FwdStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_FwdStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).FwdStatus(ctx, req.(*FwdStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InspectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Inspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Inspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Inspect(ctx, req.(*InspectRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -182,8 +490,40 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*RaftServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "Call",
-			Handler:    _Raft_Call_Handler,
+			MethodName: "Keepalive",
+			Handler:    _Raft_Keepalive_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _Raft_Renew_Handler,
+		},
+		{
+			MethodName: "Removed",
+			Handler:    _Raft_Removed_Handler,
+		},
+		{
+			MethodName: "Leave",
+			Handler:    _Raft_Leave_Handler,
+		},
+		{
+			MethodName: "FwdOpen",
+			Handler:    _Raft_FwdOpen_Handler,
+		},
+		{
+			MethodName: "FwdPropose",
+			Handler:    _Raft_FwdPropose_Handler,
+		},
+		{
+			MethodName: "FwdPush",
+			Handler:    _Raft_FwdPush_Handler,
+		},
+		{
+			MethodName: "FwdStatus",
+			Handler:    _Raft_FwdStatus_Handler,
+		},
+		{
+			MethodName: "Inspect",
+			Handler:    _Raft_Inspect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

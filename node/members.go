@@ -1,0 +1,94 @@
+package node
+
+import (
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// memberSet says who may send this node raft messages (and snapshots):
+//
+//   - every id of the configuration this node applied (voters, learners,
+//     outgoing voters, learners to be);
+//   - the founding members of a static cluster and the voters this node
+//     bootstrapped with by gossip (before their configuration is applied);
+//   - with gossip, every member that gossip reports with raft data: a
+//     follower that lags behind the configuration change adding a new
+//     voter must still hear that voter once it leads, and a new learner
+//     must hear the leader before any configuration reached it;
+//
+// and never a member whose removal this node applied (as etcd's transport
+// refuses removed members), whatever gossip says. A light member (gossip, no
+// raft data) or a stranger holding a certificate of the cluster's CA is not
+// in it: its raft messages are dropped.
+//
+// Written by the loop (configuration) and the gossip goroutine, read by the
+// transport's goroutines: a mutex, not loop ownership.
+type memberSet struct {
+	mu      sync.RWMutex
+	conf    map[uint64]bool
+	static  map[uint64]bool
+	gossip  map[uint64]bool
+	removed map[uint64]bool
+}
+
+func newMemberSet(static []Member) *memberSet {
+	s := &memberSet{conf: map[uint64]bool{}, static: map[uint64]bool{}, gossip: map[uint64]bool{},
+		removed: map[uint64]bool{}}
+	for _, m := range static {
+		s.static[m.ID] = true
+	}
+	return s
+}
+
+// allows reports whether id may send raft messages.
+func (s *memberSet) allows(id uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.removed[id] {
+		return false
+	}
+	return s.conf[id] || s.static[id] || s.gossip[id]
+}
+
+// setConf records the applied configuration (loop).
+func (s *memberSet) setConf(cs *raftpb.ConfState) {
+	conf := map[uint64]bool{}
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		for _, id := range set {
+			conf[id] = true
+		}
+	}
+	s.mu.Lock()
+	s.conf = conf
+	s.mu.Unlock()
+}
+
+// addFounders admits the voters this node bootstraps with (loop).
+func (s *memberSet) addFounders(ids []uint64) {
+	s.mu.Lock()
+	for _, id := range ids {
+		s.static[id] = true
+	}
+	s.mu.Unlock()
+}
+
+// setGossip records the members gossip reports with raft data (gossip
+// goroutine).
+func (s *memberSet) setGossip(ids []uint64) {
+	g := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		g[id] = true
+	}
+	s.mu.Lock()
+	s.gossip = g
+	s.mu.Unlock()
+}
+
+// remove bars id for good: its removal was applied (loop).
+func (s *memberSet) remove(id uint64) {
+	s.mu.Lock()
+	s.removed[id] = true
+	delete(s.static, id)
+	s.mu.Unlock()
+}

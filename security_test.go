@@ -1,0 +1,88 @@
+package lockraft_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/internal/certgen"
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node"
+)
+
+// Secure by default through the public options: off loopback Join refuses
+// to start without TLS unless WithInsecure; WithTLSFiles with certificates
+// naming the members runs a cluster (design §8).
+func TestJoinSecureByDefault(t *testing.T) {
+	_, err := lockraft.Join([]string{"0.0.0.0:0"}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("0.0.0.0:0"),
+		lockraft.WithClusterID("c1"))
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
+	require.ErrorContains(t, err, "without TLS")
+
+	n, err := lockraft.Join([]string{"0.0.0.0:0"}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("0.0.0.0:0"),
+		lockraft.WithClusterID("c1"), lockraft.WithInsecure())
+	require.NoError(t, err)
+	require.NoError(t, n.Close(context.Background()))
+
+	_, err = lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithTLSFiles("/nonexistent/ca.pem", "x", "y"))
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
+}
+
+// Three members with certificate files made like cmd/lockraft-certs does,
+// joined with WithTLSFiles, serve locks. (S1, L1.)
+func TestJoinWithTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("ca", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ca.pem"), ca.CertPEM, 0o600))
+	peers := make([]string, 3)
+	for i := range peers {
+		peers[i] = freeAddr(t)
+		cert, key, err := ca.Member("tls-join", uint64(i+1), nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "m.pem")+string(rune('1'+i)), cert, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "k.pem")+string(rune('1'+i)), key, 0o600))
+	}
+	var nodes []*lockraft.Node
+	for i, p := range peers {
+		n, err := lockraft.Join(peers, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(p),
+			lockraft.WithClusterID("tls-join"), fast(), lockraft.WithTLSFiles(filepath.Join(dir, "ca.pem"),
+				filepath.Join(dir, "m.pem")+string(rune('1'+i)), filepath.Join(dir, "k.pem")+string(rune('1'+i))))
+		require.NoError(t, err)
+		t.Cleanup(func() { n.Close(context.Background()) })
+		nodes = append(nodes, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, n := range nodes {
+		l, err := n.Lock(ctx, "tls")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
+
+// The public gossip key rotation: add, use, remove; the primary cannot be
+// removed; a node without gossip says so.
+func TestGossipKeyRotationAPI(t *testing.T) {
+	oldKey, newKey := []byte("0123456789abcdef"), []byte("fedcba9876543210")
+	n, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), fast(),
+		lockraft.WithGossip(node.GossipConfig{BootstrapExpect: 1, Timing: membership.FastTiming()}),
+		lockraft.WithGossipKeys(oldKey))
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(context.Background()) })
+	require.NoError(t, n.AddGossipKey(newKey))
+	require.NoError(t, n.UseGossipKey(newKey))
+	require.Error(t, n.RemoveGossipKey(newKey), "the primary key cannot be removed")
+	require.NoError(t, n.RemoveGossipKey(oldKey))
+	require.Error(t, n.AddGossipKey([]byte("short")))
+
+	static, err := lockraft.Join([]string{"127.0.0.1:0"}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("127.0.0.1:0"))
+	require.NoError(t, err)
+	t.Cleanup(func() { static.Close(context.Background()) })
+	require.ErrorIs(t, static.AddGossipKey(newKey), node.ErrNoGossip)
+}

@@ -1,0 +1,116 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/internal/refuse"
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// Input limits
+//
+// gRPC bounds a message's bytes (MaxMsgSize); what those bytes announce is
+// bounded here, before anything is allocated for it. A repeated field costs
+// its decoder a slice header (24 B) or a struct (a raft entry: ~112 B) per
+// element, and an element can be as small as two bytes on the wire, so a
+// 4 MiB message of empty elements would otherwise become 50–240 MiB of
+// memory. The limits are far above what a correct peer sends (a peer splits
+// its batches to stay below them) and turn such a message into an
+// InvalidArgument error at the cost of one pass over the bytes.
+const (
+	// maxBatchMsgs bounds the raft messages in one Batch; maxBatchEntries the
+	// raft entries in all of them, maxMsgEntries in one message.
+	maxBatchMsgs    = 1 << 16
+	maxBatchEntries = 1 << 18
+	maxMsgEntries   = 1 << 17
+	// maxCallItems bounds the repeated fields of the typed calls (commands
+	// in a FwdPropose, items in a push or reply, status queries, voters).
+	maxCallItems = 1 << 15
+)
+
+// ErrLimit is the cause of input refused for announcing more elements than a
+// limit allows.
+var ErrLimit = errors.New("transport: input over limit")
+
+// limitOf returns the maximum count of any one repeated field of v's type.
+func limitOf(v any) int {
+	switch v.(type) {
+	case *transportpb.Batch:
+		return maxBatchMsgs
+	case *transportpb.SnapshotChunk, *transportpb.KeepaliveRequest, *transportpb.RenewRequest,
+		*transportpb.LeaveRequest, *transportpb.FwdOpenRequest, *transportpb.InspectRequest:
+		return 0 // no repeated field
+	}
+	return maxCallItems
+}
+
+// checkRepeated walks the top-level fields of b and fails if any field
+// number occurs more than max times. Malformed input is left to the
+// decoder, which reports it.
+func checkRepeated(b []byte, max int) error {
+	var counts [32]int
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if int(num) < len(counts) {
+			counts[num]++
+			if counts[num] > max {
+				return fmt.Errorf("%w: field %d repeated more than %d times", ErrLimit, num, max)
+			}
+		}
+	}
+	return nil
+}
+
+// codec is gRPC's proto codec with checkRepeated before decoding. Used on
+// both sides (requests and responses), so a peer's answers are bounded the
+// same way.
+// A refused message is logged (once per message type and interval) as
+// refusedOversize; gRPC answers the call with an error.
+type codec struct {
+	base    encoding.CodecV2
+	refused *refuse.Log
+}
+
+// refusedOversize is the refuse.Log kind of messages over a limit.
+const refusedOversize = "oversize message"
+
+func newCodec(refused *refuse.Log) codec {
+	return codec{base: encoding.GetCodecV2(grpcproto.Name), refused: refused}
+}
+
+func (c codec) Name() string { return grpcproto.Name }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.base.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	if max := limitOf(v); max > 0 {
+		if err := checkRepeated(b, max); err != nil {
+			c.refused.Refuse(refusedOversize, fmt.Sprintf("%T", v), "bytes", len(b), "err", err)
+			return err
+		}
+	}
+	// Bytes fields are copied out of b (not aliased), so b may be freed.
+	return proto.Unmarshal(b, m)
+}
