@@ -40,6 +40,8 @@ func (t *Transport) Call(ctx context.Context, to uint64, method string, req []by
 			return nil, fmt.Errorf("transport: call %s to %d: %w (%s)", method, to, context.DeadlineExceeded, st.Message())
 		case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), clusterMismatchMsg):
 			return nil, fmt.Errorf("%w: call %s to %d: %s", ErrClusterMismatch, method, to, st.Message())
+		case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), formationMismatchMsg):
+			return nil, fmt.Errorf("%w: call %s to %d: %s", ErrFormationMismatch, method, to, st.Message())
 		}
 		return nil, err
 	}

@@ -44,6 +44,9 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 		return 0, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
 			clusterMismatchMsg, s.t.cfg.ClusterID, cluster)
 	}
+	if err := s.t.checkFormation(from, rpc, first(md, mdFormation), rpc != "Call"); err != nil {
+		return 0, err
+	}
 	if s.t.cfg.ServerTLS != nil && s.t.cfg.VerifyPeer != nil {
 		pr, ok := grpcpeer.FromContext(ctx)
 		var tlsInfo credentials.TLSInfo

@@ -134,6 +134,16 @@ type Config struct {
 	VerifyPeer func(id uint64, state tls.ConnectionState) error
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
+	// Formation is this node's formation id: the identity of the formed
+	// cluster it belongs to, "" if none yet (see formation.go). Carried by
+	// every RPC and checked on every incoming one.
+	Formation string
+	// AdoptFormation, if set, is called when this node, with no formation
+	// id, accepts raft traffic (a stream or a snapshot) from a node that has
+	// one: that cluster is adding it. It must persist id before returning
+	// (the transport then sets it); an error rejects the RPC. nil: a node
+	// without an id accepts everyone and never adopts one.
+	AdoptFormation func(id string) error
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -201,6 +211,8 @@ type Transport struct {
 	serveDone chan struct{}
 	closeOnce sync.Once
 
+	form formation // the formation check (formation.go)
+
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.
 	snapshotChunkHook func(data []byte)
@@ -229,6 +241,10 @@ func New(cfg Config) (*Transport, error) {
 		lis:       lis,
 		peers:     make(map[uint64]*peer),
 		serveDone: make(chan struct{}),
+	}
+	if cfg.Formation != "" {
+		id := cfg.Formation
+		t.form.id.Store(&id)
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
