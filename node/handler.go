@@ -75,6 +75,8 @@ func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method s
 		return []byte{byte(n.localRenew(ctx, name, token))}, nil
 	case methodRemoved:
 		return n.handleRemoved(from)
+	case methodFormation:
+		return n.handleFormation(from, req)
 	case methodLeave:
 		return n.handleLeave(ctx, from)
 	case methodFwdOpen, methodFwdPropose, methodFwdPush, methodFwdStatus:

@@ -80,6 +80,11 @@ type Node struct {
 	gcfg    GossipConfig
 	gevents chan membership.Event
 	ml      *membership.Membership
+	// formationID is the formed cluster this node belongs to ("" if none
+	// yet), as in its identity file; formMu serialises adopting one
+	// (formation.go).
+	formMu      sync.Mutex
+	formationID string
 
 	loop loopState // touched only by the loop goroutine
 }
@@ -163,16 +168,17 @@ func start(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(n.snapDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
-	if err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID); err != nil {
+	ident, err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID)
+	if err != nil {
 		return nil, err
 	}
+	n.formationID = ident.formation
 	ok := false
 	defer func() {
 		if !ok {
 			n.closeResources()
 		}
 	}()
-	var err error
 	var engine string
 	n.storage, engine, err = openLog(cfg.DataDir, cfg.LogEngine, n.log)
 	if err != nil {
@@ -224,16 +230,22 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
 	}
+	var adopt func(string) error
+	if cfg.Gossip != nil {
+		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
+	}
 	n.tr, err = transport.New(transport.Config{
-		ClusterID:   cfg.ClusterID,
-		LocalID:     cfg.ID,
-		ListenAddr:  cfg.ListenAddr,
-		Listener:    cfg.Listener,
-		SnapshotDir: n.snapDir,
-		Handler:     (*transportHandler)(n),
-		Logger:      n.log,
-		ServerTLS:   cfg.ServerTLS,
-		ClientTLS:   cfg.ClientTLS,
+		Formation:      ident.formation,
+		AdoptFormation: adopt,
+		ClusterID:      cfg.ClusterID,
+		LocalID:        cfg.ID,
+		ListenAddr:     cfg.ListenAddr,
+		Listener:       cfg.Listener,
+		SnapshotDir:    n.snapDir,
+		Handler:        (*transportHandler)(n),
+		Logger:         n.log,
+		ServerTLS:      cfg.ServerTLS,
+		ClientTLS:      cfg.ClientTLS,
 	})
 	if err != nil {
 		return nil, err
