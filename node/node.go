@@ -54,9 +54,9 @@ type Node struct {
 	localc chan []*raftpb.Message
 	appErr chan error
 	app    appender
-	// fsmc carries lock-table commit batches to the committer; fsmDone its
-	// outcome back to the loop (see maybeCommitFSM).
-	fsmc    chan *lockfsm.CommitBatch
+	// fsmc carries lock-table commit batches (and snapshots) to the
+	// committer; fsmDone its outcome back to the loop (see maybeCommitFSM).
+	fsmc    chan *fsmJob
 	fsmDone chan error
 	stopc   chan struct{}         // closed by Close / crash to stop the loop
 	donec   chan struct{}         // closed when the loop has exited
@@ -98,7 +98,7 @@ type loopState struct {
 	lastApplied uint64
 	sinceSnap   uint64
 	lastCommit  time.Time
-	fsmBusy     bool // a lock-table commit batch is with the committer
+	fsmBusy     bool // a lock-table commit (or snapshot) job is with the committer
 	events      []lockfsm.Event
 	stopWith    error // set to stop serving with this error (ErrRemoved)
 
@@ -160,7 +160,7 @@ func start(cfg Config) (*Node, error) {
 		recvc:   make(chan []*raftpb.Message, 1024),
 		localc:  make(chan []*raftpb.Message, 64),
 		appErr:  make(chan error, 1),
-		fsmc:    make(chan *lockfsm.CommitBatch, 1),
+		fsmc:    make(chan *fsmJob, 1),
 		fsmDone: make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),

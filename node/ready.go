@@ -1,12 +1,7 @@
 package node
 
 import (
-	"bufio"
-	"encoding/binary"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -14,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/lockfsm"
-	"github.com/lockraft/lockraft/transport"
 )
 
 // handleReady processes one Ready. The node runs raft with
@@ -176,7 +170,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			n.loop.lastApplied = idx
 		}
 	}
-	return n.maybeCommitFSM(false)
+	return n.maybeCommitFSM()
 }
 
 func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
@@ -188,24 +182,15 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
 }
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file
-// every CommitInterval (or when forced). The raft log is the durability
-// source, so this only bounds how much a restart replays. The records are
-// encoded here and written (one bbolt transaction, two fdatasyncs) by the
-// committer goroutine, so the loop does not stop for the disk; one batch is
-// in flight at a time, and a forced commit waits for it and then writes
-// synchronously.
-func (n *Node) maybeCommitFSM(force bool) error {
+// every CommitInterval. The raft log is the durability source, so this only
+// bounds how much a restart replays. The records are encoded here and
+// written (one bbolt transaction, two fdatasyncs) by the committer
+// goroutine, so the loop does not stop for the disk; one job (a batch, or a
+// batch and a snapshot: snapshot.go) is in flight at a time.
+func (n *Node) maybeCommitFSM() error {
 	now := n.clock.Now()
-	if !force && now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval {
-		return nil
-	}
-	if n.loop.fsmBusy {
-		if !force {
-			return nil // still writing the last batch: try again next time
-		}
-		if err := n.waitFSMCommit(); err != nil {
-			return err
-		}
+	if now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval || n.loop.fsmBusy {
+		return nil // not yet, or still writing the last job: try again next time
 	}
 	n.loop.lastCommit = now
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
@@ -214,16 +199,25 @@ func (n *Node) maybeCommitFSM(force bool) error {
 	if err := n.cfg.Faults.commitError(); err != nil {
 		return err
 	}
-	if force {
-		return n.fsm.Commit()
-	}
-	n.loop.fsmBusy = true
-	n.fsmc <- n.fsm.PrepareCommit() // capacity 1 and nothing in flight: never blocks
+	n.sendFSMJob(&fsmJob{batch: n.fsm.PrepareCommit()})
 	return nil
 }
 
-// waitFSMCommit waits until the committer has written the batch in flight,
-// if any (before a restore, a forced commit).
+// fsmJob is one job for the committer: a lock-table batch to write and,
+// for a snapshot, what to do once it is written.
+type fsmJob struct {
+	batch *lockfsm.CommitBatch
+	snap  *snapJob // nil: just the batch
+}
+
+// sendFSMJob hands j to the committer. Only with none in flight.
+func (n *Node) sendFSMJob(j *fsmJob) {
+	n.loop.fsmBusy = true
+	n.fsmc <- j // capacity 1 and nothing in flight: never blocks
+}
+
+// waitFSMCommit waits until the committer has finished the job in flight,
+// if any (before a restore rewrites the lock table's file).
 func (n *Node) waitFSMCommit() error {
 	if !n.loop.fsmBusy {
 		return nil
@@ -237,14 +231,17 @@ func (n *Node) waitFSMCommit() error {
 	}
 }
 
-// commitLoop is the committer: it writes the lock-table batches the loop
-// prepares, one at a time, and reports each outcome back to the loop.
+// commitLoop is the committer: it runs the jobs the loop prepares, one at a
+// time, and reports each outcome back to the loop.
 func (n *Node) commitLoop() {
 	defer n.bgwg.Done()
 	for {
 		select {
-		case b := <-n.fsmc:
-			err := n.fsm.WriteCommit(b)
+		case j := <-n.fsmc:
+			err := n.fsm.WriteCommit(j.batch)
+			if err == nil && j.snap != nil {
+				err = n.writeSnapshot(j.snap)
+			}
 			select {
 			case n.fsmDone <- err:
 			case <-n.stopc:
@@ -258,101 +255,6 @@ func (n *Node) commitLoop() {
 	}
 }
 
-// maybeSnapshot writes a lock-table snapshot file and compacts the raft log
-// every SnapshotEvery applied entries.
-func (n *Node) maybeSnapshot() error {
-	if n.loop.sinceSnap < n.cfg.SnapshotEvery {
-		return nil
-	}
-	return n.snapshotNow()
-}
-
-func (n *Node) snapshotNow() error {
-	idx := n.fsm.AppliedIndex()
-	if idx == 0 {
-		return nil
-	}
-	if err := n.maybeCommitFSM(true); err != nil {
-		return err
-	}
-	path := transport.SnapshotPath(n.snapDir, idx)
-	if err := writeSnapshotFile(path, n.fsm); err != nil {
-		return err
-	}
-	var desc [8]byte
-	binary.BigEndian.PutUint64(desc[:], idx)
-	if _, err := n.storage.CreateSnapshot(idx, n.loop.confState, desc[:]); err != nil {
-		if err == raft.ErrSnapOutOfDate {
-			return nil
-		}
-		return err
-	}
-	n.loop.sinceSnap = 0
-	if idx > n.cfg.CompactKeep {
-		if err := n.storage.Compact(idx - n.cfg.CompactKeep); err != nil && err != raft.ErrCompacted {
-			return err
-		}
-	}
-	n.removeOldSnapshots(idx)
-	n.log.Debug("snapshot taken", "index", idx)
-	return nil
-}
-
-func writeSnapshotFile(path string, fsm *lockfsm.FSM) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 256<<10)
-	err = fsm.WriteSnapshot(w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// removeOldSnapshots keeps the newest two snapshot files: one may be
-// streaming to a follower while the next is written.
-func (n *Node) removeOldSnapshots(newest uint64) {
-	entries, err := os.ReadDir(n.snapDir)
-	if err != nil {
-		return
-	}
-	var keep uint64
-	for _, e := range entries {
-		var idx uint64
-		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
-			continue
-		}
-		if idx < newest && idx > keep {
-			keep = idx
-		}
-	}
-	for _, e := range entries {
-		var idx uint64
-		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
-			continue
-		}
-		if idx != newest && idx != keep {
-			os.Remove(filepath.Join(n.snapDir, e.Name()))
-		}
-	}
-}
-
 // onTick runs once per raft tick inside the loop. An error is a storage
 // failure: the loop must stop.
 func (n *Node) onTick() error {
@@ -360,7 +262,7 @@ func (n *Node) onTick() error {
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
 	n.checkOwnSession(now)
-	return n.maybeCommitFSM(false)
+	return n.maybeCommitFSM()
 }
 
 // transferLeadership hands leadership to the most caught-up voter and closes

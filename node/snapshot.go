@@ -1,0 +1,165 @@
+package node
+
+// Snapshots of the lock table, written off the loop.
+//
+// Every SnapshotEvery applied entries the node writes a snapshot file and
+// compacts the raft log. All of the disk work runs on the committer
+// goroutine, never on the loop: the loop only encodes the lock table's dirty
+// records (PrepareCommit, no I/O), clones the configuration and hands both
+// over as one job; the loop goes on applying, ticking and answering while
+// the disk works (TestL1LoopServesDuringSlowSnapshot). The committer runs a
+// job in the order that keeps it crash-safe:
+//
+//  1. the batch is committed to locks.db (bbolt, fsync): the file now holds
+//     the lock table as of index i, the loop's applied index when it
+//     prepared the batch, and the job's configuration is the one applied
+//     at i;
+//  2. the snapshot is streamed from that file (one read transaction, so
+//     later commits cannot mix in) to a temporary file, fsynced, renamed to
+//     its final name and the directory fsynced: the file for index i is
+//     durable before anything refers to it;
+//  3. the raft log records the snapshot (CreateSnapshot, durable): from now
+//     on raft may send it to followers;
+//  4. the raft log is compacted to i − CompactKeep, and snapshot files older
+//     than the previous one are deleted, never one newer than i (a snapshot
+//     a leader sent this node may be waiting to be restored).
+//
+// A crash between any two steps leaves either no new snapshot (the raft log
+// still starts before it) or a complete one. One job runs at a time; the
+// loop sends the next commit or snapshot only once the committer reported
+// the last, and a restore waits for it (waitFSMCommit).
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/transport"
+)
+
+// snapJob is the snapshot part of a committer job.
+type snapJob struct {
+	index uint64            // the lock table's applied index when the batch was prepared
+	cs    *raftpb.ConfState // the configuration applied at index
+}
+
+// maybeSnapshot starts a snapshot every SnapshotEvery applied entries, once
+// the committer is free. Runs in the loop; it does no I/O.
+func (n *Node) maybeSnapshot() error {
+	if n.loop.sinceSnap < n.cfg.SnapshotEvery || n.loop.fsmBusy {
+		return nil // not yet, or the committer is busy: a later turn starts it
+	}
+	idx := n.fsm.AppliedIndex()
+	if idx == 0 {
+		return nil
+	}
+	if err := n.cfg.Faults.commitError(); err != nil {
+		return err
+	}
+	n.loop.sinceSnap = 0
+	n.loop.lastCommit = n.clock.Now()
+	n.sendFSMJob(&fsmJob{
+		batch: n.fsm.PrepareCommit(),
+		snap:  &snapJob{index: idx, cs: proto.Clone(n.loop.confState).(*raftpb.ConfState)},
+	})
+	return nil
+}
+
+// writeSnapshot runs steps 2 to 4 for j, once its batch is committed. It
+// runs on the committer goroutine.
+func (n *Node) writeSnapshot(j *snapJob) error {
+	n.cfg.Faults.snapshotStall(n.stopc)
+	path := transport.SnapshotPath(n.snapDir, j.index)
+	var applied uint64
+	if err := writeSnapshotFile(path, func(w *bufio.Writer) (err error) {
+		applied, err = n.fsm.WriteDurableSnapshot(w)
+		return err
+	}); err != nil {
+		return err
+	}
+	if applied != j.index {
+		// The job's batch was the last write; nothing else commits meanwhile.
+		return fmt.Errorf("snapshot: lock table file at %d, want %d", applied, j.index)
+	}
+	var desc [8]byte
+	binary.BigEndian.PutUint64(desc[:], j.index)
+	if _, err := n.storage.CreateSnapshot(j.index, j.cs, desc[:]); err != nil {
+		if errors.Is(err, raft.ErrSnapOutOfDate) {
+			return nil // a newer snapshot (received from the leader) is in place
+		}
+		return err
+	}
+	if j.index > n.cfg.CompactKeep {
+		if err := n.storage.Compact(j.index - n.cfg.CompactKeep); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+	}
+	n.removeOldSnapshots(j.index)
+	n.log.Debug("snapshot taken", "index", j.index)
+	return nil
+}
+
+// writeSnapshotFile writes a snapshot to path through a temporary file:
+// write, fsync, rename, directory fsync.
+func writeSnapshotFile(path string, write func(*bufio.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 256<<10)
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeOldSnapshots keeps the newest two snapshot files: one may be
+// streaming to a follower while the next is written.
+func (n *Node) removeOldSnapshots(newest uint64) {
+	entries, err := os.ReadDir(n.snapDir)
+	if err != nil {
+		return
+	}
+	var keep uint64
+	for _, e := range entries {
+		var idx uint64
+		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
+			continue
+		}
+		if idx < newest && idx > keep {
+			keep = idx
+		}
+	}
+	for _, e := range entries {
+		var idx uint64
+		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
+			continue
+		}
+		if idx != newest && idx != keep {
+			os.Remove(filepath.Join(n.snapDir, e.Name()))
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestL1LoopServesDuringSlowSnapshot (L1, and S5's premise that the loop
+// keeps checking holders): the disk work of a lock-table snapshot (the
+// lock-table commit, the snapshot file and its fsyncs, the raft log's
+// snapshot record and compaction) is stalled on the leader for longer than
+// a session TTL, as a very slow disk would. The leader's loop must keep
+// serving meanwhile: Lock and Unlock on it complete, a lock held across the
+// stall stays held (its keepalives are answered), and once the disk is back
+// the snapshot completes. With the disk work on the loop, every operation
+// waited for the disk.
+func TestL1LoopServesDuringSlowSnapshot(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.SnapshotEvery = 20
+		c.CompactKeep = 10
+	})
+	lead := tc.leader()
+	n := tc.nodes[lead]
+	ctx := ctxT(t, 60*time.Second)
+	held, err := n.Acquire(ctx, "held", "holder", true, 0)
+	require.NoError(t, err)
+
+	stalled := tc.faults[lead].StallSnapshots()
+	t.Cleanup(tc.faults[lead].ReleaseSnapshots)
+	ttl := n.cfg.SessionTTL
+	// lockUnlock is one Lock+Unlock on the leader, bounded well below a TTL.
+	lockUnlock := func(name string) error {
+		octx, cancel := context.WithTimeout(ctx, ttl/2)
+		defer cancel()
+		h, err := n.Acquire(octx, name, "o", true, 0)
+		if err == nil {
+			err = h.Release(octx)
+		}
+		return err
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-stalled:
+		default:
+			require.Less(t, i, 500, "no snapshot started after 500 operations")
+			err := lockUnlock("fill")
+			select {
+			case <-stalled:
+				require.NoError(t, err, "a Lock+Unlock waited for the stalled snapshot")
+			default:
+				require.NoError(t, err)
+			}
+			continue
+		}
+		break
+	}
+	// The snapshot's disk work is now stalled. Serve for more than a TTL.
+	start := time.Now()
+	ops := 0
+	for time.Since(start) < ttl+ttl/2 {
+		require.NoError(t, lockUnlock(fmt.Sprintf("during-%d", ops%4)), "operation %d, %v into the stalled snapshot", ops, time.Since(start))
+		ops++
+	}
+	require.NoError(t, context.Cause(held.Context()), "the lock held across the stall was lost")
+	snap, err := n.storage.Snapshot()
+	require.NoError(t, err)
+	require.LessOrEqual(t, snap.GetMetadata().GetIndex(), uint64(1), "premise: the snapshot is still stalled (1 is the bootstrap's)")
+	t.Logf("%d Lock+Unlock on the leader during a %v snapshot stall", ops, time.Since(start))
+
+	tc.faults[lead].ReleaseSnapshots()
+	require.Eventually(t, func() bool {
+		snap, err := n.storage.Snapshot()
+		return err == nil && snap.GetMetadata().GetIndex() >= 20
+	}, 10*time.Second, 10*time.Millisecond, "the snapshot never completed")
+	require.NoError(t, held.Release(ctx))
+}
