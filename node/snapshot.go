@@ -136,8 +136,11 @@ func writeSnapshotFile(path string, write func(*bufio.Writer) error) error {
 	return syncDir(filepath.Dir(path))
 }
 
-// removeOldSnapshots keeps the newest two snapshot files: one may be
-// streaming to a follower while the next is written.
+// removeOldSnapshots keeps the newest two of this node's snapshot files (one
+// may be streaming to a follower while the next is written) and every file
+// above newest: a snapshot above this node's own newest one can only have
+// come from a leader, and it may be waiting for the loop to restore it.
+// Once restored and later superseded by an own snapshot, it goes too.
 func (n *Node) removeOldSnapshots(newest uint64) {
 	entries, err := os.ReadDir(n.snapDir)
 	if err != nil {
@@ -158,7 +161,7 @@ func (n *Node) removeOldSnapshots(newest uint64) {
 		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
 			continue
 		}
-		if idx != newest && idx != keep {
+		if idx < keep {
 			os.Remove(filepath.Join(n.snapDir, e.Name()))
 		}
 	}

@@ -3,10 +3,13 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/transport"
 )
 
 // TestL1LoopServesDuringSlowSnapshot (L1, and S5's premise that the loop
@@ -77,4 +80,27 @@ func TestL1LoopServesDuringSlowSnapshot(t *testing.T) {
 		return err == nil && snap.GetMetadata().GetIndex() >= 20
 	}, 10*time.Second, 10*time.Millisecond, "the snapshot never completed")
 	require.NoError(t, held.Release(ctx))
+}
+
+// TestL1ReceivedSnapshotSurvivesOwnSnapshot (L1; review finding 7): the
+// transport stores a snapshot the leader sends before the loop restores
+// from it; a snapshot of this node's own, taken meanwhile (a follower far
+// behind still applying its backlog), must not delete it, or the restore
+// finds no file and the node stops serving. Files older than the previous
+// own snapshot go; none newer than the newest own one.
+func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	n := &Node{snapDir: dir}
+	for _, idx := range []uint64{10, 20, 30, 500} { // 500: received, not yet restored
+		require.NoError(t, os.WriteFile(transport.SnapshotPath(dir, idx), []byte("x"), 0o600))
+	}
+	n.removeOldSnapshots(30)
+	var left []string
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	require.Equal(t, []string{"0000000000000014.snap", "000000000000001e.snap", "00000000000001f4.snap"}, left,
+		"kept: the previous own snapshot (20), the newest (30) and the received one (500)")
 }
