@@ -136,7 +136,13 @@ func writeFileSync(path string, b []byte) error {
 	return f.Close()
 }
 
+// syncDirObserved, if set (tests only), is told of every directory fsync.
+var syncDirObserved func(dir string)
+
 func syncDir(dir string) error {
+	if syncDirObserved != nil {
+		syncDirObserved(dir)
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -165,7 +165,10 @@ func start(cfg Config) (*Node, error) {
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 	}
-	if err := os.MkdirAll(n.snapDir, 0o700); err != nil {
+	if err := mkdirAllSync(n.snapDir); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	if err := cleanSnapDir(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
 	ident, err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID)
@@ -187,6 +190,11 @@ func start(cfg Config) (*Node, error) {
 	n.log.Debug("raft log opened", "engine", engine)
 	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), lockfsm.Options{})
 	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	// locks.db and raft.db may have just been created: bbolt does not sync
+	// their directory entries.
+	if err := syncDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
 	if err := n.recoverFSM(); err != nil {
