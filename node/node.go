@@ -95,6 +95,7 @@ type loopState struct {
 	isLeader    bool
 	term        uint64
 	confState   *raftpb.ConfState
+	confIndex   uint64 // changes up to here are in the configuration raft started with
 	lastApplied uint64
 	sinceSnap   uint64
 	lastCommit  time.Time
@@ -220,6 +221,7 @@ func start(cfg Config) (*Node, error) {
 	n.app.wake = make(chan struct{}, 1)
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
+	n.loop.confIndex = n.storage.ConfIndex()
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,

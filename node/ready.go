@@ -157,13 +157,17 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %v", idx, err)
 			}
-			n.applyConfChange(&cc)
+			if err := n.applyConfChange(idx, &cc); err != nil {
+				return err
+			}
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %v", idx, err)
 			}
-			n.applyConfChange(&cc)
+			if err := n.applyConfChange(idx, &cc); err != nil {
+				return err
+			}
 		}
 		if idx > n.loop.lastApplied {
 			n.loop.sinceSnap += idx - n.loop.lastApplied
@@ -173,12 +177,31 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 	return n.maybeCommitFSM()
 }
 
-func (n *Node) applyConfChange(cc raftpb.ConfChangeI) {
+// applyConfChange applies the configuration change at idx and persists the
+// resulting configuration with its index. An error is a storage failure:
+// the node stops, as for any failed write (a configuration it could not
+// persist may be missing after a restart).
+//
+// A change at or below loop.confIndex is already in the configuration raft
+// restarted with (raftlog's ConfIndex): raft re-delivers committed entries
+// after a restart, and applying one of them again on top of the newer
+// configuration would move it back to an older one (review finding 9,
+// TestS1RestartKeepsLatestConfiguration).
+func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
+	if idx <= n.loop.confIndex {
+		n.onConfChangeApplied(cc)
+		return nil
+	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
-	if err := n.storage.SetConfState(n.loop.confState); err != nil {
-		n.log.Error("persist conf state", "err", err)
+	err := n.cfg.Faults.confStateError()
+	if err == nil {
+		err = n.storage.SetConfState(n.loop.confState, idx)
+	}
+	if err != nil {
+		return fmt.Errorf("persist the configuration applied at %d: %w", idx, err)
 	}
 	n.onConfChangeApplied(cc)
+	return nil
 }
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file
