@@ -163,6 +163,8 @@ type gossipState struct {
 	leaveWait map[uint64][]chan error // raft id -> Leave calls waiting for its removal
 	told      map[uint64]time.Time    // last "removed" notice sent, by raft id
 	foreign   map[uint64]bool         // members of another formation, logged once
+	removal   *removalRound           // confirmation before telling members they were removed (removed.go)
+	removalID uint64
 }
 
 type pendingChange struct {
@@ -419,9 +421,12 @@ func (n *Node) onConfChangeApplied(cc raftpb.ConfChangeI) {
 }
 
 // reconcile is the leader's membership step: at most one configuration
-// change per call, and none while the previous one is pending.
+// change per call, and none while the previous one is pending. It runs only
+// once the leader is active (the first entry of its term applied, so every
+// configuration change committed before its term is applied here): a new
+// leader's configuration may lack a change an earlier leader committed.
 func (n *Node) reconcile() {
-	if n.ml == nil || !n.loop.isLeader || n.err() != nil || n.closing.Load() {
+	if n.ml == nil || !n.loop.isLeader || !n.loop.lead.active || n.err() != nil || n.closing.Load() {
 		return
 	}
 	now := time.Now()
@@ -474,15 +479,17 @@ func (n *Node) reconcile() {
 		}
 		seen[m.Meta.RaftID] = info{m.State, m.Meta}
 	}
+	var outside []uint64
 	for id, inf := range seen {
 		// Same formation only: a member with raft data and no formation id
 		// while this cluster has one is not of this cluster either (members
 		// adopt the id before they receive any raft data).
 		if inf.state == membership.StateAlive && inf.meta.HasData && id != n.id && inf.meta.Formation == own &&
 			!slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) {
-			n.tellRemoved(id, now)
+			outside = append(outside, id)
 		}
 	}
+	n.confirmRemoved(outside, now)
 	ids := map[uint64]bool{}
 	for id := range seen {
 		ids[id] = true

@@ -75,6 +75,7 @@ func (n *Node) handleReady() error {
 	n.fwdFlushComplete()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
+		n.onRemovalReadStates(rd.ReadStates)
 	}
 	return n.maybeSnapshot()
 }
