@@ -207,15 +207,48 @@ func (s *snapReader) bytes(max uint64) ([]byte, error) {
 // Restore replaces the whole state with the snapshot read from r. It reads and verifies all of r (format,
 // records, checksum, consistency) before touching anything, then rewrites the bbolt file in one transaction
 // and only then swaps the in-memory state; on any error the FSM is unchanged. Bad input wraps ErrCorrupt.
+// It is ReadRestore, WriteRestore and InstallRestore in one call.
 func (f *FSM) Restore(r io.Reader) error {
+	rs, err := ReadRestore(r)
+	if err != nil {
+		return err
+	}
+	if err := f.WriteRestore(rs); err != nil {
+		return err
+	}
+	f.InstallRestore(rs)
+	return nil
+}
+
+// Restored is a snapshot read and verified by ReadRestore, for WriteRestore and InstallRestore.
+type Restored struct {
+	sessions map[uint64]*session
+	locks    map[string]*lock
+	applied  uint64
+}
+
+// Applied is the snapshot's applied index.
+func (rs *Restored) Applied() uint64 { return rs.applied }
+
+// ReadRestore reads and verifies a whole snapshot (format, records, checksum, consistency). It touches no
+// FSM, so it may run on any goroutine. Bad input wraps ErrCorrupt.
+func ReadRestore(r io.Reader) (*Restored, error) {
 	sessions, locks, applied, err := readSnapshot(r)
 	if err != nil {
-		return fmt.Errorf("lockfsm: restore: %w", err)
+		return nil, fmt.Errorf("lockfsm: restore: %w", err)
 	}
+	return &Restored{sessions: sessions, locks: locks, applied: applied}, nil
+}
+
+// WriteRestore rewrites the bbolt file with rs's state in one transaction and then sets DurableIndex to
+// rs.Applied(). The in-memory state is not touched (InstallRestore swaps it in), so the caller may run it on
+// another goroutine while it reads the in-memory state; it must not Apply, Commit or write a batch until
+// InstallRestore. On error the file is unchanged.
+func (f *FSM) WriteRestore(rs *Restored) error {
 	if f.db == nil {
 		return fmt.Errorf("lockfsm: restore %s: closed", f.path)
 	}
-	err = f.db.Update(func(tx *bolt.Tx) error {
+	err := f.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketSessions, bucketLocks} {
 			if err := tx.DeleteBucket(name); err != nil {
 				return err
@@ -229,27 +262,33 @@ func (f *FSM) Restore(r io.Reader) error {
 		if err != nil {
 			return err
 		}
-		for id, s := range sessions {
+		for id, s := range rs.sessions {
 			if err := sb.Put(binary.BigEndian.AppendUint64(nil, id), appendSession(nil, s)); err != nil {
 				return err
 			}
 		}
-		for name, l := range locks {
+		for name, l := range rs.locks {
 			if err := lb.Put([]byte(name), appendLock(nil, l)); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, applied))
+		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, rs.applied))
 	})
 	if err != nil {
 		return fmt.Errorf("lockfsm: restore %s: %w", f.path, err)
 	}
-	f.sessions, f.locks = sessions, locks
-	f.applied = applied
-	f.durable.Store(applied)
+	f.durable.Store(rs.applied)
+	return nil
+}
+
+// InstallRestore replaces the in-memory state with rs's, once WriteRestore returned nil for it. Records
+// changed since the last commit are dropped: the snapshot supersedes them.
+func (f *FSM) InstallRestore(rs *Restored) {
+	f.sessions, f.locks = rs.sessions, rs.locks
+	f.applied = rs.applied
+	f.durable.Store(rs.applied)
 	clear(f.dirtySessions)
 	clear(f.dirtyLocks)
-	return nil
 }
 
 func readSnapshot(r io.Reader) (map[uint64]*session, map[string]*lock, uint64, error) {

@@ -99,9 +99,14 @@ type loopState struct {
 	lastApplied uint64
 	sinceSnap   uint64
 	lastCommit  time.Time
-	fsmBusy     bool // a lock-table commit (or snapshot) job is with the committer
-	events      []lockfsm.Event
-	stopWith    error // set to stop serving with this error (ErrRemoved)
+	fsmBusy     bool    // a lock-table job (commit, snapshot, restore) is with the committer
+	fsmJob      *fsmJob // that job
+	// restore: a snapshot from the leader being restored into the lock
+	// table; held: the raft log writes waiting for it (snapshot.go).
+	restore  *restoreJob
+	held     []*raftpb.Message
+	events   []lockfsm.Event
+	stopWith error // set to stop serving with this error (ErrRemoved)
 
 	ops     opRegistry
 	holds   holdRegistry
@@ -396,11 +401,12 @@ func (n *Node) run() {
 			n.fail(err)
 			return
 		case err := <-n.fsmDone:
-			n.loop.fsmBusy = false
 			if err != nil {
-				n.fail(err) // a failed lock-table commit: stop like a failed log write
+				n.loop.fsmBusy = false
+				n.fail(err) // a failed lock-table commit or restore: stop like a failed log write
 				return
 			}
+			n.onFSMJobDone()
 		case <-n.stopc:
 			return
 		}

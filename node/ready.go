@@ -30,25 +30,14 @@ func (n *Node) handleReady() error {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			if hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
-				// The transport stored the snapshot file before stepping
-				// MsgSnap in. Entries before the snapshot were applied by
-				// earlier Readys (apply runs in this loop, in order).
-				if err := n.waitFSMCommit(); err != nil {
-					return err
-				}
-				md := m.Snapshot.GetMetadata()
-				if err := n.restoreFSM(md.GetIndex()); err != nil {
-					return err
-				}
-				n.loop.confState = md.GetConfState()
-				n.loop.lastApplied = md.GetIndex()
-				n.snapshotsRestored.Add(1)
-				n.onRestored()
+			if n.loop.restore != nil || hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
+				// A snapshot from the leader: the lock table is restored from
+				// it on the committer (snapshot.go), and this write and every
+				// later one wait for that, in order.
+				n.holdForRestore(m)
+				continue
 			}
-			n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
-			n.loop.hints.noteAppended(m)
-			n.app.enqueue(m)
+			n.appendToLog(m)
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
 		default:
@@ -78,6 +67,13 @@ func (n *Node) handleReady() error {
 		n.onRemovalReadStates(rd.ReadStates)
 	}
 	return n.maybeSnapshot()
+}
+
+// appendToLog hands a raft log write to the appender.
+func (n *Node) appendToLog(m *raftpb.Message) {
+	n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
+	n.loop.hints.noteAppended(m)
+	n.app.enqueue(m)
 }
 
 func (n *Node) onSoftState(ss *raft.SoftState) {
@@ -228,30 +224,31 @@ func (n *Node) maybeCommitFSM() error {
 }
 
 // fsmJob is one job for the committer: a lock-table batch to write and,
-// for a snapshot, what to do once it is written.
+// for a snapshot, what to do once it is written; or a restore.
 type fsmJob struct {
-	batch *lockfsm.CommitBatch
-	snap  *snapJob // nil: just the batch
+	batch   *lockfsm.CommitBatch
+	snap    *snapJob    // nil: just the batch
+	restore *restoreJob // non-nil: restore the lock table (no batch)
 }
 
 // sendFSMJob hands j to the committer. Only with none in flight.
 func (n *Node) sendFSMJob(j *fsmJob) {
 	n.loop.fsmBusy = true
+	n.loop.fsmJob = j
 	n.fsmc <- j // capacity 1 and nothing in flight: never blocks
 }
 
-// waitFSMCommit waits until the committer has finished the job in flight,
-// if any (before a restore rewrites the lock table's file).
-func (n *Node) waitFSMCommit() error {
-	if !n.loop.fsmBusy {
-		return nil
+// onFSMJobDone runs in the loop when the committer reports the job in
+// flight done without error: it finishes a restore, or starts one that was
+// waiting for the committer.
+func (n *Node) onFSMJobDone() {
+	j := n.loop.fsmJob
+	n.loop.fsmBusy, n.loop.fsmJob = false, nil
+	if j != nil && j.restore != nil {
+		n.finishRestore(j.restore)
 	}
-	select {
-	case err := <-n.fsmDone:
-		n.loop.fsmBusy = false
-		return err
-	case <-n.stopc:
-		return ErrClosed
+	if r := n.loop.restore; r != nil && !r.sent {
+		n.startRestore()
 	}
 }
 
@@ -262,9 +259,15 @@ func (n *Node) commitLoop() {
 	for {
 		select {
 		case j := <-n.fsmc:
-			err := n.fsm.WriteCommit(j.batch)
-			if err == nil && j.snap != nil {
-				err = n.writeSnapshot(j.snap)
+			var err error
+			switch {
+			case j.restore != nil:
+				err = n.restoreOnCommitter(j.restore)
+			default:
+				err = n.fsm.WriteCommit(j.batch)
+				if err == nil && j.snap != nil {
+					err = n.writeSnapshot(j.snap)
+				}
 			}
 			select {
 			case n.fsmDone <- err:

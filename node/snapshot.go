@@ -42,6 +42,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -164,5 +165,95 @@ func (n *Node) removeOldSnapshots(newest uint64) {
 		if idx < keep {
 			os.Remove(filepath.Join(n.snapDir, e.Name()))
 		}
+	}
+}
+
+// Restoring a snapshot from the leader, off the loop.
+//
+// A follower far behind is sent a snapshot; raft hands it to the loop as a
+// MsgStorageAppend carrying it. The lock table must hold the snapshot's
+// state before raft learns that the write is durable (raft then goes on
+// from the snapshot's index), and the write must follow the restore so
+// that a crash between them leaves a lock table that is ahead of the raft
+// log (replay skips what it holds), never behind it. So the loop holds that
+// write, and every raft log write after it, in order (holdForRestore); the
+// committer reads and verifies the file and rewrites locks.db
+// (restoreOnCommitter); then the loop swaps the restored table in and
+// releases the writes (finishRestore). Meanwhile raft applies nothing (it
+// applies no entry while a snapshot is pending) and cannot campaign, and
+// the loop keeps ticking, answering and checking holders.
+
+// restoreJob is a restore of the lock table from the snapshot file at index.
+type restoreJob struct {
+	index uint64
+	cs    *raftpb.ConfState
+	sent  bool              // handed to the committer
+	rs    *lockfsm.Restored // set by the committer once locks.db holds it
+}
+
+// holdForRestore holds a raft log write m: a restore is under way, or m
+// carries a snapshot with data, which starts one. Runs in the loop.
+func (n *Node) holdForRestore(m *raftpb.Message) {
+	n.loop.held = append(n.loop.held, m)
+	if n.loop.restore != nil {
+		return
+	}
+	md := m.Snapshot.GetMetadata()
+	n.loop.restore = &restoreJob{index: md.GetIndex(), cs: md.GetConfState()}
+	if !n.loop.fsmBusy {
+		n.startRestore()
+	} // else onFSMJobDone starts it once the committer is free
+}
+
+// startRestore hands the pending restore to the committer.
+func (n *Node) startRestore() {
+	n.loop.restore.sent = true
+	n.sendFSMJob(&fsmJob{restore: n.loop.restore})
+}
+
+// restoreOnCommitter reads and verifies the snapshot file and rewrites
+// locks.db with it. It runs on the committer goroutine and does not touch
+// the in-memory lock table, which the loop may be reading.
+func (n *Node) restoreOnCommitter(j *restoreJob) error {
+	n.cfg.Faults.snapshotStall(n.stopc)
+	f, err := os.Open(transport.SnapshotPath(n.snapDir, j.index))
+	if err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)
+	}
+	defer f.Close()
+	rs, err := lockfsm.ReadRestore(f)
+	if err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)
+	}
+	if rs.Applied() != j.index {
+		return fmt.Errorf("%w: snapshot file %d holds the lock table at %d", ErrDataDir, j.index, rs.Applied())
+	}
+	if err := n.fsm.WriteRestore(rs); err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)
+	}
+	j.rs = rs
+	return nil
+}
+
+// finishRestore swaps the restored lock table in and releases the held
+// raft log writes, the snapshot's first. Runs in the loop.
+func (n *Node) finishRestore(j *restoreJob) {
+	n.fsm.InstallRestore(j.rs)
+	n.loop.confState = j.cs
+	n.loop.lastApplied = j.index
+	n.snapshotsRestored.Add(1)
+	n.onRestored()
+	held := n.loop.held
+	n.loop.restore, n.loop.held = nil, nil
+	for i, m := range held {
+		if i > 0 && hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
+			// The leader sent a newer snapshot meanwhile: restore it too,
+			// and hold what follows it.
+			for _, later := range held[i:] {
+				n.holdForRestore(later)
+			}
+			return
+		}
+		n.appendToLog(m)
 	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -103,4 +104,81 @@ func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 	}
 	require.Equal(t, []string{"0000000000000014.snap", "000000000000001e.snap", "00000000000001f4.snap"}, left,
 		"kept: the previous own snapshot (20), the newest (30) and the received one (500)")
+}
+
+// TestL1LoopServesDuringSlowRestore (L1): a follower that was down is sent
+// a snapshot; its restore (reading the file, rewriting locks.db) is stalled
+// for longer than a session TTL, as a very slow disk would. Its loop must
+// keep answering meanwhile (here Status, a call through the loop, and the
+// cluster around it keeps serving); once the disk is back it finishes the
+// restore and ends byte-identical to the others. With the restore on the
+// loop, every call to that node waited for the disk.
+func TestL1LoopServesDuringSlowRestore(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.SnapshotEvery = 50
+		c.CompactKeep = 10
+	})
+	ctx := ctxT(t, 60*time.Second)
+	f := tc.follower()
+	tc.crash(f)
+	lead := tc.nodes[tc.leader()]
+	for i := 0; i < 150; i++ {
+		name := fmt.Sprintf("k/%d", i%20)
+		if i%10 == 0 {
+			name = fmt.Sprintf("held/%d", i) // kept held, so the snapshot is not empty
+		}
+		h, err := lead.Acquire(ctx, name, fmt.Sprintf("o%d", i), true, 0)
+		require.NoError(t, err)
+		if i%10 != 0 {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+	stalled := tc.faults[f].StallSnapshots()
+	t.Cleanup(tc.faults[f].ReleaseSnapshots)
+	tc.restart(f)
+	n := tc.nodes[f]
+	select {
+	case <-stalled:
+	case <-ctx.Done():
+		t.Fatal("the follower was never sent a snapshot")
+	}
+	ttl := n.cfg.SessionTTL
+	start := time.Now()
+	calls := 0
+	for time.Since(start) < ttl+ttl/2 {
+		sctx, cancel := context.WithTimeout(ctx, ttl/4)
+		st, err := n.Status(sctx)
+		cancel()
+		require.NoError(t, err, "Status %v into the stalled restore", time.Since(start))
+		require.Zero(t, st.SnapshotsRestored, "premise: the restore is still stalled")
+		lctx, cancel := context.WithTimeout(ctx, ttl/2)
+		h, err := lead.Acquire(lctx, "during", "o", true, 0)
+		if err == nil {
+			err = h.Release(lctx)
+		}
+		cancel()
+		require.NoError(t, err)
+		calls++
+	}
+	t.Logf("%d Status calls answered by the restoring follower during a %v stall", calls, time.Since(start))
+	tc.faults[f].ReleaseSnapshots()
+	require.Eventually(t, func() bool {
+		st, err := n.Status(ctx)
+		return err == nil && st.SnapshotsRestored > 0
+	}, 15*time.Second, 20*time.Millisecond, "the restore never finished")
+	requireSameTables(t, tc)
+	// It serves locks again. The session it opened on restart could not be
+	// kept alive while it could not apply (it learns its session id by
+	// applying the open), so the cluster may have expired it during the
+	// stall: a Lock may first fail with ErrSessionExpired, and the node opens
+	// a new session.
+	require.Eventually(t, func() bool {
+		h, err := n.Acquire(ctx, "after-restore", "f", true, 0)
+		if errors.Is(err, ErrSessionExpired) {
+			return false
+		}
+		require.NoError(t, err)
+		require.NoError(t, h.Release(ctx))
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "no lock after the restore")
 }
