@@ -325,3 +325,24 @@ func TestGossipDevelopmentModeForms(t *testing.T) {
 	require.NotEmpty(t, n.formation())
 	require.Equal(t, fmt.Sprintf("lockraft-%016x", n.ID()), n.gossipName())
 }
+
+// TestS1LightMembersBindToTheirCluster (S1): a light member (outside the
+// raft configuration, forwarding to the leader) adopts the formation id of
+// the leader that opened its session, so from then on its calls carry it
+// and another formed cluster with the same ClusterID refuses them, as a
+// learner is bound by its first raft traffic.
+func TestS1LightMembersBindToTheirCluster(t *testing.T) {
+	f, lights := lightFleet(t, "bind", 6, nil)
+	require.NotEmpty(t, lights)
+	lead := f.leader(5 * time.Second)
+	require.NotEmpty(t, lead.formation())
+	for _, n := range lights {
+		require.Eventually(t, func() bool { return n.formation() == lead.formation() }, 10*time.Second, 10*time.Millisecond,
+			"light member %s never bound to the cluster", n.gossipName())
+		require.Equal(t, lead.formation(), n.tr.Formation(), "the transport carries it")
+		ident, ok, err := readIdentity(n.cfg.DataDir)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, lead.formation(), ident.formation, "and it is in the data directory")
+	}
+}
