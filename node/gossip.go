@@ -238,17 +238,21 @@ func (n *Node) Members() []membership.Member {
 // ConfState returns the node's current raft configuration (voters and
 // learners), as last applied.
 func (n *Node) ConfState(ctx context.Context) (voters, learners []uint64, err error) {
-	done := make(chan struct{})
+	// The loop answers on a channel: if ctx ends first, it must not write
+	// into this call's results after it returned.
+	done := make(chan [2][]uint64, 1)
 	if err := n.do(ctx, func() {
+		var out [2][]uint64
 		if cs := n.loop.confState; cs != nil {
-			voters, learners = slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners())
+			out = [2][]uint64{slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners())}
 		}
-		close(done)
+		done <- out
 	}); err != nil {
 		return nil, nil, err
 	}
 	select {
-	case <-done:
+	case out := <-done:
+		voters, learners = out[0], out[1]
 	case <-ctx.Done():
 		return nil, nil, context.Cause(ctx)
 	case <-n.donec:
