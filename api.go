@@ -102,10 +102,11 @@ type Node struct {
 // node's session is open.
 //
 // With WithGossip, peers are gossip seeds ("host:port" of any other
-// members; none for the first): the fleet finds itself, forms once the
-// expected number of members is seen, and the leader adds, promotes and
-// replaces voters by itself. The raft id is random, made on first start and
-// kept in the data directory.
+// members; none for the first): the fleet finds itself, the named founders
+// form the cluster once they all see each other (never two clusters, see
+// node.GossipConfig.Founders), and the leader adds, promotes and replaces
+// voters by itself. The raft id is random, made on first start and kept in
+// the data directory.
 //
 // Without it, peers is the static list of every founding member's gRPC
 // address, identical and in the same order on every replica; this replica
@@ -324,9 +325,11 @@ func WithStaticMembers(self uint64, members map[uint64]string) Option {
 }
 
 // WithGossip makes Join form and heal the cluster by gossip membership:
-// Join's peers are then gossip seeds. g sets the gossip bind address and
-// port (default 127.0.0.1 and a free port), BootstrapExpect (default 3; 1 is
-// single-node development mode), an encryption key and timings.
+// Join's peers are then gossip seeds. g sets this member's gossip Name and
+// the Founders (the gossip names of the members that form the cluster, the
+// same list on every member; required, except BootstrapExpect 1 alone, the
+// single-node development mode), the gossip bind address and port (default
+// 127.0.0.1 and a free port), an encryption key and timings.
 func WithGossip(g node.GossipConfig) Option {
 	return func(o *options) { o.gossip = &g }
 }

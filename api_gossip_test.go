@@ -13,12 +13,14 @@ import (
 )
 
 // Three replicas started with lockraft.Join and one gossip seed each form a
-// cluster by themselves and serve locks.
+// cluster by themselves and serve locks: each is given its name and the
+// same founders list, as a StatefulSet's pods would be.
 func TestJoinWithGossip(t *testing.T) {
-	g := node.GossipConfig{Timing: membership.FastTiming()}
+	founders := []string{"orders-0", "orders-1", "orders-2"}
 	var nodes []*lockraft.Node
 	var seeds []string
 	for i := 0; i < 3; i++ {
+		g := node.GossipConfig{Name: founders[i], Founders: founders, Timing: membership.FastTiming()}
 		n, err := lockraft.Join(seeds, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(g), fast())
 		require.NoError(t, err)
 		t.Cleanup(func() { n.Close(context.Background()) })
@@ -35,6 +37,23 @@ func TestJoinWithGossip(t *testing.T) {
 		last = l.Token()
 		require.NoError(t, l.Unlock(ctx))
 	}
+}
+
+// Gossip without founders is refused with a message that says what to
+// configure; BootstrapExpect 1 alone (the development mode) is accepted.
+func TestJoinGossipNeedsFounders(t *testing.T) {
+	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(node.GossipConfig{}))
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "Gossip.Founders is required")
+	n, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()),
+		lockraft.WithGossip(node.GossipConfig{BootstrapExpect: 1, Timing: membership.FastTiming()}), fast())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := n.Lock(ctx, "dev")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, n.Close(ctx))
 }
 
 func TestJoinGossipAndStaticMembersExclusive(t *testing.T) {

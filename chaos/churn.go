@@ -25,6 +25,9 @@ import (
 // add new members, close members (graceful leave).
 const FaultChurn = "churn"
 
+// churnFounders are the gossip names of the slots that form the fleet.
+var churnFounders = []string{"slot-1", "slot-2", "slot-3"}
+
 // ChurnThresholds are the short voter-policy thresholds churn runs with.
 func ChurnThresholds() membership.Thresholds {
 	return membership.Thresholds{StabilizeFor: 300 * time.Millisecond, DeadVoterAfter: 1500 * time.Millisecond,
@@ -49,8 +52,11 @@ type GossipCluster struct {
 	raftID map[uint64]uint64 // slot -> raft id of its current data dir
 }
 
-// NewGossipCluster starts `initial` members (bootstrap-expect 3) in a fleet
-// of `slots` slots.
+// NewGossipCluster starts `initial` members in a fleet of `slots` slots.
+// Slot s is named "slot-<s>" in gossip, as a StatefulSet names its pods; the
+// founders are slots 1 to 3 (so initial must be at least 3 for the fleet to
+// form). A founder slot restarted fresh keeps its name, as a pod whose
+// volume was replaced does.
 func NewGossipCluster(base string, initial, slots int, logger *slog.Logger, logf func(string, ...any)) (*GossipCluster, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -123,8 +129,8 @@ func (c *GossipCluster) Start(slot uint64, fresh bool) error {
 		ClusterID: "churn", DataDir: dir,
 		Logger:   c.logger.With("slot", slot, "inc", inc),
 		Observer: func(r node.ApplyRecord) { c.Applied.Observe(slot, inc, r) },
-		Gossip: &node.GossipConfig{Seeds: seeds, BootstrapExpect: 3, Timing: membership.FastTiming(),
-			Thresholds: ChurnThresholds(), ReconcileEvery: 100 * time.Millisecond},
+		Gossip: &node.GossipConfig{Seeds: seeds, Name: fmt.Sprintf("slot-%d", slot), Founders: churnFounders,
+			Timing: membership.FastTiming(), Thresholds: ChurnThresholds(), ReconcileEvery: 100 * time.Millisecond},
 	}
 	FastConfig(&cfg)
 	n, err := node.Start(cfg)

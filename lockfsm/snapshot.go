@@ -40,49 +40,133 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // WriteSnapshot streams the whole in-memory state, including AppliedIndex, to w. Memory use is bounded by
 // one record plus the sorted list of keys; nothing else is buffered.
 func (f *FSM) WriteSnapshot(w io.Writer) error {
-	h := crc32.New(castagnoli)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10)
-	var b []byte
-	b = append(b, snapMagic...)
-	b = append(b, snapVersion)
-	b = protowire.AppendVarint(b, f.applied)
-	if _, err := bw.Write(b); err != nil {
-		return fmt.Errorf("lockfsm: write snapshot: %w", err)
-	}
+	sw := newSnapWriter(w, f.applied)
 	ids := make([]uint64, 0, len(f.sessions))
 	for id := range f.sessions {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
-		b = append(b[:0], tagSession)
-		b = protowire.AppendVarint(b, id)
-		rec := appendSession(nil, f.sessions[id])
-		b = protowire.AppendVarint(b, uint64(len(rec)))
-		b = append(b, rec...)
-		if _, err := bw.Write(b); err != nil {
-			return fmt.Errorf("lockfsm: write snapshot: %w", err)
-		}
-	}
-	names := sortedKeys(nil, f.locks)
 	var rec []byte
-	for _, name := range names {
-		b = append(b[:0], tagLock)
-		b = appendString(b, name)
+	for _, id := range ids {
+		rec = appendSession(rec[:0], f.sessions[id])
+		sw.session(id, rec)
+	}
+	for _, name := range sortedKeys(nil, f.locks) {
 		rec = appendLock(rec[:0], f.locks[name])
-		b = protowire.AppendVarint(b, uint64(len(rec)))
-		b = append(b, rec...)
-		if _, err := bw.Write(b); err != nil {
-			return fmt.Errorf("lockfsm: write snapshot: %w", err)
+		sw.lock(name, rec)
+	}
+	return sw.end()
+}
+
+// WriteDurableSnapshot streams a snapshot of the state as of DurableIndex — what the bbolt file holds, not
+// the in-memory state — to w and returns its applied index. The bytes are those WriteSnapshot writes at
+// that index (same canonical format; each record is decoded and encoded again, so a damaged one fails the
+// snapshot instead of being copied into it). It reads in one bbolt read transaction and touches no
+// in-memory state, so it may run on any goroutine while Apply, PrepareCommit and WriteCommit go on (it sees
+// the file as of one commit); it must not overlap Close. This is how the node writes snapshots without
+// stopping its loop: the committer writes a batch and then the snapshot of exactly that batch.
+func (f *FSM) WriteDurableSnapshot(w io.Writer) (uint64, error) {
+	if f.db == nil {
+		return 0, fmt.Errorf("lockfsm: snapshot %s: closed", f.path)
+	}
+	var applied uint64
+	err := f.db.View(func(tx *bolt.Tx) error {
+		meta, sb, lb := tx.Bucket(bucketMeta), tx.Bucket(bucketSessions), tx.Bucket(bucketLocks)
+		if meta == nil || sb == nil || lb == nil || len(meta.Get(keyApplied)) != 8 {
+			return fmt.Errorf("%w: not a lockfsm state file", ErrCorrupt)
+		}
+		applied = binary.BigEndian.Uint64(meta.Get(keyApplied))
+		sw := newSnapWriter(w, applied)
+		var rec []byte
+		if err := sb.ForEach(func(k, v []byte) error {
+			if len(k) != 8 {
+				return fmt.Errorf("%w: bad session key %x", ErrCorrupt, k)
+			}
+			id := binary.BigEndian.Uint64(k)
+			s, err := decodeSession(id, v)
+			if err != nil {
+				return err
+			}
+			rec = appendSession(rec[:0], s)
+			sw.session(id, rec)
+			return sw.err
+		}); err != nil {
+			return err
+		}
+		if err := lb.ForEach(func(k, v []byte) error {
+			name := string(k)
+			l, err := decodeLock(name, v, 0)
+			if err != nil {
+				return err
+			}
+			rec = appendLock(rec[:0], l)
+			sw.lock(name, rec)
+			return sw.err
+		}); err != nil {
+			return err
+		}
+		return sw.end()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lockfsm: snapshot %s: %w", f.path, err)
+	}
+	return applied, nil
+}
+
+// snapWriter writes the snapshot format: the header, then records in key order, then the end tag and the
+// checksum. The first error sticks; end returns it.
+type snapWriter struct {
+	w   io.Writer
+	h   hash.Hash32
+	bw  *bufio.Writer
+	b   []byte
+	err error
+}
+
+func newSnapWriter(w io.Writer, applied uint64) *snapWriter {
+	h := crc32.New(castagnoli)
+	sw := &snapWriter{w: w, h: h, bw: bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10)}
+	sw.b = append(sw.b, snapMagic...)
+	sw.b = append(sw.b, snapVersion)
+	sw.b = protowire.AppendVarint(sw.b, applied)
+	sw.write()
+	return sw
+}
+
+func (sw *snapWriter) write() {
+	if sw.err == nil {
+		if _, err := sw.bw.Write(sw.b); err != nil {
+			sw.err = fmt.Errorf("lockfsm: write snapshot: %w", err)
 		}
 	}
-	if err := bw.WriteByte(tagEnd); err != nil {
+}
+
+func (sw *snapWriter) session(id uint64, rec []byte) {
+	sw.b = append(sw.b[:0], tagSession)
+	sw.b = protowire.AppendVarint(sw.b, id)
+	sw.b = protowire.AppendVarint(sw.b, uint64(len(rec)))
+	sw.b = append(sw.b, rec...)
+	sw.write()
+}
+
+func (sw *snapWriter) lock(name string, rec []byte) {
+	sw.b = append(sw.b[:0], tagLock)
+	sw.b = appendString(sw.b, name)
+	sw.b = protowire.AppendVarint(sw.b, uint64(len(rec)))
+	sw.b = append(sw.b, rec...)
+	sw.write()
+}
+
+func (sw *snapWriter) end() error {
+	sw.b = append(sw.b[:0], tagEnd)
+	sw.write()
+	if sw.err != nil {
+		return sw.err
+	}
+	if err := sw.bw.Flush(); err != nil {
 		return fmt.Errorf("lockfsm: write snapshot: %w", err)
 	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("lockfsm: write snapshot: %w", err)
-	}
-	if _, err := w.Write(binary.BigEndian.AppendUint32(nil, h.Sum32())); err != nil {
+	if _, err := sw.w.Write(binary.BigEndian.AppendUint32(nil, sw.h.Sum32())); err != nil {
 		return fmt.Errorf("lockfsm: write snapshot: %w", err)
 	}
 	return nil
@@ -125,15 +209,48 @@ func (s *snapReader) bytes(max uint64) ([]byte, error) {
 // Restore replaces the whole state with the snapshot read from r. It reads and verifies all of r (format,
 // records, checksum, consistency) before touching anything, then rewrites the bbolt file in one transaction
 // and only then swaps the in-memory state; on any error the FSM is unchanged. Bad input wraps ErrCorrupt.
+// It is ReadRestore, WriteRestore and InstallRestore in one call.
 func (f *FSM) Restore(r io.Reader) error {
+	rs, err := ReadRestore(r)
+	if err != nil {
+		return err
+	}
+	if err := f.WriteRestore(rs); err != nil {
+		return err
+	}
+	f.InstallRestore(rs)
+	return nil
+}
+
+// Restored is a snapshot read and verified by ReadRestore, for WriteRestore and InstallRestore.
+type Restored struct {
+	sessions map[uint64]*session
+	locks    map[string]*lock
+	applied  uint64
+}
+
+// Applied is the snapshot's applied index.
+func (rs *Restored) Applied() uint64 { return rs.applied }
+
+// ReadRestore reads and verifies a whole snapshot (format, records, checksum, consistency). It touches no
+// FSM, so it may run on any goroutine. Bad input wraps ErrCorrupt.
+func ReadRestore(r io.Reader) (*Restored, error) {
 	sessions, locks, applied, err := readSnapshot(r)
 	if err != nil {
-		return fmt.Errorf("lockfsm: restore: %w", err)
+		return nil, fmt.Errorf("lockfsm: restore: %w", err)
 	}
+	return &Restored{sessions: sessions, locks: locks, applied: applied}, nil
+}
+
+// WriteRestore rewrites the bbolt file with rs's state in one transaction and then sets DurableIndex to
+// rs.Applied(). The in-memory state is not touched (InstallRestore swaps it in), so the caller may run it on
+// another goroutine while it reads the in-memory state; it must not Apply, Commit or write a batch until
+// InstallRestore. On error the file is unchanged.
+func (f *FSM) WriteRestore(rs *Restored) error {
 	if f.db == nil {
 		return fmt.Errorf("lockfsm: restore %s: closed", f.path)
 	}
-	err = f.db.Update(func(tx *bolt.Tx) error {
+	err := f.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketSessions, bucketLocks} {
 			if err := tx.DeleteBucket(name); err != nil {
 				return err
@@ -147,27 +264,33 @@ func (f *FSM) Restore(r io.Reader) error {
 		if err != nil {
 			return err
 		}
-		for id, s := range sessions {
+		for id, s := range rs.sessions {
 			if err := sb.Put(binary.BigEndian.AppendUint64(nil, id), appendSession(nil, s)); err != nil {
 				return err
 			}
 		}
-		for name, l := range locks {
+		for name, l := range rs.locks {
 			if err := lb.Put([]byte(name), appendLock(nil, l)); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, applied))
+		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, rs.applied))
 	})
 	if err != nil {
 		return fmt.Errorf("lockfsm: restore %s: %w", f.path, err)
 	}
-	f.sessions, f.locks = sessions, locks
-	f.applied = applied
-	f.durable.Store(applied)
+	f.durable.Store(rs.applied)
+	return nil
+}
+
+// InstallRestore replaces the in-memory state with rs's, once WriteRestore returned nil for it. Records
+// changed since the last commit are dropped: the snapshot supersedes them.
+func (f *FSM) InstallRestore(rs *Restored) {
+	f.sessions, f.locks = rs.sessions, rs.locks
+	f.applied = rs.applied
+	f.durable.Store(rs.applied)
 	clear(f.dirtySessions)
 	clear(f.dirtyLocks)
-	return nil
 }
 
 func readSnapshot(r io.Reader) (map[uint64]*session, map[string]*lock, uint64, error) {

@@ -1,73 +1,93 @@
 package membership
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
-// ShouldBootstrap decides whether self should bootstrap a new raft cluster
-// and, if so, with which voters. It is a pure function of its inputs; call it
-// with Members() once the view has been unchanged for a settle period (a few
-// probe intervals), and only while this node has no raft state.
+// FormationPlan is PlanFormation's advice to one member.
+type FormationPlan struct {
+	// Candidate: this member is the founder that starts the cluster, the one
+	// whose name sorts first among the founders. No other member ever does.
+	Candidate bool
+	// Ready: the candidate sees every founder alive, with usable metadata and
+	// no raft data, and no member of its cluster with raft data or another
+	// formation: it may ask the founders to adopt its formation id.
+	Ready bool
+	// Founders, when Ready: every founder as seen now (self included), sorted
+	// by name. The node still asks each one directly: this view may be stale.
+	Founders []Member
+	// Wait, when not Ready: why, for the logs.
+	Wait string
+}
+
+// PlanFormation advises whether self (gossip name selfName, metadata self)
+// should start forming the cluster now. founders are the gossip names of
+// the founding members as configured (the same list on every member);
+// members is Members(). It is a pure function.
 //
-// It returns true, with the voters sorted by RaftID, only when all hold:
-//   - expect >= 1 and self is usable (non-zero RaftID, a ClusterID) and
-//     self.HasData is false;
-//   - no member of self's cluster, in any state, has HasData (a cluster
-//     already exists: join it instead; a restart with data never
-//     re-bootstraps);
-//   - no two members of self's cluster share a RaftID;
-//   - at least expect Alive members of self's cluster are visible (self
-//     counts, listed or not);
-//   - self has the lowest RaftID among all of them.
+// Gossip only advises here: a founder's answer to the node's direct
+// "adopt this formation" call is what counts (node/formation.go explains
+// why a stale or partial view can delay forming but never make two
+// clusters). The advice is Ready only when all of these hold:
+//   - selfName is the first of founders in sort order (the candidate), and
+//     self has no raft data;
+//   - every other founder is listed Alive with a distinct RaftID;
+//   - no member of self's cluster, in any state, has raft data (a cluster
+//     exists: this member joins it instead), and none belongs to a formation
+//     other than self's.
 //
-// The voters are the expect Alive members with the lowest RaftIDs. Members
-// of other clusters are ignored. Every member that sees the same view
-// computes the same answer, so exactly one bootstraps; the others wait to be
-// contacted by its leader. expect == 1 is the single-node development mode.
-func ShouldBootstrap(self Meta, members []Member, expect int) (bootstrap bool, voters []Member) {
-	if expect < 1 || self.RaftID == 0 || self.ClusterID == "" || self.HasData {
-		return false, nil
+// A single founder (the development mode) is Ready at once.
+func PlanFormation(selfName string, self Meta, founders []string, members []Member) FormationPlan {
+	names := slices.Clone(founders)
+	slices.Sort(names)
+	if len(names) == 0 || names[0] != selfName {
+		return FormationPlan{Wait: "not the founder that forms the cluster"}
 	}
-	seen := make(map[uint64]string)
-	alive := []Member{{Name: "", Meta: self, State: StateAlive}}
-	selfListed := false
-	for _, mem := range members {
-		if mem.Meta.ClusterID != self.ClusterID {
+	p := FormationPlan{Candidate: true}
+	if self.HasData {
+		p.Wait = "this member has raft data"
+		return p
+	}
+	byName := map[string]Member{}
+	for _, m := range members {
+		if m.Meta.ClusterID != self.ClusterID || m.Name == selfName {
 			continue
 		}
-		if mem.Meta.HasData {
-			return false, nil
+		if m.Meta.HasData {
+			p.Wait = fmt.Sprintf("member %s has raft data: a cluster exists", m.Name)
+			return p
 		}
-		if mem.Meta.RaftID == 0 {
-			return false, nil
+		if m.Meta.Formation != "" && m.Meta.Formation != self.Formation {
+			p.Wait = fmt.Sprintf("member %s belongs to formation %s", m.Name, m.Meta.Formation)
+			return p
 		}
-		if name, dup := seen[mem.Meta.RaftID]; dup && name != mem.Name {
-			return false, nil
-		}
-		seen[mem.Meta.RaftID] = mem.Name
-		if mem.Meta.RaftID == self.RaftID {
-			if !selfListed {
-				alive[0] = mem // prefer the listed copy (name, address)
-				selfListed = true
-			}
-			continue
-		}
-		if mem.State == StateAlive {
-			alive = append(alive, mem)
-		}
+		byName[m.Name] = m
 	}
-	if len(alive) < expect {
-		return false, nil
+	out := []Member{{Name: selfName, Meta: self, State: StateAlive}}
+	ids := map[uint64]string{self.RaftID: selfName}
+	for _, name := range names[1:] {
+		m, ok := byName[name]
+		if !ok || m.State != StateAlive {
+			p.Wait = fmt.Sprintf("founder %s not seen alive", name)
+			return p
+		}
+		if other, dup := ids[m.Meta.RaftID]; dup {
+			p.Wait = fmt.Sprintf("founders %s and %s share raft id %016x", other, name, m.Meta.RaftID)
+			return p
+		}
+		ids[m.Meta.RaftID] = name
+		out = append(out, m)
 	}
-	slices.SortFunc(alive, func(a, b Member) int {
+	slices.SortFunc(out, func(a, b Member) int {
 		switch {
-		case a.Meta.RaftID < b.Meta.RaftID:
+		case a.Name < b.Name:
 			return -1
-		case a.Meta.RaftID > b.Meta.RaftID:
+		case a.Name > b.Name:
 			return 1
 		}
 		return 0
 	})
-	if alive[0].Meta.RaftID != self.RaftID {
-		return false, nil
-	}
-	return true, slices.Clone(alive[:expect])
+	p.Ready, p.Founders = true, out
+	return p
 }

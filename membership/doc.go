@@ -6,7 +6,7 @@
 // # Gossip
 //
 // Start runs one member. Each carries Meta (raft ID, gRPC address, cluster
-// ID, version, whether it has raft data) in memberlist's node metadata
+// ID, version, whether it has raft data, formation id) in memberlist's node metadata
 // (at most 512 bytes, versioned encoding). Members of another cluster are kept
 // out twice: by the gossip Label (packets with another label are dropped) and
 // by the ClusterID in Meta (such members are refused and logged once at Warn,
@@ -34,10 +34,11 @@
 //
 // # Forming, growing, healing (for the node integration)
 //
-// ShouldBootstrap: once the gossip view has settled, exactly the member with
-// the lowest raft ID among at least bootstrap-expect alive members without
-// data bootstraps, with the expect lowest IDs as voters. A member with data
-// never bootstraps, and none does while any member reports data.
+// PlanFormation: only the founder (of a configured list of gossip names)
+// whose name sorts first ever starts forming, once it sees every founder
+// alive and no member with raft data or another formation; the node then
+// asks each founder directly before it bootstraps (node/formation.go). A
+// count of visible members is not used: two islands can each see enough.
 //
 // PlanVoters runs on the raft leader only, each round after the previous
 // change has applied. It returns at most one change: drop dead or surplus
@@ -62,6 +63,6 @@
 //
 // # Concurrency
 //
-// All Membership methods are safe for concurrent use. ShouldBootstrap,
+// All Membership methods are safe for concurrent use. PlanFormation,
 // PlanVoters and TargetVoters are pure and safe anywhere.
 package membership

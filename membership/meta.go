@@ -36,6 +36,12 @@ type Meta struct {
 	ClusterID string // cluster identity; members of other clusters are ignored
 	Version   string // software version, informational
 	HasData   bool   // the member has raft state on disk (it must never bootstrap)
+	// Formation identifies the formed cluster the member belongs to: a random
+	// id made when that cluster was bootstrapped, "" for a member that has
+	// not joined one yet. Two members with different non-empty Formations
+	// are of two clusters, even with the same ClusterID: they never exchange
+	// raft traffic and never change each other's membership.
+	Formation string
 }
 
 func (m Meta) validate() error {
@@ -51,9 +57,11 @@ func (m Meta) validate() error {
 }
 
 // encode lays Meta out as: version byte, flags byte, uvarint RaftID, then
-// RaftAddr, ClusterID, Version each as uvarint length + bytes.
+// RaftAddr, ClusterID, Version and Formation each as uvarint length + bytes.
+// Formation was appended within version 1: a reader that does not know it
+// ignores it, and a writer that does not know it reads as Formation "".
 func (m Meta) encode(leaving bool) ([]byte, error) {
-	b := make([]byte, 0, 2+binary.MaxVarintLen64+3*binary.MaxVarintLen16+len(m.RaftAddr)+len(m.ClusterID)+len(m.Version))
+	b := make([]byte, 0, 2+binary.MaxVarintLen64+4*binary.MaxVarintLen16+len(m.RaftAddr)+len(m.ClusterID)+len(m.Version)+len(m.Formation))
 	var flags byte
 	if m.HasData {
 		flags |= flagHasData
@@ -63,7 +71,7 @@ func (m Meta) encode(leaving bool) ([]byte, error) {
 	}
 	b = append(b, metaVersion, flags)
 	b = binary.AppendUvarint(b, m.RaftID)
-	for _, s := range []string{m.RaftAddr, m.ClusterID, m.Version} {
+	for _, s := range []string{m.RaftAddr, m.ClusterID, m.Version, m.Formation} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -98,6 +106,15 @@ func decodeMeta(b []byte) (m Meta, leaving bool, err error) {
 		b = b[n+int(l):]
 	}
 	m = Meta{RaftID: id, RaftAddr: strs[0], ClusterID: strs[1], Version: strs[2], HasData: flags&flagHasData != 0}
+	// Formation, appended later in version 1: absent in an older writer's
+	// metadata.
+	if len(b) > 0 {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return Meta{}, false, errors.New("metadata: bad formation")
+		}
+		m.Formation = string(b[n : n+int(l)])
+	}
 	if err := m.validate(); err != nil {
 		return Meta{}, false, err
 	}

@@ -11,6 +11,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	for _, m := range []Meta{
 		{RaftID: 1, RaftAddr: "a:1", ClusterID: "c"},
 		{RaftID: ^uint64(0), RaftAddr: "[::1]:9000", ClusterID: "prod-eu", Version: "v1.2.3", HasData: true},
+		{RaftID: 9, RaftAddr: "a:1", ClusterID: "c", Formation: "0123456789abcdef0123456789abcdef", HasData: true},
 	} {
 		for _, leaving := range []bool{false, true} {
 			b, err := m.encode(leaving)
@@ -26,6 +27,29 @@ func TestMetaRoundTrip(t *testing.T) {
 			require.Equal(t, m, got)
 		}
 	}
+}
+
+// Metadata written before Formation existed (version 1 without the field)
+// still decodes, with Formation "": a fleet can be upgraded member by member.
+func TestMetaWithoutFormationDecodes(t *testing.T) {
+	old := []byte{1, flagHasData, 5, 3, 'a', ':', '1', 1, 'c', 2, 'v', '1'}
+	m, leaving, err := decodeMeta(old)
+	require.NoError(t, err)
+	require.False(t, leaving)
+	require.Equal(t, Meta{RaftID: 5, RaftAddr: "a:1", ClusterID: "c", Version: "v1", HasData: true}, m)
+	_, _, err = decodeMeta(append(old, 40, 'x')) // a formation longer than what is left
+	require.Error(t, err)
+}
+
+// The largest metadata lockraft writes fits memberlist's 512 bytes: a
+// 128-byte ClusterID (Config's limit), a long address and version, and a
+// formation id.
+func TestMetaLargestFits(t *testing.T) {
+	m := Meta{RaftID: ^uint64(0), RaftAddr: strings.Repeat("h", 253) + ":65535", ClusterID: strings.Repeat("c", 128),
+		Version: "lockraft/0.1", Formation: strings.Repeat("f", 32), HasData: true}
+	b, err := m.encode(true)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), MaxMetaSize)
 }
 
 func TestMetaTooLarge(t *testing.T) {
@@ -45,7 +69,7 @@ func TestDecodeMetaRejectsGarbage(t *testing.T) {
 		"nil":          nil,
 		"one byte":     {1},
 		"version 2":    append([]byte{2}, good[1:]...),
-		"truncated":    good[:len(good)-1],
+		"truncated":    good[:len(good)-2], // inside Version (dropping only the Formation is an older writer)
 		"bad varint":   {1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 		"huge length":  {1, 0, 5, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"zero raft id": {1, 0, 0, 3, 'a', ':', '1', 1, 'c', 0},

@@ -26,6 +26,7 @@ type Faults struct {
 	disk   error           // non-nil: every raft log write fails with it
 	commit error           // non-nil: every lock-table commit fails with it
 	msgs   *msgFaults      // nil: no per-message faults
+	store  storeFaults     // snapshot stalls, conf-state write failures, inbound rewrites (storefaults.go)
 }
 
 // MessagePolicy drops, duplicates and delays single outgoing raft messages
@@ -318,5 +319,5 @@ func (f *Faults) filterIn(msgs []*raftpb.Message) []*raftpb.Message {
 			kept = append(kept, m)
 		}
 	}
-	return kept
+	return f.store.rewriteIn(kept)
 }

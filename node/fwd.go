@@ -143,6 +143,9 @@ func (n *Node) setFwdLeader(id uint64) {
 	if !n.light() || id == 0 || id == n.loop.leader {
 		return
 	}
+	if rl := n.rn.BasicStatus().Lead; rl != 0 && rl != id {
+		return // raft itself follows a leader (this node is being added): its view wins
+	}
 	n.loop.leader = id
 	n.lead.Store(id)
 	n.log.Info("light member: leader found", "leader", id)
@@ -153,6 +156,12 @@ func (n *Node) setFwdLeader(id uint64) {
 // fwdLeaderLost forgets a leader that failed a call or denied leading.
 func (n *Node) fwdLeaderLost(id uint64) {
 	if !n.light() || n.loop.leader != id || id == 0 {
+		return
+	}
+	if n.rn.BasicStatus().Lead == id {
+		// Raft itself follows id: this node is being added and is light only
+		// until its first write is durable. Forgetting id here would leave
+		// the loop without a leader that raft never reports again.
 		return
 	}
 	n.loop.leader = 0

@@ -17,6 +17,7 @@ import (
 func lightFleet(t testing.TB, cluster string, size int, tune func(*Config)) (*gossipFleet, []*Node) {
 	t.Helper()
 	f := newGossipFleet(t, cluster, 3)
+	f.founders = []int{0, 1, 2}
 	f.tune = func(c *Config) {
 		c.Gossip.Thresholds.MaxVoters = 3
 		if tune != nil {

@@ -6,11 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,13 +19,29 @@ import (
 )
 
 // GossipConfig turns on gossip membership (package membership): the node
-// finds the others through Seeds, the cluster forms once BootstrapExpect
-// members are seen, and the leader grows and heals the voter set by itself.
-// It is used only when Config.Members is empty.
+// finds the others through Seeds, the named Founders form the cluster once
+// they all see each other, and the leader grows and heals the voter set by
+// itself. It is used only when Config.Members is empty.
 type GossipConfig struct {
 	// Seeds are gossip addresses ("host:port") of some other members. Empty
 	// for the first member of a fleet.
 	Seeds []string
+
+	// Name is this member's gossip name, unique in the fleet and stable
+	// across restarts (on Kubernetes, the pod name of a StatefulSet). Default
+	// "lockraft-" and the raft id in 16 hex digits. A founder must set it.
+	Name string
+
+	// Founders are the gossip names of the members that form the cluster,
+	// the same list on every member of the fleet (members not in it only
+	// ever join). The cluster is formed once, with all of them as its first
+	// voters, when the founder whose name sorts first sees them all and each
+	// has agreed to it; a fleet configured with one list never forms two
+	// clusters, whatever partitions or restarts happen during formation
+	// (node/formation.go says why). On Kubernetes: the first BootstrapExpect
+	// pod names of the StatefulSet, e.g. orders-0, orders-1, orders-2.
+	// Required, except in the development mode (BootstrapExpect 1).
+	Founders []string
 
 	// BindAddr and BindPort are where gossip listens (UDP and TCP). Default
 	// 127.0.0.1 and a free port. AdvertiseAddr/AdvertisePort: what others
@@ -39,8 +51,9 @@ type GossipConfig struct {
 	AdvertiseAddr string
 	AdvertisePort int
 
-	// BootstrapExpect is how many members must be seen before the cluster is
-	// formed (default 3). 1 is the explicit single-node development mode.
+	// BootstrapExpect is the number of founders (default len(Founders)); if
+	// set it must equal len(Founders). 1 without Founders is the explicit
+	// single-node development mode: this member founds a cluster of its own.
 	BootstrapExpect int
 
 	// Keys encrypt and authenticate gossip (AES-GCM; each 16, 24 or 32
@@ -80,7 +93,7 @@ func (g *GossipConfig) withDefaults() GossipConfig {
 		c.BindAddr = "127.0.0.1"
 	}
 	if c.BootstrapExpect == 0 {
-		c.BootstrapExpect = 3
+		c.BootstrapExpect = len(c.Founders)
 	}
 	if c.Timing == (membership.Timing{}) {
 		c.Timing = membership.LANTiming()
@@ -100,6 +113,28 @@ func (g *GossipConfig) validate() error {
 	}
 	if len(g.Keys) > 0 && len(g.SecretKey) > 0 {
 		return fmt.Errorf("%w: Gossip.Keys and Gossip.SecretKey are mutually exclusive", ErrInvalidConfig)
+	}
+	if len(g.Name) > 256 {
+		return fmt.Errorf("%w: Gossip.Name is longer than 256 bytes", ErrInvalidConfig)
+	}
+	switch {
+	case len(g.Founders) == 0 && g.BootstrapExpect == 1:
+		// The development mode: this member founds alone.
+	case len(g.Founders) == 0:
+		return fmt.Errorf("%w: Gossip.Founders is required: name the members (gossip names, the same list on every member) "+
+			"that form the cluster together; BootstrapExpect 1 without Founders is the single-node development mode", ErrInvalidConfig)
+	case g.BootstrapExpect != 0 && g.BootstrapExpect != len(g.Founders):
+		return fmt.Errorf("%w: Gossip.BootstrapExpect is %d but %d Founders are named", ErrInvalidConfig, g.BootstrapExpect, len(g.Founders))
+	}
+	seen := map[string]bool{}
+	for _, f := range g.Founders {
+		if f == "" || len(f) > 256 {
+			return fmt.Errorf("%w: Gossip.Founders: a name is empty or longer than 256 bytes", ErrInvalidConfig)
+		}
+		if seen[f] {
+			return fmt.Errorf("%w: Gossip.Founders: %q is listed twice", ErrInvalidConfig, f)
+		}
+		seen[f] = true
 	}
 	switch len(g.SecretKey) {
 	case 0, 16, 24, 32:
@@ -131,31 +166,19 @@ func (g *GossipConfig) keys() [][]byte {
 // random non-zero one for a directory without one. The caller records it
 // (checkIdentity).
 func resolveID(dir string) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, identityFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		var buf [8]byte
-		for {
-			if _, err := rand.Read(buf[:]); err != nil {
-				return 0, err
-			}
-			if id := binary.BigEndian.Uint64(buf[:]); id != 0 {
-				return id, nil
-			}
+	ident, ok, err := readIdentity(dir)
+	if err != nil || ok {
+		return ident.id, err
+	}
+	var buf [8]byte
+	for {
+		if _, err := rand.Read(buf[:]); err != nil {
+			return 0, err
 		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrDataDir, err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "id="); ok {
-			id, err := strconv.ParseUint(v, 10, 64)
-			if err != nil || id == 0 {
-				return 0, fmt.Errorf("%w: %s: bad id %q", ErrDataDir, dir, v)
-			}
+		if id := binary.BigEndian.Uint64(buf[:]); id != 0 {
 			return id, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %s: identity file has no id", ErrDataDir, dir)
 }
 
 // gossipState is the loop-owned part of the gossip integration.
@@ -165,6 +188,9 @@ type gossipState struct {
 	removed   map[uint64]bool
 	leaveWait map[uint64][]chan error // raft id -> Leave calls waiting for its removal
 	told      map[uint64]time.Time    // last "removed" notice sent, by raft id
+	foreign   map[uint64]bool         // members of another formation, logged once
+	removal   *removalRound           // confirmation before telling members they were removed (removed.go)
+	removalID uint64
 }
 
 type pendingChange struct {
@@ -191,7 +217,9 @@ func (n *Node) startGossip() error {
 	n.loop.gossip.since = map[uint64]healthMark{}
 	n.loop.gossip.removed = map[uint64]bool{}
 	n.loop.gossip.leaveWait = map[uint64][]chan error{}
+	n.loop.gossip.foreign = map[uint64]bool{}
 	m, err := membership.Start(membership.Config{
+		NodeName:      n.gossipName(),
 		BindAddr:      g.BindAddr,
 		BindPort:      g.BindPort,
 		AdvertiseAddr: g.AdvertiseAddr,
@@ -214,7 +242,7 @@ func (n *Node) startGossip() error {
 
 func (n *Node) localMeta() membership.Meta {
 	return membership.Meta{RaftID: n.id, RaftAddr: n.tr.Addr(), ClusterID: n.cfg.ClusterID, Version: Version,
-		HasData: n.storage.HasState()}
+		HasData: n.storage.HasState(), Formation: n.formation()}
 }
 
 // GossipAddr is the address other members use as a seed ("" without gossip).
@@ -236,17 +264,21 @@ func (n *Node) Members() []membership.Member {
 // ConfState returns the node's current raft configuration (voters and
 // learners), as last applied.
 func (n *Node) ConfState(ctx context.Context) (voters, learners []uint64, err error) {
-	done := make(chan struct{})
+	// The loop answers on a channel: if ctx ends first, it must not write
+	// into this call's results after it returned.
+	done := make(chan [2][]uint64, 1)
 	if err := n.do(ctx, func() {
+		var out [2][]uint64
 		if cs := n.loop.confState; cs != nil {
-			voters, learners = slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners())
+			out = [2][]uint64{slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners())}
 		}
-		close(done)
+		done <- out
 	}); err != nil {
 		return nil, nil, err
 	}
 	select {
-	case <-done:
+	case out := <-done:
+		voters, learners = out[0], out[1]
 	case <-ctx.Done():
 		return nil, nil, context.Cause(ctx)
 	case <-n.donec:
@@ -265,9 +297,9 @@ func (n *Node) gossipLoop() {
 	defer tick.Stop()
 	recon := time.NewTicker(n.gcfg.ReconcileEvery)
 	defer recon.Stop()
-	hasData := n.storage.HasState()
+	announced := n.localMeta()
 	seeding := true // membership re-resolves the seeds until the cluster is formed with this member in it
-	var view string
+	var view, waitLogged string
 	viewSince := time.Now()
 	n.syncPeers()
 	for {
@@ -290,22 +322,25 @@ func (n *Node) gossipLoop() {
 			n.tryDo(n.reconcile)
 		case <-tick.C:
 		}
-		if !hasData && n.storage.HasState() {
-			hasData = true
-			if err := n.ml.UpdateMeta(n.localMeta()); err != nil {
-				n.log.Warn("gossip: could not announce raft data", "err", err)
+		if meta := n.localMeta(); meta != announced {
+			// Raft data or a formation id: tell the others.
+			if err := n.ml.UpdateMeta(meta); err != nil {
+				n.log.Warn("gossip: could not announce metadata", "err", err)
+			} else {
+				announced = meta
 			}
 		}
-		if seeding && (hasData || slices.ContainsFunc(n.ml.Members(), func(m membership.Member) bool {
+		if seeding && (announced.HasData || slices.ContainsFunc(n.ml.Members(), func(m membership.Member) bool {
 			return m.State == membership.StateAlive && m.Meta.HasData && m.Meta.RaftID != n.id
 		})) {
 			n.ml.StopSeeding()
 			seeding = false
 		}
-		if hasData {
+		if announced.HasData {
 			continue
 		}
 		members := n.ml.Members()
+		n.adoptLeadersFormation(members)
 		if v := viewKey(members); v != view {
 			view, viewSince = v, time.Now()
 			continue
@@ -313,29 +348,49 @@ func (n *Node) gossipLoop() {
 		if time.Since(viewSince) < n.gcfg.SettleFor {
 			continue
 		}
-		ok, voters := membership.ShouldBootstrap(n.localMeta(), members, n.gcfg.BootstrapExpect)
-		if !ok {
+		plan := membership.PlanFormation(n.gossipName(), n.localMeta(), n.founders(), members)
+		if !plan.Candidate {
 			continue
 		}
-		res := make(chan error, 1)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if n.do(ctx, func() { res <- n.bootstrapRaft(voters) }) == nil {
-			select {
-			case err := <-res:
-				if err != nil {
-					n.log.Warn("gossip: bootstrap skipped", "err", err)
-				}
-			case <-n.stopc:
-			}
+		var err error
+		if plan.Ready {
+			err = n.formCluster(plan)
+		} else {
+			err = errors.New(plan.Wait)
 		}
-		cancel()
+		if err == nil {
+			n.log.Info("formed the cluster", "formation", n.formation(), "founders", n.founders())
+		} else if msg := err.Error(); msg != waitLogged {
+			// Once per reason: waiting for founders is normal at first.
+			waitLogged = msg
+			n.log.Info("formation: waiting", "reason", msg)
+		}
+	}
+}
+
+// adoptLeadersFormation binds a light member (no raft data, a session
+// opened by a leader) to the formed cluster of that leader, as a learner is
+// bound by its first raft traffic: from then on it only talks to that
+// cluster. Runs on the gossip goroutine.
+func (n *Node) adoptLeadersFormation(members []membership.Member) {
+	if n.formation() != "" || n.sess.Load() == 0 || n.storage.HasState() {
+		return
+	}
+	lead := n.lead.Load()
+	for _, m := range members {
+		if m.Meta.RaftID == lead && lead != 0 && m.Meta.Formation != "" {
+			if err := n.joinFormation(m.Meta.Formation); err != nil {
+				n.log.Debug("formation: light member not bound", "err", err)
+			}
+			return
+		}
 	}
 }
 
 func viewKey(members []membership.Member) string {
 	var b strings.Builder
 	for _, m := range members {
-		fmt.Fprintf(&b, "%x/%d/%t;", m.Meta.RaftID, m.State, m.Meta.HasData)
+		fmt.Fprintf(&b, "%x/%d/%t/%s;", m.Meta.RaftID, m.State, m.Meta.HasData, m.Meta.Formation)
 	}
 	return b.String()
 }
@@ -374,7 +429,7 @@ func (n *Node) bootstrapRaft(voters []membership.Member) error {
 	if err := n.rn.Bootstrap(peers); err != nil {
 		return err
 	}
-	n.log.Info("bootstrapped new cluster from gossip", "voters", ids, "cluster", n.cfg.ClusterID)
+	n.log.Info("bootstrapped new cluster from gossip", "voters", ids, "cluster", n.cfg.ClusterID, "formation", n.formation())
 	return nil
 }
 
@@ -411,9 +466,12 @@ func (n *Node) onConfChangeApplied(cc raftpb.ConfChangeI) {
 }
 
 // reconcile is the leader's membership step: at most one configuration
-// change per call, and none while the previous one is pending.
+// change per call, and none while the previous one is pending. It runs only
+// once the leader is active (the first entry of its term applied, so every
+// configuration change committed before its term is applied here): a new
+// leader's configuration may lack a change an earlier leader committed.
 func (n *Node) reconcile() {
-	if n.ml == nil || !n.loop.isLeader || n.err() != nil || n.closing.Load() {
+	if n.ml == nil || !n.loop.isLeader || !n.loop.lead.active || n.err() != nil || n.closing.Load() {
 		return
 	}
 	now := time.Now()
@@ -449,18 +507,34 @@ func (n *Node) reconcile() {
 		meta  membership.Meta
 	}
 	seen := map[uint64]info{}
+	own := n.formation()
 	for _, m := range n.ml.Members() {
+		if m.Meta.Formation != "" && m.Meta.Formation != own {
+			// A member of another formed cluster: never added, removed or
+			// told anything. For this cluster it is not there.
+			if !gs.foreign[m.Meta.RaftID] {
+				gs.foreign[m.Meta.RaftID] = true
+				n.log.Warn("gossip: member belongs to another formed cluster with the same ClusterID; ignoring it",
+					"member", m.Name, "id", m.Meta.RaftID, "its_formation", m.Meta.Formation, "formation", own)
+			}
+			continue
+		}
 		if old, ok := seen[m.Meta.RaftID]; ok && old.state == membership.StateAlive {
 			continue
 		}
 		seen[m.Meta.RaftID] = info{m.State, m.Meta}
 	}
+	var outside []uint64
 	for id, inf := range seen {
-		if inf.state == membership.StateAlive && inf.meta.HasData && id != n.id &&
+		// Same formation only: a member with raft data and no formation id
+		// while this cluster has one is not of this cluster either (members
+		// adopt the id before they receive any raft data).
+		if inf.state == membership.StateAlive && inf.meta.HasData && id != n.id && inf.meta.Formation == own &&
 			!slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) {
-			n.tellRemoved(id, now)
+			outside = append(outside, id)
 		}
 	}
+	n.confirmRemoved(outside, now)
 	ids := map[uint64]bool{}
 	for id := range seen {
 		ids[id] = true

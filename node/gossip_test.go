@@ -19,19 +19,26 @@ import (
 )
 
 // gossipFleet is a set of real nodes (real gRPC, bbolt, memberlist on
-// loopback) that find each other by gossip.
+// loopback) that find each other by gossip. Instance i is named
+// "<cluster>-<i>", as a StatefulSet names its pods; the founders are
+// instances 1..expect unless the test sets founders.
 type gossipFleet struct {
-	t       testing.TB
-	cluster string
-	expect  int
-	mu      sync.Mutex
-	nodes   map[int]*Node
-	dirs    map[int]string
-	tune    func(*Config) // applied after the defaults
+	t        testing.TB
+	cluster  string
+	prefix   string // of instance names; default cluster
+	expect   int
+	founders []int
+	mu       sync.Mutex
+	nodes    map[int]*Node
+	dirs     map[int]string
+	tune     func(*Config) // applied after the defaults
 }
 
 func newGossipFleet(t testing.TB, cluster string, expect int) *gossipFleet {
 	f := &gossipFleet{t: t, cluster: cluster, expect: expect, nodes: map[int]*Node{}, dirs: map[int]string{}}
+	for i := 1; i <= expect; i++ {
+		f.founders = append(f.founders, i)
+	}
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -46,12 +53,21 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 	if f.dirs[i] == "" {
 		f.dirs[i] = f.t.TempDir()
 	}
+	var founders []string
+	for _, j := range f.founders {
+		founders = append(founders, f.name(j))
+	}
+	if f.expect == 1 && i == f.founders[0] {
+		founders = nil // the development mode: the first instance founds alone
+	}
 	cfg := Config{
 		DataDir:   f.dirs[i],
 		ClusterID: f.cluster,
 		Logger:    testLogger(f.t, uint64(i)),
 		Gossip: &GossipConfig{
 			Seeds:           seeds,
+			Name:            f.name(i),
+			Founders:        founders,
 			BootstrapExpect: f.expect,
 			Timing:          membership.FastTiming(),
 			Thresholds: membership.Thresholds{
@@ -67,6 +83,13 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 		f.tune(&cfg)
 	}
 	return cfg
+}
+
+func (f *gossipFleet) name(i int) string {
+	if f.prefix != "" {
+		return fmt.Sprintf("%s-%d", f.prefix, i)
+	}
+	return fmt.Sprintf("%s-%d", f.cluster, i)
 }
 
 // start starts instance i with the given seeds.
@@ -438,6 +461,7 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 // ErrSessionExpired or the session was replaced.
 func TestSessionOpenedLateIsKept(t *testing.T) {
 	f := newGossipFleet(t, "late", 3)
+	f.founders = []int{0, 1, 2}
 	n0 := f.start(0)
 	ttl := n0.cfg.SessionTTL
 	// The premise is elapsed time: instance 0 tries to open its session

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,53 +14,110 @@ import (
 
 // identityFile records which node and cluster a data directory belongs to, so
 // that a directory is never reused by another node id or another cluster.
+// With gossip it also holds the node's formation id once it has one (see
+// formation.go): the formed cluster it belongs to, for good.
 const identityFile = "node.id"
 
-// checkIdentity creates the identity file on first start and verifies it on
-// every later one.
-func checkIdentity(dir string, id uint64, cluster string) error {
+// identity is the content of the identity file: lines "key=value". Readers
+// ignore keys they do not know, so a newer file stays readable.
+type identity struct {
+	id        uint64
+	cluster   string
+	formation string // "" until the node forms or joins a formed cluster
+}
+
+// readIdentity reads dir's identity file; ok is false if there is none.
+func readIdentity(dir string) (ident identity, ok bool, err error) {
 	path := filepath.Join(dir, identityFile)
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		tmp := path + ".tmp"
-		body := fmt.Sprintf("id=%d\ncluster=%s\n", id, cluster)
-		if err := writeFileSync(tmp, []byte(body)); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
-		}
-		return syncDir(dir)
+		return identity{}, false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
+		return identity{}, false, fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
 	}
-	defer f.Close()
-	var gotID uint64
-	var gotCluster string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
-		if !ok {
-			return fmt.Errorf("%w: %s: malformed line %q", ErrDataDir, path, sc.Text())
+		k, v, found := strings.Cut(sc.Text(), "=")
+		if !found {
+			return identity{}, false, fmt.Errorf("%w: %s: malformed line %q", ErrDataDir, path, sc.Text())
 		}
 		switch k {
 		case "id":
-			gotID, err = strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w: %s: bad id %q", ErrDataDir, path, v)
+			ident.id, err = strconv.ParseUint(v, 10, 64)
+			if err != nil || ident.id == 0 {
+				return identity{}, false, fmt.Errorf("%w: %s: bad id %q", ErrDataDir, path, v)
 			}
 		case "cluster":
-			gotCluster = v
+			ident.cluster = v
+		case "formation":
+			if !validFormationID(v) {
+				return identity{}, false, fmt.Errorf("%w: %s: bad formation id %q", ErrDataDir, path, v)
+			}
+			ident.formation = v
 		}
 	}
-	if gotID != id {
-		return fmt.Errorf("%w: %s belongs to node %d, not %d", ErrDataDir, dir, gotID, id)
+	if ident.id == 0 {
+		return identity{}, false, fmt.Errorf("%w: %s: identity file has no id", ErrDataDir, path)
 	}
-	if gotCluster != cluster {
-		return fmt.Errorf("%w: %s belongs to cluster %q, not %q", ErrDataDir, dir, gotCluster, cluster)
+	return ident, true, nil
+}
+
+// writeIdentity replaces dir's identity file atomically and durably: a
+// temporary file, fsynced, renamed over it, and the directory fsynced. A
+// crash leaves the old file or the new one.
+func writeIdentity(dir string, ident identity) error {
+	path := filepath.Join(dir, identityFile)
+	body := fmt.Sprintf("id=%d\ncluster=%s\n", ident.id, ident.cluster)
+	if ident.formation != "" {
+		body += "formation=" + ident.formation + "\n"
+	}
+	tmp := path + ".tmp"
+	if err := writeFileSync(tmp, []byte(body)); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrDataDir, dir, err)
 	}
 	return nil
+}
+
+// checkIdentity creates the identity file on first start and verifies it on
+// every later one. It returns what the file holds.
+func checkIdentity(dir string, id uint64, cluster string) (identity, error) {
+	ident, ok, err := readIdentity(dir)
+	if err != nil {
+		return identity{}, err
+	}
+	if !ok {
+		ident = identity{id: id, cluster: cluster}
+		return ident, writeIdentity(dir, ident)
+	}
+	if ident.id != id {
+		return identity{}, fmt.Errorf("%w: %s belongs to node %d, not %d", ErrDataDir, dir, ident.id, id)
+	}
+	if ident.cluster != cluster {
+		return identity{}, fmt.Errorf("%w: %s belongs to cluster %q, not %q", ErrDataDir, dir, ident.cluster, cluster)
+	}
+	return ident, nil
+}
+
+// validFormationID accepts what newFormationID makes and little else: 16
+// to 64 characters of [0-9a-f]. An id comes from a peer's header before it
+// is written to the identity file, so nothing else may pass.
+func validFormationID(s string) bool {
+	if len(s) < 16 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func writeFileSync(path string, b []byte) error {
@@ -78,7 +136,13 @@ func writeFileSync(path string, b []byte) error {
 	return f.Close()
 }
 
+// syncDirObserved, if set (tests only), is told of every directory fsync.
+var syncDirObserved func(dir string)
+
 func syncDir(dir string) error {
+	if syncDirObserved != nil {
+		syncDirObserved(dir)
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

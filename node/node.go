@@ -55,9 +55,9 @@ type Node struct {
 	localc chan []*raftpb.Message
 	appErr chan error
 	app    appender
-	// fsmc carries lock-table commit batches to the committer; fsmDone its
-	// outcome back to the loop (see maybeCommitFSM).
-	fsmc    chan *lockfsm.CommitBatch
+	// fsmc carries lock-table commit batches (and snapshots) to the
+	// committer; fsmDone its outcome back to the loop (see maybeCommitFSM).
+	fsmc    chan *fsmJob
 	fsmDone chan error
 	stopc   chan struct{}         // closed by Close / crash to stop the loop
 	donec   chan struct{}         // closed when the loop has exited
@@ -84,6 +84,11 @@ type Node struct {
 	gcfg    GossipConfig
 	gevents chan membership.Event
 	ml      *membership.Membership
+	// formationID is the formed cluster this node belongs to ("" if none
+	// yet), as in its identity file; formMu serialises adopting one
+	// (formation.go).
+	formMu      sync.Mutex
+	formationID string
 
 	loop loopState // touched only by the loop goroutine
 }
@@ -94,12 +99,18 @@ type loopState struct {
 	isLeader    bool
 	term        uint64
 	confState   *raftpb.ConfState
+	confIndex   uint64 // changes up to here are in the configuration raft started with
 	lastApplied uint64
 	sinceSnap   uint64
 	lastCommit  time.Time
-	fsmBusy     bool // a lock-table commit batch is with the committer
-	events      []lockfsm.Event
-	stopWith    error // set to stop serving with this error (ErrRemoved)
+	fsmBusy     bool    // a lock-table job (commit, snapshot, restore) is with the committer
+	fsmJob      *fsmJob // that job
+	// restore: a snapshot from the leader being restored into the lock
+	// table; held: the raft log writes waiting for it (snapshot.go).
+	restore  *restoreJob
+	held     []*raftpb.Message
+	events   []lockfsm.Event
+	stopWith error // set to stop serving with this error (ErrRemoved)
 
 	ops     opRegistry
 	holds   holdRegistry
@@ -173,25 +184,29 @@ func start(cfg Config) (*Node, error) {
 		recvc:   make(chan []*raftpb.Message, 1024),
 		localc:  make(chan []*raftpb.Message, 64),
 		appErr:  make(chan error, 1),
-		fsmc:    make(chan *lockfsm.CommitBatch, 1),
+		fsmc:    make(chan *fsmJob, 1),
 		fsmDone: make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 	}
-	if err := os.MkdirAll(n.snapDir, 0o700); err != nil {
+	if err := mkdirAllSync(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
 	n.members = newMemberSet(cfg.Members)
-	if err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID); err != nil {
+	if err := cleanSnapDir(n.snapDir); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	ident, err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID)
+	if err != nil {
 		return nil, err
 	}
+	n.formationID = ident.formation
 	ok := false
 	defer func() {
 		if !ok {
 			n.closeResources()
 		}
 	}()
-	var err error
 	var engine string
 	n.storage, engine, err = openLog(cfg.DataDir, cfg.LogEngine, n.log)
 	if err != nil {
@@ -200,6 +215,11 @@ func start(cfg Config) (*Node, error) {
 	n.log.Debug("raft log opened", "engine", engine)
 	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), lockfsm.Options{})
 	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	// locks.db and raft.db may have just been created: bbolt does not sync
+	// their directory entries.
+	if err := syncDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
 	if err := n.recoverFSM(); err != nil {
@@ -226,6 +246,7 @@ func start(cfg Config) (*Node, error) {
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
 	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
+	n.loop.confIndex = n.storage.ConfIndex()
 	n.members.setConf(cs)
 	if n.loop.guard.lastIndex, err = n.storage.LastIndex(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
@@ -248,7 +269,13 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
 	}
+	var adopt func(string) error
+	if cfg.Gossip != nil {
+		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
+	}
 	n.tr, err = transport.New(transport.Config{
+		Formation:       ident.formation,
+		AdoptFormation:  adopt,
 		ClusterID:       cfg.ClusterID,
 		LocalID:         cfg.ID,
 		ListenAddr:      cfg.ListenAddr,
@@ -399,11 +426,12 @@ func (n *Node) run() {
 			n.fail(err)
 			return
 		case err := <-n.fsmDone:
-			n.loop.fsmBusy = false
 			if err != nil {
-				n.fail(err) // a failed lock-table commit: stop like a failed log write
+				n.loop.fsmBusy = false
+				n.fail(err) // a failed lock-table commit or restore: stop like a failed log write
 				return
 			}
+			n.onFSMJobDone()
 		case <-n.stopc:
 			return
 		}
@@ -493,7 +521,7 @@ func (n *Node) step(msgs []*raftpb.Message) {
 // fail stops serving after a storage error: the node must not acknowledge
 // anything it could not make durable (S3).
 func (n *Node) fail(err error) {
-	if errors.Is(err, ErrNewerVersion) {
+	if errors.Is(err, ErrNewerVersion) || errors.Is(err, ErrInternal) {
 		n.stopServing(err)
 		return
 	}

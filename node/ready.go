@@ -1,13 +1,8 @@
 package node
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -15,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/lockfsm"
-	"github.com/lockraft/lockraft/transport"
 )
 
 // handleReady processes one Ready. The node runs raft with
@@ -42,31 +36,23 @@ func (n *Node) handleReady() error {
 			if m.Term != nil {
 				n.termSeen.Store(m.GetTerm())
 			}
-			if hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
+			snap := hasSnap(m) && len(m.Snapshot.GetData()) > 0
+			if snap {
 				// raft accepted a received snapshot: its file becomes the
-				// snapshot of that index (snapshotin.go). Entries before
-				// the snapshot were applied by earlier Readys (apply runs
-				// in this loop, in order).
-				md := m.Snapshot.GetMetadata()
-				if err := n.adoptSnapshotFile(md.GetIndex()); err != nil {
+				// snapshot of that index now (snapshotin.go), before the
+				// end of the turn drops the files raft did not take.
+				if err := n.adoptSnapshotFile(m.Snapshot.GetMetadata().GetIndex()); err != nil {
 					return err
 				}
-				if err := n.waitFSMCommit(); err != nil {
-					return err
-				}
-				if err := n.restoreFSM(md.GetIndex()); err != nil {
-					return err
-				}
-				n.loop.confState = md.GetConfState()
-				n.members.setConf(n.loop.confState)
-				n.loop.lastApplied = md.GetIndex()
-				n.snapshotsRestored.Add(1)
-				n.loop.times.restart(md.GetIndex() + 1)
-				n.onRestored()
 			}
-			n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
-			n.loop.hints.noteAppended(m)
-			n.app.enqueue(m)
+			if n.loop.restore != nil || snap {
+				// A snapshot from the leader: the lock table is restored from
+				// it on the committer (snapshot.go), and this write and every
+				// later one wait for that, in order.
+				n.holdForRestore(m)
+				continue
+			}
+			n.appendToLog(m)
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
 		default:
@@ -93,9 +79,17 @@ func (n *Node) handleReady() error {
 	n.fwdFlushComplete()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
+		n.onRemovalReadStates(rd.ReadStates)
 	}
 	n.onReadIndex(rd.ReadStates) // inspection reads (readindex.go)
 	return n.maybeSnapshot()
+}
+
+// appendToLog hands a raft log write to the appender.
+func (n *Node) appendToLog(m *raftpb.Message) {
+	n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
+	n.loop.hints.noteAppended(m)
+	n.app.enqueue(m)
 }
 
 func (n *Node) onSoftState(ss *raft.SoftState) {
@@ -194,7 +188,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %v", idx, err)
 			}
-			if err := n.applyConfChange(&cc); err != nil {
+			if err := n.applyConfChange(idx, &cc); err != nil {
 				return err
 			}
 		case raftpb.EntryConfChangeV2:
@@ -202,7 +196,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %v", idx, err)
 			}
-			if err := n.applyConfChange(&cc); err != nil {
+			if err := n.applyConfChange(idx, &cc); err != nil {
 				return err
 			}
 		}
@@ -211,10 +205,24 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			n.loop.lastApplied = idx
 		}
 	}
-	return n.maybeCommitFSM(false)
+	return n.maybeCommitFSM()
 }
 
-func (n *Node) applyConfChange(cc raftpb.ConfChangeI) error {
+// applyConfChange applies the configuration change at idx and persists the
+// resulting configuration with its index. An error stops the node: a
+// storage failure (a configuration it could not persist may be missing
+// after a restart), or ErrInternal for a committed change raft cannot apply.
+//
+// A change at or below loop.confIndex is already in the configuration raft
+// restarted with (raftlog's ConfIndex): raft re-delivers committed entries
+// after a restart, and applying one of them again on top of the newer
+// configuration would move it back to an older one (review finding 9,
+// TestS1RestartKeepsLatestConfiguration).
+func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
+	if idx <= n.loop.confIndex {
+		n.onConfChangeApplied(cc)
+		return nil
+	}
 	// raft panics on a change it cannot apply (removing every voter, a
 	// second joint change). Only the leader's own reconcile proposes changes
 	// (guard.go), so a committed bad one means a broken invariant: stop the
@@ -224,32 +232,27 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeI) error {
 	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
 	n.members.setConf(n.loop.confState)
-	if err := n.storage.SetConfState(n.loop.confState); err != nil {
-		n.log.Error("persist conf state", "err", err)
+	err := n.cfg.Faults.confStateError()
+	if err == nil {
+		err = n.storage.SetConfState(n.loop.confState, idx)
+	}
+	if err != nil {
+		return fmt.Errorf("persist the configuration applied at %d: %w", idx, err)
 	}
 	n.onConfChangeApplied(cc)
 	return nil
 }
 
 // maybeCommitFSM writes the lock table's dirty records to its bbolt file
-// every CommitInterval (or when forced). The raft log is the durability
-// source, so this only bounds how much a restart replays. The records are
-// encoded here and written (one bbolt transaction, two fdatasyncs) by the
-// committer goroutine, so the loop does not stop for the disk; one batch is
-// in flight at a time, and a forced commit waits for it and then writes
-// synchronously.
-func (n *Node) maybeCommitFSM(force bool) error {
+// every CommitInterval. The raft log is the durability source, so this only
+// bounds how much a restart replays. The records are encoded here and
+// written (one bbolt transaction, two fdatasyncs) by the committer
+// goroutine, so the loop does not stop for the disk; one job (a batch, or a
+// batch and a snapshot: snapshot.go) is in flight at a time.
+func (n *Node) maybeCommitFSM() error {
 	now := n.clock.Now()
-	if !force && now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval {
-		return nil
-	}
-	if n.loop.fsmBusy {
-		if !force {
-			return nil // still writing the last batch: try again next time
-		}
-		if err := n.waitFSMCommit(); err != nil {
-			return err
-		}
+	if now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval || n.loop.fsmBusy {
+		return nil // not yet, or still writing the last job: try again next time
 	}
 	n.loop.lastCommit = now
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
@@ -258,37 +261,56 @@ func (n *Node) maybeCommitFSM(force bool) error {
 	if err := n.cfg.Faults.commitError(); err != nil {
 		return err
 	}
-	if force {
-		return n.fsm.Commit()
-	}
-	n.loop.fsmBusy = true
-	n.fsmc <- n.fsm.PrepareCommit() // capacity 1 and nothing in flight: never blocks
+	n.sendFSMJob(&fsmJob{batch: n.fsm.PrepareCommit()})
 	return nil
 }
 
-// waitFSMCommit waits until the committer has written the batch in flight,
-// if any (before a restore, a forced commit).
-func (n *Node) waitFSMCommit() error {
-	if !n.loop.fsmBusy {
-		return nil
+// fsmJob is one job for the committer: a lock-table batch to write and,
+// for a snapshot, what to do once it is written; or a restore.
+type fsmJob struct {
+	batch   *lockfsm.CommitBatch
+	snap    *snapJob    // nil: just the batch
+	restore *restoreJob // non-nil: restore the lock table (no batch)
+}
+
+// sendFSMJob hands j to the committer. Only with none in flight.
+func (n *Node) sendFSMJob(j *fsmJob) {
+	n.loop.fsmBusy = true
+	n.loop.fsmJob = j
+	n.fsmc <- j // capacity 1 and nothing in flight: never blocks
+}
+
+// onFSMJobDone runs in the loop when the committer reports the job in
+// flight done without error: it finishes a restore, or starts one that was
+// waiting for the committer.
+func (n *Node) onFSMJobDone() {
+	j := n.loop.fsmJob
+	n.loop.fsmBusy, n.loop.fsmJob = false, nil
+	if j != nil && j.restore != nil {
+		n.finishRestore(j.restore)
 	}
-	select {
-	case err := <-n.fsmDone:
-		n.loop.fsmBusy = false
-		return err
-	case <-n.stopc:
-		return ErrClosed
+	if r := n.loop.restore; r != nil && !r.sent {
+		n.startRestore()
 	}
 }
 
-// commitLoop is the committer: it writes the lock-table batches the loop
-// prepares, one at a time, and reports each outcome back to the loop.
+// commitLoop is the committer: it runs the jobs the loop prepares, one at a
+// time, and reports each outcome back to the loop.
 func (n *Node) commitLoop() {
 	defer n.bgwg.Done()
 	for {
 		select {
-		case b := <-n.fsmc:
-			err := n.fsm.WriteCommit(b)
+		case j := <-n.fsmc:
+			var err error
+			switch {
+			case j.restore != nil:
+				err = n.restoreOnCommitter(j.restore)
+			default:
+				err = n.fsm.WriteCommit(j.batch)
+				if err == nil && j.snap != nil {
+					err = n.writeSnapshot(j.snap)
+				}
+			}
 			select {
 			case n.fsmDone <- err:
 			case <-n.stopc:
@@ -302,102 +324,6 @@ func (n *Node) commitLoop() {
 	}
 }
 
-// maybeSnapshot writes a lock-table snapshot file and compacts the raft log
-// every SnapshotEvery applied entries.
-func (n *Node) maybeSnapshot() error {
-	if n.loop.sinceSnap < n.cfg.SnapshotEvery {
-		return nil
-	}
-	return n.snapshotNow()
-}
-
-func (n *Node) snapshotNow() error {
-	idx := n.fsm.AppliedIndex()
-	if idx == 0 {
-		return nil
-	}
-	if err := n.maybeCommitFSM(true); err != nil {
-		return err
-	}
-	path := transport.SnapshotPath(n.snapDir, idx)
-	if err := writeSnapshotFile(path, n.fsm); err != nil {
-		return err
-	}
-	var desc [8]byte
-	binary.BigEndian.PutUint64(desc[:], idx)
-	if _, err := n.storage.CreateSnapshot(idx, n.loop.confState, desc[:]); err != nil {
-		if err == raft.ErrSnapOutOfDate {
-			return nil
-		}
-		return err
-	}
-	n.loop.sinceSnap = 0
-	n.loop.stats.snapshots++
-	if idx > n.cfg.CompactKeep {
-		if err := n.storage.Compact(idx - n.cfg.CompactKeep); err != nil && err != raft.ErrCompacted {
-			return err
-		}
-	}
-	n.removeOldSnapshots(idx)
-	n.log.Debug("snapshot taken", "index", idx)
-	return nil
-}
-
-func writeSnapshotFile(path string, fsm *lockfsm.FSM) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 256<<10)
-	err = fsm.WriteSnapshot(w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// removeOldSnapshots keeps the newest two snapshot files: one may be
-// streaming to a follower while the next is written.
-func (n *Node) removeOldSnapshots(newest uint64) {
-	entries, err := os.ReadDir(n.snapDir)
-	if err != nil {
-		return
-	}
-	var keep uint64
-	for _, e := range entries {
-		var idx uint64
-		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
-			continue
-		}
-		if idx < newest && idx > keep {
-			keep = idx
-		}
-	}
-	for _, e := range entries {
-		var idx uint64
-		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
-			continue
-		}
-		if idx != newest && idx != keep {
-			os.Remove(filepath.Join(n.snapDir, e.Name()))
-		}
-	}
-}
-
 // onTick runs once per raft tick inside the loop. An error is a storage
 // failure: the loop must stop.
 func (n *Node) onTick() error {
@@ -406,7 +332,7 @@ func (n *Node) onTick() error {
 	n.expireConfirmRounds(now)
 	n.retryReads(now)
 	n.checkOwnSession(now)
-	return n.maybeCommitFSM(false)
+	return n.maybeCommitFSM()
 }
 
 // transferLeadership hands leadership to the most caught-up voter and closes

@@ -100,6 +100,9 @@ func (nopHandler) FwdPush(context.Context, uint64, *transportpb.FwdPushRequest) 
 func (nopHandler) FwdStatus(context.Context, uint64, *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
 	return &transportpb.FwdStatusResponse{}, nil
 }
+func (nopHandler) Form(context.Context, uint64, *transportpb.FormRequest) (*transportpb.FormResponse, error) {
+	return &transportpb.FormResponse{}, nil
+}
 func (nopHandler) Inspect(context.Context, uint64, *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
 	return &transportpb.InspectResponse{}, nil
 }

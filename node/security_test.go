@@ -89,9 +89,9 @@ func TestTLSGossipFleet(t *testing.T) {
 		c.TLS = pki.member(c.ClusterID, id)
 		c.Gossip.Keys = [][]byte{[]byte("0123456789abcdef0123456789abcdef")}
 	}
-	n0 := f.start(0)
-	for i := 1; i < 3; i++ {
-		f.start(i, n0.GossipAddr())
+	n1 := f.start(1) // the founders are instances 1..3
+	for i := 2; i <= 3; i++ {
+		f.start(i, n1.GossipAddr())
 	}
 	for i, n := range f.nodes {
 		_, id, err := tlsMemberID(n.cfg.TLS)

@@ -19,8 +19,10 @@
 //     i.e. one commit and one fsync pair, whatever the number of entries;
 //   - caller mistakes that make MemoryStorage panic (an index past LastIndex, a gap in
 //     appended entries) are returned as errors instead;
-//   - [Storage.SetConfState] records the ConfState of the latest applied conf change,
-//     which [Storage.InitialState] prefers over the snapshot's.
+//   - [Storage.SetConfState] records the ConfState of the latest applied conf change
+//     with its index, which [Storage.InitialState] prefers over the snapshot's;
+//     [Storage.ConfIndex] tells the node which re-delivered conf changes that
+//     ConfState already holds (see [Log]).
 //
 // # File layout
 //
@@ -29,7 +31,8 @@
 //
 //	magic      "lockraft/raftlog" + format version; a file without it is not ours (ErrCorrupt)
 //	hardstate  proto HardState (absent until the first one is saved)
-//	confstate  proto ConfState from SetConfState (absent if never set or superseded by a snapshot)
+//	confstate  proto ConfState from SetConfState, then its index as field 1000 (confstate.go);
+//	           absent if never set or superseded by a snapshot
 //	snapshot   proto Snapshot: metadata and Data (a small descriptor in lockraft's design)
 //	compacted  16 bytes: index and term of the entry just before FirstIndex
 //

@@ -17,7 +17,18 @@ type Log interface {
 	Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error
 	CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error)
 	Compact(index uint64) error
-	SetConfState(cs *raftpb.ConfState) error
+	// SetConfState records cs, the configuration after applying the entry at
+	// index (call it after every ApplyConfChange); InitialState returns it
+	// until a snapshot is installed through Save.
+	SetConfState(cs *raftpb.ConfState, index uint64) error
+	// ConfIndex is the index up to which InitialState's ConfState reflects
+	// every configuration change in the log: the index given with the stored
+	// ConfState, or the snapshot's if that is newer or none is stored (0 for
+	// a ConfState stored without one). On restart raft re-delivers committed
+	// entries after its applied index, and a configuration change at or
+	// below ConfIndex must not be applied again: on top of a newer
+	// configuration it would move back to an older one.
+	ConfIndex() uint64
 	HasState() bool
 	Bootstrap(cs *raftpb.ConfState) error
 	Close() error

@@ -95,6 +95,7 @@ type Storage struct {
 
 	hardState *raftpb.HardState // nil until one is saved
 	confState *raftpb.ConfState // from SetConfState; nil means "use the snapshot's"
+	confIndex uint64            // the index confState reflects (0: not recorded)
 	snap      *raftpb.Snapshot  // never nil
 	// dummyIndex/dummyTerm describe the entry just before FirstIndex: the compaction point.
 	dummyIndex, dummyTerm uint64
@@ -241,8 +242,8 @@ func (s *Storage) read(tx *bolt.Tx) error {
 		}
 	}
 	if v := meta.Get(keyConfState); v != nil {
-		s.confState = &raftpb.ConfState{}
-		if err := proto.Unmarshal(v, s.confState); err != nil {
+		var err error
+		if s.confState, s.confIndex, err = unmarshalConfState(v); err != nil {
 			return s.corrupt("confstate: %v", err)
 		}
 	}

@@ -95,7 +95,7 @@ func (c *cluster) handleReady(m *member) {
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
 			require.NoError(c.t, proto.Unmarshal(e.GetData(), &cc))
-			require.NoError(c.t, m.st.SetConfState(m.rn.ApplyConfChange(&cc)))
+			require.NoError(c.t, m.st.SetConfState(m.rn.ApplyConfChange(&cc), e.GetIndex()))
 		}
 	}
 	m.rn.Advance(rd)

@@ -32,6 +32,13 @@ func (s *Storage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	return hs, proto.Clone(cs).(*raftpb.ConfState), nil
 }
 
+// ConfIndex is [Log.ConfIndex].
+func (s *Storage) ConfIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return confIndex(s.confState, s.confIndex, s.snap)
+}
+
 // HasState reports whether a HardState, an entry or a snapshot was ever saved (also
 // through Bootstrap). A node with state must restart, never bootstrap again.
 func (s *Storage) HasState() bool {

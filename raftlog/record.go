@@ -114,6 +114,7 @@ type stateRecord struct {
 	dummyIndex, dummyTerm, last uint64
 	hs                          *raftpb.HardState // nil if none
 	cs                          *raftpb.ConfState // nil if none
+	csIndex                     uint64            // the index cs reflects (confstate.go)
 	snap                        *raftpb.Snapshot
 }
 
@@ -123,12 +124,18 @@ func (r *stateRecord) marshal() ([]byte, error) {
 	b := binary.LittleEndian.AppendUint64(nil, r.dummyIndex)
 	b = binary.LittleEndian.AppendUint64(b, r.dummyTerm)
 	b = binary.LittleEndian.AppendUint64(b, r.last)
-	for _, m := range []proto.Message{r.hs, r.cs, r.snap} {
+	for i, m := range []proto.Message{r.hs, r.cs, r.snap} {
 		if m == nil || !m.ProtoReflect().IsValid() {
 			b = binary.LittleEndian.AppendUint32(b, nilLen)
 			continue
 		}
-		v, err := proto.Marshal(m)
+		var v []byte
+		var err error
+		if i == 1 {
+			v, err = marshalConfState(r.cs, r.csIndex)
+		} else {
+			v, err = proto.Marshal(m)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +166,13 @@ func (r *stateRecord) unmarshal(b []byte) error {
 		if uint64(l) > uint64(len(b)) {
 			return fmt.Errorf("state record truncated")
 		}
-		if err := proto.Unmarshal(b[:l], m); err != nil {
+		if i == 1 {
+			c, index, err := unmarshalConfState(b[:l])
+			if err != nil {
+				return fmt.Errorf("state record: %v", err)
+			}
+			cs, r.csIndex = c, index
+		} else if err := proto.Unmarshal(b[:l], m); err != nil {
 			return fmt.Errorf("state record: %v", err)
 		}
 		b = b[l:]

@@ -106,9 +106,12 @@ func TestRestartRestoresState(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Compact(6))
 	cs2 := &raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}
-	require.NoError(t, s.SetConfState(cs2))
+	require.Equal(t, uint64(8), s.ConfIndex(), "no stored ConfState: the snapshot's")
+	require.NoError(t, s.SetConfState(cs2, 15))
+	require.Equal(t, uint64(15), s.ConfIndex())
 
 	s2 := reopen(t, s, path, Options{CacheEntries: 5})
+	require.Equal(t, uint64(15), s2.ConfIndex(), "the index is kept with the ConfState")
 	gotHS, gotCS, err := s2.InitialState()
 	require.NoError(t, err)
 	require.True(t, proto.Equal(hs, gotHS), "%v", gotHS)
@@ -129,6 +132,7 @@ func TestRestartRestoresState(t *testing.T) {
 	require.NoError(t, s2.Save(in, nil, nil))
 	s3 := reopen(t, s2, path, Options{})
 	_, gotCS, _ = s3.InitialState()
+	require.Equal(t, uint64(30), s3.ConfIndex())
 	require.Equal(t, cs.GetVoters(), gotCS.GetVoters())
 	require.Empty(t, gotCS.GetLearners())
 	first, _ := s3.FirstIndex()
@@ -151,7 +155,7 @@ func TestFailedWriteIsReported(t *testing.T) {
 	require.ErrorIs(t, s.Compact(3), ErrWrite)
 	_, err = s.CreateSnapshot(3, nil, nil)
 	require.ErrorIs(t, err, ErrWrite)
-	require.ErrorIs(t, s.SetConfState(&raftpb.ConfState{}), ErrWrite)
+	require.ErrorIs(t, s.SetConfState(&raftpb.ConfState{}, 1), ErrWrite)
 
 	check := func(st *Storage) {
 		last, _ := st.LastIndex()

@@ -489,7 +489,7 @@ func (w *WAL) Compact(index uint64) error {
 }
 
 // SetConfState is [Storage.SetConfState] on the WAL.
-func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
+func (w *WAL) SetConfState(cs *raftpb.ConfState, index uint64) error {
 	if cs == nil {
 		return fmt.Errorf("raftlog: nil ConfState")
 	}
@@ -499,15 +499,15 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState) error {
 		return ErrClosed
 	}
 	c := proto.Clone(cs).(*raftpb.ConfState)
-	buf, err := appendProtoRecord(nil, recConfState, c)
+	v, err := marshalConfState(c, index)
 	if err != nil {
 		return err
 	}
-	if err := w.commit(buf); err != nil {
+	if err := w.commit(appendRecord(nil, recConfState, v)); err != nil {
 		return err
 	}
 	w.mu.Lock()
-	w.st.confState = c
+	w.st.confState, w.st.confIndex = c, index
 	w.mu.Unlock()
 	return nil
 }

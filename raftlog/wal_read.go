@@ -11,6 +11,13 @@ import (
 // The WAL's raft.Storage read side: everything is answered from memory.
 
 // InitialState is [Storage.InitialState] on the WAL.
+// ConfIndex is [Log.ConfIndex] on the WAL.
+func (w *WAL) ConfIndex() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return confIndex(w.st.confState, w.st.confIndex, w.st.snap)
+}
+
 func (w *WAL) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 type walState struct {
 	hardState *raftpb.HardState // nil until one is saved
 	confState *raftpb.ConfState // from SetConfState; nil means "use the snapshot's"
+	confIndex uint64            // the index confState reflects (0: not recorded)
 	snap      *raftpb.Snapshot  // never nil
 	// dummyIndex/dummyTerm describe the entry just before FirstIndex.
 	dummyIndex, dummyTerm uint64
@@ -37,7 +38,7 @@ func (st *walState) complete() bool {
 
 func (st *walState) stateRecord() *stateRecord {
 	return &stateRecord{dummyIndex: st.dummyIndex, dummyTerm: st.dummyTerm, last: st.last,
-		hs: st.hardState, cs: st.confState, snap: st.snap}
+		hs: st.hardState, cs: st.confState, csIndex: st.confIndex, snap: st.snap}
 }
 
 // apply applies one decoded record. Payloads are not retained (protos are copied by
@@ -58,11 +59,11 @@ func (st *walState) apply(typ byte, payload []byte) error {
 		}
 		st.hardState = hs
 	case recConfState:
-		cs := &raftpb.ConfState{}
-		if err := proto.Unmarshal(payload, cs); err != nil {
+		cs, index, err := unmarshalConfState(payload)
+		if err != nil {
 			return fmt.Errorf("confstate: %v", err)
 		}
-		st.confState = cs
+		st.confState, st.confIndex = cs, index
 	case recSnapInstall, recSnapCreate:
 		snap := &raftpb.Snapshot{}
 		if err := proto.Unmarshal(payload, snap); err != nil {
@@ -113,7 +114,7 @@ func (st *walState) apply(typ byte, payload []byte) error {
 			st.dummyIndex, st.dummyTerm, st.last = r.dummyIndex, r.dummyTerm, r.last
 			st.base, st.ents = r.last+1, nil
 		}
-		st.hardState, st.confState, st.snap = r.hs, r.cs, raftpb.EnsureSnapshot(r.snap)
+		st.hardState, st.confState, st.confIndex, st.snap = r.hs, r.cs, r.csIndex, raftpb.EnsureSnapshot(r.snap)
 	default:
 		return fmt.Errorf("unknown record type %d", typ)
 	}
@@ -121,7 +122,7 @@ func (st *walState) apply(typ byte, payload []byte) error {
 }
 
 func (st *walState) installSnapshot(snap *raftpb.Snapshot) {
-	st.snap, st.confState = snap, nil
+	st.snap, st.confState, st.confIndex = snap, nil, 0
 	st.dummyIndex, st.dummyTerm = snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 	st.last, st.base, st.ents = st.dummyIndex, st.dummyIndex+1, nil
 }

@@ -94,7 +94,7 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 		return err
 	}
 	if newSnap != nil {
-		s.snap, s.confState, s.tail = newSnap, nil, nil
+		s.snap, s.confState, s.confIndex, s.tail = newSnap, nil, 0, nil
 		s.dummyIndex, s.dummyTerm, s.last = dummyIndex, dummyTerm, last
 	}
 	if len(ents) > 0 {
@@ -214,14 +214,13 @@ func (s *Storage) Compact(index uint64) error {
 	return nil
 }
 
-// SetConfState records cs as the latest ConfState (call it after every ApplyConfChange);
-// InitialState returns it until a snapshot is installed through Save. One transaction.
+// SetConfState records cs as the latest ConfState, the configuration after applying the
+// entry at index (call it after every ApplyConfChange); InitialState returns it until a
+// snapshot is installed through Save, and ConfIndex returns index. One transaction.
 //
-// On restart raft re-delivers the committed entries after the snapshot index unless
-// Config.Applied says otherwise; a conf change re-applied on top of this ConfState must
-// be harmless, or the node must set Config.Applied to the index of the change that
-// produced cs.
-func (s *Storage) SetConfState(cs *raftpb.ConfState) error {
+// On restart raft re-delivers the committed entries after the snapshot index; the
+// caller must not apply a conf change at or below ConfIndex again (see [Log]).
+func (s *Storage) SetConfState(cs *raftpb.ConfState, index uint64) error {
 	if cs == nil {
 		return fmt.Errorf("raftlog: nil ConfState")
 	}
@@ -231,12 +230,16 @@ func (s *Storage) SetConfState(cs *raftpb.ConfState) error {
 		return ErrClosed
 	}
 	c := proto.Clone(cs).(*raftpb.ConfState)
+	v, err := marshalConfState(c, index)
+	if err != nil {
+		return err
+	}
 	if err := s.update(func(meta, _ *bolt.Bucket) error {
-		return putProto(meta, keyConfState, c)
+		return meta.Put(keyConfState, v)
 	}); err != nil {
 		return err
 	}
-	s.confState = c
+	s.confState, s.confIndex = c, index
 	return nil
 }
 
@@ -276,7 +279,7 @@ func (s *Storage) Bootstrap(cs *raftpb.ConfState) error {
 	}); err != nil {
 		return err
 	}
-	s.snap, s.hardState, s.confState = snap, hs, nil
+	s.snap, s.hardState, s.confState, s.confIndex = snap, hs, nil, 0
 	s.dummyIndex, s.dummyTerm, s.last, s.tail = 1, 1, 1, nil
 	return nil
 }

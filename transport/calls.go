@@ -69,6 +69,11 @@ func (t *Transport) Inspect(ctx context.Context, to uint64, req *transportpb.Ins
 	return invoke(t, ctx, to, "Inspect", req, transportpb.RaftClient.Inspect)
 }
 
+// Form asks founder to to adopt a formation id.
+func (t *Transport) Form(ctx context.Context, to uint64, req *transportpb.FormRequest) (*transportpb.FormResponse, error) {
+	return invoke(t, ctx, to, "Form", req, transportpb.RaftClient.Form)
+}
+
 func invoke[Req, Resp any](t *Transport, ctx context.Context, to uint64, rpc string, req Req,
 	f func(transportpb.RaftClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	var zero Resp
@@ -92,6 +97,9 @@ func invoke[Req, Resp any](t *Transport, ctx context.Context, to uint64, rpc str
 	case codes.PermissionDenied:
 		if strings.HasPrefix(st.Message(), clusterMismatchMsg) {
 			return zero, fmt.Errorf("%w: %s to %d: %s", ErrClusterMismatch, rpc, to, st.Message())
+		}
+		if strings.HasPrefix(st.Message(), formationMismatchMsg) {
+			return zero, fmt.Errorf("%w: %s to %d: %s", ErrFormationMismatch, rpc, to, st.Message())
 		}
 		return zero, fmt.Errorf("%w: %s to %d: %s", ErrPermissionDenied, rpc, to, st.Message())
 	case codes.InvalidArgument:

@@ -211,6 +211,11 @@ func FuzzCallInspect(f *testing.F) {
 		&transportpb.InspectRequest{Op: transportpb.InspectOp_INSPECT_OP_LOCKS, Prefix: "stock/", After: "stock/a", Limit: 50})
 }
 
+func FuzzCallForm(f *testing.F) {
+	fuzzRequest(f, func() *transportpb.FormRequest { return &transportpb.FormRequest{} },
+		&transportpb.FormRequest{Formation: "aaaa", Candidate: "a-1", Founders: []string{"a-1", "a-2", "a-3"}, Target: "a-2", TargetId: 7})
+}
+
 func FuzzCallReplies(f *testing.F) {
 	fuzzRequest(f, func() *transportpb.FwdProposeResponse { return &transportpb.FwdProposeResponse{} },
 		&transportpb.FwdProposeResponse{NotLeader: &transportpb.LeaderHint{Leader: 3}},

@@ -140,6 +140,10 @@ func (r *recorder) Inspect(ctx context.Context, from uint64, req *transportpb.In
 	return respond[*transportpb.InspectRequest, *transportpb.InspectResponse](r, ctx, from, "Inspect", req)
 }
 
+func (r *recorder) Form(ctx context.Context, from uint64, req *transportpb.FormRequest) (*transportpb.FormResponse, error) {
+	return respond[*transportpb.FormRequest, *transportpb.FormResponse](r, ctx, from, "Form", req)
+}
+
 // received returns all messages received so far, flattened, and the number
 // of Receive calls.
 func (r *recorder) received() ([]*raftpb.Message, int) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ import (
 const (
 	mdCluster = "lockraft-cluster"
 	mdFrom    = "lockraft-from"
+	// mdFormation (formation.go) carries the sender's formation id.
 )
 
 // Reconnect backoff of a peer's message stream after a failure.
@@ -123,6 +125,7 @@ type peer struct {
 
 	queue   chan []wireMsg // batches of marshalled messages
 	pending atomic.Int64   // messages in queue, bounded by QueueSize
+	foreign atomic.Bool    // a formation mismatch was logged
 	snaps   chan *raftpb.Message
 
 	ctx    context.Context // cancelled by stop
@@ -175,18 +178,20 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	p.ctx = p.outgoing(ctx)
 	p.wg.Add(2)
 	go p.writeLoop()
 	go p.snapshotLoop()
 	return p, nil
 }
 
-// outgoing adds the cluster and sender headers to ctx.
+// outgoing adds the cluster, sender and formation headers to ctx. The
+// formation id is read now: a stream opened before the node got one carries
+// none, and writeLoop reopens it.
 func (p *peer) outgoing(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx,
 		mdCluster, p.t.cfg.ClusterID,
-		mdFrom, strconv.FormatUint(p.t.cfg.LocalID, 10))
+		mdFrom, strconv.FormatUint(p.t.cfg.LocalID, 10),
+		mdFormation, p.t.Formation())
 }
 
 // stop cancels the peer's streams, waits for its goroutines and closes the
@@ -235,6 +240,8 @@ func (p *peer) writeLoop() {
 		cancel  context.CancelFunc = func() {}
 		carry   []wireMsg          // messages taken from the queue but not yet sent
 		backoff = minRedial
+		// streamGen: the formation generation the stream was opened in.
+		streamGen uint64
 	)
 	defer func() { cancel() }()
 	limit := p.t.cfg.MaxMsgSize
@@ -280,9 +287,16 @@ func (p *peer) writeLoop() {
 		if len(batch.Msgs) == 0 {
 			continue
 		}
+		if stream != nil && streamGen != p.t.form.gen.Load() {
+			// The node got its formation id: reopen so the header says so.
+			_ = stream.CloseSend()
+			cancel()
+			stream = nil
+		}
 		if stream == nil {
+			streamGen = p.t.form.gen.Load()
 			sctx, sc := context.WithCancel(p.ctx)
-			s, err := p.rpc.Stream(sctx)
+			s, err := p.rpc.Stream(p.outgoing(sctx))
 			if err != nil {
 				sc()
 				p.streamFailed(err, len(batch.Msgs))
@@ -317,7 +331,12 @@ func (p *peer) streamFailed(err error, dropped int) {
 	if p.ctx.Err() != nil {
 		return // stopping; not the peer's fault
 	}
-	if status.Code(err) == codes.PermissionDenied {
+	if st, _ := status.FromError(err); st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), formationMismatchMsg) {
+		// A member of another formed cluster: it stays foreign, so say it once.
+		if !p.foreign.Swap(true) {
+			p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", p.id, "addr", p.addr, "err", err)
+		}
+	} else if status.Code(err) == codes.PermissionDenied {
 		p.t.log.Warn("transport: peer rejected stream", "peer", p.id, "addr", p.addr, "err", err)
 	} else {
 		p.t.log.Debug("transport: stream to peer failed", "peer", p.id, "addr", p.addr,

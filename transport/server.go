@@ -72,6 +72,11 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 		return 0, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
 			clusterMismatchMsg, s.t.cfg.ClusterID, cluster)
 	}
+	// Raft traffic (a stream or a snapshot) from a formed cluster is what
+	// makes a fresh node adopt its formation id; a call never does.
+	if err := s.t.checkFormation(from, rpc, first(md, mdFormation), rpc == "Stream" || rpc == "Snapshot"); err != nil {
+		return 0, err
+	}
 	return from, nil
 }
 
@@ -217,4 +222,8 @@ func (s *server) FwdStatus(ctx context.Context, req *transportpb.FwdStatusReques
 
 func (s *server) Inspect(ctx context.Context, req *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
 	return serve(s, ctx, "Inspect", req, s.t.cfg.Handler.Inspect)
+}
+
+func (s *server) Form(ctx context.Context, req *transportpb.FormRequest) (*transportpb.FormResponse, error) {
+	return serve(s, ctx, "Form", req, s.t.cfg.Handler.Form)
 }

@@ -77,7 +77,7 @@ func (p *peer) sendSnapshot(m *raftpb.Message) error {
 	if err != nil {
 		return err
 	}
-	stream, err := p.rpc.Snapshot(p.ctx)
+	stream, err := p.rpc.Snapshot(p.outgoing(p.ctx))
 	if err != nil {
 		return err
 	}

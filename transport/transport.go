@@ -162,6 +162,9 @@ type Calls interface {
 	// membership view (read-only), or relays an operator's leadership
 	// transfer.
 	Inspect(ctx context.Context, from uint64, req *transportpb.InspectRequest) (*transportpb.InspectResponse, error)
+	// Form serves a formation candidate's request to adopt its formation
+	// id (a founder answers once its answer is durable).
+	Form(ctx context.Context, from uint64, req *transportpb.FormRequest) (*transportpb.FormResponse, error)
 }
 
 // Config configures a Transport. Zero values take the documented defaults.
@@ -209,6 +212,16 @@ type Config struct {
 	RefuseEvery time.Duration
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
+	// Formation is this node's formation id: the identity of the formed
+	// cluster it belongs to, "" if none yet (see formation.go). Carried by
+	// every RPC and checked on every incoming one.
+	Formation string
+	// AdoptFormation, if set, is called when this node, with no formation
+	// id, accepts raft traffic (a stream or a snapshot) from a node that has
+	// one: that cluster is adding it. It must persist id before returning
+	// (the transport then sets it); an error rejects the RPC. nil: a node
+	// without an id accepts everyone and never adopts one.
+	AdoptFormation func(id string) error
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -309,6 +322,8 @@ type Transport struct {
 	serveDone chan struct{}
 	closeOnce sync.Once
 
+	form formation // the formation check (formation.go)
+
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.
 	snapshotChunkHook func(data []byte)
@@ -348,6 +363,10 @@ func New(cfg Config) (*Transport, error) {
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(t.serverTLS())
+	}
+	if cfg.Formation != "" {
+		id := cfg.Formation
+		t.form.id.Store(&id)
 	}
 	opts := []grpc.ServerOption{
 		grpc.Creds(guardCreds{TransportCredentials: creds, t: t}),

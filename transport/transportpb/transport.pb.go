@@ -1750,6 +1750,152 @@ func (x *InspectResponse) GetJson() []byte {
 	return nil
 }
 
+// FormRequest is a formation candidate's question to one founder.
+type FormRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Formation     string                 `protobuf:"bytes,1,opt,name=formation,proto3" json:"formation,omitempty"`                // the formation id to adopt
+	Candidate     string                 `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`                // the candidate's gossip name
+	Founders      []string               `protobuf:"bytes,3,rep,name=founders,proto3" json:"founders,omitempty"`                  // the candidate's founders list, sorted
+	Target        string                 `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`                      // the founder asked: gossip name
+	TargetId      uint64                 `protobuf:"varint,5,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"` // and raft id, as the candidate's gossip view says
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FormRequest) Reset() {
+	*x = FormRequest{}
+	mi := &file_transport_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FormRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FormRequest) ProtoMessage() {}
+
+func (x *FormRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FormRequest.ProtoReflect.Descriptor instead.
+func (*FormRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *FormRequest) GetFormation() string {
+	if x != nil {
+		return x.Formation
+	}
+	return ""
+}
+
+func (x *FormRequest) GetCandidate() string {
+	if x != nil {
+		return x.Candidate
+	}
+	return ""
+}
+
+func (x *FormRequest) GetFounders() []string {
+	if x != nil {
+		return x.Founders
+	}
+	return nil
+}
+
+func (x *FormRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *FormRequest) GetTargetId() uint64 {
+	if x != nil {
+		return x.TargetId
+	}
+	return 0
+}
+
+// FormResponse is a founder's answer.
+type FormResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Adopted       bool                   `protobuf:"varint,1,opt,name=adopted,proto3" json:"adopted,omitempty"` // the id is durable in the founder's data directory
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`        // the answering node's gossip name
+	Id            uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`           // and raft id
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`    // why it refused
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FormResponse) Reset() {
+	*x = FormResponse{}
+	mi := &file_transport_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FormResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FormResponse) ProtoMessage() {}
+
+func (x *FormResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FormResponse.ProtoReflect.Descriptor instead.
+func (*FormResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *FormResponse) GetAdopted() bool {
+	if x != nil {
+		return x.Adopted
+	}
+	return false
+}
+
+func (x *FormResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FormResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *FormResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -1857,7 +2003,18 @@ const file_transport_proto_rawDesc = "" +
 	"\x05stale\x18\x06 \x01(\bR\x05stale\x12\x0e\n" +
 	"\x02to\x18\a \x01(\x04R\x02to\"%\n" +
 	"\x0fInspectResponse\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\fR\x04json*\xab\x01\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"\x9a\x01\n" +
+	"\vFormRequest\x12\x1c\n" +
+	"\tformation\x18\x01 \x01(\tR\tformation\x12\x1c\n" +
+	"\tcandidate\x18\x02 \x01(\tR\tcandidate\x12\x1a\n" +
+	"\bfounders\x18\x03 \x03(\tR\bfounders\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12\x1b\n" +
+	"\ttarget_id\x18\x05 \x01(\x04R\btargetId\"d\n" +
+	"\fFormResponse\x12\x18\n" +
+	"\aadopted\x18\x01 \x01(\bR\aadopted\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason*\xab\x01\n" +
 	"\x0fKeepaliveStatus\x12 \n" +
 	"\x1cKEEPALIVE_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KEEPALIVE_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -1873,7 +2030,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x0fINSPECT_OP_LOCK\x10\x01\x12\x14\n" +
 	"\x10INSPECT_OP_LOCKS\x10\x02\x12\x16\n" +
 	"\x12INSPECT_OP_MEMBERS\x10\x03\x12\x17\n" +
-	"\x13INSPECT_OP_TRANSFER\x10\x042\xdd\a\n" +
+	"\x13INSPECT_OP_TRANSFER\x10\x042\xae\b\n" +
 	"\x04Raft\x12J\n" +
 	"\x06Stream\x12\x1c.lockraft.transport.v1.Batch\x1a .lockraft.transport.v1.StreamAck(\x01\x12V\n" +
 	"\bSnapshot\x12$.lockraft.transport.v1.SnapshotChunk\x1a\".lockraft.transport.v1.SnapshotAck(\x01\x12^\n" +
@@ -1886,7 +2043,8 @@ const file_transport_proto_rawDesc = "" +
 	"FwdPropose\x12(.lockraft.transport.v1.FwdProposeRequest\x1a).lockraft.transport.v1.FwdProposeResponse\x12X\n" +
 	"\aFwdPush\x12%.lockraft.transport.v1.FwdPushRequest\x1a&.lockraft.transport.v1.FwdPushResponse\x12^\n" +
 	"\tFwdStatus\x12'.lockraft.transport.v1.FwdStatusRequest\x1a(.lockraft.transport.v1.FwdStatusResponse\x12X\n" +
-	"\aInspect\x12%.lockraft.transport.v1.InspectRequest\x1a&.lockraft.transport.v1.InspectResponseB4Z2github.com/lockraft/lockraft/transport/transportpbb\x06proto3"
+	"\aInspect\x12%.lockraft.transport.v1.InspectRequest\x1a&.lockraft.transport.v1.InspectResponse\x12O\n" +
+	"\x04Form\x12\".lockraft.transport.v1.FormRequest\x1a#.lockraft.transport.v1.FormResponseB4Z2github.com/lockraft/lockraft/transport/transportpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1901,7 +2059,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_transport_proto_goTypes = []any{
 	(KeepaliveStatus)(0),       // 0: lockraft.transport.v1.KeepaliveStatus
 	(AcquireState)(0),          // 1: lockraft.transport.v1.AcquireState
@@ -1934,6 +2092,8 @@ var file_transport_proto_goTypes = []any{
 	(*StatusFact)(nil),         // 28: lockraft.transport.v1.StatusFact
 	(*InspectRequest)(nil),     // 29: lockraft.transport.v1.InspectRequest
 	(*InspectResponse)(nil),    // 30: lockraft.transport.v1.InspectResponse
+	(*FormRequest)(nil),        // 31: lockraft.transport.v1.FormRequest
+	(*FormResponse)(nil),       // 32: lockraft.transport.v1.FormResponse
 }
 var file_transport_proto_depIdxs = []int32{
 	0,  // 0: lockraft.transport.v1.KeepaliveResponse.status:type_name -> lockraft.transport.v1.KeepaliveStatus
@@ -1960,19 +2120,21 @@ var file_transport_proto_depIdxs = []int32{
 	20, // 21: lockraft.transport.v1.Raft.FwdPush:input_type -> lockraft.transport.v1.FwdPushRequest
 	25, // 22: lockraft.transport.v1.Raft.FwdStatus:input_type -> lockraft.transport.v1.FwdStatusRequest
 	29, // 23: lockraft.transport.v1.Raft.Inspect:input_type -> lockraft.transport.v1.InspectRequest
-	4,  // 24: lockraft.transport.v1.Raft.Stream:output_type -> lockraft.transport.v1.StreamAck
-	6,  // 25: lockraft.transport.v1.Raft.Snapshot:output_type -> lockraft.transport.v1.SnapshotAck
-	8,  // 26: lockraft.transport.v1.Raft.Keepalive:output_type -> lockraft.transport.v1.KeepaliveResponse
-	10, // 27: lockraft.transport.v1.Raft.Renew:output_type -> lockraft.transport.v1.RenewResponse
-	12, // 28: lockraft.transport.v1.Raft.Removed:output_type -> lockraft.transport.v1.RemovedResponse
-	14, // 29: lockraft.transport.v1.Raft.Leave:output_type -> lockraft.transport.v1.LeaveResponse
-	17, // 30: lockraft.transport.v1.Raft.FwdOpen:output_type -> lockraft.transport.v1.FwdOpenResponse
-	19, // 31: lockraft.transport.v1.Raft.FwdPropose:output_type -> lockraft.transport.v1.FwdProposeResponse
-	21, // 32: lockraft.transport.v1.Raft.FwdPush:output_type -> lockraft.transport.v1.FwdPushResponse
-	27, // 33: lockraft.transport.v1.Raft.FwdStatus:output_type -> lockraft.transport.v1.FwdStatusResponse
-	30, // 34: lockraft.transport.v1.Raft.Inspect:output_type -> lockraft.transport.v1.InspectResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
+	31, // 24: lockraft.transport.v1.Raft.Form:input_type -> lockraft.transport.v1.FormRequest
+	4,  // 25: lockraft.transport.v1.Raft.Stream:output_type -> lockraft.transport.v1.StreamAck
+	6,  // 26: lockraft.transport.v1.Raft.Snapshot:output_type -> lockraft.transport.v1.SnapshotAck
+	8,  // 27: lockraft.transport.v1.Raft.Keepalive:output_type -> lockraft.transport.v1.KeepaliveResponse
+	10, // 28: lockraft.transport.v1.Raft.Renew:output_type -> lockraft.transport.v1.RenewResponse
+	12, // 29: lockraft.transport.v1.Raft.Removed:output_type -> lockraft.transport.v1.RemovedResponse
+	14, // 30: lockraft.transport.v1.Raft.Leave:output_type -> lockraft.transport.v1.LeaveResponse
+	17, // 31: lockraft.transport.v1.Raft.FwdOpen:output_type -> lockraft.transport.v1.FwdOpenResponse
+	19, // 32: lockraft.transport.v1.Raft.FwdPropose:output_type -> lockraft.transport.v1.FwdProposeResponse
+	21, // 33: lockraft.transport.v1.Raft.FwdPush:output_type -> lockraft.transport.v1.FwdPushResponse
+	27, // 34: lockraft.transport.v1.Raft.FwdStatus:output_type -> lockraft.transport.v1.FwdStatusResponse
+	30, // 35: lockraft.transport.v1.Raft.Inspect:output_type -> lockraft.transport.v1.InspectResponse
+	32, // 36: lockraft.transport.v1.Raft.Form:output_type -> lockraft.transport.v1.FormResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1993,7 +2155,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	Raft_FwdPush_FullMethodName    = "/lockraft.transport.v1.Raft/FwdPush"
 	Raft_FwdStatus_FullMethodName  = "/lockraft.transport.v1.Raft/FwdStatus"
 	Raft_Inspect_FullMethodName    = "/lockraft.transport.v1.Raft/Inspect"
+	Raft_Form_FullMethodName       = "/lockraft.transport.v1.Raft/Form"
 )
 
 // RaftClient is the client API for Raft service.
@@ -76,6 +77,8 @@ type RaftClient interface {
 	// membership, or to transfer leadership (an operator action relayed by a
 	// member that does not lead): used by light members and followers.
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
+	// Form asks a founder to adopt the candidate's formation id (node/formation.go).
+	Form(ctx context.Context, in *FormRequest, opts ...grpc.CallOption) (*FormResponse, error)
 }
 
 type raftClient struct {
@@ -202,6 +205,16 @@ func (c *raftClient) Inspect(ctx context.Context, in *InspectRequest, opts ...gr
 	return out, nil
 }
 
+func (c *raftClient) Form(ctx context.Context, in *FormRequest, opts ...grpc.CallOption) (*FormResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FormResponse)
+	err := c.cc.Invoke(ctx, Raft_Form_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -242,6 +255,8 @@ type RaftServer interface {
 	// membership, or to transfer leadership (an operator action relayed by a
 	// member that does not lead): used by light members and followers.
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
+	// Form asks a founder to adopt the candidate's formation id (node/formation.go).
+	Form(context.Context, *FormRequest) (*FormResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -284,6 +299,9 @@ func (UnimplementedRaftServer) FwdStatus(context.Context, *FwdStatusRequest) (*F
 }
 func (UnimplementedRaftServer) Inspect(context.Context, *InspectRequest) (*InspectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
+}
+func (UnimplementedRaftServer) Form(context.Context, *FormRequest) (*FormResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Form not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -482,6 +500,24 @@ func _Raft_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raft_Form_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FormRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Form(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Form_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Form(ctx, req.(*FormRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -524,6 +560,10 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inspect",
 			Handler:    _Raft_Inspect_Handler,
+		},
+		{
+			MethodName: "Form",
+			Handler:    _Raft_Form_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,111 @@
+package node
+
+import (
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// storeFaults is the part of Faults that stalls snapshot writes, fails
+// configuration-state writes and rewrites incoming raft messages. The zero
+// value injects nothing.
+type storeFaults struct {
+	mu        sync.Mutex
+	stall     chan struct{} // non-nil: snapshot writes wait until it is closed
+	stalled   chan struct{} // closed when a snapshot write reaches the stall
+	confState error         // non-nil: every SetConfState fails with it
+	rewrite   func(*raftpb.Message) *raftpb.Message
+}
+
+// StallSnapshots makes the disk work of every following lock-table snapshot
+// (the file, its fsyncs, the raft log's snapshot record and compaction) wait,
+// as a very slow disk would, until ReleaseSnapshots or the node stops. The
+// returned channel is closed once a snapshot reaches the stall.
+func (f *Faults) StallSnapshots() <-chan struct{} {
+	s := &f.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stall == nil {
+		s.stall, s.stalled = make(chan struct{}), make(chan struct{})
+	}
+	return s.stalled
+}
+
+// ReleaseSnapshots ends StallSnapshots.
+func (f *Faults) ReleaseSnapshots() {
+	s := &f.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stall != nil {
+		close(s.stall)
+		s.stall, s.stalled = nil, nil
+	}
+}
+
+// snapshotStall blocks while snapshots are stalled (or until stop closes).
+func (f *Faults) snapshotStall(stop <-chan struct{}) {
+	if f == nil {
+		return
+	}
+	s := &f.store
+	s.mu.Lock()
+	stall, stalled := s.stall, s.stalled
+	if stalled != nil {
+		select {
+		case <-stalled:
+		default:
+			close(stalled)
+		}
+	}
+	s.mu.Unlock()
+	if stall == nil {
+		return
+	}
+	select {
+	case <-stall:
+	case <-stop:
+	}
+}
+
+// FailConfStates makes every following write of the raft configuration
+// (after each applied configuration change) fail with err (nil heals).
+func (f *Faults) FailConfStates(err error) {
+	f.store.mu.Lock()
+	f.store.confState = err
+	f.store.mu.Unlock()
+}
+
+func (f *Faults) confStateError() error {
+	if f == nil {
+		return nil
+	}
+	f.store.mu.Lock()
+	defer f.store.mu.Unlock()
+	return f.store.confState
+}
+
+// RewriteIn passes every incoming raft message (after the blocks) through
+// fn, which returns the message to deliver, changed or not, or nil to drop
+// it; nil fn stops rewriting. For tests that need one message type or field
+// to be lost, such as a follower that hears appends but not commits.
+func (f *Faults) RewriteIn(fn func(*raftpb.Message) *raftpb.Message) {
+	f.store.mu.Lock()
+	f.store.rewrite = fn
+	f.store.mu.Unlock()
+}
+
+func (s *storeFaults) rewriteIn(msgs []*raftpb.Message) []*raftpb.Message {
+	s.mu.Lock()
+	fn := s.rewrite
+	s.mu.Unlock()
+	if fn == nil {
+		return msgs
+	}
+	kept := msgs[:0]
+	for _, m := range msgs {
+		if m = fn(m); m != nil {
+			kept = append(kept, m)
+		}
+	}
+	return kept
+}
