@@ -32,11 +32,15 @@ const (
 	KindExpireLease
 	// KindLiftDelay: Name, Token (the index that started the delay). Leader-proposed; stale ones are no-ops.
 	KindLiftDelay
+	// KindCheckpoint: Checkpoints (and Token, Seq: the proposing leader's term and its own count, which only
+	// that leader reads). Leader-proposed: records, per listed session, how long it had been silent when the
+	// entry was proposed, or that it is live again (checkpoint.go). It changes no lock.
+	KindCheckpoint
 	kindEnd
 )
 
 var kindNames = [...]string{"", "Noop", "OpenSession", "CloseSession", "ExpireSession", "Acquire", "Release",
-	"Cancel", "ExpireLease", "LiftDelay"}
+	"Cancel", "ExpireLease", "LiftDelay", "Checkpoint"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -65,18 +69,21 @@ type Command struct {
 	LockDelayMillis          uint64
 	MaxHolds                 uint32 // reentrancy limit for this acquire; 0 = DefaultMaxHolds
 	Node, Token, Target      uint64
-	Mode                     Mode     // reserved: must be ModeExclusive
-	Permits                  uint32   // reserved: must be 0 or 1
-	ExtraNames               []string // reserved: must be empty
+	Mode                     Mode         // reserved: must be ModeExclusive
+	Permits                  uint32       // reserved: must be 0 or 1
+	ExtraNames               []string     // reserved: must be empty
+	Checkpoints              []Checkpoint // KindCheckpoint: one mark per session
 }
 
 // commandVersion is the first byte of every encoded command.
 //
 // Layout of version 1: version byte, kind byte, a uvarint bit mask of the fields present, then each present
 // field in bit order: integers as uvarints, strings as uvarint length + bytes, Wait as no payload (its bit
-// set means true), ExtraNames as a uvarint count + strings. Zero-valued fields are omitted, so a typical
-// acquire takes about 20 bytes plus its name and owner. Unknown bits, truncation and trailing bytes are
-// ErrBadCommand.
+// set means true), ExtraNames as a uvarint count + strings, Checkpoints as a uvarint count + per mark a
+// uvarint session and a uvarint code (checkpoint.go). Zero-valued fields are omitted, so a typical acquire
+// takes about 20 bytes plus its name and owner. Unknown bits, truncation and trailing bytes are
+// ErrBadCommand. KindCheckpoint and the Checkpoints bit (1<<16) came later within version 1: entries
+// written before them never use either, so they decode as before.
 const commandVersion = 1
 
 const (
@@ -96,7 +103,8 @@ const (
 	fMode
 	fPermits
 	fExtraNames
-	fAll = fExtraNames<<1 - 1
+	fCheckpoints // 1<<16
+	fAll         = fCheckpoints<<1 - 1
 )
 
 // maxExtraNames bounds decoding work on hostile input.
@@ -127,6 +135,7 @@ func (c *Command) AppendEncode(b []byte) []byte {
 	set(fMode, c.Mode != 0)
 	set(fPermits, c.Permits != 0)
 	set(fExtraNames, len(c.ExtraNames) != 0)
+	set(fCheckpoints, len(c.Checkpoints) != 0)
 	if b == nil {
 		// Room for the usual command (a few varints, a name and an owner)
 		// in one allocation rather than a slice grown field by field.
@@ -166,6 +175,9 @@ func (c *Command) AppendEncode(b []byte) []byte {
 			b = append(b, n...)
 		}
 	}
+	if m&fCheckpoints != 0 {
+		b = appendCheckpoints(b, c.Checkpoints)
+	}
 	return b
 }
 
@@ -181,6 +193,7 @@ func DecodeCommand(b []byte) (Command, error) {
 // (no allocation): the caller must not keep them beyond b's lifetime.
 func decodeInto(c *Command, b []byte, alias bool) error {
 	extra := c.ExtraNames[:0]
+	marks := c.Checkpoints[:0]
 	*c = Command{}
 	if len(b) < 3 {
 		return fmt.Errorf("%w: %d bytes", ErrBadCommand, len(b))
@@ -244,6 +257,9 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 			extra = append(extra, d.str())
 		}
 		c.ExtraNames = extra
+	}
+	if m&fCheckpoints != 0 {
+		c.Checkpoints = d.checkpoints(marks)
 	}
 	if d.bad {
 		return fmt.Errorf("%w: truncated or malformed %v", ErrBadCommand, c.Kind)

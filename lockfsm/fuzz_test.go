@@ -81,6 +81,15 @@ func genCommands(data []byte) []Command {
 				c.Token = tokens[int(p>>2)%len(tokens)]
 			}
 		case 9:
+			if p&0x80 != 0 {
+				// A leader's session checkpoint: one or two marks, live or silent (changes no lock).
+				c = Command{Kind: KindCheckpoint, Token: uint64(p % 5), Seq: uint64(p % 7),
+					Checkpoints: []Checkpoint{{Session: pick(), Live: p&1 != 0, SilenceMillis: uint64(p&1^1) * uint64(p)}}}
+				if p&2 != 0 {
+					c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: pick() + uint64(p&4), Live: true})
+				}
+				break
+			}
 			c = Command{Kind: KindLiftDelay, Name: names[int(p)%len(names)]}
 			if len(tokens) > 0 {
 				c.Token = tokens[int(p>>2)%len(tokens)]

@@ -33,6 +33,10 @@ type SessionInfo struct {
 	Holds     int // names it holds
 	Waits     int // queued acquires it has
 	Retained  int // results kept for deduplication
+	// Silent: the session's latest checkpoint (KindCheckpoint) says it had been silent SilenceMillis when
+	// the entry was proposed; false once a later checkpoint marked it live (and for a new session).
+	Silent        bool
+	SilenceMillis uint64
 }
 
 // Lock returns the state of one name; false if nobody holds, waits for or delays it.
@@ -71,8 +75,9 @@ func (f *FSM) Sessions() []SessionInfo {
 		for _, c := range s.waits {
 			n += int(c)
 		}
+		mark := checkpointFromCode(s.id, s.ckpt)
 		out = append(out, SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds),
-			Waits: n, Retained: len(s.results)})
+			Waits: n, Retained: len(s.results), Silent: !mark.Live, SilenceMillis: mark.SilenceMillis})
 	}
 	slices.SortFunc(out, func(a, b SessionInfo) int {
 		switch {

@@ -8,10 +8,19 @@ import (
 
 // Record encodings shared by the bbolt file and snapshots. Each record starts with its format version;
 // integers are uvarints, strings are uvarint length + bytes. The session and waiter sets a session keeps
-// in memory (holds, waits) are derived from the lock records on load.
+// in memory (holds, waits) are derived from the lock records on load. Session and lock records have
+// their own versions.
 //
-// Version 2 added the lock's grantSeq (after its token).
-const recordVersion = 2
+// Lock records: version 2 added the lock's grantSeq (after its token).
+const lockRecordVersion = 2
+
+// Session records: version 2 is node, ttl, lowWater and the retained results; version 3 adds the
+// checkpoint mark (ckpt) at the end. Version 2 records still decode (as live sessions); new ones are
+// always written as version 3.
+const (
+	sessionRecordV2      = 2
+	sessionRecordVersion = 3
+)
 
 func appendString(b []byte, s string) []byte {
 	b = protowire.AppendVarint(b, uint64(len(s)))
@@ -20,7 +29,7 @@ func appendString(b []byte, s string) []byte {
 
 // appendSession encodes s (without its id, which is the key).
 func appendSession(b []byte, s *session) []byte {
-	b = append(b, recordVersion)
+	b = append(b, sessionRecordVersion)
 	b = protowire.AppendVarint(b, s.node)
 	b = protowire.AppendVarint(b, s.ttl)
 	b = protowire.AppendVarint(b, s.lowWater)
@@ -35,12 +44,12 @@ func appendSession(b []byte, s *session) []byte {
 		b = protowire.AppendVarint(b, r.holder.Session)
 		b = appendString(b, r.holder.Owner)
 	}
-	return b
+	return protowire.AppendVarint(b, s.ckpt)
 }
 
 // appendLock encodes l (without its name, which is the key).
 func appendLock(b []byte, l *lock) []byte {
-	b = append(b, recordVersion)
+	b = append(b, lockRecordVersion)
 	var flags byte
 	if l.delayed {
 		flags |= 1
@@ -95,7 +104,8 @@ func (d *decoder) count(minBytes int) int {
 
 func decodeSession(id uint64, b []byte) (*session, error) {
 	d := decoder{b: b}
-	if d.byte1() != recordVersion {
+	v := d.byte1()
+	if v != sessionRecordV2 && v != sessionRecordVersion {
 		return nil, fmt.Errorf("%w: session %d: unknown record version", ErrCorrupt, id)
 	}
 	s := &session{id: id, node: d.uvarint(), ttl: d.uvarint(), lowWater: d.uvarint()}
@@ -121,6 +131,12 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 			d.bad = true
 		}
 	}
+	if v >= sessionRecordVersion {
+		s.ckpt = d.uvarint()
+		if s.ckpt == 1<<64-1 {
+			d.bad = true
+		}
+	}
 	if d.bad || len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: session %d: bad record", ErrCorrupt, id)
 	}
@@ -129,7 +145,7 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 
 func decodeLock(name string, b []byte) (*lock, error) {
 	d := decoder{b: b}
-	if d.byte1() != recordVersion {
+	if d.byte1() != lockRecordVersion {
 		return nil, fmt.Errorf("%w: lock %q: unknown record version", ErrCorrupt, name)
 	}
 	l := &lock{name: name}

@@ -21,7 +21,8 @@ import (
 //	per lock, ascending name:    'L', uvarint len, name, uvarint len, lock record
 //	'E', then a big-endian CRC-32C of every byte before it.
 //
-// Records are those of records.go (version 2 carries lock records of recordVersion 2, with grantSeq).
+// Records are those of records.go (version 2 carries lock records of lockRecordVersion 2, with grantSeq, and
+// session records of version 2 or 3, with the checkpoint mark).
 // Writing holds one record at a time (plus the sorted key lists).
 var snapMagic = []byte("LKFSNAP\x00")
 
