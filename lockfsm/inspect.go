@@ -67,6 +67,9 @@ func (l *lock) info() LockInfo {
 	return li
 }
 
+// HasSession reports whether session id is open.
+func (f *FSM) HasSession(id uint64) bool { return f.sessions[id] != nil }
+
 // Sessions returns every open session, sorted by id.
 func (f *FSM) Sessions() []SessionInfo {
 	out := make([]SessionInfo, 0, len(f.sessions))

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -22,6 +23,12 @@ import (
 //
 // Every keepalive that arrives while one round is in flight joins the next
 // round: one quorum round trip serves many keepalives.
+//
+// The heartbeats that confirm rounds name the sessions of every round still
+// unanswered: followers remember when they last saw each session in a
+// round, which lets a later leader carry a crashed holder's silence over
+// (silence.go). A new leader's first rounds also ask the followers for
+// those memories.
 
 // keepaliveWaiter is one keepalive or renewal waiting for confirmation.
 type keepaliveWaiter struct {
@@ -51,9 +58,10 @@ type confirmer struct {
 }
 
 type confirmRound struct {
-	id      uint64
-	issued  time.Time
-	waiters []keepaliveWaiter
+	id       uint64
+	issued   time.Time
+	waiters  []keepaliveWaiter
+	sessions []uint64 // its waiters' sessions, named on the heartbeats that confirm it (silence.go)
 }
 
 // awaitConfirmed hands w to the loop and waits for its answer (or ctx).
@@ -83,6 +91,9 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	}
 	c := &n.loop.confirm
 	c.next = append(c.next, w)
+	if !w.renew {
+		n.loop.lead.noteArrival(w.session, w.recv)
+	}
 	n.issueConfirmRound()
 }
 
@@ -90,19 +101,29 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 // newest round is younger than RetryInterval (they join the next one).
 func (n *Node) issueConfirmRound() {
 	c := &n.loop.confirm
-	if len(c.next) == 0 {
+	reports := n.loop.isLeader && n.loop.lead.reports.wanted
+	if len(c.next) == 0 && !reports {
 		return
 	}
 	now := n.clock.Now()
 	if k := len(c.rounds); k > 0 && now.Sub(c.rounds[k-1].issued) < n.cfg.RetryInterval {
 		return
 	}
+	var sessions []uint64
+	for _, w := range c.next {
+		if !w.renew {
+			sessions = append(sessions, w.session)
+		}
+	}
+	slices.Sort(sessions)
+	sessions = slices.Compact(sessions)
 	c.id++
+	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next, sessions: sessions})
+	c.next = nil
+	n.loop.seen.see(n.loop.term, sessions, now)
 	var rctx [9]byte
 	rctx[0] = 'k'
 	binary.BigEndian.PutUint64(rctx[1:], c.id)
-	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next})
-	c.next = nil
 	n.rn.ReadIndex(rctx[:])
 }
 
@@ -137,7 +158,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 				if w.renew {
 					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
 				} else {
-					w.reply <- n.loop.lead.keepalive(n, w.session, w.recv)
+					n.loop.lead.keepalive(n, w)
 				}
 			}
 		}
@@ -145,6 +166,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 	if len(c.rounds) == 0 {
 		c.rounds = nil
 	}
+	n.loop.lead.flushRevives(n)
 	n.issueConfirmRound()
 }
 

@@ -323,6 +323,7 @@ func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
 // waiters and handles for this node's own.
 func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 	n.fwdOnEvent(ev)
+	n.noteEvent(ev)
 	n.loop.lead.onEvent(n, ev)
 	if n.cfg.TestHooks.FollowerExpiry {
 		n.loop.local.onEvent(n, ev)

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
 )
@@ -51,6 +52,19 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	case <-ctx.Done():
 		return Status{}, context.Cause(ctx)
 	}
+}
+
+// LastKeepaliveSent is when this node last sent a keepalive for its session
+// or a proposal to open one (acknowledged or not), on its clock; zero if
+// never. It stays readable after
+// Close or Crash: tests and the fault checker measure a crashed holder's
+// release from it (L3).
+func (n *Node) LastKeepaliveSent() time.Time {
+	v := n.lastSent.Load()
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v)
 }
 
 // Locks returns this replica's view of the lock table (every name with a

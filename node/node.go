@@ -63,11 +63,16 @@ type Node struct {
 	bgwg    sync.WaitGroup        // keepalive sender and other helpers
 	dead    atomic.Pointer[error] // set once the node stopped serving
 	lead    atomic.Uint64         // current leader id as last seen by the loop
-	sess    atomic.Uint64         // current session id (0 until opened)
+	// leadEpoch is closed (and replaced) whenever lead changes.
+	leadEpoch atomic.Pointer[chan struct{}]
+	sess      atomic.Uint64 // current session id (0 until opened)
 	// lastAcked is the send time (UnixNano of the node clock) of the last
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64
-	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
+	// lastSent is the send time (UnixNano of the node clock) of the last
+	// keepalive this node sent, acknowledged or not (LastKeepaliveSent).
+	lastSent atomic.Int64
+	closing  atomic.Bool // Close has begun: new calls fail with ErrClosed
 
 	dropPushes        atomic.Bool   // tests: refuse every fwd-push and ignore results in fwd-propose replies, so only fwd-status informs
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
@@ -97,10 +102,22 @@ type loopState struct {
 	events      []lockfsm.Event
 	stopWith    error // set to stop serving with this error (ErrRemoved)
 
-	ops     opRegistry
-	holds   holdRegistry
-	own     ownSession
-	lead    leaderDuties
+	ops   opRegistry
+	holds holdRegistry
+	own   ownSession
+	lead  leaderDuties
+	// electedIn: the configuration in force when this node last became
+	// leader (its contact reports need a majority of it: silence.go).
+	electedIn *raftpb.ConfState
+	// seen: when this node last heard from leaders and saw each session in
+	// a confirmation round; marks: per silent session, the earliest base
+	// (apply time − silence) of its checkpoints since its last revive;
+	// delayed: when it applied the expiry that started each lock-delay. All
+	// node memory, for when it leads (silence.go).
+	seen    contactLog
+	marks   map[uint64]time.Time
+	opened  map[uint64]time.Time // when this node applied each session's OpenSession (or loaded it)
+	delayed map[string]delayMark
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
 	gossip  gossipState
@@ -249,6 +266,9 @@ func start(cfg Config) (*Node, error) {
 	n.loop.local.init()
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
+	n.loop.seen.init(n.clock.Now())
+	n.loop.delayed = map[string]delayMark{}
+	n.noteLoadedMarks()
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	if cfg.Gossip != nil {
@@ -430,6 +450,12 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		if isCommitHint(m) {
 			n.onCommitHint(m)
 			continue
+		}
+		switch m.GetType() {
+		case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgApp, raftpb.MessageType_MsgSnap:
+			n.noteLeaderContact(m, n.clock.Now())
+		case raftpb.MessageType_MsgHeartbeatResp:
+			n.takeContactReport(m)
 		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals join this turn's batch, as

@@ -33,6 +33,7 @@ func (n *Node) handleReady() error {
 	}
 	out := rd.Messages[:0:0]
 	var applies []*raftpb.Message
+	var hbExt []byte // the leader's heartbeat extension this turn (silence.go)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
@@ -50,6 +51,7 @@ func (n *Node) handleReady() error {
 				n.loop.confState = md.GetConfState()
 				n.loop.lastApplied = md.GetIndex()
 				n.snapshotsRestored.Add(1)
+				n.noteLoadedMarks()
 				n.onRestored()
 			}
 			n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
@@ -60,6 +62,15 @@ func (n *Node) handleReady() error {
 		default:
 			if isCommitHint(m) {
 				continue // the answer to a heartbeat this node built from a hint
+			}
+			switch m.GetType() {
+			case raftpb.MessageType_MsgHeartbeat:
+				if hbExt == nil && n.loop.isLeader {
+					hbExt = n.heartbeatExt()
+				}
+				extendHeartbeat(m, hbExt)
+			case raftpb.MessageType_MsgHeartbeatResp:
+				n.answerHeartbeat(m)
 			}
 			out = append(out, m)
 		}
@@ -90,7 +101,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	prev := n.loop.leader
 	n.loop.leader = ss.Lead
 	n.loop.isLeader = ss.RaftState == raft.StateLeader
-	n.lead.Store(ss.Lead)
+	n.setLeader(ss.Lead)
 	if prev != ss.Lead {
 		n.log.Info("leader changed", "leader", ss.Lead, "state", ss.RaftState.String())
 		// Proposals forwarded to the old leader may be lost without notice:
@@ -104,6 +115,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 		n.failConfirmRounds()
 	}
 	if !wasLeader && n.loop.isLeader {
+		n.loop.electedIn = n.loop.confState
 		n.loop.term = n.rn.BasicStatus().GetTerm()
 		n.loop.lead.becomeLeader(n.loop.term)
 		n.fwdBecomeLeader()

@@ -77,12 +77,14 @@ func (n *Node) retrySessionOpen(now time.Time) {
 		if s.openSentAt.IsZero() {
 			s.openSentAt = n.clock.Now()
 		}
+		n.lastSent.Store(n.clock.Now().UnixNano())
 		n.fwdOpen(s.nonce, target)
 		return
 	}
 	if s.openSentAt.IsZero() {
 		s.openSentAt = n.clock.Now()
 	}
+	n.lastSent.Store(n.clock.Now().UnixNano())
 	n.proposeSessionless(lockfsm.Command{
 		Kind:      lockfsm.KindOpenSession,
 		Node:      n.id,
@@ -290,6 +292,7 @@ func (n *Node) keepaliveLoop() {
 	defer n.bgwg.Done()
 	tick, stop := n.clock.NewTicker(n.cfg.KeepaliveInterval)
 	defer stop()
+	epoch := n.leaderEpoch()
 	for {
 		select {
 		case <-n.stopc:
@@ -299,15 +302,24 @@ func (n *Node) keepaliveLoop() {
 			// session alive so the cluster expires it and its locks move on.
 			return
 		case <-tick:
+		case <-epoch:
+			// A new leader: tell it at once rather than at the next tick,
+			// so that back-to-back failovers cost a session as little as
+			// possible (leaderfail.go).
 		}
+		epoch = n.leaderEpoch()
 		n.cfg.Faults.waitIfPaused(n.stopc)
 		sess, lead := n.sess.Load(), n.lead.Load()
 		if sess == 0 || lead == 0 {
 			continue
 		}
 		sent := n.clock.Now()
+		n.lastSent.Store(sent.UnixNano())
+		// A call to a leader that has been replaced meanwhile is abandoned.
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.keepaliveTimeout())
+		unwatch := context.AfterFunc(ctxDone(epoch), cancel)
 		st := n.sendKeepalive(ctx, lead, sess)
+		unwatch()
 		cancel()
 		switch st {
 		case keepaliveOK:
