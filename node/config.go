@@ -152,6 +152,13 @@ type TestHooks struct {
 	// NoCommitHints turns commit hints off (commithint.go): followers learn
 	// commits only from the leader's commit index, as in plain Raft.
 	NoCommitHints bool
+	// AckWhileMarked breaks rule (R) of silence.go: the leader acknowledges
+	// keepalives of a session it marked silent without a revive first.
+	AckWhileMarked bool
+	// ReviveAsSilenceZero gives a revive the meaning "silent 0 ms at its
+	// apply time" (a later leader arms the session from when it applied the
+	// revive) instead of "no bound in the log": see silence.go.
+	ReviveAsSilenceZero bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

@@ -125,6 +125,9 @@ func (l *leaderDuties) ready(n *Node) {
 	for _, s := range n.fsm.Sessions() {
 		ttl := time.Duration(s.TTLMillis) * time.Millisecond
 		t := &sessionTimer{deadline: deadline{ttl: ttl}, base: now}
+		if b, ok := n.loop.marks[s.Session]; ok && !s.Silent && n.cfg.TestHooks.ReviveAsSilenceZero {
+			t.base, t.ck = b, ckInherited // planted: see TestHooks.ReviveAsSilenceZero
+		}
 		if s.Silent {
 			// The earliest a − σ over the silent marks this node applied
 			// since the session's last revive (silence.go).
@@ -312,7 +315,9 @@ func (n *Node) onCheckpointApplied(cmd *lockfsm.Command) {
 	l := &n.loop.lead
 	mine := l.active && n.loop.isLeader && cmd.Token == l.term
 	for _, m := range cmd.Checkpoints {
-		if m.Live {
+		if m.Live && n.cfg.TestHooks.ReviveAsSilenceZero && n.fsm.HasSession(m.Session) {
+			n.loop.marks[m.Session] = now // planted: the revive as a mark of 0 ms
+		} else if m.Live {
 			delete(n.loop.marks, m.Session)
 		} else if n.fsm.HasSession(m.Session) {
 			b := now.Add(-time.Duration(m.SilenceMillis) * time.Millisecond)
@@ -504,7 +509,7 @@ func (l *leaderDuties) keepalive(n *Node, w keepaliveWaiter) {
 		return
 	}
 	t.hear(w.recv)
-	if t.ackable(w.recv) {
+	if t.ackable(w.recv) || n.cfg.TestHooks.AckWhileMarked {
 		w.reply <- keepaliveOK
 		return
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -228,6 +229,90 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 				require.False(t, lost().IsZero(), "S5: the cut-off holder was not told before the grant")
 				require.True(t, lost().Before(grantApplied()), "S5: holder told at %v, grant applied at %v", lost(), grantApplied())
 			}
+		})
+	}
+}
+
+// sessionOf reads session id's entry in n's lock table.
+func sessionOf(t *testing.T, n *Node, id uint64) (lockfsm.SessionInfo, bool) {
+	t.Helper()
+	reply := make(chan []lockfsm.SessionInfo, 1)
+	require.NoError(t, n.do(context.Background(), func() { reply <- n.fsm.Sessions() }))
+	for _, s := range <-reply {
+		if s.Session == id {
+			return s, true
+		}
+	}
+	return lockfsm.SessionInfo{}, false
+}
+
+// TestReviveBeforeAck (S5, rule R of silence.go): a holder cut off long
+// enough to be checkpointed silent comes back; the leader must have a
+// revive applied before it acknowledges it. The holder stays a while, is
+// cut off again and the leader dies: the next leader must not count the
+// holder's silence from the old mark, nor from the revive, i.e. the lock
+// must not be granted before the holder's own deadline. Two planted bugs
+// show the check bites: TestHooks.AckWhileMarked (rule R broken: the grant
+// comes up to the first cut-off's length too early) and
+// ReviveAsSilenceZero (a revive read as "silent 0 ms when applied", as a
+// first design had it: too early by the time the holder stayed).
+func TestReviveBeforeAck(t *testing.T) {
+	for _, planted := range []string{"", "AckWhileMarked", "ReviveAsSilenceZero"} {
+		name := "rule-R"
+		if planted != "" {
+			name = "planted-" + planted
+		}
+		t.Run(name, func(t *testing.T) {
+			tc := newTestCluster(t, 5, func(c *Config) {
+				c.TestHooks.AckWhileMarked = planted == "AckWhileMarked"
+				c.TestHooks.ReviveAsSilenceZero = planted == "ReviveAsSilenceZero"
+			})
+			lead := tc.leader()
+			a := otherThan(tc, lead)
+			b := otherThan(tc, lead, a)
+			ctx := ctxT(t, 30*time.Second)
+			h, err := tc.nodes[a].Acquire(ctx, "r", "a", true, 0)
+			require.NoError(t, err)
+			sess := tc.nodes[a].sess.Load()
+			holder := tc.nodes[a]
+
+			// Cut a off from the leader until its session is marked silent.
+			tc.faults[a].BlockOut(lead)
+			tc.faults[a].BlockIn(lead)
+			tc.faults[lead].BlockOut(a)
+			tc.faults[lead].BlockIn(a)
+			require.Eventually(t, func() bool {
+				s, ok := sessionOf(t, tc.nodes[b], sess)
+				return ok && s.Silent && s.SilenceMillis >= 300
+			}, 5*time.Second, 5*time.Millisecond, "a's session never checkpointed silent")
+			healed := time.Now()
+			tc.heal()
+			require.Eventually(t, func() bool { return time.Unix(0, holder.lastAcked.Load()).After(healed) },
+				5*time.Second, time.Millisecond, "no keepalive acknowledged after the heal")
+			// Stay a while (keepalives acknowledged), then go at once.
+			stay := time.Now().Add(500 * time.Millisecond)
+			require.Eventually(t, func() bool { return time.Unix(0, holder.lastAcked.Load()).After(stay) },
+				5*time.Second, time.Millisecond, "no keepalive acknowledged while staying")
+
+			// Cut a off again, at once, and kill the leader.
+			tc.isolate(a)
+			lost := lostAt(h)
+			tc.crash(lead)
+			got, grantedAt := grantAsync(t, tc.nodes[b], "r", "b")
+			h2 := <-got
+			require.NotNil(t, h2)
+			deadline := holder.holderDeadline()
+			t.Logf("holder's deadline %v, grant %v (%v after it)", deadline.Format("15:04:05.000"),
+				grantedAt().Format("15:04:05.000"), grantedAt().Sub(deadline))
+			if planted != "" {
+				// The check below must catch the planted bug.
+				require.True(t, grantedAt().Before(deadline), "the S5 check missed the planted %s", planted)
+				return
+			}
+			require.True(t, deadline.Before(grantedAt()), "S5: granted %v before the holder's own deadline",
+				deadline.Sub(grantedAt()))
+			require.False(t, lost().IsZero(), "S5: the holder was not told before the grant")
+			require.True(t, lost().Before(grantedAt()))
 		})
 	}
 }
