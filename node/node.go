@@ -266,6 +266,9 @@ func start(cfg Config) (*Node, error) {
 	n.loop.local.init()
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
+	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	n.loop.seen.init(n.clock.Now())
 	n.loop.delayed = map[string]delayMark{}
 	n.noteLoadedMarks()

@@ -21,6 +21,7 @@ type ownSession struct {
 	closing    bool
 	closeDone  chan error
 	toClose    map[uint64]time.Time // sessions to close (older incarnations, duplicates), last proposal
+	earlier    uint64               // a light member's session before its restart (restart.go)
 	leased     []*Hold              // holds with their own lease, checked each tick
 }
 
@@ -63,6 +64,8 @@ func (n *Node) retrySessionOpen(now time.Time) {
 		s.nonce = rand.Uint64() | 1
 		s.openSentAt = time.Time{}
 	}
+	// Earlier incarnations' sessions end first, in the same batch.
+	n.closeEarlierSessions()
 	s.openRetry = n.clock.Now()
 	// The holder's first deadline counts from the first send that could
 	// reach a leader (the leader arms its deadline when it applies the
@@ -114,6 +117,7 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		s.nonce = 0
 		n.noteAcked(s.openSentAt)
 		n.sess.Store(s.id)
+		n.recordSession(s.id)
 		n.log.Info("session opened", "session", s.id)
 		// Sessions of earlier incarnations of this node hold locks for
 		// callers that no longer exist: release them now rather than at TTL.
