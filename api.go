@@ -58,8 +58,11 @@ var (
 	ErrReleased = node.ErrReleased
 	// ErrLeaseExpired is a handle's Context cause when its own lease ran out.
 	ErrLeaseExpired = node.ErrLeaseExpired
-	// ErrSessionExpired is a handle's Context cause (or a waiting Lock's
-	// error) when the node's session expired or could not be kept alive.
+	// ErrSessionExpired: the node's session expired or could not be kept
+	// alive (see WithSessionTTL). A handle's Context cause: the lock is lost.
+	// A waiting Lock's error: nothing held or queued; safe to retry (the node
+	// opens a new session). Unlock's error: the lock goes with the session
+	// (at once or at the cluster's expiry); nothing to retry.
 	ErrSessionExpired = node.ErrSessionExpired
 	// ErrUnavailable: no working leader could be reached in time.
 	ErrUnavailable = node.ErrUnavailable
@@ -143,7 +146,8 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 // its own owner, so a second Lock of the same name waits like anyone else;
 // with WithOwner, the same owner re-entering gets the same token and a
 // higher hold count. If Lock returns an error, nothing is held or queued
-// for it (within one commit).
+// for it (within one commit). A Lock waiting when the node's session ends
+// returns ErrSessionExpired (retry: the node opens a new session).
 func (n *Node) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, true, opts)
 }
@@ -192,8 +196,10 @@ func (n *Node) GossipAddr() string { return n.n.GossipAddr() }
 type Lock struct{ h *node.Hold }
 
 // Unlock releases this hold (one level of a reentrant lock). It returns
-// ErrNotHeld if this handle already unlocked or the lock was lost. If ctx
-// ends first the outcome is unknown; the node keeps retrying the release.
+// ErrNotHeld if this handle already unlocked or the lock was lost, and
+// ErrSessionExpired if the node's session ended (the lock goes with it).
+// If ctx ends first the outcome is unknown; the node keeps retrying the
+// release.
 func (l *Lock) Unlock(ctx context.Context) error { return l.h.Release(ctx) }
 
 // Token is the fencing token: it strictly increases across grants of this
@@ -286,8 +292,12 @@ func WithTimings(tick time.Duration, electionTicks int) Option {
 	return func(o *options) { o.cfg.TickInterval, o.cfg.ElectionTicks = tick, electionTicks }
 }
 
-// WithSessionTTL sets how long the cluster keeps a silent node's locks
-// (default 10 s; at least 3 election timeouts).
+// WithSessionTTL sets how long the cluster keeps a silent node's locks after
+// its last keepalive, however often the leader changes (default 10 s). It
+// must let a healthy session outlast two back-to-back leader failovers: at
+// least node.MinSessionTTL of the election timeout, 5.4 election timeouts
+// (5.4 s with the default timings; see node.Config.SessionTTL for the exact
+// rule). Join fails with ErrInvalidConfig below it.
 func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
 
 // WithLockDelay: after a session expires holding a lock, the name is not

@@ -268,6 +268,12 @@ func (h *Hold) Release(ctx context.Context) error {
 	if !h.released.CompareAndSwap(false, true) {
 		return ErrNotHeld
 	}
+	if cause := context.Cause(h.ctx); errors.Is(cause, ErrSessionExpired) || errors.Is(cause, ErrClosed) {
+		// Lost with its session, whose end (or the close this node
+		// proposes for it) releases it: nothing to propose, and no new
+		// session to wait for (a node cut off would wait for ever).
+		return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+	}
 	n := h.n
 	done := make(chan opResult, 1)
 	o := &op{
