@@ -173,11 +173,26 @@ func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockO
 	return &Lock{h: h}, nil
 }
 
-// Close releases every lock this node holds and removes its waiters (one
-// log entry), hands leadership to another member if it leads, and stops.
-// ctx bounds the graceful part; past it the node stops anyway and its
-// session expires after the TTL. Idempotent.
+// Close stops this replica for now (a restart, a rolling upgrade): it
+// releases every lock it holds and removes its waiters (one log entry), hands
+// leadership to another member if it leads, and stops. It keeps its place
+// in the cluster and its data directory: Join on the same directory brings it
+// back as itself. Use Leave for a replica that goes away for good.
+//
+// ctx bounds the whole call. If the cluster cannot commit the release (no
+// quorum, within two election timeouts) or ctx ends first, Close stops
+// anyway and returns an error wrapping ErrUnavailable (or ctx's cause): the
+// locks are then released by session expiry, the TTL after the last
+// keepalive. Idempotent.
 func (n *Node) Close(ctx context.Context) error { return n.n.Close(ctx) }
+
+// Leave is Close for a replica that goes away for good: after releasing its
+// locks and handing over leadership it has the cluster remove it from the
+// raft configuration (and, with gossip, from the fleet), then stops. Do not
+// Join on its data directory again. Without Leave, a gossip fleet replaces a
+// voter that stays down only after its dead-voter threshold. Errors as for
+// Close; the replica stops either way.
+func (n *Node) Leave(ctx context.Context) error { return n.n.Leave(ctx) }
 
 // Addr is the address this node serves gRPC on.
 func (n *Node) Addr() string { return n.n.Addr() }

@@ -322,8 +322,10 @@ func (n *Node) keepaliveLoop() {
 		// A call to a leader that has been replaced meanwhile is abandoned.
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.keepaliveTimeout())
 		unwatch := context.AfterFunc(ctxDone(epoch), cancel)
+		unwatchStop := context.AfterFunc(ctxDone(n.stopc), cancel) // Close does not wait for it
 		st := n.sendKeepalive(ctx, lead, sess)
 		unwatch()
+		unwatchStop()
 		cancel()
 		switch st {
 		case keepaliveOK:
