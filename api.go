@@ -64,7 +64,12 @@ var (
 	// opens a new session). Unlock's error: the lock goes with the session
 	// (at once or at the cluster's expiry); nothing to retry.
 	ErrSessionExpired = node.ErrSessionExpired
-	// ErrUnavailable: no working leader could be reached in time.
+	// ErrUnavailable: no working leader could be reached in time (a majority
+	// of voters unreachable). From TryLock (after two election timeouts) and
+	// from a Lock or Ready whose ctx ended without a leader (wrapping ctx's
+	// cause): nothing held or queued, retry later. From Unlock: outcome
+	// unknown, the node keeps retrying the release. From Close: the session
+	// could not be closed; its locks are released by session expiry.
 	ErrUnavailable = node.ErrUnavailable
 	// ErrStorage: a disk write failed; the node stopped serving.
 	ErrStorage = node.ErrStorage
@@ -147,13 +152,18 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 // with WithOwner, the same owner re-entering gets the same token and a
 // higher hold count. If Lock returns an error, nothing is held or queued
 // for it (within one commit). A Lock waiting when the node's session ends
-// returns ErrSessionExpired (retry: the node opens a new session).
+// returns ErrSessionExpired (retry: the node opens a new session). If ctx
+// ends while this node has no leader, the error wraps both ErrUnavailable
+// and ctx's cause (errors.Is holds for both).
 func (n *Node) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, true, opts)
 }
 
 // TryLock takes the lock only if it is free (or already held by the same
-// owner); otherwise it returns ErrLocked at once. It never queues.
+// owner); otherwise it returns ErrLocked at once. It never queues. It
+// returns within two election timeouts (2 s with the default timings, or
+// ctx's deadline if sooner): ErrUnavailable if no leader answered by then,
+// with nothing held or queued. Right after Join, call Ready first.
 func (n *Node) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, false, opts)
 }
@@ -193,6 +203,13 @@ func (n *Node) Close(ctx context.Context) error { return n.n.Close(ctx) }
 // voter that stays down only after its dead-voter threshold. Errors as for
 // Close; the replica stops either way.
 func (n *Node) Leave(ctx context.Context) error { return n.n.Leave(ctx) }
+
+// Ready blocks until this replica can serve: it knows a leader and its
+// session is open. Join returns before that; a service can call Ready before
+// reporting itself ready (a readiness probe). If ctx ends first it returns
+// ctx's cause, wrapping ErrUnavailable while there is no leader (a majority
+// of voters unreachable); ErrClosed after Close.
+func (n *Node) Ready(ctx context.Context) error { return n.n.Ready(ctx) }
 
 // Addr is the address this node serves gRPC on.
 func (n *Node) Addr() string { return n.n.Addr() }

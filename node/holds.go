@@ -138,8 +138,10 @@ func truncate(s string) string {
 }
 
 // Acquire takes the named lock for owner. With wait it blocks in FIFO order
-// until granted or ctx is done; without, it fails at once with ErrLocked when
-// another owner holds the name. lease > 0 gives the lock its own lease (it is
+// until granted or ctx is done (if this node has no leader then, the error
+// wraps both ErrUnavailable and ctx's cause); without, it fails with
+// ErrLocked when another owner holds the name, and with ErrUnavailable if no
+// answer comes within two election timeouts (a cluster without a leader). lease > 0 gives the lock its own lease (it is
 // released when the lease runs out unless renewed); 0 ties it to the node's
 // session. If Acquire returns an error, the node guarantees the owner is
 // neither holding nor queued for this call within one commit (S4).
@@ -159,6 +161,8 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 	if n.closing.Load() {
 		return nil, ErrClosed
 	}
+	ctx, cancel := n.acquireContext(ctx, wait) // TryLock's bound (leaderfail.go)
+	defer cancel()
 	done := make(chan opResult, 1)
 	o := &op{
 		cmd: lockfsm.Command{
@@ -203,7 +207,7 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 		}
 	default:
 	}
-	return nil, context.Cause(ctx)
+	return nil, n.acquireGaveUp(ctx, wait)
 }
 
 // onAcquireResult completes an Acquire from its own apply.

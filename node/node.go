@@ -63,9 +63,13 @@ type Node struct {
 	bgwg    sync.WaitGroup        // keepalive sender and other helpers
 	dead    atomic.Pointer[error] // set once the node stopped serving
 	lead    atomic.Uint64         // current leader id as last seen by the loop
-	// leadEpoch is closed (and replaced) whenever lead changes.
-	leadEpoch atomic.Pointer[chan struct{}]
-	sess      atomic.Uint64 // current session id (0 until opened)
+	// leadEpoch is closed (and replaced) whenever lead changes, sessEpoch
+	// whenever sess does; leaderSeen (UnixNano of the node clock) is the last
+	// message from a leader, or tick as the leader (leaderfail.go).
+	leadEpoch  atomic.Pointer[chan struct{}]
+	sessEpoch  atomic.Pointer[chan struct{}]
+	leaderSeen atomic.Int64
+	sess       atomic.Uint64 // current session id (0 until opened)
 	// lastAcked is the send time (UnixNano of the node clock) of the last
 	// keepalive the leader acknowledged: the base of the holder deadline.
 	lastAcked atomic.Int64
@@ -122,6 +126,7 @@ type loopState struct {
 	confirm confirmer
 	gossip  gossipState
 	fwd     fwdState
+	noLead  leaderWatch
 	props   proposalBatch
 	hints   commitHints
 

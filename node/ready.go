@@ -372,6 +372,7 @@ func (n *Node) onTick() error {
 	n.retryProposals(now)
 	n.expireConfirmRounds(now)
 	n.checkOwnSession(now)
+	n.watchLeader(now)
 	return n.maybeCommitFSM(false)
 }
 

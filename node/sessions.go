@@ -116,7 +116,7 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		s.id = ev.Session
 		s.nonce = 0
 		n.noteAcked(s.openSentAt)
-		n.sess.Store(s.id)
+		n.setSession(s.id)
 		n.recordSession(s.id)
 		n.log.Info("session opened", "session", s.id)
 		// Sessions of earlier incarnations of this node hold locks for
@@ -154,7 +154,7 @@ func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 	}
 	if s.closing {
 		s.id = 0
-		n.sess.Store(0)
+		n.setSession(0)
 		n.loop.ops.failAll(ErrClosed)
 		n.loop.holds.loseAll(ErrClosed)
 		if s.closeDone != nil {
@@ -175,7 +175,7 @@ func (n *Node) resetSession(cause error) {
 		s.toClose[s.id] = time.Time{}
 	}
 	s.id = 0
-	n.sess.Store(0)
+	n.setSession(0)
 	s.leased = nil
 	n.loop.ops.failAll(cause)
 	n.loop.holds.loseAll(cause)

@@ -401,6 +401,7 @@ func (n *Node) noteLeaderContact(m *raftpb.Message, now time.Time) {
 	case raftpb.MessageType_MsgHeartbeat:
 		if _, sessions, ok := parseHeartbeatExt(m.GetContext()); ok {
 			n.loop.seen.see(m.GetTerm(), sessions, now)
+			n.leaderSeen.Store(now.UnixNano())
 			return
 		}
 	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgSnap:
@@ -408,6 +409,7 @@ func (n *Node) noteLeaderContact(m *raftpb.Message, now time.Time) {
 		return
 	}
 	n.loop.seen.any.record(m.GetTerm(), now)
+	n.leaderSeen.Store(now.UnixNano())
 }
 
 // extendHeartbeat appends ext (the sessions of the leader's unanswered
