@@ -153,7 +153,9 @@ type recHandler struct {
 	next  slog.Handler
 }
 
-func (h recHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) || l >= h.level }
+func (h recHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l) || l >= h.level
+}
 func (h recHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Level >= h.level {
 		h.r.mu.Lock()
