@@ -35,6 +35,8 @@ var Groups = map[string][]string{
 	"msgs":      {FaultMessages},
 	"disk":      {FaultDisk},
 	"churn":     {FaultChurn},
+	// leader-churn: its own schedule (leaderchurn.go), on 5 nodes.
+	"leader-churn": {FaultLeaderChurn},
 }
 
 // ExpandFaults turns "partition,crash" into fault kinds.
@@ -47,7 +49,7 @@ func ExpandFaults(s string) ([]string, error) {
 			continue
 		}
 		switch f {
-		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn:
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn, FaultLeaderChurn:
 			out = append(out, f)
 		case "":
 		default:

@@ -171,6 +171,10 @@ type TestHooks struct {
 	// apply time" (a later leader arms the session from when it applied the
 	// revive) instead of "no bound in the log": see silence.go.
 	ReviveAsSilenceZero bool
+	// RestartDeadlinesOnFailover is the behaviour before session
+	// checkpoints and contact reports (and etcd's and Consul's): each new
+	// leader restarts every session deadline from its first entry.
+	RestartDeadlinesOnFailover bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

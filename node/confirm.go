@@ -67,8 +67,11 @@ type confirmRound struct {
 // awaitConfirmed hands w to the loop and waits for its answer (or ctx).
 func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveStatus {
 	w.reply = make(chan keepaliveStatus, 1)
+	// Received now, before the loop takes it: after the holder sent it, and
+	// before any round the loop issues for it (silence.go's F1). Timing it
+	// in the loop would add the loop's queueing to the session's base.
+	w.recv = n.clock.Now()
 	if err := n.do(ctx, func() {
-		w.recv = n.clock.Now()
 		n.confirmLeadership(w)
 	}); err != nil {
 		return keepaliveFailed

@@ -67,6 +67,13 @@ func (n *Node) LastKeepaliveSent() time.Time {
 	return time.Unix(0, v)
 }
 
+// SessionDeadline is when this node gives its locks up unless a keepalive
+// is acknowledged before (S5: counted from the send time of its last
+// acknowledged keepalive, less the drift margin). It stays readable after
+// Crash: the fault checker compares a crashed holder's deadline with the
+// moment its lock was granted to another.
+func (n *Node) SessionDeadline() time.Time { return n.holderDeadline() }
+
 // Locks returns this replica's view of the lock table (every name with a
 // holder or waiters), sorted by name. It is what this replica has applied,
 // not a linearizable read: right after a change it may lag the leader by a

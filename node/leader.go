@@ -125,6 +125,11 @@ func (l *leaderDuties) ready(n *Node) {
 	for _, s := range n.fsm.Sessions() {
 		ttl := time.Duration(s.TTLMillis) * time.Millisecond
 		t := &sessionTimer{deadline: deadline{ttl: ttl}, base: now}
+		if n.cfg.TestHooks.RestartDeadlinesOnFailover {
+			t.at = now.Add(ttl) // planted: the old behaviour
+			l.sessions[s.Session] = t
+			continue
+		}
 		if b, ok := n.loop.marks[s.Session]; ok && !s.Silent && n.cfg.TestHooks.ReviveAsSilenceZero {
 			t.base, t.ck = b, ckInherited // planted: see TestHooks.ReviveAsSilenceZero
 		}
@@ -159,7 +164,7 @@ func (l *leaderDuties) ready(n *Node) {
 	}
 	n.log.Info("leader ready: expiry timers armed", "term", l.term, "sessions", len(l.sessions),
 		"checkpointed", inherited)
-	if !l.planted {
+	if !l.planted && !n.cfg.TestHooks.RestartDeadlinesOnFailover {
 		l.startReports(n, now)
 	}
 	early := l.early
@@ -180,9 +185,13 @@ func (l *leaderDuties) startReports(n *Node, now time.Time) {
 	r := &l.reports
 	*r = reportState{wanted: true, voters: slices.Clone(cs.GetVoters()), got: map[uint64]*memberReport{}, started: now}
 	r.need = len(r.voters)/2 + 1
-	self := &memberReport{any: n.loop.seen.anyBound(l.term), start: n.loop.seen.start, sessions: map[uint64]time.Time{}}
+	self := &memberReport{any: n.loop.seen.anyBound(l.term), start: n.loop.seen.start, sessions: map[uint64]time.Time{},
+		opened: map[uint64]time.Time{}}
 	for id := range l.sessions {
 		self.sessions[id] = n.loop.seen.sessionBound(l.term, id)
+		if t, ok := n.loop.opened[id]; ok {
+			self.opened[id] = t
+		}
 	}
 	l.addReport(n, n.id, self)
 	n.issueConfirmRound()
@@ -215,7 +224,11 @@ func (l *leaderDuties) addReport(n *Node, from uint64, rep *memberReport) {
 		if t.ck == ckMine {
 			continue
 		}
-		v := later(r.kth(func(m *memberReport) time.Time { return m.session(id) }), n.openedFloor(id))
+		floor := r.openedFloor(id)
+		if floor.IsZero() {
+			floor = n.openedFloor(id)
+		}
+		v := later(r.kth(func(m *memberReport) time.Time { return m.session(id) }), floor)
 		n.log.Debug("session base from contact reports", "session", id, "reported_silent_for", n.clock.Now().Sub(v),
 			"silent_for", n.clock.Now().Sub(t.base), "state", t.ck)
 		if v.Before(t.base) {

@@ -53,8 +53,9 @@ package node
 // the receive time of its last keepalive: the failover costs nothing, even
 // when the leader that saw that keepalive died right after it. The holder
 // also counts from the send of its OpenSession, which no round names: the
-// base never goes below the time this node applied that entry (after its
-// commit, so after the send). Leases use
+// base never goes below the earliest time a reporter applied that entry
+// (after its commit, so after the send; a reporter that restarted since
+// only knows its replay, later). Leases use
 // the same reports' "any leader contact" value (renewals go through the
 // same rounds), lock-delays the local apply time of the expiry that started
 // them.
@@ -98,9 +99,18 @@ package node
 // time from proposing the latest mark to applying it (a commit), not the
 // election; the marks are re-proposed while the session stays silent so
 // that a replica which restarted meanwhile does not fall back to its
-// restart time. The remaining cost is the election that may be in progress
-// when the deadline passes: the bound is TTL + 2 election timeouts (plus a
-// few round trips and fsyncs) after the last keepalive.
+// restart time.
+//
+// The bound (L3). A crashed holder's lock is granted TTL after its last
+// keepalive, plus the time the cluster had no leader after that deadline
+// (the election in progress then: under 2 election timeouts unless raft
+// needs a second round), plus a few round trips and fsyncs. One corner costs
+// up to silenceThreshold more: the leader that saw the last keepalive is
+// lost before its first mark for the session commits (so every replica
+// applies that mark only at the next leader's first entry), and a voter of
+// the next leader's reporting majority restarted after the keepalive (its
+// report can only say "not since my start"). TestCrashedHolderReleased-
+// UnderLeaderChurn and the chaos fault leader-churn check this bound.
 
 import (
 	"slices"
@@ -249,8 +259,10 @@ func parseHeartbeatExt(ctx []byte) (flags byte, sessions []uint64, ok bool) {
 	return flags, sessions, len(p) == 0
 }
 
-// appendReport appends this node's contact report for a leader of term.
-func (c *contactLog) appendReport(b []byte, term uint64, now time.Time) []byte {
+// appendReport appends this node's contact report for a leader of term:
+// per session the last time it saw it in an older leader's round, and when
+// it applied its OpenSession (opened), both as elapsed times, +1 (0: none).
+func (c *contactLog) appendReport(b []byte, term uint64, now time.Time, opened map[uint64]time.Time) []byte {
 	us := func(t time.Time) uint64 {
 		if d := now.Sub(t); d > 0 {
 			return uint64(d / time.Microsecond)
@@ -260,9 +272,12 @@ func (c *contactLog) appendReport(b []byte, term uint64, now time.Time) []byte {
 	b = append(b, reportTag)
 	b = protowire.AppendVarint(b, us(c.anyBound(term)))
 	b = protowire.AppendVarint(b, us(c.start))
-	var ids []uint64
+	ids := make([]uint64, 0, len(opened))
+	for s := range opened {
+		ids = append(ids, s)
+	}
 	for s := range c.sessions {
-		if c.sessionBound(term, s).After(c.start) {
+		if _, ok := opened[s]; !ok && c.sessionBound(term, s).After(c.start) {
 			ids = append(ids, s)
 		}
 	}
@@ -270,7 +285,15 @@ func (c *contactLog) appendReport(b []byte, term uint64, now time.Time) []byte {
 	b = protowire.AppendVarint(b, uint64(len(ids)))
 	for _, s := range ids {
 		b = protowire.AppendVarint(b, s)
-		b = protowire.AppendVarint(b, us(c.sessionBound(term, s)))
+		var seen, op uint64
+		if t := c.sessionBound(term, s); t.After(c.start) {
+			seen = us(t) + 1
+		}
+		if t, ok := opened[s]; ok {
+			op = us(t) + 1
+		}
+		b = protowire.AppendVarint(b, seen)
+		b = protowire.AppendVarint(b, op)
 	}
 	return b
 }
@@ -278,7 +301,8 @@ func (c *contactLog) appendReport(b []byte, term uint64, now time.Time) []byte {
 // memberReport is one voter's report, translated to the leader's clock.
 type memberReport struct {
 	any, start time.Time
-	sessions   map[uint64]time.Time
+	sessions   map[uint64]time.Time // seen in an older leader's round
+	opened     map[uint64]time.Time // applied its OpenSession
 }
 
 func (r *memberReport) session(s uint64) time.Time {
@@ -290,7 +314,9 @@ func (r *memberReport) session(s uint64) time.Time {
 
 // decodeReport reads a follower's report received at recv. An elapsed time
 // e measured on the follower's clock is at least e·(1−drift) of ours, so the
-// moment it names is at most recv − e·(1−drift) on our clock.
+// moment it names is at most recv − e·(1−drift) on our clock (an upper bound:
+// what is used as a lower bound on a base must be an upper bound on the
+// moment).
 func decodeReport(b []byte, recv time.Time, drift float64) (*memberReport, bool) {
 	if len(b) == 0 || b[0] != reportTag {
 		return nil, false
@@ -314,14 +340,21 @@ func decodeReport(b []byte, recv time.Time, drift float64) (*memberReport, bool)
 	if !ok1 || !ok2 || !ok3 || cnt > uint64(len(p)) {
 		return nil, false
 	}
-	r := &memberReport{any: at(anyUS), start: at(startUS), sessions: make(map[uint64]time.Time, cnt)}
+	r := &memberReport{any: at(anyUS), start: at(startUS), sessions: make(map[uint64]time.Time, cnt),
+		opened: make(map[uint64]time.Time, cnt)}
 	for range cnt {
 		s, ok1 := next()
-		us, ok2 := next()
-		if !ok1 || !ok2 {
+		seen, ok2 := next()
+		op, ok3 := next()
+		if !ok1 || !ok2 || !ok3 {
 			return nil, false
 		}
-		r.sessions[s] = at(us)
+		if seen > 0 {
+			r.sessions[s] = at(seen - 1)
+		}
+		if op > 0 {
+			r.opened[s] = at(op - 1)
+		}
 	}
 	return r, len(p) == 0
 }
@@ -333,6 +366,19 @@ type reportState struct {
 	need    int      // a majority of it
 	got     map[uint64]*memberReport
 	started time.Time
+}
+
+// openedFloor is the earliest apply time of session's OpenSession among the
+// reporters (every one is after its commit, so after the holder sent it),
+// or zero if none knows.
+func (r *reportState) openedFloor(session uint64) time.Time {
+	var floor time.Time
+	for _, m := range r.got {
+		if t, ok := m.opened[session]; ok && (floor.IsZero() || t.Before(floor)) {
+			floor = t
+		}
+	}
+	return floor
 }
 
 // kth returns the need-th smallest of the reporters' values of f.
@@ -456,7 +502,7 @@ func (n *Node) answerHeartbeat(m *raftpb.Message) {
 	b := make([]byte, hbPosLen, hbPosLen+64)
 	copy(b, ctx[:hbPosLen])
 	if flags&roundWantsReport != 0 {
-		b = n.loop.seen.appendReport(b, m.GetTerm(), n.clock.Now())
+		b = n.loop.seen.appendReport(b, m.GetTerm(), n.clock.Now(), n.loop.opened)
 	}
 	m.Context = b
 }

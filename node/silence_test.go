@@ -41,7 +41,8 @@ func TestContactReportRoundTrip(t *testing.T) {
 	c.init(now.Add(-10 * time.Second))
 	c.see(6, []uint64{3, 9}, now.Add(-1500*time.Millisecond))
 	c.see(6, []uint64{3}, now.Add(-700*time.Millisecond))
-	b := c.appendReport(nil, 7, now)
+	opened := map[uint64]time.Time{3: now.Add(-5 * time.Second), 11: now.Add(-time.Second)}
+	b := c.appendReport(nil, 7, now, opened)
 	recv := now.Add(2 * time.Millisecond) // on the leader's clock
 	r, ok := decodeReport(b, recv, 0.02)
 	require.True(t, ok)
@@ -50,6 +51,11 @@ func TestContactReportRoundTrip(t *testing.T) {
 	require.False(t, r.start.Before(now.Add(-10*time.Second)))
 	require.WithinDuration(t, now.Add(-700*time.Millisecond), r.session(3), 20*time.Millisecond)
 	require.Equal(t, r.start, r.session(42), "unlisted sessions: the start")
+	require.Equal(t, r.start, r.session(11), "opened but never seen: the start")
+	require.False(t, r.opened[3].Before(now.Add(-5*time.Second)))
+	require.WithinDuration(t, now.Add(-time.Second), r.opened[11], 30*time.Millisecond)
+	_, known := r.opened[9]
+	require.False(t, known)
 	for _, bad := range [][]byte{nil, {'X'}, b[:len(b)-1], append(append([]byte{}, b...), 0)} {
 		_, ok := decodeReport(bad, recv, 0.02)
 		require.False(t, ok, "%x", bad)

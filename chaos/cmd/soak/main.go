@@ -28,7 +28,7 @@ func main() {
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
 	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated faults or groups (partition, crash, pause, clock, net, msgs, disk, churn, or single kinds such as isolate-leader; with -procs: kill, stop, partition, or kinds joined by +)")
-	size := flag.Int("nodes", 3, "cluster size")
+	size := flag.Int("nodes", 0, "cluster size (0: 3, or 5 for leader-churn)")
 	clients := flag.Int("clients", 3, "clients per node")
 	verbose := flag.Bool("v", false, "log every fault")
 	leaderClock := flag.Bool("leader-clock", false, "let clock faults hit the leader (outside the clock-rate assumption: porcupine may flag S5 losses; fencing must still hold)")
@@ -48,7 +48,7 @@ func main() {
 		defer f.Close()
 		logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	fmt.Printf("seed %d, %v per fault, %d nodes x %d clients\n", *seed, *dur, *size, *clients)
+	fmt.Printf("seed %d, %v per fault, %d nodes (0: the fault's default) x %d clients\n", *seed, *dur, *size, *clients)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected")
 	var violations []string // printed again after the table, so the end of the output has them
