@@ -189,7 +189,9 @@ func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, r
 	owner := probeOwnerPrefix + fmt.Sprintf("w%d", round)
 	granted := make(chan *node.Hold, 1)
 	go func() {
-		wctx, wcancel := context.WithTimeout(ctx, 4*ttl+30*time.Second)
+		// Not the run's context: a probe still waiting when the run ends
+		// gets a grace (below) before it is judged.
+		wctx, wcancel := context.WithTimeout(context.Background(), 4*ttl+30*time.Second)
 		defer wcancel()
 		hw, err := waiter.Acquire(wctx, name, owner, true, 0)
 		if err != nil {
@@ -207,7 +209,13 @@ func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, r
 	select {
 	case hw = <-granted:
 	case <-ctx.Done():
-		pending = true // the run ended first: judged by the time so far
+		// The run ended first: wait a little longer (the churn has
+		// stopped), then judge by the time so far.
+		select {
+		case hw = <-granted:
+		case <-time.After(probeGrace(last, ttl, lc.et)):
+			pending = true
+		}
 	}
 	at := c.Applied.GrantedAt(owner)
 	if at.IsZero() && pending {
@@ -271,6 +279,12 @@ func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(s
 	applied[FaultLeaderChurn] = lc.hits
 	applied["probes"] = len(results)
 	return results
+}
+
+// probeGrace is how long a probe still waiting when the run ends is given:
+// until its deadline with some slack, and three election timeouts more.
+func probeGrace(last time.Time, ttl, et time.Duration) time.Duration {
+	return max(0, time.Until(last.Add(ttl+2*et))) + 3*et
 }
 
 // probeVerdicts turns probe results into violations and notes: the grant

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,6 +156,12 @@ func childMain(args []string) error {
 		Observer: func(r node.ApplyRecord) {
 			c.emit(event{T: "apply", Index: r.Index, Digest: digest(r), Grants: grantsOf(r)})
 		}}
+	if d := os.Getenv("LOCKRAFT_CHAOS_NODELOG"); d != "" {
+		// Diagnostics: this process's node log, one file per incarnation.
+		if f, err := os.Create(filepath.Join(d, fmt.Sprintf("n%d-%d.log", *id, *inc))); err == nil {
+			cfg.Logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+	}
 	FastConfig(&cfg)
 	n, err := node.Start(cfg)
 	if err != nil {
@@ -198,6 +206,39 @@ func childMain(args []string) error {
 			return
 		}
 		json.NewEncoder(w).Encode(snapResp{b, idx})
+	})
+	// Leader-churn probes (procs.go): hold a lock until killed, wait for
+	// one in the background, and tell when the last keepalive left and when
+	// the holder's own deadline is (UnixNano, wall clock shared by every
+	// process on the host).
+	mux.HandleFunc("/probe-hold", func(w http.ResponseWriter, r *http.Request) {
+		qctx, qc := context.WithTimeout(r.Context(), 5*time.Second)
+		defer qc()
+		h, err := n.Acquire(qctx, r.URL.Query().Get("name"), r.URL.Query().Get("owner"), true, 0)
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+			return
+		}
+		json.NewEncoder(w).Encode(h.Token())
+	})
+	mux.HandleFunc("/probe-wait", func(w http.ResponseWriter, r *http.Request) {
+		name, owner := r.URL.Query().Get("name"), r.URL.Query().Get("owner")
+		go func() {
+			wctx, wc := context.WithTimeout(context.Background(), time.Minute)
+			defer wc()
+			h, err := n.Acquire(wctx, name, owner, true, 0)
+			if err != nil {
+				c.emit(event{T: "probe-failed", Owner: owner, Err: err.Error()})
+				return
+			}
+			rctx, rc := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = h.Release(rctx)
+			rc()
+		}()
+		w.Write([]byte("true"))
+	})
+	mux.HandleFunc("/keepalive", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode([2]int64{n.LastKeepaliveSent().UnixNano(), n.SessionDeadline().UnixNano()})
 	})
 	os.Remove(*ctl)
 	cln, err := net.Listen("unix", *ctl)

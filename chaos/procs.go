@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lockraft/lockraft/node"
 )
 
 // Fault kinds of the multi-process mode (RunProcs).
@@ -66,6 +68,8 @@ type procRun struct {
 	ops   map[string]*Op
 	order []*Op
 	secs  map[string]*procSection
+	// probeFailed: leader-churn probe waiters whose wait ended in an error
+	probeFailed map[string]string
 }
 
 type procSection struct {
@@ -78,8 +82,15 @@ type procSection struct {
 // kill -9, SIGSTOP/SIGCONT and (where ip netns works) partitions, then runs
 // the same checks as Run.
 func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
+	churn := slices.Contains(pc.Faults, ProcLeaderChurn)
 	if pc.Size == 0 {
 		pc.Size = 3
+		if churn {
+			pc.Size = 5 // a majority up with a killed holder and a hit leader
+		}
+	}
+	if churn && (len(pc.Faults) != 1 || pc.Size < 5) {
+		return nil, fmt.Errorf("fault %q runs on its own, on 5 node processes or more", ProcLeaderChurn)
 	}
 	if pc.Clients == 0 {
 		pc.Clients = 3
@@ -107,7 +118,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	}
 	r := &procRun{cfg: pc, exe: pc.Exe, base: pc.BaseDir, epoch: time.Now(), addrs: map[uint64]string{},
 		Applied: NewAppliedLog(), Store: NewFencedStore(), procs: map[uint64]*proc{}, ops: map[string]*Op{},
-		secs: map[string]*procSection{}}
+		secs: map[string]*procSection{}, probeFailed: map[string]string{}}
 	rep := &Report{Seed: pc.Seed, Faults: strings.Join(pc.Faults, ","), Injected: map[string]int{}}
 	viol := func(f string, a ...any) { rep.Violations = append(rep.Violations, fmt.Sprintf(f, a...)) }
 
@@ -115,7 +126,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	for i := range ids {
 		ids[i] = uint64(i + 1)
 	}
-	if slices.Contains(pc.Faults, ProcPartition) {
+	if slices.Contains(pc.Faults, ProcPartition) || churn {
 		lab, err := newNetnsLab(pc.Seed, pc.Size)
 		if err != nil {
 			msg := "skipping netns partitions: " + err.Error()
@@ -123,6 +134,9 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 			fmt.Fprintln(os.Stderr, msg)
 			rep.Notes = append(rep.Notes, msg)
 			pc.Faults = slices.DeleteFunc(slices.Clone(pc.Faults), func(k string) bool { return k == ProcPartition })
+			if churn {
+				pc.Faults = []string{ProcLeaderChurn} // kills only: a waiter that leads is spared
+			}
 		} else {
 			r.netns = lab
 			defer lab.Close()
@@ -174,9 +188,13 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, pc.Duration)
 	defer cancel()
-	if len(pc.Faults) > 0 {
+	var probes []*probeResult
+	switch {
+	case churn:
+		probes = r.leaderChurn(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
+	case len(pc.Faults) > 0:
 		r.schedule(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
-	} else {
+	default:
 		<-runCtx.Done()
 	}
 	end := time.Since(r.epoch).Nanoseconds()
@@ -246,6 +264,12 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 		}
 	}
 	finishReport(rep, ops, end, r.Applied, r.Store, RunConfig{Seed: pc.Seed, Faults: pc.Faults, CheckTimeout: pc.CheckTimeout}, viol)
+	if churn {
+		var cfg node.Config
+		FastConfig(&cfg)
+		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval, viol,
+			func(s string) { rep.Notes = append(rep.Notes, s) })
+	}
 	return rep, nil
 }
 
@@ -341,6 +365,10 @@ func (r *procRun) onEvent(p *proc, e event) {
 	switch e.T {
 	case "apply":
 		r.Applied.ObserveDigest(p.id, p.inc, e.Index, e.Digest, e.Grants)
+	case "probe-failed":
+		r.mu.Lock()
+		r.probeFailed[e.Owner] = e.Err
+		r.mu.Unlock()
 	case "begin":
 		r.mu.Lock()
 		op := &Op{Client: e.Client, Node: p.id, Kind: e.Kind, Name: e.Name, Owner: e.Owner, Start: e.Time, HeldFrom: e.Held}
