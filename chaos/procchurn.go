@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -238,4 +239,85 @@ func (r *procRun) leaderChurn(ctx context.Context, rng *rand.Rand, applied map[s
 	applied[ProcLeaderChurn] = pc.hits
 	applied["probes"] = len(results)
 	return results
+}
+
+// ProcRestartHolder: probes in which the holder's process is killed with
+// kill -9 and restarted from its data directory at once; its previous
+// incarnation's session must be ended by the restart (node/restart.go), so
+// the waiter is granted within about a commit of the new process knowing
+// the leader, not at the TTL. Measured: process start → grant applied.
+const ProcRestartHolder = "restart-holder"
+
+// restartHolder runs restart probes until ctx ends; each result's took is
+// restart → grant.
+func (r *procRun) restartHolder(ctx context.Context, rng *rand.Rand, applied map[string]int) []time.Duration {
+	var cfg node.Config
+	FastConfig(&cfg)
+	var tooks []time.Duration
+	for round := 1; ctx.Err() == nil; round++ {
+		lead, err := r.waitLeader(ctx)
+		if err != nil {
+			continue
+		}
+		var cands []uint64
+		for _, id := range r.ids() {
+			if id != lead && !r.isDead(id) {
+				cands = append(cands, id)
+			}
+		}
+		if len(cands) < 2 {
+			sleepCtx(ctx, 100*time.Millisecond)
+			continue
+		}
+		rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		h, w := cands[0], cands[1]
+		name := fmt.Sprintf("restart-probe/%d", round)
+		hOwner, wOwner := probeOwnerPrefix+fmt.Sprintf("rh%d", round), probeOwnerPrefix+fmt.Sprintf("rw%d", round)
+		var tok uint64
+		var ok bool
+		if r.get(ctx, h, "/probe-hold?"+url.Values{"name": {name}, "owner": {hOwner}}.Encode(), &tok) != nil ||
+			r.get(ctx, w, "/probe-wait?"+url.Values{"name": {name}, "owner": {wOwner}}.Encode(), &ok) != nil {
+			continue
+		}
+		sleepCtx(ctx, 100*time.Millisecond) // the waiter queued
+		r.cfg.Logf("restart probe %d: kill -9 holder n%d and restart it at once", round, h)
+		r.kill(h)
+		started := time.Now()
+		if err := r.start(h, false); err != nil {
+			r.cfg.Logf("restart n%d: %v", h, err)
+			continue
+		}
+		for r.Applied.GrantedAt(wOwner).IsZero() && time.Since(started) < 2*cfg.SessionTTL {
+			time.Sleep(time.Millisecond)
+		}
+		at := r.Applied.GrantedAt(wOwner)
+		if at.IsZero() {
+			r.cfg.Logf("restart probe %d: not granted within 2 TTL", round)
+			tooks = append(tooks, 2*cfg.SessionTTL)
+			continue
+		}
+		r.cfg.Logf("restart probe %d: restart → grant %v (TTL %v)", round, at.Sub(started).Round(time.Millisecond), cfg.SessionTTL)
+		tooks = append(tooks, at.Sub(started))
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	applied[ProcRestartHolder] = len(tooks)
+	return tooks
+}
+
+// restartVerdicts: every restart probe's grant must come well before the old
+// session could have expired (half its TTL after the restart).
+func restartVerdicts(tooks []time.Duration, ttl time.Duration, viol func(string, ...any), note func(string)) {
+	if len(tooks) == 0 {
+		return
+	}
+	sorted := append([]time.Duration(nil), tooks...)
+	slices.Sort(sorted)
+	for i, d := range tooks {
+		if d >= ttl/2 {
+			viol("L3: restart probe %d: the restarted holder's old lock went to the next waiter %v after its restart (TTL %v): not ended by the restart", i+1, d, ttl)
+		}
+	}
+	note(fmt.Sprintf("restart-holder: %d probes; restart (process start) → next waiter's grant: min %v, median %v, max %v (TTL %v)",
+		len(tooks), sorted[0].Round(time.Millisecond), sorted[len(sorted)/2].Round(time.Millisecond),
+		sorted[len(sorted)-1].Round(time.Millisecond), ttl))
 }

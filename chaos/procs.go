@@ -189,9 +189,12 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	runCtx, cancel := context.WithTimeout(ctx, pc.Duration)
 	defer cancel()
 	var probes []*probeResult
+	var restarts []time.Duration
 	switch {
 	case churn:
 		probes = r.leaderChurn(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
+	case slices.Equal(pc.Faults, []string{ProcRestartHolder}):
+		restarts = r.restartHolder(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
 	case len(pc.Faults) > 0:
 		r.schedule(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
 	default:
@@ -264,12 +267,13 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 		}
 	}
 	finishReport(rep, ops, end, r.Applied, r.Store, RunConfig{Seed: pc.Seed, Faults: pc.Faults, CheckTimeout: pc.CheckTimeout}, viol)
+	var cfg node.Config
+	FastConfig(&cfg)
 	if churn {
-		var cfg node.Config
-		FastConfig(&cfg)
 		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval, viol,
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}
+	restartVerdicts(restarts, cfg.SessionTTL, viol, func(s string) { rep.Notes = append(rep.Notes, s) })
 	return rep, nil
 }
 
