@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -125,6 +126,9 @@ func childMain(args []string) error {
 	seed := fs.Uint64("seed", 1, "")
 	epoch := fs.Int64("epoch", 0, "")
 	noClients := fs.Bool("noclients", false, "")
+	gossipAddr := fs.String("gossip", "", "gossip mode: this member's gossip host:port (-members then names its gRPC address)")
+	gossipSeeds := fs.String("seeds", "", "gossip mode: seeds host:port,...")
+	expect := fs.Int("expect", 3, "gossip mode: BootstrapExpect")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -156,6 +160,21 @@ func childMain(args []string) error {
 		Observer: func(r node.ApplyRecord) {
 			c.emit(event{T: "apply", Index: r.Index, Digest: digest(r), Grants: grantsOf(r)})
 		}}
+	if *gossipAddr != "" {
+		// Gossip mode (rolling restarts, procroll.go): the raft id is the one
+		// in the data directory, the gossip and gRPC ports are fixed.
+		host, port, _ := net.SplitHostPort(*gossipAddr)
+		p, _ := strconv.Atoi(port)
+		var seeds []string
+		if *gossipSeeds != "" {
+			seeds = strings.Split(*gossipSeeds, ",")
+		}
+		cfg.ID, cfg.Members = 0, nil
+		cfg.Gossip = &node.GossipConfig{Seeds: seeds, BindAddr: host, BindPort: p, BootstrapExpect: *expect,
+			Timing: membership.FastTiming(), ReconcileEvery: 100 * time.Millisecond,
+			Thresholds: membership.Thresholds{StabilizeFor: 300 * time.Millisecond, DeadVoterAfter: 30 * time.Second,
+				DeadLearnerAfter: 30 * time.Second}}
+	}
 	if d := os.Getenv("LOCKRAFT_CHAOS_NODELOG"); d != "" {
 		// Diagnostics: this process's node log, one file per incarnation.
 		if f, err := os.Create(filepath.Join(d, fmt.Sprintf("n%d-%d.log", *id, *inc))); err == nil {
@@ -237,6 +256,33 @@ func childMain(args []string) error {
 		}()
 		w.Write([]byte("true"))
 	})
+	// Rolling restarts (procroll.go): the configuration as this member sees
+	// it, its raft id and whether it can serve; and a graceful Close.
+	mux.HandleFunc("/conf", func(w http.ResponseWriter, r *http.Request) {
+		qctx, qc := context.WithTimeout(r.Context(), time.Second)
+		defer qc()
+		voters, _, err := n.ConfState(qctx)
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+			return
+		}
+		rctx, rc := context.WithTimeout(r.Context(), 10*time.Millisecond)
+		ready := n.Ready(rctx) == nil
+		rc()
+		json.NewEncoder(w).Encode(confResp{ID: n.ID(), Voters: voters, Ready: ready})
+	})
+	mux.HandleFunc("/close", func(w http.ResponseWriter, r *http.Request) {
+		stop()
+		qctx, qc := context.WithTimeout(context.Background(), 10*time.Second)
+		err := n.Close(qctx)
+		qc()
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+		} else {
+			w.Write([]byte("true"))
+		}
+		go func() { time.Sleep(50 * time.Millisecond); os.Exit(0) }()
+	})
 	mux.HandleFunc("/keepalive", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode([2]int64{n.LastKeepaliveSent().UnixNano(), n.SessionDeadline().UnixNano()})
 	})
@@ -249,6 +295,12 @@ func childMain(args []string) error {
 	c.emit(event{T: "hello"})
 	// Until the parent kills us.
 	select {}
+}
+
+type confResp struct {
+	ID     uint64   `json:"id"`
+	Voters []uint64 `json:"voters"`
+	Ready  bool     `json:"ready"`
 }
 
 type snapResp struct {

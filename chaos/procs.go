@@ -70,6 +70,8 @@ type procRun struct {
 	secs  map[string]*procSection
 	// probeFailed: leader-churn probe waiters whose wait ended in an error
 	probeFailed map[string]string
+	// gossip: slot -> gossip address, in gossip mode (rolling restarts)
+	gossip map[uint64]string
 }
 
 type procSection struct {
@@ -160,6 +162,12 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 		ms = append(ms, fmt.Sprintf("%d=%s", id, r.addrs[id]))
 	}
 	r.members = strings.Join(ms, ",")
+	rollingRun := slices.Equal(pc.Faults, []string{ProcRolling})
+	if rollingRun {
+		if err := r.gossipSetup(); err != nil {
+			return nil, err
+		}
+	}
 
 	// The parent's endpoint: the fencing store, on a unix socket (reachable
 	// from every network namespace).
@@ -190,11 +198,14 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	defer cancel()
 	var probes []*probeResult
 	var restarts []time.Duration
+	var windows []rollingWindow
 	switch {
 	case churn:
 		probes = r.leaderChurn(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
 	case slices.Equal(pc.Faults, []string{ProcRestartHolder}):
 		restarts = r.restartHolder(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
+	case rollingRun:
+		windows = r.rolling(runCtx, rep.Injected, viol)
 	case len(pc.Faults) > 0:
 		r.schedule(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
 	default:
@@ -274,6 +285,9 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}
 	restartVerdicts(restarts, cfg.SessionTTL, viol, func(s string) { rep.Notes = append(rep.Notes, s) })
+	if rollingRun {
+		rollingVerdicts(ops, windows, viol, func(s string) { rep.Notes = append(rep.Notes, s) })
+	}
 	return rep, nil
 }
 
@@ -296,6 +310,7 @@ func (r *procRun) start(id uint64, noClients bool) error {
 	if noClients {
 		args = append(args, "-noclients")
 	}
+	args = append(args, r.gossipArgs(id)...)
 	var cmd *exec.Cmd
 	if r.netns != nil {
 		// ip netns exec execs the binary: the pid is the node process's.

@@ -89,3 +89,15 @@ func TestMultiProcessRestartHolder(t *testing.T) {
 		t.Error("no restart probe completed")
 	}
 }
+
+// TestMultiProcessRolling (L1, L3): three gossip-mode node processes
+// restarted one after another (graceful Close, start on the same data
+// directory and ports) under the workload: every member comes back as
+// itself, the voters are the same, no operation of another member fails
+// because its session ended or it was removed.
+func TestMultiProcessRolling(t *testing.T) {
+	rep := runProcsKind(t, ProcRolling, 8*time.Second)
+	if rep.Injected[ProcRolling] == 0 {
+		t.Error("no member restarted")
+	}
+}
