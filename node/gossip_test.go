@@ -335,13 +335,13 @@ func TestGossipSingleNodeAndLeave(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 
 	// Two more join (never re-bootstrapping: the first has data); then a
-	// voter leaves gracefully and is removed from the configuration.
+	// voter leaves (Leave: for good) and is removed from the configuration.
 	f.start(2, n.GossipAddr())
 	f.start(3, n.GossipAddr())
 	voters, _ := f.waitConf(20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
 	leaver := f.nodes[2]
 	require.Contains(t, voters, leaver.ID())
-	require.NoError(t, leaver.Close(ctx))
+	require.NoError(t, leaver.Leave(ctx))
 	f.mu.Lock()
 	delete(f.nodes, 2)
 	f.mu.Unlock()
