@@ -52,6 +52,17 @@ func newGossipFleet(t testing.TB, cluster string, expect int) *gossipFleet {
 func (f *gossipFleet) config(i int, seeds []string) Config {
 	if f.dirs[i] == "" {
 		f.dirs[i] = f.t.TempDir()
+		// Cleanups run last-registered first: stop the instance on this
+		// directory before TempDir removes it (a running member may still
+		// write there, e.g. a light member's session file).
+		f.t.Cleanup(func() {
+			f.mu.Lock()
+			n := f.nodes[i]
+			f.mu.Unlock()
+			if n != nil {
+				n.Crash()
+			}
+		})
 	}
 	var founders []string
 	for _, j := range f.founders {
