@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +64,10 @@ type config struct {
 	dataDir    string
 	seeds      string
 	expect     int
+	name       string
+	founders   string
+	tlsDir     string
+	insecure   bool
 	cluster    string
 	hold       time.Duration
 	operator   bool
@@ -79,6 +85,10 @@ func newFlags(c *config) *flag.FlagSet {
 	fs.StringVar(&c.dataDir, "data", defaultDataDir, "data directory (a persistent volume)")
 	fs.StringVar(&c.seeds, "seeds", "", "comma-separated gossip seeds, host:port; a DNS name may stand for many pods")
 	fs.IntVar(&c.expect, "expect", 3, "members to see before forming the cluster (the StatefulSet's replicas)")
+	fs.StringVar(&c.name, "name", os.Getenv("POD_NAME"), "this member's gossip name (the pod name; default $POD_NAME)")
+	fs.StringVar(&c.founders, "founders", "", "comma-separated gossip names of the members that form the cluster (the StatefulSet's pods name-0..name-(replicas-1)); the same list on every member")
+	fs.StringVar(&c.tlsDir, "tls-dir", "", "directory with ca.pem, <name>.pem, <name>-key.pem (mutual TLS between members) and gossip.key (the gossip key, base64)")
+	fs.BoolVar(&c.insecure, "insecure", false, "serve without TLS and gossip without a key off loopback (not for production)")
 	fs.StringVar(&c.cluster, "cluster", "lockraft-example", "cluster id")
 	fs.DurationVar(&c.hold, "hold", 100*time.Millisecond, "how long /work holds its lock")
 	fs.BoolVar(&c.operator, "operator-actions", false, "let the admin handler transfer leadership and remove members")
@@ -118,13 +128,39 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	n, err := lockraft.Join(seeds,
+	var founders []string
+	for _, f := range strings.Split(c.founders, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			founders = append(founders, f)
+		}
+	}
+	opts := []lockraft.Option{
 		lockraft.WithDataDir(c.dataDir),
 		lockraft.WithClusterID(c.cluster),
 		lockraft.WithListenAddr(net.JoinHostPort(c.podIP, strconv.Itoa(c.raftPort))),
-		lockraft.WithGossip(node.GossipConfig{BindAddr: c.podIP, BindPort: c.gossipPort, BootstrapExpect: c.expect}),
+		lockraft.WithGossip(node.GossipConfig{BindAddr: c.podIP, BindPort: c.gossipPort, Name: c.name,
+			Founders: founders, BootstrapExpect: c.expect}),
 		lockraft.WithLogger(log),
-		lockraft.WithMetrics(reg))
+		lockraft.WithMetrics(reg),
+	}
+	switch {
+	case c.tlsDir != "":
+		b64, err := os.ReadFile(filepath.Join(c.tlsDir, "gossip.key"))
+		if err != nil {
+			return fmt.Errorf("-tls-dir: %w", err)
+		}
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b64)))
+		if err != nil {
+			return fmt.Errorf("-tls-dir: gossip.key must hold a base64 key (openssl rand -base64 32): %w", err)
+		}
+		opts = append(opts,
+			lockraft.WithTLSFiles(filepath.Join(c.tlsDir, "ca.pem"), filepath.Join(c.tlsDir, c.name+".pem"),
+				filepath.Join(c.tlsDir, c.name+"-key.pem")),
+			lockraft.WithGossipKeys(key))
+	case c.insecure:
+		opts = append(opts, lockraft.WithInsecure())
+	}
+	n, err := lockraft.Join(seeds, opts...)
 	if err != nil {
 		return err
 	}
