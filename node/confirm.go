@@ -25,8 +25,9 @@ import (
 
 // keepaliveWaiter is one keepalive or renewal waiting for confirmation.
 type keepaliveWaiter struct {
-	session uint64 // keepalive: the session
+	session uint64 // keepalive: the session; renewal: the holder's session (0: not named)
 	name    string // renewal: the lock name
+	owner   string // renewal: the holder's owner (with session)
 	token   uint64 // renewal: the token it must still hold
 	renew   bool
 	recv    time.Time
@@ -135,7 +136,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 					continue
 				}
 				if w.renew {
-					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
+					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.session, w.owner, w.recv)
 				} else {
 					w.reply <- n.loop.lead.keepalive(n, w.session, w.recv)
 				}

@@ -67,11 +67,18 @@ type fwdState struct {
 	statusAt time.Time // last fwd-status sent
 	waitedAt time.Time // last fwd-status that asked about the queued Acquires
 	probeAt  time.Time // last leader probe
+	// observeAt: last fwd-observe sent; observeDue: send one now (a new
+	// leader, a gap, a new name); observeBusy: one is in flight
+	// (fwdobserve.go).
+	observeAt   time.Time
+	observeDue  bool
+	observeBusy bool
 	// leader side
 	remote  map[uint64]uint64 // session -> node, sessions of light members
 	pushers map[uint64]*batcher
 	opens   map[openKey]*pendingOpen
-	replies map[uint64]*fwdReplyWaiter // node -> its fwd-propose call held for results (fwdreply.go)
+	replies map[uint64]*fwdReplyWaiter      // node -> its fwd-propose call held for results (fwdreply.go)
+	subs    map[string]map[uint64]time.Time // election name -> light members watching it -> last fwd-observe (fwdobserve.go)
 }
 
 type openKey struct{ node, nonce uint64 }
@@ -90,6 +97,7 @@ func (n *Node) initFwd() {
 	f.pushers = map[uint64]*batcher{}
 	f.opens = map[openKey]*pendingOpen{}
 	f.replies = map[uint64]*fwdReplyWaiter{}
+	f.subs = map[string]map[uint64]time.Time{}
 	f.out = &batcher{send: n.sendForwarded}
 }
 
@@ -151,6 +159,7 @@ func (n *Node) setFwdLeader(id uint64) {
 	n.log.Info("light member: leader found", "leader", id)
 	n.reproposeAll()
 	n.loop.fwd.statusAt, n.loop.fwd.waitedAt = time.Time{}, time.Time{}
+	n.loop.fwd.observeDue = true // subscribe with the new leader
 }
 
 // fwdLeaderLost forgets a leader that failed a call or denied leading.
@@ -321,6 +330,7 @@ func (n *Node) fwdTick(now time.Time) {
 		}
 		return
 	}
+	n.fwdObserveTick(now)
 	r := &n.loop.ops
 	if n.loop.own.id == 0 || now.Sub(f.statusAt) < n.cfg.RetryInterval {
 		return
@@ -445,6 +455,8 @@ func (n *Node) onPush(items [][]byte) {
 			if ok {
 				n.onEvent(0, &ev)
 			}
+		case 'l':
+			n.onLeaderChangePush(it[1:])
 		}
 	}
 }
@@ -520,6 +532,9 @@ func (n *Node) fwdOnEvent(ev *lockfsm.Event) {
 			delete(f.opens, k)
 		}
 		return
+	}
+	if ev.Kind == lockfsm.EventLeader {
+		return // to the members that observe it (fwdPushLeaderChange)
 	}
 	node, ok := f.remote[ev.Session]
 	if !ok {
@@ -654,8 +669,8 @@ func (n *Node) fwdStatusOnLeader(req []byte) []byte {
 		if alive {
 			st = statusGone
 			if li, ok := n.fsm.Lock(name); ok {
-				if li.HoldCount > 0 && li.Holder.Session == sess && li.Holder.Owner == owner && li.GrantSeq == seq {
-					st, tok = statusGranted, li.Token
+				if t := grantedTo(li, sess, owner, seq); t != 0 {
+					st, tok = statusGranted, t
 				} else {
 					for _, w := range li.Waiters {
 						if w.Session == sess && w.Seq == seq {
@@ -674,28 +689,27 @@ func (n *Node) fwdStatusOnLeader(req []byte) []byte {
 
 // ---- push encoding ----
 
-var fsmErrors = []error{nil, lockfsm.ErrBadCommand, lockfsm.ErrUnsupported, lockfsm.ErrInvalidName,
-	lockfsm.ErrInvalidOwner, lockfsm.ErrNoSession, lockfsm.ErrLocked, lockfsm.ErrNotHolder,
-	lockfsm.ErrTooManyHolds, lockfsm.ErrAlreadyWaiting, lockfsm.ErrStaleSequence, lockfsm.ErrCancelled,
-	lockfsm.ErrAlreadyApplied, lockfsm.ErrCorrupt}
+// Errors in pushed results travel as lockfsm's stable one-byte codes
+// (lockfsm.ErrorCode), plus codeOlderMembers: the leader's version gate
+// refused a forwarded catalogue command (versiongate.go). A code this
+// version does not know reads as errForwarded.
+const codeOlderMembers = 254
 
 func errCode(err error) byte {
-	for i, e := range fsmErrors {
-		if i > 0 && errors.Is(err, e) {
-			return byte(i)
-		}
+	if errors.Is(err, ErrOlderMembers) {
+		return codeOlderMembers
 	}
-	if err != nil {
-		return 255
-	}
-	return 0
+	return lockfsm.ErrorCode(err)
 }
 
 var errForwarded = errors.New("lockraft: forwarded command failed")
 
 func codeErr(c byte) error {
-	if int(c) < len(fsmErrors) {
-		return fsmErrors[c]
+	if c == codeOlderMembers {
+		return ErrOlderMembers
+	}
+	if err, ok := lockfsm.ErrorForCode(c); ok {
+		return err
 	}
 	return errForwarded
 }
@@ -779,7 +793,11 @@ func encodePushEvent(ev *lockfsm.Event) []byte {
 		b = binary.AppendUvarint(b, v)
 	}
 	b = appendStr(b, ev.Name)
-	return appendStr(b, ev.Owner)
+	b = appendStr(b, ev.Owner)
+	// Catalogue fields, after the version-1 ones (an older member's decoder
+	// ignores trailing bytes): the mode and permits that name a hold.
+	b = append(b, byte(ev.Mode))
+	return binary.AppendUvarint(b, uint64(ev.Permits))
 }
 
 func decodePushEvent(b []byte) (lockfsm.Event, bool) {
@@ -791,5 +809,10 @@ func decodePushEvent(b []byte) (lockfsm.Event, bool) {
 	r := uvReader{b: b[3:], ok: true}
 	ev.Session, ev.Seq, ev.Token, ev.LeaseMillis = r.u(), r.u(), r.u(), r.u()
 	ev.Name, ev.Owner = r.s(), r.s()
+	if r.ok && len(r.b) > 0 {
+		ev.Mode = lockfsm.Mode(r.b[0])
+		r.b = r.b[1:]
+		ev.Permits = uint32(r.u())
+	}
 	return ev, r.ok
 }

@@ -55,10 +55,23 @@ func (n *Node) fwdProposeOnLeader(from uint64, items [][]byte, reply chan []byte
 		if len(it) == 0 {
 			continue
 		}
-		n.proposeEntry(it, nil)
+		// Decoded before it is proposed: an entry this leader cannot read
+		// (malformed, or of a newer format, which would stop every replica
+		// of this version at it) is never proposed, and a catalogue command
+		// is answered with ErrOlderMembers while the version gate is shut.
 		cmd, err := lockfsm.DecodeCommand(it)
-		if err != nil || cmd.Session == 0 || cmd.Seq == 0 {
-			continue // lockfsm rejects it; no result for the member
+		if err != nil {
+			continue // no result for the member
+		}
+		if err := n.admitForwarded(it, true); err != nil {
+			if cmd.Session != 0 && cmd.Seq != 0 {
+				w.items = append(w.items, encodePushResult(&cmd, lockfsm.Result{Err: err}))
+			}
+			continue
+		}
+		n.proposeEntry(it, nil)
+		if cmd.Session == 0 || cmd.Seq == 0 {
+			continue // sessionless: no result for the member
 		}
 		if w.sess != 0 && w.sess != cmd.Session {
 			continue // one session per member; anything else is pushed
@@ -67,6 +80,10 @@ func (n *Node) fwdProposeOnLeader(from uint64, items [][]byte, reply chan []byte
 		w.want[cmd.Seq] = true
 	}
 	if len(w.want) == 0 {
+		if len(w.items) > 0 {
+			reply <- append([]byte{fwdOK}, encodeBatch(w.items)...)
+			return
+		}
 		reply <- []byte{fwdOK}
 		return
 	}

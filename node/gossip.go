@@ -66,9 +66,6 @@ const methodLeave = "leave"
 // configuration that it was removed (see tellRemoved).
 const methodRemoved = "removed"
 
-// Version is gossiped in each member's metadata.
-const Version = "lockraft/0.1"
-
 func (g *GossipConfig) withDefaults() GossipConfig {
 	c := *g
 	if c.BindAddr == "" {
@@ -187,7 +184,7 @@ func (n *Node) startGossip() error {
 }
 
 func (n *Node) localMeta() membership.Meta {
-	return membership.Meta{RaftID: n.id, RaftAddr: n.tr.Addr(), ClusterID: n.cfg.ClusterID, Version: Version,
+	return membership.Meta{RaftID: n.id, RaftAddr: n.tr.Addr(), ClusterID: n.cfg.ClusterID, Version: n.cfg.version(),
 		HasData: n.storage.HasState()}
 }
 

@@ -72,7 +72,17 @@ func (h *transportHandler) HandleCall(ctx context.Context, from uint64, method s
 		if err != nil {
 			return nil, err
 		}
-		return []byte{byte(n.localRenew(ctx, name, token))}, nil
+		return []byte{byte(n.localRenew(ctx, renewRequest{name: name, token: token}))}, nil
+	case methodRenewHold:
+		r, err := decodeRenewHold(req)
+		if err != nil {
+			return nil, err
+		}
+		return []byte{byte(n.localRenew(ctx, r))}, nil
+	case methodVersionGate:
+		return n.handleVersionGate(ctx)
+	case methodObserve:
+		return n.handleObserve(ctx, from, req)
 	case methodRemoved:
 		return n.handleRemoved(from)
 	case methodLeave:

@@ -7,7 +7,17 @@ import (
 	"fmt"
 )
 
-const methodRenew = "renew"
+// Renewals travel in two formats. methodRenew (token, name) is the version-1
+// one, which every version's leader understands: holds that own their token
+// (mutex, writer, election, multi-name) use it. methodRenewHold (token,
+// session, owner, name) names the holder too: readers and semaphore permits
+// granted in one entry share a token, so the leader needs the holder to
+// renew the right one. Such holds exist only once every member runs the
+// catalogue (ErrOlderMembers), so no leader that lacks it is ever asked.
+const (
+	methodRenew     = "renew"
+	methodRenewHold = "renew-hold"
+)
 
 func encodeRenew(name string, token uint64) []byte {
 	b := make([]byte, 8, 8+len(name))
@@ -20,6 +30,29 @@ func decodeRenew(b []byte) (string, uint64, error) {
 		return "", 0, errors.New("lockraft: bad renew request")
 	}
 	return string(b[8:]), binary.BigEndian.Uint64(b), nil
+}
+
+type renewRequest struct {
+	name, owner    string
+	token, session uint64
+}
+
+func encodeRenewHold(r renewRequest) []byte {
+	b := make([]byte, 0, 24+len(r.name)+len(r.owner))
+	b = binary.AppendUvarint(b, r.token)
+	b = binary.AppendUvarint(b, r.session)
+	b = appendStr(b, r.owner)
+	return appendStr(b, r.name)
+}
+
+func decodeRenewHold(b []byte) (renewRequest, error) {
+	rd := uvReader{b: b, ok: true}
+	r := renewRequest{token: rd.u(), session: rd.u()}
+	r.owner, r.name = rd.s(), rd.s()
+	if !rd.ok || len(rd.b) != 0 || r.name == "" || r.session == 0 {
+		return renewRequest{}, errors.New("lockraft: bad renew-hold request")
+	}
+	return r, nil
 }
 
 // Renew restarts the lock's own lease (a lock taken with a lease; every Hold
@@ -42,19 +75,27 @@ func (h *Hold) Renew(ctx context.Context) error {
 		return ErrUnavailable
 	}
 	sent := n.clock.Now()
+	method, req := methodRenew, []byte(nil)
+	r := renewRequest{name: h.name, token: h.token}
+	if h.sharedToken() {
+		r.session, r.owner = n.sess.Load(), h.owner
+		method, req = methodRenewHold, encodeRenewHold(r)
+	} else {
+		req = encodeRenew(h.name, h.token)
+	}
 	var st keepaliveStatus
 	if lead == n.id {
-		st = n.localRenew(ctx, h.name, h.token)
+		st = n.localRenew(ctx, r)
 	} else if !n.cfg.Faults.allowsOut(lead) {
 		return ErrUnavailable
 	} else if !n.cfg.Faults.callFault(ctx, lead, func() {
 		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
 		defer cancel()
-		_, _ = n.tr.Call(dctx, lead, methodRenew, encodeRenew(h.name, h.token))
+		_, _ = n.tr.Call(dctx, lead, method, req)
 	}) {
 		return ErrUnavailable
 	} else {
-		resp, err := n.tr.Call(ctx, lead, methodRenew, encodeRenew(h.name, h.token))
+		resp, err := n.tr.Call(ctx, lead, method, req)
 		if err != nil || len(resp) != 1 {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -76,6 +117,7 @@ func (h *Hold) Renew(ctx context.Context) error {
 	return ErrUnavailable
 }
 
-func (n *Node) localRenew(ctx context.Context, name string, token uint64) keepaliveStatus {
-	return n.awaitConfirmed(ctx, keepaliveWaiter{name: name, token: token, renew: true})
+func (n *Node) localRenew(ctx context.Context, r renewRequest) keepaliveStatus {
+	return n.awaitConfirmed(ctx, keepaliveWaiter{name: r.name, token: r.token, session: r.session, owner: r.owner,
+		renew: true})
 }

@@ -178,7 +178,8 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 func (p *peer) outgoing(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx,
 		mdCluster, p.t.cfg.ClusterID,
-		mdFrom, strconv.FormatUint(p.t.cfg.LocalID, 10))
+		mdFrom, strconv.FormatUint(p.t.cfg.LocalID, 10),
+		mdVersion, p.t.cfg.Version)
 }
 
 // stop cancels the peer's streams, waits for its goroutines and closes the

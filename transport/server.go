@@ -58,6 +58,7 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 			return 0, status.Errorf(codes.PermissionDenied, "peer %d: %v", from, err)
 		}
 	}
+	s.t.noteVersion(from, first(md, mdVersion))
 	return from, nil
 }
 

@@ -134,6 +134,9 @@ type Config struct {
 	VerifyPeer func(id uint64, state tls.ConnectionState) error
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
+	// Version is this node's software version, sent with every stream,
+	// snapshot and call so that peers learn it (PeerVersion). Optional.
+	Version string
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -200,6 +203,8 @@ type Transport struct {
 
 	serveDone chan struct{}
 	closeOnce sync.Once
+
+	versions sync.Map // peer id -> the Version its last authenticated RPC carried (version.go)
 
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.
