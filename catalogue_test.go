@@ -313,4 +313,3 @@ func TestLocker(t *testing.T) {
 	require.NoError(t, nodes[2].Close(ctx))
 	require.Panics(t, func() { nodes[2].Locker("after-close").Lock() })
 }
-
