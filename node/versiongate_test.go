@@ -117,3 +117,32 @@ func TestKnowsCatalogue(t *testing.T) {
 		require.Equal(t, want, knowsCatalogue(v), v)
 	}
 }
+
+// TestForwardedNewerEntryNotProposed (S7): an entry of a newer format than
+// the leader knows, forwarded by a light member or by a follower (a member
+// of a newer version, or a broken one), is never proposed: proposed, it
+// would stop every replica of this version at it (ErrNewerVersion). The
+// cluster keeps serving.
+func TestForwardedNewerEntryNotProposed(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	f := tc.follower()
+	ctx := ctxT(t, 20*time.Second)
+	newer := []byte{9, 5, 0} // a well-formed envelope of format version 9
+	ln := tc.nodes[lead]
+	reply := make(chan []byte, 1)
+	require.NoError(t, ln.do(ctx, func() { ln.fwdProposeOnLeader(99, [][]byte{newer}, reply) }))
+	<-reply
+	require.NoError(t, tc.nodes[f].do(ctx, func() { tc.nodes[f].proposeEntry(newer, nil) }))
+	// Entries proposed after them commit and apply on every node: had
+	// either been proposed, every node would have stopped at it first.
+	h, err := tc.nodes[f].Acquire(ctx, "after", "o", false, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	for id, n := range tc.nodes {
+		require.NoError(t, n.err(), "node %d stopped", id)
+		h, err := n.Acquire(ctx, "still-serving", "o", false, 0)
+		require.NoError(t, err, "node %d", id)
+		require.NoError(t, h.Release(ctx))
+	}
+}
