@@ -698,3 +698,41 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 	require.Greater(t, len(seen), 30, "the proclaims were observed")
 	t.Logf("%d changes observed across the failover of node %d", len(seen), lead)
 }
+
+// TestMultiNameReentrantOtherOrder (S5, leases): a multi-name lock taken
+// again by its owner with its names in another order is the same hold: one
+// token, one lease. Renewing through the second handle keeps the group's
+// lease alive on the leader, and both handles stay live; when the group is
+// released, both are told.
+func TestMultiNameReentrantOtherOrder(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.leader()
+	ctx := ctxT(t, 30*time.Second)
+	n := tc.nodes[tc.follower()]
+	lease := 800 * time.Millisecond
+	r1 := multiReq("o", true, "ra", "rb", "rc")
+	r1.Lease = lease
+	h1, err := n.AcquireWith(ctx, r1)
+	require.NoError(t, err)
+	r2 := multiReq("o", true, "rc", "ra", "rb")
+	r2.Lease = lease
+	h2, err := n.AcquireWith(ctx, r2)
+	require.NoError(t, err)
+	require.Equal(t, h1.Token(), h2.Token())
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 5) {
+		rctx, cancel := context.WithTimeout(ctx, lease/2)
+		err := h2.Renew(rctx)
+		cancel()
+		if !errors.Is(err, ErrUnavailable) {
+			require.NoError(t, err, "renewing through the handle that listed the names in another order")
+		}
+	}
+	require.NoError(t, h1.Context().Err())
+	require.NoError(t, h2.Context().Err())
+	require.Len(t, lockInfo(t, n, "rb").Holds, 1, "the group is still held")
+	require.NoError(t, h1.Release(ctx))
+	require.NoError(t, h2.Context().Err(), "one level left")
+	require.NoError(t, h2.Release(ctx))
+	_, found := lockFound(n, "ra")
+	require.False(t, found)
+}

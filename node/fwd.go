@@ -795,9 +795,15 @@ func encodePushEvent(ev *lockfsm.Event) []byte {
 	b = appendStr(b, ev.Name)
 	b = appendStr(b, ev.Owner)
 	// Catalogue fields, after the version-1 ones (an older member's decoder
-	// ignores trailing bytes): the mode and permits that name a hold.
+	// ignores trailing bytes): the mode, permits and other names that name
+	// a hold.
 	b = append(b, byte(ev.Mode))
-	return binary.AppendUvarint(b, uint64(ev.Permits))
+	b = binary.AppendUvarint(b, uint64(ev.Permits))
+	b = binary.AppendUvarint(b, uint64(len(ev.ExtraNames)))
+	for _, x := range ev.ExtraNames {
+		b = appendStr(b, x)
+	}
+	return b
 }
 
 func decodePushEvent(b []byte) (lockfsm.Event, bool) {
@@ -813,6 +819,13 @@ func decodePushEvent(b []byte) (lockfsm.Event, bool) {
 		ev.Mode = lockfsm.Mode(r.b[0])
 		r.b = r.b[1:]
 		ev.Permits = uint32(r.u())
+		k := r.u()
+		if k > uint64(len(r.b)) {
+			return ev, false
+		}
+		for i := uint64(0); i < k && r.ok; i++ {
+			ev.ExtraNames = append(ev.ExtraNames, r.s())
+		}
 	}
 	return ev, r.ok
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/lockfsm"
 )
 
 // TestLightMemberCatalogue: a light member (no raft state; node/fwd.go) gets
@@ -144,4 +146,26 @@ func TestLightMemberCatalogue(t *testing.T) {
 		a.observeGaps.Load(), a.relearned.Load())
 	require.Positive(t, a.observeGaps.Load(), "the lost pushes were noticed and caught up")
 	require.NoError(t, lh.Release(ctx))
+}
+
+// Pushed events carry the catalogue's fields after the version-1 ones: a
+// round trip keeps them, and an item without them (from an older leader)
+// still decodes.
+func TestPushEventCatalogueFields(t *testing.T) {
+	ev := lockfsm.Event{Kind: lockfsm.EventReleased, Name: "a", Owner: "o", Session: 7, Token: 9, Reason: lockfsm.ReasonUnlock,
+		Mode: lockfsm.ModeShared, Permits: 3, ExtraNames: []string{"b", "c"}}
+	b := encodePushEvent(&ev)
+	got, ok := decodePushEvent(b[1:])
+	require.True(t, ok)
+	require.Equal(t, ev, got)
+	old := ev
+	old.Mode, old.Permits, old.ExtraNames = 0, 0, nil
+	v1 := encodePushEvent(&old)
+	v1 = v1[:len(v1)-3] // an older leader's item ends after the owner
+	got, ok = decodePushEvent(v1[1:])
+	require.True(t, ok)
+	require.Equal(t, old, got)
+	for _, err := range []error{lockfsm.ErrWrongKind, lockfsm.ErrPermitsMismatch, lockfsm.ErrInvalidValue, ErrOlderMembers, nil} {
+		require.ErrorIs(t, codeErr(errCode(err)), err)
+	}
 }

@@ -194,6 +194,7 @@ func (n *Node) checkOwnSession(now time.Time) {
 type grantLease struct {
 	n            *Node
 	key          holdKey // the hold it is the lease of
+	filed        string  // the name the leader files the lease under: the granting request's (first) name
 	lease        time.Duration
 	base         laterTime // when the lease started counting here: the Acquire's first send, then each acknowledged renewal's send
 	ctx          context.Context
@@ -204,8 +205,8 @@ type grantLease struct {
 // newGrantLease starts the holder side of a new leased grant, counted from
 // base; its context (the parent of the grant's Holds) is a child of the
 // session's.
-func (n *Node) newGrantLease(session context.Context, key holdKey, lease time.Duration, base time.Time) *grantLease {
-	g := &grantLease{n: n, key: key, lease: lease}
+func (n *Node) newGrantLease(session context.Context, key holdKey, filed string, lease time.Duration, base time.Time) *grantLease {
+	g := &grantLease{n: n, key: key, filed: filed, lease: lease}
 	g.base.Advance(base)
 	g.ctx, g.cancel = context.WithCancelCause(session)
 	return g

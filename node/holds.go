@@ -65,7 +65,18 @@ func (h *Hold) Names() []string { return append([]string{h.name}, h.extra...) }
 
 // key identifies the lockfsm hold this Hold is a level of.
 func (h *Hold) key() holdKey {
-	return holdKey{name: h.name, owner: h.owner, mode: h.mode, token: h.token}
+	return holdKey{name: groupName(h.name, h.extra), owner: h.owner, mode: h.mode, token: h.token}
+}
+
+// groupName is the name a hold is filed under in the registry: its name, or
+// for a multi-name lock the least of its names, so that a reentrant LockAll
+// that lists the same names in another order is the same hold, and the
+// EventReleased of the group (which names them all) finds it.
+func groupName(name string, extra []string) string {
+	for _, x := range extra {
+		name = min(name, x)
+	}
+	return name
 }
 
 // sharedToken reports whether other holds of the name may carry the same
@@ -281,7 +292,7 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	} else if o.hold != nil && o.hold.lease > 0 {
 		// Counted from the Acquire's first send, which is before the
 		// leader applied the grant and started its lease.
-		h.lease = n.newGrantLease(s.ctx, h.key(), o.hold.lease, o.hold.sentAt)
+		h.lease = n.newGrantLease(s.ctx, h.key(), h.name, o.hold.lease, o.hold.sentAt)
 		fresh = true
 	}
 	if h.lease != nil {
@@ -442,7 +453,8 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 		}
 		n.handOut(o, ev.Token, true)
 	case lockfsm.EventReleased:
-		n.loop.holds.lose(holdKey{name: ev.Name, owner: ev.Owner, mode: ev.Mode, token: ev.Token}, reasonError(ev.Reason))
+		n.loop.holds.lose(holdKey{name: groupName(ev.Name, ev.ExtraNames), owner: ev.Owner, mode: ev.Mode,
+			token: ev.Token}, reasonError(ev.Reason))
 	case lockfsm.EventWaitEnded:
 		// A grant being confirmed is settled by its renewal (a stale
 		// fwd-status "gone" must not leave its Hold behind).

@@ -76,12 +76,14 @@ func (h *Hold) Renew(ctx context.Context) error {
 	}
 	sent := n.clock.Now()
 	method, req := methodRenew, []byte(nil)
-	r := renewRequest{name: h.name, token: h.token}
+	// The leader files the lease under the name of the request that was
+	// granted (a reentrant LockAll may list the names in another order).
+	r := renewRequest{name: h.lease.filed, token: h.token}
 	if h.sharedToken() {
 		r.session, r.owner = n.sess.Load(), h.owner
 		method, req = methodRenewHold, encodeRenewHold(r)
 	} else {
-		req = encodeRenew(h.name, h.token)
+		req = encodeRenew(r.name, h.token)
 	}
 	var st keepaliveStatus
 	if lead == n.id {
