@@ -50,8 +50,10 @@ type Report struct {
 	Accepted, Live int64
 	LongestGap     time.Duration
 	Injected       map[string]int
-	Violations     []string // must be empty
-	Notes          []string // informational
+	OpsByPrim      map[string]int // completed client operations per primitive
+	Observed       int            // election changes observers saw
+	Violations     []string       // must be empty
+	Notes          []string       // informational
 }
 
 // S5Exempt: faults under which the holder cannot learn first by design: a
@@ -189,5 +191,20 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 
 	ops := w.H.Ops()
 	finishReport(rep, ops, end, c.Applied, w.Store, rc, viol)
+	checkObservations(rep, w, c.Applied, viol)
 	return rep, nil
+}
+
+// checkObservations checks what the election observers saw against the
+// applied log.
+func checkObservations(rep *Report, w *Workload, applied *AppliedLog, viol func(string, ...any)) {
+	obs := w.observations()
+	for _, o := range obs {
+		rep.Observed += len(o.Changes)
+	}
+	for i, s := range CheckObservations(obs, applied) {
+		if i < 5 {
+			viol("Observe: %s", s)
+		}
+	}
 }

@@ -175,6 +175,11 @@ type TestHooks struct {
 	// deadlines stored as UnixNano and rebuilt with time.Unix would: a
 	// holder whose wall clock steps back learns of its loss too late.
 	WallClockDeadline bool
+	// ClaimVersion, if set, is the version this node tells its peers (gossip
+	// metadata, transport header) instead of Version ("-": none at all, as a
+	// version older than the header): an older member of a cluster in a
+	// rolling upgrade, for the version gate's tests (versiongate.go).
+	ClaimVersion string
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

@@ -26,8 +26,9 @@ import (
 
 // keepaliveWaiter is one keepalive or renewal waiting for confirmation.
 type keepaliveWaiter struct {
-	session uint64 // keepalive: the session
+	session uint64 // keepalive: the session; renewal: the holder's session (0: not named)
 	name    string // renewal: the lock name
+	owner   string // renewal: the holder's owner (with session)
 	token   uint64 // renewal: the token it must still hold
 	renew   bool
 	from    uint64 // the remote member asking (0: this node itself)
@@ -157,7 +158,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 					continue
 				}
 				if w.renew {
-					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
+					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.session, w.owner, w.recv)
 				} else {
 					w.reply <- n.loop.lead.keepalive(n, w.session, w.recv)
 				}
@@ -175,7 +176,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 // is left to the keepalive itself, which answers "no session".
 func (n *Node) keepaliveAllowed(w keepaliveWaiter) bool {
 	if w.renew {
-		return n.ownsHold(w.from, w.name) == nil
+		return n.ownsHold(w.from, w.name, w.token, w.session, w.owner) == nil
 	}
 	return !errors.Is(n.ownsSession(w.from, w.session), errNotYours)
 }
