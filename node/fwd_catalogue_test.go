@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/lockfsm"
@@ -189,4 +191,61 @@ func TestPushEventCatalogueFields(t *testing.T) {
 	}
 	require.ErrorIs(t, codeErr(200), errForwarded)
 	require.ErrorIs(t, codeErr(1<<20), errForwarded)
+}
+
+// largestLockAll is a LockAll at lockfsm's limits: MaxMultiNames names of
+// MaxNameLen bytes, an owner of MaxOwnerLen.
+func largestLockAll(prefix string) Request {
+	names := make([]string, lockfsm.MaxMultiNames)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%02d", prefix, i) + strings.Repeat("n", lockfsm.MaxNameLen-len(prefix)-2)
+	}
+	return multiReq(strings.Repeat("o", lockfsm.MaxOwnerLen), true, names...)
+}
+
+// TestLargestCommandFits: the largest command lockfsm accepts (every field at
+// its limit) fits maxCommandSize, and a forwarded proposal of it passes the
+// leader's guard.
+func TestLargestCommandFits(t *testing.T) {
+	r := largestLockAll("big/")
+	c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: 1 << 62, Seq: 1 << 62, AckedBelow: 1 << 62, Name: r.Name,
+		ExtraNames: r.ExtraNames, Owner: r.Owner, Wait: true, LeaseMillis: 1 << 62, TTLMillis: 1 << 62,
+		LockDelayMillis: 1 << 62, MaxHolds: 1 << 31, Value: strings.Repeat("v", lockfsm.MaxValueLen),
+		Limit: lockfsm.MaxPermits, Permits: lockfsm.MaxPermits, Token: 1 << 62}
+	b := c.AppendEncode(nil)
+	_, err := lockfsm.DecodeCommand(b)
+	require.NoError(t, err)
+	t.Logf("largest command: %d bytes, cap %d", len(b), maxCommandSize)
+	require.LessOrEqual(t, len(b), maxCommandSize)
+	require.NoError(t, checkProposal(&raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(),
+		Entries: []*raftpb.Entry{{Type: raftpb.EntryType_EntryNormal.Enum(), Data: b}}}))
+}
+
+// TestLargestLockAllForwarded (L1 for the catalogue's largest request, S4):
+// a LockAll of MaxMultiNames names of MaxNameLen bytes with the longest
+// owner (about 16.7 KiB encoded) is granted from a light member (FwdPropose)
+// and from a raft follower (MsgProp to the leader), and released: the
+// leader's per-entry cap on forwarded commands admits what lockfsm admits.
+func TestLargestLockAllForwarded(t *testing.T) {
+	f, lights := lightFleet(t, "bigcmd", 6, nil)
+	require.NotEmpty(t, lights)
+	lead := f.leader(5 * time.Second)
+	var follower *Node
+	for _, n := range f.running() {
+		if n != lead && !n.light() {
+			follower = n
+			break
+		}
+	}
+	require.NotNil(t, follower)
+	ctx := ctxT(t, 30*time.Second)
+	for i, n := range []*Node{lights[0], follower} {
+		r := largestLockAll(fmt.Sprintf("big%d/", i))
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		h, err := n.AcquireWith(actx, r)
+		cancel()
+		require.NoError(t, err, "light=%v", n.light())
+		require.Len(t, h.Names(), lockfsm.MaxMultiNames)
+		require.NoError(t, h.Release(ctx))
+	}
 }
