@@ -3,6 +3,7 @@ package lockraft
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/lockraft/lockraft/node"
 )
@@ -38,8 +39,9 @@ var (
 	ErrOlderMembers = node.ErrOlderMembers
 )
 
-// acquireWith runs one acquisition of any kind for the caller's options.
-func (n *Node) acquireWith(ctx context.Context, r node.Request, opts []LockOption) (*node.Hold, error) {
+// acquireWith runs one acquisition of any kind for the caller's options,
+// counted under primitive prim (metrics.go).
+func (n *Node) acquireWith(ctx context.Context, prim int, r node.Request, opts []LockOption) (*node.Hold, error) {
 	var lo lockOptions
 	for _, opt := range opts {
 		opt(&lo)
@@ -48,5 +50,15 @@ func (n *Node) acquireWith(ctx context.Context, r node.Request, opts []LockOptio
 		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
 	}
 	r.Owner, r.Lease = lo.owner, lo.lease
-	return n.n.AcquireWith(ctx, r)
+	var start time.Time
+	if n.m != nil {
+		start = time.Now()
+	}
+	h, err := n.n.AcquireWith(ctx, r)
+	kind := opLock
+	if !r.Wait {
+		kind = opTryLock
+	}
+	n.m.observe(prim, kind, start, err)
+	return h, err
 }

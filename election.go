@@ -3,6 +3,7 @@ package lockraft
 import (
 	"context"
 	"iter"
+	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
@@ -41,17 +42,20 @@ var (
 // waits (within one commit). WithLease gives the leadership its own lease
 // (Renew).
 func (n *Node) Campaign(ctx context.Context, name, value string, opts ...LockOption) (*Leadership, error) {
-	h, err := n.acquireWith(ctx, node.Request{Name: name, Wait: true, Primitive: lockfsm.PrimElection, Value: value},
+	h, err := n.acquireWith(ctx, primElection, node.Request{Name: name, Wait: true, Primitive: lockfsm.PrimElection, Value: value},
 		opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Leadership{h: h}, nil
+	return &Leadership{h: h, m: n.m}, nil
 }
 
 // Leadership is this caller's leadership of an election. Safe for
 // concurrent use.
-type Leadership struct{ h *node.Hold }
+type Leadership struct {
+	h *node.Hold
+	m *metrics // nil without WithMetrics
+}
 
 // Context is cancelled when the leadership ends, before anyone else can
 // lead; context.Cause says why (ErrReleased after Resign, ErrLeaseExpired,
@@ -68,16 +72,26 @@ func (l *Leadership) Name() string { return l.h.Name() }
 // log order. ErrNotHeld if the leadership ended; if ctx ends first the
 // outcome is unknown (proclaiming the same value again is harmless).
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
-	return l.h.Proclaim(ctx, value)
+	err := l.h.Proclaim(ctx, value)
+	l.m.observe(primElection, opProclaim, time.Time{}, err)
+	return err
 }
 
 // Resign ends the leadership; the next campaigner leads in the same log
 // entry. ErrNotHeld if it had already ended. If ctx ends first the outcome
 // is unknown; the node keeps retrying.
-func (l *Leadership) Resign(ctx context.Context) error { return l.h.Release(ctx) }
+func (l *Leadership) Resign(ctx context.Context) error {
+	err := l.h.Release(ctx)
+	l.m.observe(primElection, opUnlock, time.Time{}, err)
+	return err
+}
 
 // Renew restarts the leadership's own lease (WithLease).
-func (l *Leadership) Renew(ctx context.Context) error { return l.h.Renew(ctx) }
+func (l *Leadership) Renew(ctx context.Context) error {
+	err := l.h.Renew(ctx)
+	l.m.observe(primElection, opRenew, time.Time{}, err)
+	return err
+}
 
 // Leader is one state of an election.
 type Leader struct {

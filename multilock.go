@@ -51,11 +51,11 @@ func (n *Node) lockAll(ctx context.Context, names []string, wait bool, opts []Lo
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: LockAll needs at least one name", ErrInvalidName)
 	}
-	h, err := n.acquireWith(ctx, node.Request{Name: names[0], ExtraNames: names[1:], Wait: wait}, opts)
+	h, err := n.acquireWith(ctx, primMulti, node.Request{Name: names[0], ExtraNames: names[1:], Wait: wait}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{h: h}, nil
+	return &Lock{h: h, m: n.m, prim: primMulti}, nil
 }
 
 // Names is every name the handle holds: Name, then for LockAll the others,

@@ -56,11 +56,11 @@ func (n *Node) TryWLock(ctx context.Context, name string, opts ...LockOption) (*
 }
 
 func (n *Node) rw(ctx context.Context, name string, shared, wait bool, opts []LockOption) (*Lock, error) {
-	h, err := n.acquireWith(ctx, node.Request{Name: name, Wait: wait, Primitive: lockfsm.PrimRW, Shared: shared}, opts)
+	h, err := n.acquireWith(ctx, primRW, node.Request{Name: name, Wait: wait, Primitive: lockfsm.PrimRW, Shared: shared}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{h: h}, nil
+	return &Lock{h: h, m: n.m, prim: primRW}, nil
 }
 
 // Shared reports whether the handle holds the read side of a read-write

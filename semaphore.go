@@ -3,6 +3,7 @@ package lockraft
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
@@ -78,22 +79,29 @@ func (s *Semaphore) acquire(ctx context.Context, permits int, wait bool, opts []
 	if permits < 1 || permits > s.size {
 		return nil, fmt.Errorf("%w: %d permits of %d", ErrBadPermits, permits, s.size)
 	}
-	h, err := s.n.acquireWith(ctx, node.Request{Name: s.name, Wait: wait, Primitive: lockfsm.PrimSemaphore,
+	h, err := s.n.acquireWith(ctx, primSemaphore, node.Request{Name: s.name, Wait: wait, Primitive: lockfsm.PrimSemaphore,
 		Permits: uint32(permits), Limit: uint32(s.size)}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Permit{h: h}, nil
+	return &Permit{h: h, m: s.n.m}, nil
 }
 
 // Permit is one acquisition of a semaphore's permits. Safe for concurrent
 // use.
-type Permit struct{ h *node.Hold }
+type Permit struct {
+	h *node.Hold
+	m *metrics // nil without WithMetrics
+}
 
 // Release gives the permits back; a request waiting at the head is granted
 // in the same log entry if they make room. ErrNotHeld if already released or
 // lost. If ctx ends first the outcome is unknown; the node keeps retrying.
-func (p *Permit) Release(ctx context.Context) error { return p.h.Release(ctx) }
+func (p *Permit) Release(ctx context.Context) error {
+	err := p.h.Release(ctx)
+	p.m.observe(primSemaphore, opUnlock, time.Time{}, err)
+	return err
+}
 
 // Token is the fencing token of this acquisition: the index of the entry
 // that granted it, at least every earlier grant of the semaphore
@@ -115,4 +123,8 @@ func (p *Permit) Owner() string { return p.h.Owner() }
 
 // Renew restarts this acquisition's own lease (WithLease). ErrNotHeld if it
 // already ran out.
-func (p *Permit) Renew(ctx context.Context) error { return p.h.Renew(ctx) }
+func (p *Permit) Renew(ctx context.Context) error {
+	err := p.h.Renew(ctx)
+	p.m.observe(primSemaphore, opRenew, time.Time{}, err)
+	return err
+}
