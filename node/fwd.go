@@ -78,7 +78,7 @@ type fwdState struct {
 	pushers map[uint64]*batcher[*transportpb.PushItem]
 	opens   map[openKey]*pendingOpen
 	replies map[uint64]*fwdReplyWaiter      // node -> its fwd-propose call held for results (fwdreply.go)
-	subs    map[string]map[uint64]time.Time // election name -> light members watching it -> last fwd-observe (fwdobserve.go)
+	subs    map[string]map[uint64]time.Time // election name -> light members watching it -> last Observe call (fwdobserve.go)
 }
 
 type openKey struct{ node, nonce uint64 }

@@ -22,7 +22,7 @@ import (
 // request is granted by a push, a multi-name lock, a campaign that waits for
 // the leader to resign; and Observe, which sees every change of an election
 // in log order (L4: pushed, never polled) although pushes are lost for a
-// while (caught up by fwd-observe from the gap) and the raft leader crashes
+// while (caught up by an Observe call from the gap) and the raft leader crashes
 // (resubscribed with the new one): exactly the changes a raft member
 // applied.
 func TestLightMemberCatalogue(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 // from the last one they got (those changes fold into one).
 //
 // A light member applies nothing: it mirrors the names its observers watch
-// from the leader (fwd-observe, fwdObserve*). The leader keeps, as every raft
+// from the leader (the Observe call, fwdObserve*). The leader keeps, as every raft
 // member does, the recent changes of each election (electionHistory) and
 // pushes each new change to the members that subscribed, with the index of
 // the change before it; a member that finds a gap (a push lost, or a new
