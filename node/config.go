@@ -198,6 +198,11 @@ type TestHooks struct {
 	// checkpoints and contact reports (and etcd's and Consul's): each new
 	// leader restarts every session deadline from its first entry.
 	RestartDeadlinesOnFailover bool
+	// ClaimVersion, if set, is the version this node tells its peers (gossip
+	// metadata, transport header) instead of Version ("-": none at all, as a
+	// version older than the header): an older member of a cluster in a
+	// rolling upgrade, for the version gate's tests (versiongate.go).
+	ClaimVersion string
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.
