@@ -89,6 +89,10 @@ type Config struct {
 	// 5.4 s with the default timings.
 	SessionTTL        time.Duration
 	KeepaliveInterval time.Duration
+	// TryLockTimeout bounds how long a TryLock (an Acquire without wait)
+	// waits for its answer before it returns ErrUnavailable: a cluster
+	// without a leader answers nothing. Default (0): two election timeouts.
+	TryLockTimeout time.Duration
 
 	// DriftRatio bounds how far the rates of two nodes' monotonic clocks may
 	// differ (default 0.02, i.e. 2%; NTP-disciplined clocks differ by parts
@@ -306,6 +310,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.checkSecurity(clusterSet); err != nil {
 		return err
+	}
+	if c.TryLockTimeout < 0 {
+		return bad("TryLockTimeout %v is negative", c.TryLockTimeout)
 	}
 	if c.KeepaliveInterval <= 0 || c.KeepaliveInterval > c.SessionTTL/3 {
 		return bad("KeepaliveInterval %v must be in (0, SessionTTL/3]", c.KeepaliveInterval)
