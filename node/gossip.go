@@ -527,8 +527,16 @@ func (n *Node) reconcile() {
 		// Same formation only: a member with raft data and no formation id
 		// while this cluster has one is not of this cluster either (members
 		// adopt the id before they receive any raft data).
-		if inf.state == membership.StateAlive && inf.meta.HasData && id != n.id && inf.meta.Formation == own &&
-			!slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) {
+		inConf := slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id)
+		if inf.state == membership.StateAlive && inf.meta.HasData && id != n.id && inf.meta.Formation == own && !inConf {
+			outside = append(outside, id)
+		} else if inf.state == membership.StateAlive && gs.removed[id] && id != n.id && !inConf &&
+			(inf.meta.Formation == own || inf.meta.Formation == "") {
+			// An id removed from this configuration (a learner removed
+			// before it had raft data, say) is never added again
+			// (membership.PlanInput.Removed): without being told it would
+			// stay a light member of a removed id for ever. Told, it stops
+			// with ErrRemoved and comes back with a fresh data directory.
 			outside = append(outside, id)
 		}
 	}
