@@ -487,13 +487,10 @@ func (l *leaderDuties) checkpoint(n *Node, now time.Time) {
 	var marks []lockfsm.Checkpoint
 	tag := l.ckSeq + 1
 	// KindCheckpoint is a version-2 command that builds before the catalogue
-	// stop at (ErrNewerVersion): no marks until every member is known to
-	// have them (the catalogue's gate, versiongate.go). Without marks a new
-	// leader has the contact reports alone, and expiry only comes later.
-	open := true
-	if st, _, _ := n.localGate(); st != gateOpen {
-		open = false
-	}
+	// stop at (ErrNewerVersion): no marks while a member is known to run
+	// such a build (versiongate.go). Without marks a new leader has the
+	// contact reports alone, and expiry only comes later.
+	open := !n.olderMemberKnown()
 	for id, t := range l.sessions {
 		if !open {
 			break

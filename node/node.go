@@ -233,6 +233,7 @@ func start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.formationID = ident.formation
+	n.loadGate()
 	ok := false
 	defer func() {
 		if !ok {

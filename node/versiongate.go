@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,7 +126,7 @@ func (n *Node) localGate() (byte, uint64, string) {
 		}
 	}
 	if state == gateOpen {
-		n.catalogueOpen.Store(true)
+		n.openGate()
 	}
 	return state, who, ver
 }
@@ -208,7 +210,7 @@ func (n *Node) catalogueGate(ctx context.Context) error {
 			if err == nil {
 				switch resp.GetState() {
 				case transportpb.GateState_GATE_STATE_OPEN:
-					n.catalogueOpen.Store(true)
+					n.openGate()
 					return nil
 				case transportpb.GateState_GATE_STATE_OLDER:
 					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", ErrOlderMembers, a.leader)
@@ -272,4 +274,51 @@ func (n *Node) admitProposals(ents []*raftpb.Entry) []*raftpb.Entry {
 		return kept
 	}
 	return ents
+}
+
+// gateFile in the data directory records that the gate opened: once every
+// member ran a version with the catalogue (and session checkpoints), the
+// cluster does not go back (downgrades below it are not supported), so a
+// restarted node need not wait to hear from every member again before it
+// proposes checkpoints (a leader restarted during a run of failovers would
+// otherwise restart every deadline from its own ready: L3).
+const gateFile = "version-gate"
+
+// loadGate opens the gate if the data directory says it was open (Start).
+func (n *Node) loadGate() {
+	if b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, gateFile)); err == nil && strings.TrimSpace(string(b)) == "open" {
+		n.catalogueOpen.Store(true)
+	}
+}
+
+// openGate opens the gate and records it durably (once per process; a
+// failed write only costs the wait after a restart).
+func (n *Node) openGate() {
+	if !n.catalogueOpen.CompareAndSwap(false, true) || n.cfg.DataDir == "" {
+		return
+	}
+	path := filepath.Join(n.cfg.DataDir, gateFile)
+	tmp := path + ".tmp"
+	err := writeFileSync(tmp, []byte("open\n"))
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(n.cfg.DataDir)
+	}
+	if err != nil {
+		n.log.Debug("version gate: not recorded", "err", err)
+	}
+}
+
+// olderMemberKnown reports whether a member of the configuration is known to
+// run a build before the catalogue and session checkpoints (loop). Unlike
+// the catalogue's gate it does not wait to hear from every member: a leader
+// restarted while another member is down would otherwise checkpoint nothing
+// and restart every deadline from its ready under a run of failovers (L3).
+// An older build that was down through a whole upgrade and comes back stops
+// at the first checkpoint with ErrNewerVersion (README: rolling upgrades).
+func (n *Node) olderMemberKnown() bool {
+	st, _, _ := n.localGate()
+	return st == gateOlder
 }
