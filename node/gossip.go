@@ -222,7 +222,7 @@ func (n *Node) startGossip() error {
 		NodeName:      n.gossipName(),
 		BindAddr:      g.BindAddr,
 		BindPort:      g.BindPort,
-		AdvertiseAddr: g.AdvertiseAddr,
+		AdvertiseAddr: n.cfg.gossipAdvertiseHost(g),
 		AdvertisePort: g.AdvertisePort,
 		Seeds:         g.Seeds,
 		Meta:          n.localMeta(),
@@ -241,7 +241,7 @@ func (n *Node) startGossip() error {
 }
 
 func (n *Node) localMeta() membership.Meta {
-	return membership.Meta{RaftID: n.id, RaftAddr: n.tr.Addr(), ClusterID: n.cfg.ClusterID, Version: Version,
+	return membership.Meta{RaftID: n.id, RaftAddr: n.addr, ClusterID: n.cfg.ClusterID, Version: Version,
 		HasData: n.storage.HasState(), Formation: n.formation()}
 }
 

@@ -45,6 +45,7 @@ type Node struct {
 	storage raftlog.Log
 	fsm     *lockfsm.FSM
 	tr      *transport.Transport
+	addr    string        // the advertised gRPC address (advertise.go)
 	rn      *raft.RawNode // owned by the loop goroutine
 	members *memberSet    // who may send raft messages (members.go)
 
@@ -291,6 +292,7 @@ func start(cfg Config) (*Node, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	n.addr = cfg.advertised(n.tr.Addr())
 	for _, m := range cfg.Members {
 		if m.ID != cfg.ID {
 			n.tr.AddPeer(m.ID, m.Addr)
@@ -311,7 +313,7 @@ func start(cfg Config) (*Node, error) {
 	}
 	ok = true
 	n.warnIfInsecure()
-	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
+	n.log.Info("node started", "addr", n.addr, "bound", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
 	go n.appendLoop()
 	go n.commitLoop()
@@ -352,8 +354,9 @@ func (n *Node) restoreFSM(index uint64) error {
 	return nil
 }
 
-// Addr is the address the node's gRPC server listens on.
-func (n *Node) Addr() string { return n.tr.Addr() }
+// Addr is the gRPC address the other members dial to reach this node
+// (Config.AdvertiseAddr, or the bound address).
+func (n *Node) Addr() string { return n.addr }
 
 // ID is the node's raft id.
 func (n *Node) ID() uint64 { return n.id }

@@ -41,7 +41,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/node"
 )
 
 // Defaults, which the manifests must agree with (manifest_test.go checks).
@@ -122,7 +121,7 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 		lockraft.WithDataDir(c.dataDir),
 		lockraft.WithClusterID(c.cluster),
 		lockraft.WithListenAddr(net.JoinHostPort(c.podIP, strconv.Itoa(c.raftPort))),
-		lockraft.WithGossip(node.GossipConfig{BindAddr: c.podIP, BindPort: c.gossipPort, BootstrapExpect: c.expect}),
+		lockraft.WithGossip(lockraft.Gossip{BindAddr: c.podIP, BindPort: c.gossipPort, BootstrapExpect: c.expect}),
 		lockraft.WithLogger(log),
 		lockraft.WithMetrics(reg))
 	if err != nil {

@@ -44,8 +44,6 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/membership"
-	"github.com/lockraft/lockraft/node"
 )
 
 var (
@@ -86,16 +84,16 @@ func main() {
 func child() error {
 	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID("embedcost")}
 	if *flagHB > 0 {
-		opts = append(opts, lockraft.WithNodeConfig(func(c *node.Config) { c.HeartbeatTicks = *flagHB }))
+		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{HeartbeatTicks: *flagHB}))
 	}
 	var peers []string
 	if *flagGossip {
 		if *flagSeeds != "" {
 			peers = strings.Split(*flagSeeds, ",")
 		}
-		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(node.GossipConfig{
+		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(lockraft.Gossip{
 			BootstrapExpect: *flagExpect,
-			Thresholds:      membership.Thresholds{MaxVoters: 5, StabilizeFor: 2 * time.Second},
+			Voters:          lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
 		}))
 	} else {
 		peers = strings.Split(*flagPeers, ",")
