@@ -202,7 +202,7 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 		}
 	default:
 	}
-	return nil, context.Cause(ctx)
+	return nil, n.staticUnavailable(context.Cause(ctx))
 }
 
 // onAcquireResult completes an Acquire from its own apply.

@@ -46,6 +46,7 @@ type Node struct {
 	fsm     *lockfsm.FSM
 	tr      *transport.Transport
 	addr    string        // the advertised gRPC address (advertise.go)
+	static  staticCheck   // members on another static list (staticlist.go)
 	rn      *raft.RawNode // owned by the loop goroutine
 	members *memberSet    // who may send raft messages (members.go)
 
@@ -226,6 +227,12 @@ func start(cfg Config) (*Node, error) {
 	if err := n.recoverFSM(); err != nil {
 		return nil, err
 	}
+	if cfg.Gossip == nil {
+		// The static list is the cluster's identity (staticlist.go).
+		if n.formationID, err = n.initStaticFormation(ident.formation, n.storage.HasState()); err != nil {
+			return nil, err
+		}
+	}
 	if !n.storage.HasState() && cfg.Gossip == nil {
 		if len(cfg.Members) == 0 {
 			return nil, fmt.Errorf("%w: empty data directory and no Members to bootstrap from", ErrInvalidConfig)
@@ -271,12 +278,18 @@ func start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
 	}
 	var adopt func(string) error
+	var detail string
+	var onForeign func(uint64, string)
 	if cfg.Gossip != nil {
 		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
+	} else {
+		adopt, detail, onForeign = n.adoptStaticFormation, staticDetail(cfg.Members), n.onForeignStaticPeer
 	}
 	n.tr, err = transport.New(transport.Config{
-		Formation:       ident.formation,
+		Formation:       n.formationID,
 		AdoptFormation:  adopt,
+		FormationDetail: detail,
+		OnForeignPeer:   onForeign,
 		ClusterID:       cfg.ClusterID,
 		LocalID:         cfg.ID,
 		ListenAddr:      cfg.ListenAddr,

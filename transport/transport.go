@@ -222,6 +222,18 @@ type Config struct {
 	// (the transport then sets it); an error rejects the RPC. nil: a node
 	// without an id accepts everyone and never adopts one.
 	AdoptFormation func(id string) error
+	// FormationDetail, if set, says what this node's formation id stands
+	// for (a static cluster: its member list). It is appended to the
+	// PermissionDenied status of a formation mismatch, so that the rejected
+	// side can say what differs. At most 4 KiB; plain text.
+	FormationDetail string
+	// OnForeignPeer, if set, is called once per peer found to be of another
+	// formation: when it refuses this node's stream and when this node
+	// refuses its raft traffic carrying another formation id. detail is the
+	// peer's FormationDetail ("" if it sent none). The transport
+	// then leaves the logging to it. It runs on a transport goroutine and
+	// must not block.
+	OnForeignPeer func(id uint64, detail string)
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -264,6 +276,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: ClusterID is empty", ErrInvalidConfig)
 	case c.LocalID == 0:
 		return fmt.Errorf("%w: LocalID is 0", ErrInvalidConfig)
+	case len(c.FormationDetail) > maxFormationDetail:
+		return fmt.Errorf("%w: FormationDetail longer than %d bytes", ErrInvalidConfig, maxFormationDetail)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: neither ListenAddr nor Listener is set", ErrInvalidConfig)
 	case c.SnapshotDir == "":
