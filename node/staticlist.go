@@ -3,10 +3,10 @@ package node
 import (
 	"cmp"
 	"context"
-	"maps"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
