@@ -174,11 +174,17 @@ func Start(cfg Config) (*Node, error) {
 // starts; its value is the node's raft id in hex (16 digits).
 const ProfileLabel = "lockraft_node"
 
+// LogKeyNode is the attribute every log record of a node carries: its raft
+// id. The prefix keeps it apart from the keys of the service's own logger
+// (a "node" it adds itself would otherwise appear twice). Other context
+// keys are lockraft_component (raft, membership, memberlist).
+const LogKeyNode = "lockraft_node"
+
 // start is Start once the configuration is complete.
 func start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
-		log:     cfg.Logger.With("node", cfg.ID),
+		log:     cfg.Logger.With(LogKeyNode, cfg.ID),
 		id:      cfg.ID,
 		clock:   cfg.Clock,
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
@@ -279,7 +285,7 @@ func start(cfg Config) (*Node, error) {
 	}
 	var adopt func(string) error
 	var detail string
-	var onForeign func(uint64, string)
+	var onForeign func(uint64, string, bool)
 	if cfg.Gossip != nil {
 		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
 	} else {
@@ -548,7 +554,11 @@ func (n *Node) fail(err error) {
 // loop returns right after, and every later call fails with err.
 func (n *Node) stopServing(err error) {
 	n.dead.CompareAndSwap(nil, &err)
-	n.log.Error("node stopped serving", "err", err)
+	if n.closing.Load() && errors.Is(err, ErrRemoved) {
+		n.log.Info("node stopped serving: left the cluster on Close")
+	} else {
+		n.log.Error("node stopped serving", "err", err)
+	}
 	n.loop.ops.failAll(err)
 	n.loop.holds.loseAll(err)
 }

@@ -214,7 +214,7 @@ func (n *Node) adoptStaticFormation(id string) error {
 }
 
 // onForeignStaticPeer is the transport's OnForeignPeer in static mode.
-func (n *Node) onForeignStaticPeer(peer uint64, detail string) {
+func (n *Node) onForeignStaticPeer(peer uint64, detail string, dialed bool) {
 	addr, listed := "an id not in this list", false
 	for _, m := range n.cfg.Members {
 		if m.ID == peer && peer != n.id {
@@ -233,10 +233,11 @@ func (n *Node) onForeignStaticPeer(peer uint64, detail string) {
 		msg = fmt.Sprintf("member %d (%s) belongs to another cluster formation: its static member list (or the one its "+
 			"data directory was created with) differs from this one, %s", peer, addr, staticDetail(n.cfg.Members))
 	}
-	if !listed {
-		// A sender claiming this member's id or one this list does not
-		// have: proof of a mismatch, but not one of the members this one
-		// needs for a quorum, so it is said and not counted.
+	if !listed || !dialed {
+		// A sender's id is only a claim: with [a b c] here and [a c b] at
+		// c, c claims id 2, which is b's. Proof of a mismatch, said, but
+		// counted only for the address this member dialed, whose refusal
+		// says for sure that the member it needs there is on another list.
 		n.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
 		return
 	}

@@ -157,7 +157,7 @@ func (t *Transport) rejectFormation(from uint64, rpc, local, remote, remoteDetai
 			if len(remoteDetail) > maxFormationDetail {
 				remoteDetail = ""
 			}
-			f(from, remoteDetail) // the node says it, with what it knows
+			f(from, remoteDetail, false) // the node says it, with what it knows
 		} else {
 			t.log.Warn("transport: rejected a peer of another formed cluster; it is ignored from now on",
 				"rpc", rpc, "from", from, "local_formation", local, "remote_formation", remote)

@@ -341,7 +341,7 @@ func (p *peer) streamFailed(err error, dropped int) {
 		// A member of another formed cluster: it stays foreign, so say it once.
 		if !p.foreign.Swap(true) {
 			if f := p.t.cfg.OnForeignPeer; f != nil {
-				f(p.id, formationDetail(st.Message())) // the node says it, with what it knows
+				f(p.id, formationDetail(st.Message()), true) // the node says it, with what it knows
 			} else {
 				p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", p.id, "addr", p.addr, "err", err)
 			}

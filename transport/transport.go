@@ -230,10 +230,12 @@ type Config struct {
 	// OnForeignPeer, if set, is called once per peer found to be of another
 	// formation: when it refuses this node's stream and when this node
 	// refuses its raft traffic carrying another formation id. detail is the
-	// peer's FormationDetail ("" if it sent none). The transport
+	// peer's FormationDetail ("" if it sent none); dialed is true when this
+	// node dialed the peer's address (so the address is known to be on
+	// another formation; an incoming id is only a claim). The transport
 	// then leaves the logging to it. It runs on a transport goroutine and
 	// must not block.
-	OnForeignPeer func(id uint64, detail string)
+	OnForeignPeer func(id uint64, detail string, dialed bool)
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -363,7 +365,7 @@ func New(cfg Config) (*Transport, error) {
 			return nil, fmt.Errorf("transport: listen: %w", err)
 		}
 	}
-	log := cfg.Logger.With("local", cfg.LocalID)
+	log := cfg.Logger // the node adds its id (lockraft_node)
 	t := &Transport{
 		cfg:       cfg,
 		log:       log,
