@@ -13,7 +13,7 @@ import (
 
 // slogWriter adapts memberlist's *log.Logger output ("[LEVEL] memberlist: msg")
 // to slog, mapping DEBUG/INFO/WARN/ERR to slog levels and tagging each record
-// with component=memberlist.
+// with lockraft_component=memberlist.
 //
 // memberlist logs every packet or stream it refuses (wrong key, another
 // cluster's label, garbage) at WARN or ERR with the sender ("from=ip:port"):
@@ -26,7 +26,7 @@ type slogWriter struct {
 }
 
 func newStdLogger(l *slog.Logger, refused *refuse.Log) *log.Logger {
-	return log.New(slogWriter{l: l.With("component", "memberlist"), refused: refused}, "", 0)
+	return log.New(slogWriter{l: l.With("lockraft_component", "memberlist"), refused: refused}, "", 0)
 }
 
 // fromRE finds memberlist's LogAddress/LogConn suffix.
@@ -54,6 +54,10 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	msg = bytes.TrimPrefix(msg, []byte("memberlist: "))
 	if bytes.HasPrefix(msg, []byte("ignoring alive message for")) {
 		level = slog.LevelDebug // already logged once at Warn by delegate.check
+	}
+	if level >= slog.LevelWarn && bytes.Contains(msg, []byte("use of closed network connection")) {
+		// memberlist's goroutines racing its own Shutdown (Close): normal.
+		level = slog.LevelDebug
 	}
 	if level >= slog.LevelWarn && w.refused != nil {
 		if loc := fromRE.FindSubmatchIndex(msg); loc != nil {
