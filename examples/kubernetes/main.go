@@ -60,6 +60,7 @@ type config struct {
 	gossipPort int
 	dataDir    string
 	seeds      string
+	name       string
 	expect     int
 	cluster    string
 	hold       time.Duration
@@ -77,7 +78,8 @@ func newFlags(c *config) *flag.FlagSet {
 	fs.IntVar(&c.gossipPort, "gossip-port", defaultGossipPort, "gossip port (TCP and UDP)")
 	fs.StringVar(&c.dataDir, "data", defaultDataDir, "data directory (a persistent volume)")
 	fs.StringVar(&c.seeds, "seeds", "", "comma-separated gossip seeds, host:port; a DNS name may stand for many pods")
-	fs.IntVar(&c.expect, "expect", 3, "members to see before forming the cluster (the StatefulSet's replicas)")
+	fs.StringVar(&c.name, "name", os.Getenv("POD_NAME"), "gossip name (the pod name; default $POD_NAME)")
+	fs.IntVar(&c.expect, "expect", 3, "founders: the first -expect pods of the StatefulSet (<set>-0 …) form the cluster")
 	fs.StringVar(&c.cluster, "cluster", "lockraft-example", "cluster id")
 	fs.DurationVar(&c.hold, "hold", 100*time.Millisecond, "how long /work holds its lock")
 	fs.BoolVar(&c.operator, "operator-actions", false, "let the admin handler transfer leadership and remove members")
@@ -121,7 +123,8 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 		lockraft.WithDataDir(c.dataDir),
 		lockraft.WithClusterID(c.cluster),
 		lockraft.WithListenAddr(net.JoinHostPort(c.podIP, strconv.Itoa(c.raftPort))),
-		lockraft.WithGossip(lockraft.Gossip{BindAddr: c.podIP, BindPort: c.gossipPort, BootstrapExpect: c.expect}),
+		lockraft.WithGossip(lockraft.Gossip{Name: c.name, Founders: founders(c.name, c.expect),
+			BindAddr: c.podIP, BindPort: c.gossipPort}),
 		lockraft.WithLogger(log),
 		lockraft.WithMetrics(reg))
 	if err != nil {
@@ -178,4 +181,18 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	defer scancel()
 	srv.Shutdown(sctx)
 	return err
+}
+
+// founders are the first expect pod names of the StatefulSet that name (a
+// pod name, "<set>-<ordinal>") belongs to: the same list on every pod.
+func founders(name string, expect int) []string {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return nil // not a StatefulSet pod name: Join says what is missing
+	}
+	out := make([]string, 0, expect)
+	for k := range expect {
+		out = append(out, fmt.Sprintf("%s-%d", name[:i], k))
+	}
+	return out
 }

@@ -61,7 +61,7 @@ func TestMembersFormFromDNSSeeds(t *testing.T) {
 	for i := range 3 {
 		ready := make(chan string, 1)
 		c := config{podIP: "127.0.0.1", httpAddr: "127.0.0.1:0", raftPort: 0, gossipPort: ports[i],
-			dataDir: t.TempDir(), seeds: strings.Join(seeds, ","), expect: 3, cluster: "k8s-test",
+			dataDir: t.TempDir(), seeds: strings.Join(seeds, ","), name: fmt.Sprintf("lockraft-%d", i), expect: 3, cluster: "k8s-test",
 			hold: 10 * time.Millisecond, logLevel: "warn"}
 		go func() { done <- run(ctx, c, ready) }()
 		select {
