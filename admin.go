@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
 )
 
 // Paths served by AdminHandler, relative to where it is mounted.
