@@ -128,6 +128,7 @@ type loopState struct {
 	times   applyTimes        // when indexes were applied, for inspection (applytimes.go)
 	stats   loopCounters      // counters for Status and metrics (metricsnode.go)
 	fine    fineTicker        // the leader's fine ticker, on only when needed (fineticker.go)
+	tick    tickState         // the raft ticker; slow on an idle light member (idletick.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
 
@@ -419,15 +420,15 @@ func (n *Node) run() {
 	if n.cfg.TestHooks.LockLoopThread {
 		n.lockLoopThread()
 	}
-	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
-	defer stopTick()
+	n.syncTick()
+	defer n.stopTick()
 	// The leader checks its expiry deadlines ten times per tick while one
 	// is near, so a crashed holder's lock moves on within ~10 ms of its TTL
 	// rather than up to a whole tick later (fineticker.go).
 	defer n.stopFineTicker()
 	for {
 		select {
-		case <-tickc:
+		case <-n.loop.tick.c:
 			n.rn.Tick()
 			if err := n.onTick(); err != nil {
 				// A failed lock-table commit: stop like a failed log write,
@@ -480,6 +481,7 @@ func (n *Node) run() {
 			}
 		}
 		n.syncFineTicker()
+		n.syncTick()
 	}
 }
 
