@@ -58,10 +58,18 @@ var (
 	ErrReleased = node.ErrReleased
 	// ErrLeaseExpired is a handle's Context cause when its own lease ran out.
 	ErrLeaseExpired = node.ErrLeaseExpired
-	// ErrSessionExpired is a handle's Context cause (or a waiting Lock's
-	// error) when the node's session expired or could not be kept alive.
+	// ErrSessionExpired: the node's session expired or could not be kept
+	// alive (see WithSessionTTL). A handle's Context cause: the lock is lost.
+	// A waiting Lock's error: nothing held or queued; safe to retry (the node
+	// opens a new session). Unlock's error: the lock goes with the session
+	// (at once or at the cluster's expiry); nothing to retry.
 	ErrSessionExpired = node.ErrSessionExpired
-	// ErrUnavailable: no working leader could be reached in time.
+	// ErrUnavailable: no working leader could be reached in time (a majority
+	// of voters unreachable). From TryLock (after two election timeouts) and
+	// from a Lock or Ready whose ctx ended without a leader (wrapping ctx's
+	// cause): nothing held or queued, retry later. From Unlock: outcome
+	// unknown, the node keeps retrying the release. From Close: the session
+	// could not be closed; its locks are released by session expiry.
 	ErrUnavailable = node.ErrUnavailable
 	// ErrStorage: a disk write failed; the node stopped serving.
 	ErrStorage = node.ErrStorage
@@ -177,13 +185,19 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 // its own owner, so a second Lock of the same name waits like anyone else;
 // with WithOwner, the same owner re-entering gets the same token and a
 // higher hold count. If Lock returns an error, nothing is held or queued
-// for it (within one commit).
+// for it (within one commit). A Lock waiting when the node's session ends
+// returns ErrSessionExpired (retry: the node opens a new session). If ctx
+// ends while this node has no leader, the error wraps both ErrUnavailable
+// and ctx's cause (errors.Is holds for both).
 func (n *Node) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, true, opts)
 }
 
 // TryLock takes the lock only if it is free (or already held by the same
-// owner); otherwise it returns ErrLocked at once. It never queues.
+// owner); otherwise it returns ErrLocked at once. It never queues. It
+// returns within two election timeouts (2 s with the default timings, or
+// ctx's deadline if sooner): ErrUnavailable if no leader answered by then,
+// with nothing held or queued. Right after Join, call Ready first.
 func (n *Node) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, false, opts)
 }
@@ -214,11 +228,33 @@ func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockO
 	return &Lock{h: h, m: n.m}, nil
 }
 
-// Close releases every lock this node holds and removes its waiters (one
-// log entry), hands leadership to another member if it leads, and stops.
-// ctx bounds the graceful part; past it the node stops anyway and its
-// session expires after the TTL. Idempotent.
+// Close stops this replica for now (a restart, a rolling upgrade): it
+// releases every lock it holds and removes its waiters (one log entry), hands
+// leadership to another member if it leads, and stops. It keeps its place
+// in the cluster and its data directory: Join on the same directory brings it
+// back as itself. Use Leave for a replica that goes away for good.
+//
+// ctx bounds the whole call. If the cluster cannot commit the release (no
+// quorum, within two election timeouts) or ctx ends first, Close stops
+// anyway and returns an error wrapping ErrUnavailable (or ctx's cause): the
+// locks are then released by session expiry, the TTL after the last
+// keepalive. Idempotent.
 func (n *Node) Close(ctx context.Context) error { return n.n.Close(ctx) }
+
+// Leave is Close for a replica that goes away for good: after releasing its
+// locks and handing over leadership it has the cluster remove it from the
+// raft configuration (and, with gossip, from the fleet), then stops. Do not
+// Join on its data directory again. Without Leave, a gossip fleet replaces a
+// voter that stays down only after its dead-voter threshold. Errors as for
+// Close; the replica stops either way.
+func (n *Node) Leave(ctx context.Context) error { return n.n.Leave(ctx) }
+
+// Ready blocks until this replica can serve: it knows a leader and its
+// session is open. Join returns before that; a service can call Ready before
+// reporting itself ready (a readiness probe). If ctx ends first it returns
+// ctx's cause, wrapping ErrUnavailable while there is no leader (a majority
+// of voters unreachable); ErrClosed after Close.
+func (n *Node) Ready(ctx context.Context) error { return n.n.Ready(ctx) }
 
 // Addr is the address this node serves gRPC on.
 func (n *Node) Addr() string { return n.n.Addr() }
@@ -240,8 +276,10 @@ type Lock struct {
 }
 
 // Unlock releases this hold (one level of a reentrant lock). It returns
-// ErrNotHeld if this handle already unlocked or the lock was lost. If ctx
-// ends first the outcome is unknown; the node keeps retrying the release.
+// ErrNotHeld if this handle already unlocked or the lock was lost, and
+// ErrSessionExpired if the node's session ended (the lock goes with it).
+// If ctx ends first the outcome is unknown; the node keeps retrying the
+// release.
 func (l *Lock) Unlock(ctx context.Context) error {
 	err := l.h.Release(ctx)
 	if l.m != nil {
@@ -350,8 +388,12 @@ func WithTimings(tick time.Duration, electionTicks int) Option {
 	return func(o *options) { o.cfg.TickInterval, o.cfg.ElectionTicks = tick, electionTicks }
 }
 
-// WithSessionTTL sets how long the cluster keeps a silent node's locks
-// (default 10 s; at least 3 election timeouts, at most an hour).
+// WithSessionTTL sets how long the cluster keeps a silent node's locks after
+// its last keepalive, however often the leader changes (default 10 s, at most an hour). It
+// must let a healthy session outlast two back-to-back leader failovers: at
+// least node.MinSessionTTL of the election timeout, 5.4 election timeouts
+// (5.4 s with the default timings; see node.Config.SessionTTL for the exact
+// rule). Join fails with ErrInvalidConfig below it.
 func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
 
 // WithLockDelay: after a session expires holding a lock, the name is not

@@ -345,6 +345,7 @@ func TestAdminHandler(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Unlock(ctx)
 
+	require.NoError(t, c.nodes[fol].Ready(ctx), "the follower's session opens")
 	ro := c.nodes[fol].AdminHandler()
 	var st lockraft.StatusView
 	require.Equal(t, 200, adminGet(t, ro, "GET", "/status", &st))

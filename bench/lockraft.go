@@ -49,7 +49,7 @@ func startLockraft(dir string, ttl time.Duration) (*lockraftCluster, error) {
 	c := &lockraftCluster{}
 	for i, ln := range lns {
 		n, err := node.Start(node.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprint(i+1)),
-			Members: members, Listener: ln, SessionTTL: ttl, Logger: slog.New(slog.DiscardHandler)})
+			Members: members, Listener: ln, SessionTTL: ttl, TickInterval: tickFor(ttl), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			for _, l := range lns[i:] {
 				l.Close()
@@ -193,4 +193,15 @@ func lockraftFailover(dir string, graceful bool) (time.Duration, error) {
 		}
 	}
 	return 0, errTimeout
+}
+
+// tickFor is the default 100 ms tick, or a shorter one when ttl is below
+// lockraft's floor for it (node.MinSessionTTL: two back-to-back failovers);
+// the comparison runs use TTL 3 s, which needs elections after 0.5–1 s.
+func tickFor(ttl time.Duration) time.Duration {
+	tick := node.DefaultTickInterval
+	for tick > time.Millisecond && node.MinSessionTTL(10*tick) > ttl {
+		tick /= 2
+	}
+	return tick
 }

@@ -103,6 +103,17 @@ func TestNetDelayAndResets(t *testing.T) { runKinds(t, FaultNet) }
 
 func TestMessageDropDuplicateReorder(t *testing.T) { runKinds(t, FaultMessages) }
 
+// TestLeaderChurn (L3, S5): the leader killed or partitioned every 0.5–2
+// election timeouts on 5 nodes under the workload, with crashed-holder
+// probes: every probe's grant within TTL + the leaderless time after the
+// holder's deadline, never before that deadline, and the usual checks.
+func TestLeaderChurn(t *testing.T) {
+	rep := runKinds(t, FaultLeaderChurn)
+	if rep.Injected["probes"] == 0 {
+		t.Error("no crashed-holder probe completed")
+	}
+}
+
 // TestMembershipChurn: gossip-mode fleet under traffic; voters killed for
 // good are replaced, members are added, killed and restarted, and leave.
 func TestMembershipChurn(t *testing.T) {

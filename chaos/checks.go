@@ -19,8 +19,9 @@ import (
 type AppliedLog struct {
 	mu         sync.Mutex
 	digest     map[uint64]string
-	grants     map[uint64][]grant // index -> grants in that entry
-	owners     map[string]bool    // owners ever granted
+	grants     map[uint64][]grant   // index -> grants in that entry
+	owners     map[string]bool      // owners ever granted
+	grantedAt  map[string]time.Time // probe owners: when a replica first applied their grant
 	divergence []string
 	watch      struct {
 		id   uint64
@@ -36,7 +37,8 @@ type grant struct {
 
 // NewAppliedLog returns an empty log.
 func NewAppliedLog() *AppliedLog {
-	return &AppliedLog{digest: map[uint64]string{}, grants: map[uint64][]grant{}, owners: map[string]bool{}}
+	return &AppliedLog{digest: map[uint64]string{}, grants: map[uint64][]grant{}, owners: map[string]bool{},
+		grantedAt: map[string]time.Time{}}
 }
 
 func digest(r node.ApplyRecord) string {
@@ -76,6 +78,9 @@ func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, g
 		for _, g := range gs {
 			l.grants[index] = append(l.grants[index], g)
 			l.owners[g.Owner] = true
+			if strings.HasPrefix(g.Owner, probeOwnerPrefix) {
+				l.grantedAt[g.Owner] = time.Now()
+			}
 		}
 	}
 	if l.watch.seen != nil && l.watch.id == id && l.watch.inc == inc {
@@ -83,6 +88,14 @@ func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, g
 			l.watch.seen[g.Token] = true
 		}
 	}
+}
+
+// GrantedAt is when a replica first applied a grant to a probe owner (zero:
+// not yet).
+func (l *AppliedLog) GrantedAt(owner string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grantedAt[owner]
 }
 
 // Granted reports whether the log ever granted owner.

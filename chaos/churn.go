@@ -157,8 +157,9 @@ func (c *GossipCluster) Crash(slot uint64) {
 	}
 }
 
-// Leave closes the node in a slot gracefully: it leaves the configuration.
-// The slot's data directory is dropped (the next start there is fresh).
+// Leave takes the node in a slot away for good (node.Leave): it leaves the
+// configuration. The slot's data directory is dropped (the next start there
+// is fresh).
 func (c *GossipCluster) Leave(ctx context.Context, slot uint64) error {
 	c.mu.Lock()
 	n := c.nodes[slot]
@@ -168,8 +169,8 @@ func (c *GossipCluster) Leave(ctx context.Context, slot uint64) error {
 	if n == nil {
 		return nil
 	}
-	c.logf("close slot %d (raft id %x)", slot, n.ID())
-	return n.Close(ctx)
+	c.logf("leave slot %d (raft id %x)", slot, n.ID())
+	return n.Leave(ctx)
 }
 
 // SlotOf returns the slot running raft id (0 if none).

@@ -48,6 +48,8 @@ var Groups = map[string][]string{
 	"msgs":      {FaultMessages},
 	"disk":      {FaultDisk},
 	"churn":     {FaultChurn},
+	// leader-churn: its own schedule (leaderchurn.go), on 5 nodes.
+	"leader-churn": {FaultLeaderChurn},
 }
 
 // ExpandFaults turns "partition,crash" (or "partition+crash") into fault
@@ -62,7 +64,7 @@ func ExpandFaults(s string) ([]string, error) {
 		}
 		switch f {
 		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn,
-			FaultWallBack, FaultWallForward, FaultClockDrift:
+			FaultWallBack, FaultWallForward, FaultClockDrift, FaultLeaderChurn:
 			out = append(out, f)
 		case "":
 		default:

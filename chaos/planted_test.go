@@ -318,3 +318,28 @@ func TestPlantedWallClockDeadlineCaught(t *testing.T) {
 	}
 	t.Fatal("wall-clock deadlines not caught: no live overlap in three runs")
 }
+
+// The leader-churn probes catch the behaviour before session checkpoints
+// (each new leader restarting every deadline from its first entry, as etcd
+// and Consul do): L3 violations, a crashed holder's lock held on and on.
+func TestPlantedRestartDeadlinesOnFailoverCaught(t *testing.T) {
+	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: runDur(), Faults: []string{FaultLeaderChurn},
+		BaseDir: t.TempDir(), Logf: t.Logf, CheckTimeout: 20 * time.Second, SkipDurability: true,
+		Tune: func(c *node.Config) { c.TestHooks.RestartDeadlinesOnFailover = true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range rep.Notes {
+		t.Logf("note: %s", n)
+	}
+	l3 := 0
+	for _, v := range rep.Violations {
+		t.Logf("caught: %s", v)
+		if strings.HasPrefix(v, "L3:") {
+			l3++
+		}
+	}
+	if l3 == 0 {
+		t.Fatalf("the probes missed the planted RestartDeadlinesOnFailover (%d probes)", rep.Injected["probes"])
+	}
+}

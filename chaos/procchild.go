@@ -7,16 +7,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -123,6 +126,10 @@ func childMain(args []string) error {
 	seed := fs.Uint64("seed", 1, "")
 	epoch := fs.Int64("epoch", 0, "")
 	noClients := fs.Bool("noclients", false, "")
+	gossipAddr := fs.String("gossip", "", "gossip mode: this member's gossip host:port (-members then names its gRPC address)")
+	gossipSeeds := fs.String("seeds", "", "gossip mode: seeds host:port,...")
+	gname := fs.String("gname", "", "gossip mode: this member's gossip name")
+	founders := fs.String("founders", "", "gossip mode: the founders' gossip names, name,...")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -156,6 +163,28 @@ func childMain(args []string) error {
 		Observer: func(r node.ApplyRecord) {
 			c.emit(event{T: "apply", Index: r.Index, Digest: digest(r), Grants: grantsOf(r)})
 		}}
+	if *gossipAddr != "" {
+		// Gossip mode (rolling restarts, procroll.go): the raft id is the one
+		// in the data directory, the gossip and gRPC ports are fixed.
+		host, port, _ := net.SplitHostPort(*gossipAddr)
+		p, _ := strconv.Atoi(port)
+		var seeds []string
+		if *gossipSeeds != "" {
+			seeds = strings.Split(*gossipSeeds, ",")
+		}
+		cfg.ID, cfg.Members = 0, nil
+		cfg.Gossip = &node.GossipConfig{Seeds: seeds, BindAddr: host, BindPort: p, Name: *gname,
+			Founders: strings.Split(*founders, ","),
+			Timing:   membership.FastTiming(), ReconcileEvery: 100 * time.Millisecond,
+			Thresholds: membership.Thresholds{StabilizeFor: 300 * time.Millisecond, DeadVoterAfter: 30 * time.Second,
+				DeadLearnerAfter: 30 * time.Second}}
+	}
+	if d := os.Getenv("LOCKRAFT_CHAOS_NODELOG"); d != "" {
+		// Diagnostics: this process's node log, one file per incarnation.
+		if f, err := os.Create(filepath.Join(d, fmt.Sprintf("n%d-%d.log", *id, *inc))); err == nil {
+			cfg.Logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+	}
 	FastConfig(&cfg)
 	n, err := node.Start(cfg)
 	if err != nil {
@@ -201,6 +230,66 @@ func childMain(args []string) error {
 		}
 		json.NewEncoder(w).Encode(snapResp{b, idx})
 	})
+	// Leader-churn probes (procs.go): hold a lock until killed, wait for
+	// one in the background, and tell when the last keepalive left and when
+	// the holder's own deadline is (UnixNano, wall clock shared by every
+	// process on the host).
+	mux.HandleFunc("/probe-hold", func(w http.ResponseWriter, r *http.Request) {
+		qctx, qc := context.WithTimeout(r.Context(), 5*time.Second)
+		defer qc()
+		h, err := n.Acquire(qctx, r.URL.Query().Get("name"), r.URL.Query().Get("owner"), true, 0)
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+			return
+		}
+		json.NewEncoder(w).Encode(h.Token())
+	})
+	mux.HandleFunc("/probe-wait", func(w http.ResponseWriter, r *http.Request) {
+		name, owner := r.URL.Query().Get("name"), r.URL.Query().Get("owner")
+		go func() {
+			wctx, wc := context.WithTimeout(context.Background(), time.Minute)
+			defer wc()
+			h, err := n.Acquire(wctx, name, owner, true, 0)
+			if err != nil {
+				c.emit(event{T: "probe-failed", Owner: owner, Err: err.Error()})
+				return
+			}
+			rctx, rc := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = h.Release(rctx)
+			rc()
+		}()
+		w.Write([]byte("true"))
+	})
+	// Rolling restarts (procroll.go): the configuration as this member sees
+	// it, its raft id and whether it can serve; and a graceful Close.
+	mux.HandleFunc("/conf", func(w http.ResponseWriter, r *http.Request) {
+		qctx, qc := context.WithTimeout(r.Context(), time.Second)
+		defer qc()
+		voters, _, err := n.ConfState(qctx)
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+			return
+		}
+		rctx, rc := context.WithTimeout(r.Context(), 10*time.Millisecond)
+		ready := n.Ready(rctx) == nil
+		rc()
+		json.NewEncoder(w).Encode(confResp{ID: n.ID(), Voters: voters, Ready: ready})
+	})
+	mux.HandleFunc("/close", func(w http.ResponseWriter, r *http.Request) {
+		stop()
+		qctx, qc := context.WithTimeout(context.Background(), 10*time.Second)
+		err := n.Close(qctx)
+		qc()
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+		} else {
+			w.Write([]byte("true"))
+		}
+		go func() { time.Sleep(50 * time.Millisecond); os.Exit(0) }()
+	})
+	mux.HandleFunc("/keepalive", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode([2]int64{n.LastKeepaliveSent().UnixNano(), n.SessionDeadline().UnixNano()})
+	})
 	os.Remove(*ctl)
 	cln, err := net.Listen("unix", *ctl)
 	if err != nil {
@@ -210,6 +299,12 @@ func childMain(args []string) error {
 	c.emit(event{T: "hello"})
 	// Until the parent kills us.
 	select {}
+}
+
+type confResp struct {
+	ID     uint64   `json:"id"`
+	Voters []uint64 `json:"voters"`
+	Ready  bool     `json:"ready"`
 }
 
 type snapResp struct {

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lockraft/lockraft/node"
 )
 
 // Fault kinds of the multi-process mode (RunProcs).
@@ -66,6 +68,10 @@ type procRun struct {
 	ops   map[string]*Op
 	order []*Op
 	secs  map[string]*procSection
+	// probeFailed: leader-churn probe waiters whose wait ended in an error
+	probeFailed map[string]string
+	// gossip: slot -> gossip address, in gossip mode (rolling restarts)
+	gossip map[uint64]string
 }
 
 type procSection struct {
@@ -78,8 +84,15 @@ type procSection struct {
 // kill -9, SIGSTOP/SIGCONT and (where ip netns works) partitions, then runs
 // the same checks as Run.
 func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
+	churn := slices.Contains(pc.Faults, ProcLeaderChurn)
 	if pc.Size == 0 {
 		pc.Size = 3
+		if churn {
+			pc.Size = 5 // a majority up with a killed holder and a hit leader
+		}
+	}
+	if churn && (len(pc.Faults) != 1 || pc.Size < 5) {
+		return nil, fmt.Errorf("fault %q runs on its own, on 5 node processes or more", ProcLeaderChurn)
 	}
 	if pc.Clients == 0 {
 		pc.Clients = 3
@@ -107,7 +120,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	}
 	r := &procRun{cfg: pc, exe: pc.Exe, base: pc.BaseDir, epoch: time.Now(), addrs: map[uint64]string{},
 		Applied: NewAppliedLog(), Store: NewFencedStore(), procs: map[uint64]*proc{}, ops: map[string]*Op{},
-		secs: map[string]*procSection{}}
+		secs: map[string]*procSection{}, probeFailed: map[string]string{}}
 	rep := &Report{Seed: pc.Seed, Faults: strings.Join(pc.Faults, ","), Injected: map[string]int{}}
 	viol := func(f string, a ...any) { rep.Violations = append(rep.Violations, fmt.Sprintf(f, a...)) }
 
@@ -115,7 +128,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	for i := range ids {
 		ids[i] = uint64(i + 1)
 	}
-	if slices.Contains(pc.Faults, ProcPartition) {
+	if slices.Contains(pc.Faults, ProcPartition) || churn {
 		lab, err := newNetnsLab(pc.Seed, pc.Size)
 		if err != nil {
 			msg := "skipping netns partitions: " + err.Error()
@@ -123,6 +136,9 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 			fmt.Fprintln(os.Stderr, msg)
 			rep.Notes = append(rep.Notes, msg)
 			pc.Faults = slices.DeleteFunc(slices.Clone(pc.Faults), func(k string) bool { return k == ProcPartition })
+			if churn {
+				pc.Faults = []string{ProcLeaderChurn} // kills only: a waiter that leads is spared
+			}
 		} else {
 			r.netns = lab
 			defer lab.Close()
@@ -146,6 +162,12 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 		ms = append(ms, fmt.Sprintf("%d=%s", id, r.addrs[id]))
 	}
 	r.members = strings.Join(ms, ",")
+	rollingRun := slices.Equal(pc.Faults, []string{ProcRolling})
+	if rollingRun {
+		if err := r.gossipSetup(); err != nil {
+			return nil, err
+		}
+	}
 
 	// The parent's endpoint: the fencing store, on a unix socket (reachable
 	// from every network namespace).
@@ -174,9 +196,19 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, pc.Duration)
 	defer cancel()
-	if len(pc.Faults) > 0 {
+	var probes []*probeResult
+	var restarts []time.Duration
+	var windows []rollingWindow
+	switch {
+	case churn:
+		probes = r.leaderChurn(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
+	case slices.Equal(pc.Faults, []string{ProcRestartHolder}):
+		restarts = r.restartHolder(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
+	case rollingRun:
+		windows = r.rolling(runCtx, rep.Injected, viol)
+	case len(pc.Faults) > 0:
 		r.schedule(runCtx, rand.New(rand.NewPCG(pc.Seed, 0x9c0c)), rep.Injected)
-	} else {
+	default:
 		<-runCtx.Done()
 	}
 	end := time.Since(r.epoch).Nanoseconds()
@@ -246,6 +278,16 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 		}
 	}
 	finishReport(rep, ops, end, r.Applied, r.Store, RunConfig{Seed: pc.Seed, Faults: pc.Faults, CheckTimeout: pc.CheckTimeout}, viol)
+	var cfg node.Config
+	FastConfig(&cfg)
+	if churn {
+		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval, viol,
+			func(s string) { rep.Notes = append(rep.Notes, s) })
+	}
+	restartVerdicts(restarts, cfg.SessionTTL, viol, func(s string) { rep.Notes = append(rep.Notes, s) })
+	if rollingRun {
+		rollingVerdicts(ops, windows, viol, func(s string) { rep.Notes = append(rep.Notes, s) })
+	}
 	return rep, nil
 }
 
@@ -268,6 +310,7 @@ func (r *procRun) start(id uint64, noClients bool) error {
 	if noClients {
 		args = append(args, "-noclients")
 	}
+	args = append(args, r.gossipArgs(id)...)
 	var cmd *exec.Cmd
 	if r.netns != nil {
 		// ip netns exec execs the binary: the pid is the node process's.
@@ -341,6 +384,10 @@ func (r *procRun) onEvent(p *proc, e event) {
 	switch e.T {
 	case "apply":
 		r.Applied.ObserveDigest(p.id, p.inc, e.Index, e.Digest, e.Grants)
+	case "probe-failed":
+		r.mu.Lock()
+		r.probeFailed[e.Owner] = e.Err
+		r.mu.Unlock()
 	case "begin":
 		r.mu.Lock()
 		op := &Op{Client: e.Client, Node: p.id, Kind: e.Kind, Name: e.Name, Owner: e.Owner, Start: e.Time, HeldFrom: e.Held}

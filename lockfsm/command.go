@@ -39,8 +39,12 @@ const (
 	kindV1End
 )
 
-// Kind 10 is reserved for another branch (session checkpoints); this version rejects it.
+// Kinds of version 2.
 const (
+	// KindCheckpoint (version 2): Checkpoints (and Token, Seq: the proposing leader's term and its own count,
+	// which only that leader reads). Leader-proposed: records, per listed session, how long it had been silent
+	// when the entry was proposed, or that it is live again (checkpoint.go). It changes no lock.
+	KindCheckpoint Kind = 10
 	// KindProclaim (version 2): Session, Seq, AckedBelow, Name, Owner, Value, optional Token. The current
 	// leader of an election changes the value it announces.
 	KindProclaim Kind = 11
@@ -49,7 +53,8 @@ const (
 
 var kindNames = [...]string{KindNoop: "Noop", KindOpenSession: "OpenSession", KindCloseSession: "CloseSession",
 	KindExpireSession: "ExpireSession", KindAcquire: "Acquire", KindRelease: "Release", KindCancel: "Cancel",
-	KindExpireLease: "ExpireLease", KindLiftDelay: "LiftDelay", KindProclaim: "Proclaim"}
+	KindExpireLease: "ExpireLease", KindLiftDelay: "LiftDelay", KindCheckpoint: "Checkpoint",
+	KindProclaim: "Proclaim"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -63,7 +68,7 @@ func (k Kind) known(v byte) bool {
 	if k > 0 && k < kindV1End {
 		return true
 	}
-	return v >= 2 && k == KindProclaim
+	return v >= 2 && (k == KindCheckpoint || k == KindProclaim)
 }
 
 // Mode is the sharing mode of an acquire or release of a read-write lock. Every other primitive is
@@ -128,8 +133,9 @@ type Command struct {
 	Permits                  uint32   // semaphore: permits this acquire takes (0 means 1)
 	ExtraNames               []string // a multi-name mutex acquire: the names besides Name
 	Primitive                Primitive
-	Limit                    uint32 // semaphore: its number of permits (N)
-	Value                    string // election: the value a campaign or proclaim announces
+	Limit                    uint32       // semaphore: its number of permits (N)
+	Value                    string       // election: the value a campaign or proclaim announces
+	Checkpoints              []Checkpoint // KindCheckpoint: one mark per session
 
 	// Version is the encoding version. DecodeCommand sets it from the entry; a version-1 command keeps the
 	// meaning it had when version 1 was the newest: Mode, Permits > 1 and ExtraNames are ErrUnsupported and
@@ -145,9 +151,10 @@ type Command struct {
 // (its bit set means true), ExtraNames as a uvarint count + strings. Zero-valued fields are omitted, so a
 // typical acquire takes about 20 bytes plus its name and owner.
 //
-// Version 1 has kinds 1–9 and field bits 0–15. Version 2 adds KindProclaim (11) and the bits Primitive
-// (1<<17), Limit (1<<18) and Value (1<<19), and gives Mode, Permits and ExtraNames their meaning (in
-// version 1 they are reserved). Kind 10 and bit 1<<16 are reserved for another branch.
+// Version 1 has kinds 1–9 and field bits 0–15. Version 2 adds KindCheckpoint (10) with its bit
+// Checkpoints (1<<16: a uvarint count + per mark a uvarint session and a uvarint code, checkpoint.go),
+// KindProclaim (11) and the bits Primitive (1<<17), Limit (1<<18) and Value (1<<19), and gives Mode,
+// Permits and ExtraNames their meaning (in version 1 they are reserved).
 //
 // Errors. Truncation, trailing bytes, version 0, kind 0 and out-of-range integers are ErrBadCommand:
 // malformed bytes, which every version rejects the same way. A version above commandVersion, and in a
@@ -176,12 +183,13 @@ const (
 	fV1All = fExtraNames<<1 - 1
 )
 
-// Bit 1<<16 is reserved for another branch.
+// Bits of version 2.
 const (
-	fPrimitive = 1 << 17
-	fLimit     = 1 << 18
-	fValue     = 1 << 19
-	fAll       = fV1All | fPrimitive | fLimit | fValue
+	fCheckpoints = 1 << 16
+	fPrimitive   = 1 << 17
+	fLimit       = 1 << 18
+	fValue       = 1 << 19
+	fAll         = fV1All | fCheckpoints | fPrimitive | fLimit | fValue
 )
 
 // maxExtraNames bounds decoding work on hostile input (Apply allows MaxMultiNames).
@@ -236,6 +244,7 @@ func (c *Command) AppendEncode(b []byte) []byte {
 	set(fPrimitive, c.Primitive != 0)
 	set(fLimit, c.Limit != 0)
 	set(fValue, c.Value != "")
+	set(fCheckpoints, len(c.Checkpoints) != 0)
 	if b == nil {
 		// Room for the usual command (a few varints, a name and an owner)
 		// in one allocation rather than a slice grown field by field.
@@ -275,6 +284,9 @@ func (c *Command) AppendEncode(b []byte) []byte {
 			b = append(b, n...)
 		}
 	}
+	if m&fCheckpoints != 0 {
+		b = appendCheckpoints(b, c.Checkpoints)
+	}
 	u(fPrimitive, uint64(c.Primitive))
 	u(fLimit, uint64(c.Limit))
 	s(fValue, c.Value)
@@ -295,6 +307,7 @@ func DecodeCommand(b []byte) (Command, error) {
 // (no allocation): the caller must not keep them beyond b's lifetime.
 func decodeInto(c *Command, b []byte, alias bool) error {
 	extra := c.ExtraNames[:0]
+	marks := c.Checkpoints[:0]
 	*c = Command{}
 	if len(b) == 0 || b[0] == 0 {
 		return fmt.Errorf("%w: %d bytes, no format version", ErrBadCommand, len(b))
@@ -382,6 +395,9 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 			extra = append(extra, d.str())
 		}
 		c.ExtraNames = extra
+	}
+	if m&fCheckpoints != 0 {
+		c.Checkpoints = d.checkpoints(marks)
 	}
 	c.Primitive = Primitive(u8(fPrimitive))
 	c.Limit = u32(fLimit)

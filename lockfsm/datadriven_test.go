@@ -144,6 +144,20 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		c.Kind = KindExpireLease
 	case "lift":
 		c.Kind = KindLiftDelay
+	case "checkpoint":
+		// checkpoint silent=1,2 silence=300 live=3: marks sessions silent (with one silence) or live.
+		c.Kind = KindCheckpoint
+		for _, a := range td.CmdArgs {
+			for _, v := range a.Vals {
+				id, _ := strconv.ParseUint(v, 10, 64)
+				switch a.Key {
+				case "silent":
+					c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: id, SilenceMillis: argU(t, td, "silence")})
+				case "live":
+					c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: id, Live: true})
+				}
+			}
+		}
 	case "garbage":
 		// Malformed: a version-1 acquire whose field mask is a truncated varint.
 		return e.apply(td, []byte{1, 5, 0x80})
@@ -310,8 +324,12 @@ func dumpState(f *FSM) string {
 		fmt.Fprintf(&sb, "halted at %d\n", h)
 	}
 	for _, s := range f.Sessions() {
-		fmt.Fprintf(&sb, "session %d node=%d ttl=%d holds=%d waits=%d retained=%d\n", s.Session, s.Node,
+		fmt.Fprintf(&sb, "session %d node=%d ttl=%d holds=%d waits=%d retained=%d", s.Session, s.Node,
 			s.TTLMillis, s.Holds, s.Waits, s.Retained)
+		if s.Silent {
+			fmt.Fprintf(&sb, " silent=%dms", s.SilenceMillis)
+		}
+		sb.WriteString("\n")
 	}
 	for _, l := range f.Locks() {
 		fmt.Fprintf(&sb, "lock %s", l.Name)

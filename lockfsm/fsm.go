@@ -79,7 +79,7 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 	}
 	c := &f.scratch
 	if err := decodeInto(c, data, true); err != nil {
-		*c = Command{ExtraNames: c.ExtraNames[:0]}
+		*c = Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
 		if errors.Is(err, ErrNewerFormat) {
 			f.halted = index
 			return Result{Err: ErrNewerFormat}, events
@@ -90,7 +90,7 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 	r, events := f.apply(index, c, events)
 	// Drop the aliases into data.
 	clear(c.ExtraNames)
-	*c = Command{ExtraNames: c.ExtraNames[:0]}
+	*c = Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
 	return r, events
 }
 
@@ -134,6 +134,8 @@ func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 		return f.expireLease(index, c, ev)
 	case KindLiftDelay:
 		return f.liftDelay(index, c, ev)
+	case KindCheckpoint:
+		return f.checkpoint(c, ev)
 	}
 	return Result{Err: ErrBadCommand}, ev
 }

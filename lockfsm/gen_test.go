@@ -175,7 +175,15 @@ func (g *gen) next(index uint64, op, p, q byte) Command {
 		}
 	case 12:
 		c = Command{Kind: KindCloseSession, Session: pick()}
-		if q&3 != 0 {
+		if q&3 == 1 {
+			// A leader's session checkpoint (changes no lock): one or two marks, live or silent, maybe of an
+			// ended or unknown session.
+			c = Command{Kind: KindCheckpoint, Token: uint64(p % 5), Seq: uint64(p % 7),
+				Checkpoints: []Checkpoint{{Session: pick(), Live: p&1 != 0, SilenceMillis: uint64(p&1^1) * uint64(p)}}}
+			if p&2 != 0 {
+				c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: pick() + uint64(p&4), Live: true})
+			}
+		} else if q&3 != 0 {
 			c = Command{Kind: KindNoop} // sessions live long enough to build queues
 		} else if p&1 != 0 {
 			c.Kind, c.LockDelayMillis = KindExpireSession, uint64(p&2)*50

@@ -67,6 +67,10 @@ type SessionInfo struct {
 	Holds     int // names it holds
 	Waits     int // queued acquires it has
 	Retained  int // results kept for deduplication
+	// Silent: the session's latest checkpoint (KindCheckpoint) says it had been silent SilenceMillis when
+	// the entry was proposed; false once a later checkpoint marked it live (and for a new session).
+	Silent        bool
+	SilenceMillis uint64
 }
 
 // Lock returns the state of one name; false if nobody holds, waits for or delays it.
@@ -129,6 +133,9 @@ func (f *FSM) Session(id uint64) (SessionInfo, bool) {
 	return s.info(), true
 }
 
+// HasSession reports whether session id is open.
+func (f *FSM) HasSession(id uint64) bool { return f.sessions[id] != nil }
+
 // Sessions returns every open session, sorted by id.
 func (f *FSM) Sessions() []SessionInfo {
 	out := make([]SessionInfo, 0, len(f.sessions))
@@ -152,6 +159,7 @@ func (s *session) info() SessionInfo {
 	for _, c := range s.waits {
 		n += int(c)
 	}
+	mark := checkpointFromCode(s.id, s.ckpt)
 	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds), Waits: n,
-		Retained: len(s.results)}
+		Retained: len(s.results), Silent: !mark.Live, SilenceMillis: mark.SilenceMillis}
 }

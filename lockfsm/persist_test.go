@@ -237,12 +237,12 @@ func TestCommandRoundTrip(t *testing.T) {
 		}
 	}
 	for _, g := range [][]byte{nil, {1}, {0, 1, 0}, {1, 0, 0}, {1, 99, 0}, {1, 10, 0}, {1, 5, 0x80},
-		{1, 5, 0x80, 0x80, 0x08}, append(bytes.Clone(b), 0), b[:len(b)-1]} {
+		{1, 5, 0x80, 0x80, 0x08}, {1, 5, 0x80, 0x80, 0x04}, append(bytes.Clone(b), 0), b[:len(b)-1]} {
 		if _, err := DecodeCommand(g); !errors.Is(err, ErrBadCommand) || errors.Is(err, ErrNewerFormat) {
 			t.Fatalf("%x: want ErrBadCommand, got %v", g, err)
 		}
 	}
-	for _, g := range [][]byte{{3}, {3, 5, 0}, {2, 10, 0}, {2, 99, 0}, {2, 5, 0x80, 0x80, 0x04},
+	for _, g := range [][]byte{{3}, {3, 5, 0}, {2, 12, 0}, {2, 99, 0}, {2, 5, 0x80, 0x80, 0x40},
 		{2, 5, 0x80, 0x80, 0x08, 4}, {2, 5, 0x80, 0x40, 2}} {
 		if _, err := DecodeCommand(g); !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrBadCommand) {
 			t.Fatalf("%x: want ErrNewerFormat, got %v", g, err)

@@ -11,8 +11,10 @@ import (
 // in memory (holds, waits) are derived from the lock records on load. Session and lock records have
 // versions of their own.
 const (
-	// sessionRecordVersion 2: node, ttl, lowWater, retained results.
-	sessionRecordVersion = 2
+	// sessionRecordV2: node, ttl, lowWater, retained results. Still read (as a live session).
+	sessionRecordV2 = 2
+	// sessionRecordVersion 3 adds the checkpoint mark (ckpt) at the end. Written by this version.
+	sessionRecordVersion = 3
 	// lockRecordVersion 3: the catalogue (primitive, limit, value, any number of holds, each with its mode,
 	// permits and names; waiters with mode, permits, value and names). Written by this version.
 	lockRecordVersion = 3
@@ -42,7 +44,7 @@ func appendSession(b []byte, s *session) []byte {
 		b = protowire.AppendVarint(b, r.holder.Session)
 		b = appendString(b, r.holder.Owner)
 	}
-	return b
+	return protowire.AppendVarint(b, s.ckpt)
 }
 
 // appendLock encodes l (without its name, which is the key) as lockRecordVersion:
@@ -135,7 +137,8 @@ func (d *decoder) count(minBytes int) int {
 
 func decodeSession(id uint64, b []byte) (*session, error) {
 	d := decoder{b: b}
-	if d.byte1() != sessionRecordVersion {
+	v := d.byte1()
+	if v != sessionRecordV2 && v != sessionRecordVersion {
 		return nil, fmt.Errorf("%w: session %d: unknown record version", ErrCorrupt, id)
 	}
 	s := &session{id: id, node: d.uvarint(), ttl: d.uvarint(), lowWater: d.uvarint()}
@@ -158,6 +161,12 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 		r.holder.Owner = d.str()
 		if _, ok := codeToErr(r.code); !ok || r.status >= statusEnd || r.seq < s.lowWater ||
 			(i > 0 && r.seq <= s.results[i-1].seq) {
+			d.bad = true
+		}
+	}
+	if v >= sessionRecordVersion {
+		s.ckpt = d.uvarint()
+		if s.ckpt == 1<<64-1 {
 			d.bad = true
 		}
 	}

@@ -19,8 +19,10 @@ type session struct {
 	lowWater uint64
 	// results are the retained results, ascending by seq.
 	results []retained
-	holds   map[string]struct{} // names this session has at least one hold on
-	waits   map[string]uint32   // names this session waits for → number of its waiters there
+	// ckpt is the session's latest checkpoint mark (checkpoint.go): 0 live, silence in ms + 1 silent.
+	ckpt  uint64
+	holds map[string]struct{} // names this session has at least one hold on
+	waits map[string]uint32   // names this session waits for → number of its waiters there
 }
 
 // retained is a stored result, in the form that round-trips through bbolt and snapshots.

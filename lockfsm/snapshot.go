@@ -23,7 +23,7 @@ import (
 //
 // Records are those of records.go. Version 3 carries lock records of version 3 (the catalogue); version 2,
 // still restored, carries lock records of version 2 (mutexes, with grantSeq). Both carry session records
-// of sessionRecordVersion. Writing holds one record at a time (plus the sorted key lists).
+// of version 2 or 3 (3 adds the checkpoint mark). Writing holds one record at a time (plus the sorted key lists).
 var snapMagic = []byte("LKFSNAP\x00")
 
 const (

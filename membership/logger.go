@@ -55,8 +55,11 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	if bytes.HasPrefix(msg, []byte("ignoring alive message for")) {
 		level = slog.LevelDebug // already logged once at Warn by delegate.check
 	}
-	if level >= slog.LevelWarn && bytes.Contains(msg, []byte("use of closed network connection")) {
-		// memberlist's goroutines racing its own Shutdown (Close): normal.
+	if level >= slog.LevelWarn && peerDown(msg) {
+		// A peer that does not answer (stopped, restarting, cut off) or
+		// memberlist's goroutines racing its own Shutdown: the failure
+		// detector turns the former into a member state change, which is
+		// what is logged and acted on; each failed packet is not news.
 		level = slog.LevelDebug
 	}
 	if level >= slog.LevelWarn && w.refused != nil {
@@ -79,4 +82,21 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		w.l.Log(context.Background(), level, string(msg))
 	}
 	return len(p), nil
+}
+
+// peerDownMarks are the network errors of a peer that does not answer.
+var peerDownMarks = [][]byte{
+	[]byte("connection refused"), []byte("i/o timeout"), []byte("connection reset"), []byte("no route to host"),
+	[]byte("broken pipe"), []byte("use of closed network connection"), []byte("network is unreachable"),
+}
+
+// peerDown reports whether a memberlist error line is about a peer that did
+// not answer, rather than about what a peer sent.
+func peerDown(msg []byte) bool {
+	for _, m := range peerDownMarks {
+		if bytes.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }

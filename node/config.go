@@ -76,13 +76,25 @@ type Config struct {
 	ElectionTicks  int
 	HeartbeatTicks int
 
-	// SessionTTL is how long the leader keeps this node's session (and so its
-	// locks) after the last keepalive it received (default 10 s). It must be
-	// at least 3 election timeouts, so that a leader failover alone never
-	// expires healthy sessions. KeepaliveInterval (default SessionTTL/10) is
-	// how often keepalives are sent. The holder side treats its locks as lost
-	// at SessionTTL*(1-DriftRatio) - one tick after sending its last
-	// acknowledged keepalive: see DriftRatio.
+	// SessionTTL is how long the cluster keeps this node's session (and so
+	// its locks) after the last keepalive it received (default 10 s), however
+	// often the leader changes meanwhile. KeepaliveInterval (default
+	// SessionTTL/10) is how often keepalives are sent; a new leader is sent
+	// one at once. The holder side treats its locks as lost at
+	// SessionTTL − 2·DriftRatio·SessionTTL − one tick after sending its last
+	// acknowledged keepalive (see DriftRatio).
+	//
+	// Failovers: each one leaves a healthy session unacknowledged for up to
+	// one election (2 election timeouts, plus a few round trips and fsyncs).
+	// A session survives N back-to-back failovers (each new leader lost
+	// before it acknowledged anyone) when
+	//
+	//	SessionTTL·(1 − 2·DriftRatio) − TickInterval − KeepaliveInterval > N × (2 election timeouts + δ)
+	//
+	// Validate requires the left side to be at least 4.5 election timeouts:
+	// two back-to-back failovers. With the default KeepaliveInterval and
+	// DriftRatio that is SessionTTL ≥ 5.4 election timeouts (MinSessionTTL):
+	// 5.4 s with the default timings.
 	SessionTTL        time.Duration
 	KeepaliveInterval time.Duration
 
@@ -183,6 +195,17 @@ type TestHooks struct {
 	// deadlines stored as UnixNano and rebuilt with time.Unix would: a
 	// holder whose wall clock steps back learns of its loss too late.
 	WallClockDeadline bool
+	// AckWhileMarked breaks rule (R) of silence.go: the leader acknowledges
+	// keepalives of a session it marked silent without a revive first.
+	AckWhileMarked bool
+	// ReviveAsSilenceZero gives a revive the meaning "silent 0 ms at its
+	// apply time" (a later leader arms the session from when it applied the
+	// revive) instead of "no bound in the log": see silence.go.
+	ReviveAsSilenceZero bool
+	// RestartDeadlinesOnFailover is the behaviour before session
+	// checkpoints and contact reports (and etcd's and Consul's): each new
+	// leader restarts every session deadline from its first entry.
+	RestartDeadlinesOnFailover bool
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.
@@ -290,14 +313,15 @@ func (c Config) Validate() error {
 	if err := c.checkAdvertise(); err != nil {
 		return err
 	}
-	if c.SessionTTL < 3*election {
-		return bad("SessionTTL %v is shorter than 3 election timeouts (%v): a leader failover alone would expire healthy sessions", c.SessionTTL, 3*election)
-	}
 	if c.KeepaliveInterval <= 0 || c.KeepaliveInterval > c.SessionTTL/3 {
 		return bad("KeepaliveInterval %v must be in (0, SessionTTL/3]", c.KeepaliveInterval)
 	}
 	if c.DriftRatio < 0 || c.DriftRatio >= 0.25 {
 		return bad("DriftRatio %v outside [0, 0.25)", c.DriftRatio)
+	}
+	if spare := c.SessionTTL - c.holderMargin() - c.KeepaliveInterval; spare < failoverBudget(election) {
+		return bad("SessionTTL %v is too short for election timeouts of %v: after the drift margin (%v) and a keepalive interval (%v) it leaves %v, and two back-to-back leader failovers take up to %v (4.5 election timeouts); healthy sessions would expire (the minimum with the default KeepaliveInterval is %v: MinSessionTTL)",
+			c.SessionTTL, election, c.holderMargin(), c.KeepaliveInterval, spare, failoverBudget(election), MinSessionTTL(election))
 	}
 	if c.LockDelay < 0 || c.LockDelay > time.Minute {
 		return bad("LockDelay %v outside [0, 1m]", c.LockDelay)
@@ -366,4 +390,22 @@ func (c Config) holderMargin() time.Duration {
 // TTL leaves time for the next keepalive to reach a new leader.
 func (c Config) keepaliveTimeout() time.Duration {
 	return max(c.KeepaliveInterval, c.SessionTTL/4)
+}
+
+// failoverBudget is how long a healthy session must be able to go
+// unacknowledged: two back-to-back elections of up to 2 election timeouts
+// each, and half an election timeout for their round trips and fsyncs.
+func failoverBudget(election time.Duration) time.Duration { return 9 * election / 2 }
+
+// MinSessionTTL is the shortest SessionTTL Validate accepts for an election
+// timeout (ElectionTicks × TickInterval) with the default KeepaliveInterval
+// (SessionTTL/10), DriftRatio and TickInterval (election/10): 5.4 election
+// timeouts, enough for a healthy session to survive two back-to-back leader
+// failovers.
+func MinSessionTTL(election time.Duration) time.Duration {
+	// TTL·(1 − 2·DefaultDriftRatio) − election/10 − TTL/10 ≥ 4.5·election
+	f := 1 - 2*DefaultDriftRatio - 0.1
+	ttl := time.Duration(float64(failoverBudget(election)+election/10) / f)
+	step := max(election/10, 1)
+	return (ttl + step - 1) / step * step
 }

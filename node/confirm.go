@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -23,6 +24,12 @@ import (
 //
 // Every keepalive that arrives while one round is in flight joins the next
 // round: one quorum round trip serves many keepalives.
+//
+// The heartbeats that confirm rounds name the sessions of every round still
+// unanswered: followers remember when they last saw each session in a
+// round, which lets a later leader carry a crashed holder's silence over
+// (silence.go). A new leader's first rounds also ask the followers for
+// those memories.
 
 // keepaliveWaiter is one keepalive or renewal waiting for confirmation.
 type keepaliveWaiter struct {
@@ -64,16 +71,20 @@ type confirmer struct {
 }
 
 type confirmRound struct {
-	id      uint64
-	issued  time.Time
-	waiters []keepaliveWaiter
+	id       uint64
+	issued   time.Time
+	waiters  []keepaliveWaiter
+	sessions []uint64 // its waiters' sessions, named on the heartbeats that confirm it (silence.go)
 }
 
 // awaitConfirmed hands w to the loop and waits for its answer (or ctx).
 func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveStatus {
 	w.reply = make(chan keepaliveStatus, 1)
+	// Received now, before the loop takes it: after the holder sent it, and
+	// before any round the loop issues for it (silence.go's F1). Timing it
+	// in the loop would add the loop's queueing to the session's base.
+	w.recv = n.clock.Now()
 	if err := n.do(ctx, func() {
-		w.recv = n.clock.Now()
 		n.confirmLeadership(w)
 	}); err != nil {
 		return keepaliveFailed
@@ -100,6 +111,9 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	}
 	c := &n.loop.confirm
 	c.next = append(c.next, w)
+	if !w.renew {
+		n.loop.lead.noteArrival(w.session, w.recv)
+	}
 	n.issueConfirmRound(false)
 }
 
@@ -108,7 +122,8 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 // while rounds are frequent, outside a tick (see lastIssued).
 func (n *Node) issueConfirmRound(onTick bool) {
 	c := &n.loop.confirm
-	if len(c.next) == 0 {
+	reports := n.loop.isLeader && n.loop.lead.reports.wanted
+	if len(c.next) == 0 && !reports {
 		return
 	}
 	now := n.clock.Now()
@@ -119,12 +134,21 @@ func (n *Node) issueConfirmRound(onTick bool) {
 		return // the next tick issues it
 	}
 	c.lastIssued = now
+	var sessions []uint64
+	for _, w := range c.next {
+		if !w.renew {
+			sessions = append(sessions, w.session)
+		}
+	}
+	slices.Sort(sessions)
+	sessions = slices.Compact(sessions)
 	c.id++
+	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next, sessions: sessions})
+	c.next = nil
+	n.loop.seen.see(n.loop.term, sessions, now)
 	var rctx [9]byte
 	rctx[0] = 'k'
 	binary.BigEndian.PutUint64(rctx[1:], c.id)
-	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next})
-	c.next = nil
 	n.rn.ReadIndex(rctx[:])
 }
 
@@ -159,7 +183,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 				if w.renew {
 					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
 				} else {
-					w.reply <- n.loop.lead.keepalive(n, w.session, w.recv)
+					n.loop.lead.keepalive(n, w)
 				}
 			}
 		}
@@ -167,6 +191,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 	if len(c.rounds) == 0 {
 		c.rounds = nil
 	}
+	n.loop.lead.flushRevives(n)
 	n.issueConfirmRound(false)
 }
 

@@ -60,7 +60,7 @@ func TestS1RestartKeepsLatestConfiguration(t *testing.T) {
 			cfg := Config{ID: 1, DataDir: dir, Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}, Logger: testLogger(t, 1)}
 			fastConfig(&cfg)
 			// It must not campaign: only the re-learned commits move it.
-			cfg.ElectionTicks, cfg.SessionTTL, cfg.KeepaliveInterval = 1000, time.Minute, time.Second
+			cfg.ElectionTicks, cfg.SessionTTL, cfg.KeepaliveInterval = 1000, 3*time.Minute, time.Second
 			n, err := Start(cfg)
 			require.NoError(t, err)
 			t.Cleanup(n.Crash)

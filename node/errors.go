@@ -46,9 +46,18 @@ var (
 	// lease ran out; the cluster may grant it to another owner.
 	ErrLeaseExpired = errors.New("lockraft: lock lease expired")
 
-	// ErrSessionExpired is the cause of a handle's Context (and the error of a
-	// waiting Lock) when the node's session expired or could no longer be
-	// kept alive; the cluster may grant the lock to another owner.
+	// ErrSessionExpired: the node's session expired or could no longer be
+	// kept alive (no keepalive acknowledged for the TTL, less the drift
+	// margin: see Config.SessionTTL for how many failovers a session
+	// survives). The cluster may grant the node's locks to other owners.
+	//   - A handle's Context cause: the lock is lost.
+	//   - A waiting Lock: its wait ended with the session; nothing is held or
+	//     queued for it. Safe to retry: the node opens a new session, and the
+	//     retry waits for it (bounded by its context).
+	//   - Unlock: the session ended while the release was on its way (or
+	//     before; the error then also wraps ErrNotHeld). The lock is released
+	//     with the session (at once if the node closed it, else at the
+	//     cluster's expiry): nothing to retry.
 	ErrSessionExpired = errors.New("lockraft: session expired")
 
 	// ErrUnavailable: the node could not reach a working cluster leader in

@@ -73,7 +73,7 @@ func (n *Node) leaderCoarseTick(now time.Time) {
 	}
 	horizon := now.Add(2 * n.cfg.TickInterval)
 	l := &n.loop.lead
-	near := func(ds map[uint64]*deadline) bool {
+	near := func(ds map[uint64]*sessionTimer) bool {
 		for _, d := range ds {
 			if d.at.Before(horizon) {
 				return true

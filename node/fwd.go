@@ -147,7 +147,7 @@ func (n *Node) setFwdLeader(id uint64) {
 		return // raft itself follows a leader (this node is being added): its view wins
 	}
 	n.loop.leader = id
-	n.lead.Store(id)
+	n.setLeader(id)
 	n.log.Info("light member: leader found", "leader", id)
 	n.reproposeAll()
 	n.loop.fwd.statusAt, n.loop.fwd.waitedAt = time.Time{}, time.Time{}
@@ -165,7 +165,7 @@ func (n *Node) fwdLeaderLost(id uint64) {
 		return
 	}
 	n.loop.leader = 0
-	n.lead.Store(0)
+	n.setLeader(0)
 }
 
 // fwdWaitCheck is how often a light member with queued Acquires asks the

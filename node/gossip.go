@@ -449,6 +449,11 @@ func (n *Node) onConfChangeApplied(cc raftpb.ConfChangeI) {
 			}
 		case raftpb.ConfChangeRemoveNode:
 			n.members.remove(id)
+			// A member that left (Leave), in either mode, waits for this.
+			for _, w := range n.loop.gossip.leaveWait[id] {
+				w <- nil
+			}
+			delete(n.loop.gossip.leaveWait, id)
 			if n.cfg.Gossip == nil {
 				continue
 			}
@@ -456,10 +461,6 @@ func (n *Node) onConfChangeApplied(cc raftpb.ConfChangeI) {
 			if id == n.id {
 				n.log.Info("this node was removed from the raft configuration")
 			}
-			for _, w := range n.loop.gossip.leaveWait[id] {
-				w <- nil
-			}
-			delete(n.loop.gossip.leaveWait, id)
 		}
 	}
 	if n.cfg.Gossip != nil && n.loop.gossip.pending != nil {
@@ -611,9 +612,10 @@ func (n *Node) reconcile() {
 	n.log.Info("gossip: configuration change proposed", "change", plan.Change.String(), "id", plan.RaftID, "reason", plan.Reason)
 }
 
-// handleLeave serves a member's request to be removed from the
-// configuration (its graceful Close): the leader proposes the removal of the
-// caller (never of anyone else) and answers once it is applied here.
+// handleLeave serves a member's request to be removed from the configuration
+// for good (its Leave), in gossip or static mode: the leader proposes the
+// removal of the caller (never of anyone else) and answers once it is
+// applied here.
 func (n *Node) handleLeave(ctx context.Context, from uint64) error {
 	res := make(chan error, 1)
 	if err := n.do(ctx, func() { n.proposeRemoval(from, res) }); err != nil {
@@ -667,11 +669,9 @@ func (n *Node) proposeRemoval(id uint64, res chan error) {
 }
 
 // leaveCluster removes this node from the raft configuration through the
-// leader (after leadership was handed over). Bounded by ctx; best effort.
-func (n *Node) leaveCluster(ctx context.Context) {
-	if n.ml == nil {
-		return
-	}
+// leader (after leadership was handed over), for Leave. Bounded by ctx;
+// false if the removal was not confirmed.
+func (n *Node) leaveCluster(ctx context.Context) bool {
 	voters, learners, err := n.ConfState(ctx)
 	inConfig := err == nil && (slices.Contains(voters, n.id) || slices.Contains(learners, n.id))
 	if inConfig && !(len(voters) == 1 && voters[0] == n.id) {
@@ -683,7 +683,7 @@ func (n *Node) leaveCluster(ctx context.Context) {
 				cancel()
 				if err == nil {
 					n.log.Info("removed from the raft configuration")
-					break
+					return true
 				}
 				n.log.Debug("leave: removal not confirmed yet", "leader", lead, "err", err)
 			}
@@ -692,11 +692,13 @@ func (n *Node) leaveCluster(ctx context.Context) {
 			case <-time.After(n.cfg.TickInterval * 2):
 			}
 		}
+		return false
 	}
+	return err == nil
 }
 
-// leaveGossip announces a graceful departure to gossip (Close, even when the
-// graceful raft part failed).
+// leaveGossip announces a departure for good to gossip (Leave, even when
+// the graceful raft part failed).
 func (n *Node) leaveGossip() {
 	if err := n.ml.Leave(n.gcfg.Timing.TCPTimeout); err != nil {
 		n.log.Info("leave gossip: not confirmed; the others will see this member fail instead", "err", err)
@@ -755,8 +757,8 @@ func (n *Node) judgeRemoved(from uint64, req *transportpb.RemovedRequest) error 
 		return err
 	}
 	if n.closing.Load() {
-		// Close asked for it (Leave): the expected end, not an incident.
-		n.log.Info("removed from the cluster as Close asked; stopping", "told_by", from)
+		// Leave asked for it: the expected end, not an incident.
+		n.log.Info("removed from the cluster as Leave asked; stopping", "told_by", from)
 	} else {
 		// One ERROR line for this event: stopServing's, with ErrRemoved.
 		n.log.Info("removed from the cluster while away: stopping", "told_by", from)

@@ -52,6 +52,17 @@ func newGossipFleet(t testing.TB, cluster string, expect int) *gossipFleet {
 func (f *gossipFleet) config(i int, seeds []string) Config {
 	if f.dirs[i] == "" {
 		f.dirs[i] = f.t.TempDir()
+		// Cleanups run last-registered first: stop the instance on this
+		// directory before TempDir removes it (a running member may still
+		// write there, e.g. a light member's session file).
+		f.t.Cleanup(func() {
+			f.mu.Lock()
+			n := f.nodes[i]
+			f.mu.Unlock()
+			if n != nil {
+				n.Crash()
+			}
+		})
 	}
 	var founders []string
 	for _, j := range f.founders {
@@ -335,13 +346,13 @@ func TestGossipSingleNodeAndLeave(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 
 	// Two more join (never re-bootstrapping: the first has data); then a
-	// voter leaves gracefully and is removed from the configuration.
+	// voter leaves (Leave: for good) and is removed from the configuration.
 	f.start(2, n.GossipAddr())
 	f.start(3, n.GossipAddr())
 	voters, _ := f.waitConf(20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
 	leaver := f.nodes[2]
 	require.Contains(t, voters, leaver.ID())
-	require.NoError(t, leaver.Close(ctx))
+	require.NoError(t, leaver.Leave(ctx))
 	f.mu.Lock()
 	delete(f.nodes, 2)
 	f.mu.Unlock()

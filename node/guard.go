@@ -55,9 +55,14 @@ import (
 // below 2^40 after years of heavy use.
 const (
 	maxRaftValue   = 1 << 62
-	maxContextSize = 64      // request contexts (ReadIndex, hints): 9 bytes here
-	maxPropEntries = 1 << 14 // entries in one forwarded proposal
-	maxCommandSize = 4 << 10 // one lock command; names and owners are ≤ 768 bytes
+	maxContextSize = 64 // request contexts (ReadIndex, hints): 9 bytes here
+	// maxHeartbeatContext bounds a heartbeat's (or its answer's) context,
+	// which carries the sessions of a confirmation round and, to a new
+	// leader, a contact report of every open session (silence.go): about 12
+	// bytes a session, so room for tens of thousands.
+	maxHeartbeatContext = 1 << 20
+	maxPropEntries      = 1 << 14 // entries in one forwarded proposal
+	maxCommandSize      = 4 << 10 // one lock command; names and owners are ≤ 768 bytes
 )
 
 // refusedRaft is the refuse.Log kind of refused raft messages.
@@ -91,7 +96,7 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 	case t >= maxRaftValue || m.GetIndex() >= maxRaftValue || m.GetLogTerm() >= maxRaftValue ||
 		m.GetCommit() >= maxRaftValue || m.GetRejectHint() >= maxRaftValue:
 		return fmt.Errorf("%w: index or term out of range", errGuard)
-	case len(m.GetContext()) > maxContextSize:
+	case len(m.GetContext()) > maxContextSize && !(isHeartbeat(m) && len(m.GetContext()) <= maxHeartbeatContext):
 		return fmt.Errorf("%w: context of %d bytes", errGuard, len(m.GetContext()))
 	case m.GetSnapshot() != nil && m.GetType() != raftpb.MessageType_MsgSnap:
 		return fmt.Errorf("%w: snapshot on a %v", errGuard, m.GetType())
@@ -457,4 +462,11 @@ func (n *Node) recoverLoop() {
 	err := fmt.Errorf("%w: %v", ErrInternal, r)
 	n.log.Error("raft loop panicked; node stopped", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 	n.stopServing(err)
+}
+
+// isHeartbeat: a heartbeat or its answer, whose context may carry contact
+// information (silence.go).
+func isHeartbeat(m *raftpb.Message) bool {
+	t := m.GetType()
+	return t == raftpb.MessageType_MsgHeartbeat || t == raftpb.MessageType_MsgHeartbeatResp
 }

@@ -137,8 +137,10 @@ func truncate(s string) string {
 }
 
 // Acquire takes the named lock for owner. With wait it blocks in FIFO order
-// until granted or ctx is done; without, it fails at once with ErrLocked when
-// another owner holds the name. lease > 0 gives the lock its own lease (it is
+// until granted or ctx is done (if this node has no leader then, the error
+// wraps both ErrUnavailable and ctx's cause); without, it fails with
+// ErrLocked when another owner holds the name, and with ErrUnavailable if no
+// answer comes within two election timeouts (a cluster without a leader). lease > 0 gives the lock its own lease (it is
 // released when the lease runs out unless renewed); 0 ties it to the node's
 // session. If Acquire returns an error, the node guarantees the owner is
 // neither holding nor queued for this call within one commit (S4).
@@ -158,6 +160,8 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 	if n.closing.Load() {
 		return nil, ErrClosed
 	}
+	ctx, cancel := n.acquireContext(ctx, wait) // TryLock's bound (leaderfail.go)
+	defer cancel()
 	done := make(chan opResult, 1)
 	o := &op{
 		cmd: lockfsm.Command{
@@ -202,7 +206,7 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 		}
 	default:
 	}
-	return nil, n.staticUnavailable(context.Cause(ctx))
+	return nil, n.staticUnavailable(n.acquireGaveUp(ctx, wait))
 }
 
 // onAcquireResult completes an Acquire from its own apply.
@@ -294,6 +298,12 @@ func (h *Hold) Release(ctx context.Context) error {
 	if !h.released.CompareAndSwap(false, true) {
 		return ErrNotHeld
 	}
+	if cause := context.Cause(h.ctx); errors.Is(cause, ErrSessionExpired) || errors.Is(cause, ErrClosed) {
+		// Lost with its session, whose end (or the close this node
+		// proposes for it) releases it: nothing to propose, and no new
+		// session to wait for (a node cut off would wait for ever).
+		return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+	}
 	n := h.n
 	done := make(chan opResult, 1)
 	o := &op{
@@ -349,6 +359,7 @@ func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
 // waiters and handles for this node's own.
 func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 	n.fwdOnEvent(ev)
+	n.noteEvent(ev)
 	n.loop.lead.onEvent(n, ev)
 	if n.cfg.TestHooks.FollowerExpiry {
 		n.loop.local.onEvent(n, ev)

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
 )
@@ -52,6 +53,22 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		return Status{}, context.Cause(ctx)
 	}
 }
+
+// LastKeepaliveSent is when this node last sent a keepalive for its session
+// or a proposal to open one (acknowledged or not), on its clock; zero if
+// never. It stays readable after
+// Close or Crash: tests and the fault checker measure a crashed holder's
+// release from it (L3).
+func (n *Node) LastKeepaliveSent() time.Time {
+	return n.lastSent.Load()
+}
+
+// SessionDeadline is when this node gives its locks up unless a keepalive
+// is acknowledged before (S5: counted from the send time of its last
+// acknowledged keepalive, less the drift margin). It stays readable after
+// Crash: the fault checker compares a crashed holder's deadline with the
+// moment its lock was granted to another.
+func (n *Node) SessionDeadline() time.Time { return n.holderDeadline() }
 
 // Locks returns this replica's view of the lock table (every name with a
 // holder or waiters), sorted by name. It is what this replica has applied,

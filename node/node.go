@@ -69,6 +69,16 @@ type Node struct {
 	// termSeen is raft's term as last handed to the appender (AcceptSnapshot).
 	termSeen atomic.Uint64
 	sess     atomic.Uint64 // current session id (0 until opened)
+	// leadEpoch is closed (and replaced) whenever lead changes, sessEpoch
+	// whenever sess does; leaderSeen is the last message from a leader, or
+	// tick as the leader (leaderfail.go), on the node clock with its
+	// monotonic reading.
+	leadEpoch  atomic.Pointer[chan struct{}]
+	sessEpoch  atomic.Pointer[chan struct{}]
+	leaderSeen laterTime
+	// lastSent is the send time of the last keepalive this node sent,
+	// acknowledged or not (LastKeepaliveSent), monotonic reading kept.
+	lastSent laterTime
 	// lastAcked is the send time (node clock, monotonic reading kept) of
 	// the last keepalive the leader acknowledged: the base of the holder
 	// deadline.
@@ -114,14 +124,27 @@ type loopState struct {
 	events   []lockfsm.Event
 	stopWith error // set to stop serving with this error (ErrRemoved)
 
-	ops     opRegistry
-	holds   holdRegistry
-	own     ownSession
-	lead    leaderDuties
+	ops   opRegistry
+	holds holdRegistry
+	own   ownSession
+	lead  leaderDuties
+	// electedIn: the configuration in force when this node last became
+	// leader (its contact reports need a majority of it: silence.go).
+	electedIn *raftpb.ConfState
+	// seen: when this node last heard from leaders and saw each session in
+	// a confirmation round; marks: per silent session, the earliest base
+	// (apply time − silence) of its checkpoints since its last revive;
+	// delayed: when it applied the expiry that started each lock-delay. All
+	// node memory, for when it leads (silence.go).
+	seen    contactLog
+	marks   map[uint64]time.Time
+	opened  map[uint64]time.Time // when this node applied each session's OpenSession (or loaded it)
+	delayed map[string]delayMark
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
 	gossip  gossipState
 	fwd     fwdState
+	noLead  leaderWatch
 	props   proposalBatch
 	hints   commitHints
 	reads   readIndexState    // linearizable inspection reads (readindex.go)
@@ -320,10 +343,17 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.ops.init()
 	n.loop.holds.init()
+	n.loop.gossip.leaveWait = map[uint64][]chan error{} // Leave works in static mode too
 	n.loop.lead.init()
 	n.loop.local.init()
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
+	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	n.loop.seen.init(n.clock.Now())
+	n.loop.delayed = map[string]delayMark{}
+	n.noteLoadedMarks()
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	if cfg.Gossip != nil {
@@ -527,6 +557,12 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			n.onCommitHint(m)
 			continue
 		}
+		switch m.GetType() {
+		case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgApp, raftpb.MessageType_MsgSnap:
+			n.noteLeaderContact(m, n.clock.Now())
+		case raftpb.MessageType_MsgHeartbeatResp:
+			n.takeContactReport(m)
+		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals (lock commands of its own
 			// sessions: admit checked them) join this turn's batch.
@@ -557,7 +593,7 @@ func (n *Node) fail(err error) {
 func (n *Node) stopServing(err error) {
 	n.dead.CompareAndSwap(nil, &err)
 	if n.closing.Load() && errors.Is(err, ErrRemoved) {
-		n.log.Info("node stopped serving: left the cluster on Close")
+		n.log.Info("node stopped serving: left the cluster (Leave)")
 	} else {
 		n.log.Error("node stopped serving", "err", err)
 	}
@@ -565,15 +601,40 @@ func (n *Node) stopServing(err error) {
 	n.loop.holds.loseAll(err)
 }
 
-// Close hands leadership to another voter if this node leads, closes its
-// session through the log (releasing every lock it holds and removing its
-// waiters in one entry) and stops. ctx bounds the graceful part; when it
-// expires the node stops anyway and its session expires by TTL. Close is
-// idempotent; every call after the first returns nil at once.
+// Close stops this node for now: it closes its session through the log
+// (releasing every lock it holds and removing its waiters in one entry),
+// hands leadership to another voter if it leads, and stops. The member keeps
+// its place in the cluster and its data directory: started again on it, it
+// comes back as itself (a rolling restart). Use Leave for a member that goes
+// away for good.
+//
+// ctx bounds the whole call. The session close waits at most two election
+// timeouts for a commit (one if no leader is known); if it cannot be closed
+// (no quorum, or ctx ended), Close still stops and returns an error that
+// wraps ErrUnavailable (or ctx's cause) and says the locks will be released
+// by session expiry. Idempotent: every call after the first (Close or Leave)
+// returns nil at once.
 func (n *Node) Close(ctx context.Context) error {
 	var err error
 	n.once.Do(func() {
-		err = n.gracefulStop(ctx)
+		err = n.gracefulStop(ctx, false)
+		n.stop()
+	})
+	return err
+}
+
+// Leave removes this member from the cluster for good, then stops: as Close,
+// and between handing over leadership and stopping it asks the leader to
+// remove it from the raft configuration and waits until that is applied
+// (static or gossip mode), and with gossip it announces that it left. Its
+// data directory must not be started again (with gossip it would be told
+// ErrRemoved). The voters left behind form the new configuration: leaving
+// voters one by one shrinks it. An error (ErrUnavailable, or ctx's cause)
+// says which step did not complete; the node stops either way.
+func (n *Node) Leave(ctx context.Context) error {
+	var err error
+	n.once.Do(func() {
+		err = n.gracefulStop(ctx, true)
 		n.stop()
 	})
 	return err
@@ -612,32 +673,18 @@ func (n *Node) closeResources() {
 	}
 }
 
-// gracefulStop closes the session and hands over leadership. Each step is
-// bounded by ctx and by a few election timeouts, so that Close returns even
-// without a deadline when the cluster has lost its quorum.
-func (n *Node) gracefulStop(ctx context.Context) error {
+// gracefulStop closes the session, hands over leadership and, for leave,
+// leaves the raft configuration and gossip. Every step is bounded by ctx and
+// by a few election timeouts, so that it returns even without a deadline
+// when the cluster has lost its quorum.
+func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 	if n.err() != nil {
 		return nil
 	}
-	if n.ml != nil {
+	if n.ml != nil && leave {
 		defer n.leaveGossip()
 	}
-	bound := 3 * n.cfg.electionTimeout()
-	ctx, cancel := context.WithTimeoutCause(ctx, bound+n.cfg.RetryInterval, ErrUnavailable)
-	defer cancel()
-	done := make(chan error, 1)
-	if err := n.do(ctx, func() { n.closeOwnSession(done) }); err != nil {
-		return err
-	}
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = context.Cause(ctx)
-	case <-n.donec:
-		err = n.err()
-	}
-	if err != nil {
+	if err := n.closeSessionFor(ctx); err != nil {
 		return err
 	}
 	// Hand leadership over so the cluster does not wait an election timeout.
@@ -651,7 +698,11 @@ func (n *Node) gracefulStop(ctx context.Context) error {
 		case <-n.donec:
 		}
 	}
-	// With gossip, leave the raft configuration and gossip for good.
-	n.leaveCluster(ctx)
+	if leave && !n.leaveCluster(ctx) {
+		if err := context.Cause(ctx); err != nil {
+			return fmt.Errorf("lockraft: leave: removal from the raft configuration not confirmed before the context ended: %w", err)
+		}
+		return fmt.Errorf("%w: leave: removal from the raft configuration not confirmed", ErrUnavailable)
+	}
 	return nil
 }

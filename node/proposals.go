@@ -182,6 +182,10 @@ func (n *Node) onSessionOpen() {
 // onResult routes the result of one of this node's commands to its waiter.
 func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) {
 	n.onLeaderResult(index, cmd, res)
+	if cmd.Kind == lockfsm.KindCheckpoint {
+		n.onCheckpointApplied(cmd)
+		return
+	}
 	if cmd.Kind == lockfsm.KindCloseSession && res.Err != nil {
 		// Already gone (expired, or closed by an earlier copy): stop
 		// proposing its close; if it was ours and we are closing, done.

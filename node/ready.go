@@ -29,6 +29,7 @@ func (n *Node) handleReady() error {
 	}
 	out := rd.Messages[:0:0]
 	var applies []*raftpb.Message
+	var hbExt []byte // the leader's heartbeat extension this turn (silence.go)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
@@ -58,6 +59,15 @@ func (n *Node) handleReady() error {
 		default:
 			if isCommitHint(m) {
 				continue // the answer to a heartbeat this node built from a hint
+			}
+			switch m.GetType() {
+			case raftpb.MessageType_MsgHeartbeat:
+				if hbExt == nil && n.loop.isLeader {
+					hbExt = n.heartbeatExt()
+				}
+				extendHeartbeat(m, hbExt)
+			case raftpb.MessageType_MsgHeartbeatResp:
+				n.answerHeartbeat(m)
 			}
 			out = append(out, m)
 		}
@@ -97,7 +107,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	prev := n.loop.leader
 	n.loop.leader = ss.Lead
 	n.loop.isLeader = ss.RaftState == raft.StateLeader
-	n.lead.Store(ss.Lead)
+	n.setLeader(ss.Lead)
 	if prev != ss.Lead {
 		if ss.Lead != 0 {
 			n.loop.stats.leaderChanges++
@@ -114,6 +124,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 		n.failConfirmRounds()
 	}
 	if !wasLeader && n.loop.isLeader {
+		n.loop.electedIn = n.loop.confState
 		n.loop.term = n.rn.BasicStatus().GetTerm()
 		n.loop.lead.becomeLeader(n.loop.term)
 		n.fwdBecomeLeader()
@@ -332,6 +343,7 @@ func (n *Node) onTick() error {
 	n.expireConfirmRounds(now)
 	n.retryReads(now)
 	n.checkOwnSession(now)
+	n.watchLeader(now)
 	return n.maybeCommitFSM()
 }
 

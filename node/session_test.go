@@ -280,6 +280,8 @@ func TestSessionConfigValidation(t *testing.T) {
 	base := Config{ID: 1, DataDir: t.TempDir(), Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
 	for name, mut := range map[string]func(*Config){
 		"ttl shorter than 3 election timeouts": func(c *Config) { c.SessionTTL = 2 * time.Second },
+		"ttl below the two-failover floor":     func(c *Config) { c.SessionTTL = MinSessionTTL(time.Second) - 100*time.Millisecond },
+		"keepalive interval eats the floor":    func(c *Config) { c.SessionTTL = 6 * time.Second; c.KeepaliveInterval = 2 * time.Second },
 		"keepalive longer than ttl/3":          func(c *Config) { c.KeepaliveInterval = 5 * time.Second },
 		"drift ratio too large":                func(c *Config) { c.DriftRatio = 0.5 },
 		"lock delay over a minute":             func(c *Config) { c.LockDelay = 2 * time.Minute },
@@ -290,6 +292,9 @@ func TestSessionConfigValidation(t *testing.T) {
 		require.True(t, errors.Is(err, ErrInvalidConfig), "%s: %v", name, err)
 	}
 	require.NoError(t, base.Validate())
+	atFloor := base
+	atFloor.SessionTTL = MinSessionTTL(time.Second)
+	require.NoError(t, atFloor.Validate(), "MinSessionTTL itself is accepted")
 }
 
 // TestKeepalivesSurviveSlowConfirmation: when every leadership-confirmation

@@ -20,6 +20,7 @@ type ownSession struct {
 	closing    bool
 	closeDone  chan error
 	toClose    map[uint64]time.Time // sessions to close (older incarnations, duplicates), last proposal
+	earlier    uint64               // a light member's session before its restart (restart.go)
 	leased     []*grantLease        // grants with their own lease, checked each tick (holder.go)
 	// ctx is the open session's context, the parent of all its Holds; its
 	// timer cancels it at the holder deadline (holder.go).
@@ -47,6 +48,8 @@ func (n *Node) retrySessionOpen(now time.Time) {
 		s.nonce = rand.Uint64() | 1
 		s.openSentAt = time.Time{}
 	}
+	// Earlier incarnations' sessions end first, in the same batch.
+	n.closeEarlierSessions()
 	s.openRetry = n.clock.Now()
 	// The holder's first deadline counts from the first send that could
 	// reach a leader (the leader arms its deadline when it applies the
@@ -61,12 +64,14 @@ func (n *Node) retrySessionOpen(now time.Time) {
 		if s.openSentAt.IsZero() {
 			s.openSentAt = n.clock.Now()
 		}
+		n.lastSent.Advance(n.clock.Now())
 		n.fwdOpen(s.nonce, target)
 		return
 	}
 	if s.openSentAt.IsZero() {
 		s.openSentAt = n.clock.Now()
 	}
+	n.lastSent.Advance(n.clock.Now())
 	n.proposeSessionless(lockfsm.Command{
 		Kind:      lockfsm.KindOpenSession,
 		Node:      n.id,
@@ -96,7 +101,8 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		s.nonce = 0
 		n.noteAcked(s.openSentAt)
 		n.watchOwnSession()
-		n.sess.Store(s.id)
+		n.setSession(s.id)
+		n.recordSession(s.id)
 		n.log.Info("session opened", "session", s.id)
 		// Sessions of earlier incarnations of this node hold locks for
 		// callers that no longer exist: release them now rather than at TTL.
@@ -134,7 +140,7 @@ func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 	if s.closing {
 		s.id = 0
 		s.endSessionCtx(ErrClosed)
-		n.sess.Store(0)
+		n.setSession(0)
 		n.loop.ops.failAll(ErrClosed)
 		n.loop.holds.loseAll(ErrClosed)
 		if s.closeDone != nil {
@@ -156,7 +162,7 @@ func (n *Node) resetSession(cause error) {
 	}
 	s.id = 0
 	s.endSessionCtx(cause)
-	n.sess.Store(0)
+	n.setSession(0)
 	s.leased = nil
 	n.loop.ops.failAll(cause)
 	n.loop.holds.loseAll(cause)
@@ -201,6 +207,7 @@ func (n *Node) keepaliveLoop() {
 	defer n.bgwg.Done()
 	tick, stop := n.clock.NewTicker(n.cfg.KeepaliveInterval)
 	defer stop()
+	epoch := n.leaderEpoch()
 	for {
 		select {
 		case <-n.stopc:
@@ -210,15 +217,26 @@ func (n *Node) keepaliveLoop() {
 			// session alive so the cluster expires it and its locks move on.
 			return
 		case <-tick:
+		case <-epoch:
+			// A new leader: tell it at once rather than at the next tick,
+			// so that back-to-back failovers cost a session as little as
+			// possible (leaderfail.go).
 		}
+		epoch = n.leaderEpoch()
 		n.cfg.Faults.waitIfPaused(n.stopc)
 		sess, lead := n.sess.Load(), n.lead.Load()
 		if sess == 0 || lead == 0 {
 			continue
 		}
 		sent := n.clock.Now()
+		n.lastSent.Advance(sent)
+		// A call to a leader that has been replaced meanwhile is abandoned.
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.keepaliveTimeout())
+		unwatch := context.AfterFunc(ctxDone(epoch), cancel)
+		unwatchStop := context.AfterFunc(ctxDone(n.stopc), cancel) // Close does not wait for it
 		st := n.sendKeepalive(ctx, lead, sess)
+		unwatch()
+		unwatchStop()
 		cancel()
 		switch st {
 		case keepaliveOK:

@@ -245,6 +245,7 @@ func (n *Node) finishRestore(j *restoreJob) {
 	n.loop.lastApplied = j.index
 	n.snapshotsRestored.Add(1)
 	n.loop.times.restart(j.index + 1)
+	n.noteLoadedMarks()
 	n.onRestored()
 	held := n.loop.held
 	n.loop.restore, n.loop.held = nil, nil

@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,8 +62,11 @@ type config struct {
 	gossipPort int
 	dataDir    string
 	seeds      string
-	name       string
 	expect     int
+	name       string
+	founders   string
+	tlsDir     string
+	insecure   bool
 	cluster    string
 	hold       time.Duration
 	operator   bool
@@ -78,8 +83,11 @@ func newFlags(c *config) *flag.FlagSet {
 	fs.IntVar(&c.gossipPort, "gossip-port", defaultGossipPort, "gossip port (TCP and UDP)")
 	fs.StringVar(&c.dataDir, "data", defaultDataDir, "data directory (a persistent volume)")
 	fs.StringVar(&c.seeds, "seeds", "", "comma-separated gossip seeds, host:port; a DNS name may stand for many pods")
-	fs.StringVar(&c.name, "name", os.Getenv("POD_NAME"), "gossip name (the pod name; default $POD_NAME)")
-	fs.IntVar(&c.expect, "expect", 3, "founders: the first -expect pods of the StatefulSet (<set>-0 …) form the cluster")
+	fs.IntVar(&c.expect, "expect", 3, "members to see before forming the cluster (the StatefulSet's replicas)")
+	fs.StringVar(&c.name, "name", os.Getenv("POD_NAME"), "this member's gossip name (the pod name; default $POD_NAME)")
+	fs.StringVar(&c.founders, "founders", "", "comma-separated gossip names of the members that form the cluster (the StatefulSet's pods name-0..name-(replicas-1)); the same list on every member")
+	fs.StringVar(&c.tlsDir, "tls-dir", "", "directory with ca.pem, <name>.pem, <name>-key.pem (mutual TLS between members) and gossip.key (the gossip key, base64)")
+	fs.BoolVar(&c.insecure, "insecure", false, "serve without TLS and gossip without a key off loopback (not for production)")
 	fs.StringVar(&c.cluster, "cluster", "lockraft-example", "cluster id")
 	fs.DurationVar(&c.hold, "hold", 100*time.Millisecond, "how long /work holds its lock")
 	fs.BoolVar(&c.operator, "operator-actions", false, "let the admin handler transfer leadership and remove members")
@@ -119,14 +127,39 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	n, err := lockraft.Join(seeds,
+	var founders []string
+	for _, f := range strings.Split(c.founders, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			founders = append(founders, f)
+		}
+	}
+	opts := []lockraft.Option{
 		lockraft.WithDataDir(c.dataDir),
 		lockraft.WithClusterID(c.cluster),
 		lockraft.WithListenAddr(net.JoinHostPort(c.podIP, strconv.Itoa(c.raftPort))),
-		lockraft.WithGossip(lockraft.Gossip{Name: c.name, Founders: founders(c.name, c.expect),
-			BindAddr: c.podIP, BindPort: c.gossipPort}),
+		lockraft.WithGossip(lockraft.Gossip{BindAddr: c.podIP, BindPort: c.gossipPort, Name: c.name,
+			Founders: founders, BootstrapExpect: c.expect}),
 		lockraft.WithLogger(log),
-		lockraft.WithMetrics(reg))
+		lockraft.WithMetrics(reg),
+	}
+	switch {
+	case c.tlsDir != "":
+		b64, err := os.ReadFile(filepath.Join(c.tlsDir, "gossip.key"))
+		if err != nil {
+			return fmt.Errorf("-tls-dir: %w", err)
+		}
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b64)))
+		if err != nil {
+			return fmt.Errorf("-tls-dir: gossip.key must hold a base64 key (openssl rand -base64 32): %w", err)
+		}
+		opts = append(opts,
+			lockraft.WithTLSFiles(filepath.Join(c.tlsDir, "ca.pem"), filepath.Join(c.tlsDir, c.name+".pem"),
+				filepath.Join(c.tlsDir, c.name+"-key.pem")),
+			lockraft.WithGossipKeys(key))
+	case c.insecure:
+		opts = append(opts, lockraft.WithInsecure())
+	}
+	n, err := lockraft.Join(seeds, opts...)
 	if err != nil {
 		return err
 	}
@@ -181,18 +214,4 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	defer scancel()
 	srv.Shutdown(sctx)
 	return err
-}
-
-// founders are the first expect pod names of the StatefulSet that name (a
-// pod name, "<set>-<ordinal>") belongs to: the same list on every pod.
-func founders(name string, expect int) []string {
-	i := strings.LastIndexByte(name, '-')
-	if i < 0 {
-		return nil // not a StatefulSet pod name: Join says what is missing
-	}
-	out := make([]string, 0, expect)
-	for k := range expect {
-		out = append(out, fmt.Sprintf("%s-%d", name[:i], k))
-	}
-	return out
 }

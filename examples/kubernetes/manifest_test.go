@@ -73,6 +73,12 @@ type (
 				Metadata meta `yaml:"metadata"`
 				Spec     struct {
 					Containers []container `yaml:"containers"`
+					Volumes    []struct {
+						Name   string `yaml:"name"`
+						Secret struct {
+							SecretName string `yaml:"secretName"`
+						} `yaml:"secret"`
+					} `yaml:"volumes"`
 				} `yaml:"spec"`
 			} `yaml:"template"`
 			VolumeClaimTemplates []struct {
@@ -180,6 +186,26 @@ func TestManifest(t *testing.T) {
 	require.Equal(t, "status.podIP", env["POD_IP"])
 	require.Equal(t, "metadata.namespace", env["POD_NAMESPACE"])
 	require.Equal(t, sts.Spec.Replicas, cfg.expect, "the cluster forms once every replica is seen")
+	require.Equal(t, "metadata.name", env["POD_NAME"])
+	require.Equal(t, "$(POD_NAME)", cfg.name, "the gossip name is the pod name")
+	var pods []string
+	for i := range sts.Spec.Replicas {
+		pods = append(pods, fmt.Sprintf("%s-%d", sts.Metadata.Name, i))
+	}
+	require.Equal(t, strings.Join(pods, ","), cfg.founders, "the founders are the StatefulSet's pods")
+	require.False(t, cfg.insecure, "members talk TLS")
+	require.NotEmpty(t, cfg.tlsDir, "members talk TLS")
+	var tlsSecret string
+	for _, vm := range ct.VolumeMounts {
+		if vm.MountPath == cfg.tlsDir {
+			for _, v := range sts.Spec.Template.Spec.Volumes {
+				if v.Name == vm.Name {
+					tlsSecret = v.Secret.SecretName
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, tlsSecret, "-tls-dir is a mounted Secret")
 	require.Equal(t, fmt.Sprintf("%s.$(POD_NAMESPACE).svc.cluster.local:%d", headless.Metadata.Name, cfg.gossipPort), cfg.seeds,
 		"the seed is the headless Service's DNS name on the gossip port")
 

@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/certgen"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,6 +55,35 @@ func TestMembersFormFromDNSSeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("forms a cluster with production gossip timing (seconds)")
 	}
+	formMembers(t, "")
+}
+
+// TestMembersFormWithTLS (S1, security): the same with the manifest's TLS
+// setup: a -tls-dir holding the CA, a certificate per member named after the
+// member (random raft ids, as the README's lockraft-certs commands make them)
+// and a base64 gossip key.
+func TestMembersFormWithTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("forms a cluster with production gossip timing (seconds)")
+	}
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("test CA", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ca.pem"), ca.CertPEM, 0o600))
+	for i := range 3 {
+		cert, key, err := ca.Member("k8s-test", certgen.RandomID(), nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("member-%d.pem", i)), cert, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("member-%d-key.pem", i)), key, 0o600))
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gossip.key"), []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600))
+	formMembers(t, dir)
+}
+
+// formMembers starts three members and checks they form, get ready and serve.
+func formMembers(t *testing.T, tlsDir string) {
 	ports := []int{freeGossipPort(t), freeGossipPort(t), freeGossipPort(t)}
 	var seeds []string
 	for _, p := range ports {
@@ -61,7 +95,8 @@ func TestMembersFormFromDNSSeeds(t *testing.T) {
 	for i := range 3 {
 		ready := make(chan string, 1)
 		c := config{podIP: "127.0.0.1", httpAddr: "127.0.0.1:0", raftPort: 0, gossipPort: ports[i],
-			dataDir: t.TempDir(), seeds: strings.Join(seeds, ","), name: fmt.Sprintf("lockraft-%d", i), expect: 3, cluster: "k8s-test",
+			dataDir: t.TempDir(), seeds: strings.Join(seeds, ","), expect: 3, cluster: "k8s-test",
+			name: fmt.Sprintf("member-%d", i), founders: "member-0,member-1,member-2", tlsDir: tlsDir,
 			hold: 10 * time.Millisecond, logLevel: "warn"}
 		go func() { done <- run(ctx, c, ready) }()
 		select {

@@ -27,8 +27,8 @@ func main() {
 	chaos.MaybeChild() // hidden: this binary re-executed as one node process (-procs)
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
-	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated runs, each a fault group (partition, crash, pause, clock, wall, badclock, net, msgs, disk, churn) or kind (isolate-leader, wall-back, ...), or kinds and groups joined by + into one run (wall-back+isolate-leader); with -procs: kill, stop, partition, or kinds joined by +")
-	size := flag.Int("nodes", 3, "cluster size")
+	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated runs, each a fault group (partition, crash, pause, clock, wall, badclock, net, msgs, disk, churn, leader-churn) or kind (isolate-leader, wall-back, ...), or kinds and groups joined by + into one run (wall-back+isolate-leader); with -procs: kill, stop, partition, or kinds joined by +")
+	size := flag.Int("nodes", 0, "cluster size (0: 3, or 5 for leader-churn)")
 	clients := flag.Int("clients", 3, "clients per node")
 	longHolds := flag.Float64("long-holds", 0, "share of critical sections held for up to 4 s (twice the session TTL) instead of 20 ms: a holder told of its loss late then shows as a live overlap (S5)")
 	verbose := flag.Bool("v", false, "log every fault")
@@ -49,7 +49,7 @@ func main() {
 		defer f.Close()
 		logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	fmt.Printf("seed %d, %v per fault, %d nodes x %d clients\n", *seed, *dur, *size, *clients)
+	fmt.Printf("seed %d, %v per fault, %d nodes (0: the fault's default) x %d clients\n", *seed, *dur, *size, *clients)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected")
 	var violations []string // printed again after the table, so the end of the output has them

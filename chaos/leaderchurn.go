@@ -1,0 +1,314 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/lockraft/lockraft/node"
+)
+
+// FaultLeaderChurn kills or partitions whoever leads every 0.5–2 election
+// timeouts after it is seen leading (at most one such victim down at a
+// time; the previous one is restarted or healed when the next is hit), on a
+// 5-node cluster so that a majority stays up with one crashed holder besides.
+// Alongside, crashed-holder probes: a lock is taken on one node, another
+// node waits for it, the holder's node is killed, and the wait must be
+// granted TTL after the holder's last keepalive plus only the time the
+// cluster had no leader after that deadline (L3: failovers carry a
+// session's silence over), and never before the holder's own deadline (S5).
+// The usual workload runs meanwhile and gets the usual checks.
+const FaultLeaderChurn = "leader-churn"
+
+// probeOwnerPrefix marks the probes' owners (not the workload clients').
+const probeOwnerPrefix = "probe-"
+
+// gap is a stretch of time in which the churn left the cluster without a
+// leader: from a hit until another leader was seen.
+type gap struct{ start, end time.Time }
+
+// leaderless is how much of [from, to] fell in gaps.
+func leaderless(gaps []gap, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, g := range gaps {
+		s, e := g.start, g.end
+		if s.Before(from) {
+			s = from
+		}
+		if e.IsZero() || e.After(to) {
+			e = to
+		}
+		if e.After(s) {
+			d += e.Sub(s)
+		}
+	}
+	return d
+}
+
+// leaderChurner hits the leader; spare nodes are isolated rather than
+// killed, and protected ones are never hit (a probe's holder before its
+// planned crash).
+type leaderChurner struct {
+	c    *Cluster
+	rng  *rand.Rand
+	logf func(string, ...any)
+	et   time.Duration
+	hits int
+
+	mu      sync.Mutex
+	gaps    []gap
+	spare   map[uint64]bool
+	protect map[uint64]bool
+	victim  uint64
+	undo    func()
+}
+
+func (lc *leaderChurner) setRoles(spare, protect uint64) {
+	lc.mu.Lock()
+	lc.spare, lc.protect = map[uint64]bool{spare: spare != 0}, map[uint64]bool{protect: protect != 0}
+	lc.mu.Unlock()
+}
+
+func (lc *leaderChurner) gapsCopy() []gap {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return append([]gap(nil), lc.gaps...)
+}
+
+func (lc *leaderChurner) restore() {
+	lc.mu.Lock()
+	undo := lc.undo
+	lc.undo, lc.victim = nil, 0
+	lc.mu.Unlock()
+	if undo != nil {
+		undo()
+	}
+}
+
+// run hits leaders until ctx ends, then undoes the last hit.
+func (lc *leaderChurner) run(ctx context.Context) {
+	defer lc.restore()
+	for ctx.Err() == nil {
+		var lead uint64
+		for lead == 0 && ctx.Err() == nil {
+			sleepCtx(ctx, 2*time.Millisecond)
+			lc.mu.Lock()
+			victim := lc.victim
+			lc.mu.Unlock()
+			for _, id := range lc.c.IDs() {
+				if n := lc.c.Node(id); n != nil && n.Leader() == id && id != victim {
+					lead = id
+				}
+			}
+		}
+		lc.mu.Lock()
+		if k := len(lc.gaps); k > 0 && lc.gaps[k-1].end.IsZero() {
+			lc.gaps[k-1].end = time.Now()
+		}
+		lc.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		sleepCtx(ctx, lc.et/2+time.Duration(lc.rng.Int64N(int64(3*lc.et/2))))
+		if ctx.Err() != nil {
+			return
+		}
+		if n := lc.c.Node(lead); n == nil || n.Leader() != lead {
+			continue // lost leadership meanwhile
+		}
+		lc.mu.Lock()
+		protected, spare := lc.protect[lead], lc.spare[lead]
+		lc.mu.Unlock()
+		if protected {
+			continue
+		}
+		lc.restore()
+		lc.hits++
+		lc.mu.Lock()
+		lc.gaps = append(lc.gaps, gap{start: time.Now()})
+		id := lead
+		if spare {
+			lc.logf("leader churn %d: isolate leader n%d", lc.hits, id)
+			lc.c.Isolate(id)
+			lc.victim, lc.undo = id, lc.c.Heal
+		} else {
+			lc.logf("leader churn %d: kill leader n%d", lc.hits, id)
+			lc.c.Crash(id)
+			lc.undo = func() {
+				if err := lc.c.Restart(id); err != nil {
+					lc.logf("restart n%d: %v", id, err)
+				}
+			}
+		}
+		lc.mu.Unlock()
+	}
+}
+
+// probeResult is one crashed-holder probe.
+type probeResult struct {
+	holder, waiter uint64
+	took           time.Duration // the holder's last keepalive → the grant applied
+	leaderless     time.Duration // of that, after the holder's deadline, without a leader
+	early          time.Duration // > 0: granted this long before the holder's own deadline (S5)
+	pending        bool          // not granted when the run ended: took is a lower bound
+}
+
+// probe runs one crashed-holder probe: hold on one node, wait on another,
+// kill the holder's node, time the grant; then restart the holder.
+func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, round int, ttl time.Duration) (*probeResult, error) {
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var cands []uint64
+	for _, id := range c.IDs() {
+		if id != lead && c.Node(id) != nil {
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) < 2 {
+		return nil, nil // not now: the churn has a victim down and another is restarting
+	}
+	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	h, w := cands[0], cands[1]
+	holder, waiter := c.Node(h), c.Node(w)
+	if holder == nil || waiter == nil {
+		return nil, nil
+	}
+	lc.setRoles(w, h)
+	defer lc.setRoles(0, 0)
+	name := fmt.Sprintf("probe/%d", round)
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = holder.Acquire(hctx, name, probeOwnerPrefix+fmt.Sprintf("h%d", round), true, 0)
+	hcancel()
+	if err != nil {
+		return nil, nil // the churn got in the way; try again
+	}
+	owner := probeOwnerPrefix + fmt.Sprintf("w%d", round)
+	granted := make(chan *node.Hold, 1)
+	go func() {
+		// Not the run's context: a probe still waiting when the run ends
+		// gets a grace (below) before it is judged.
+		wctx, wcancel := context.WithTimeout(context.Background(), 4*ttl+30*time.Second)
+		defer wcancel()
+		hw, err := waiter.Acquire(wctx, name, owner, true, 0)
+		if err != nil {
+			hw = nil
+		}
+		granted <- hw
+	}()
+	// Let the churn hit a leader or two first, then kill the holder.
+	sleepCtx(ctx, time.Duration(rng.Int64N(int64(2*lc.et))))
+	c.Crash(h)
+	lc.setRoles(w, 0)
+	last, deadline := holder.LastKeepaliveSent(), holder.SessionDeadline()
+	var hw *node.Hold
+	pending := false
+	select {
+	case hw = <-granted:
+	case <-ctx.Done():
+		// The run ended first: wait a little longer (the churn has
+		// stopped), then judge by the time so far.
+		select {
+		case hw = <-granted:
+		case <-time.After(probeGrace(last, ttl, lc.et)):
+			pending = true
+		}
+	}
+	at := c.Applied.GrantedAt(owner)
+	if at.IsZero() && pending {
+		at = time.Now()
+	} else if at.IsZero() {
+		// The waiter lost its session (its node was isolated past its
+		// TTL): not a verdict on the crashed holder.
+		if err := c.Restart(h); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if hw != nil {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = hw.Release(rctx)
+		rcancel()
+	}
+	r := &probeResult{holder: h, waiter: w, took: at.Sub(last), pending: pending,
+		leaderless: leaderless(lc.gapsCopy(), last.Add(ttl), at)}
+	if at.Before(deadline) {
+		r.early = deadline.Sub(at)
+	}
+	if err := c.Restart(h); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// runLeaderChurn is Run's schedule for FaultLeaderChurn: the churn and the
+// probes until ctx ends. It returns the probes' results.
+func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(string, ...any), applied map[string]int) []*probeResult {
+	var cfg node.Config
+	FastConfig(&cfg)
+	et := time.Duration(cfg.ElectionTicks) * cfg.TickInterval
+	lc := &leaderChurner{c: c, rng: rand.New(rand.NewPCG(rng.Uint64(), 0x1c)), logf: logf, et: et}
+	done := make(chan struct{})
+	go func() { defer close(done); lc.run(ctx) }()
+	var results []*probeResult
+	for round := 1; ctx.Err() == nil; round++ {
+		r, err := probe(ctx, c, lc, rng, round, cfg.SessionTTL)
+		if err != nil {
+			logf("probe %d: %v", round, err)
+			continue
+		}
+		if r != nil && r.pending {
+			// Only a probe that had its TTL before the run ended tells
+			// anything.
+			if r.took > cfg.SessionTTL {
+				results = append(results, r)
+			}
+			break
+		}
+		if r != nil {
+			logf("probe %d: holder n%d killed, waiter n%d granted %v after its last keepalive (%v without a leader after the deadline)",
+				round, r.holder, r.waiter, r.took.Round(time.Millisecond), r.leaderless.Round(time.Millisecond))
+			results = append(results, r)
+		}
+		sleepCtx(ctx, et)
+	}
+	<-done
+	applied[FaultLeaderChurn] = lc.hits
+	applied["probes"] = len(results)
+	return results
+}
+
+// probeGrace is how long a probe still waiting when the run ends is given:
+// until its deadline with some slack, and three election timeouts more.
+func probeGrace(last time.Time, ttl, et time.Duration) time.Duration {
+	return max(0, time.Until(last.Add(ttl+2*et))) + 3*et
+}
+
+// probeVerdicts turns probe results into violations and notes: the grant
+// must come TTL + (leaderless time after the deadline) + slack after the
+// holder's last keepalive, and not before the holder's own deadline.
+func probeVerdicts(results []*probeResult, ttl, slack time.Duration, viol func(string, ...any), note func(string)) {
+	var worst, worstLeaderless time.Duration
+	for i, r := range results {
+		if over := r.took - r.leaderless - ttl; over > worst {
+			worst = over
+		}
+		worstLeaderless = max(worstLeaderless, r.leaderless)
+		switch {
+		case r.took-r.leaderless > ttl+slack && r.pending:
+			viol("L3: probe %d: holder n%d's lock still not granted %v after its last keepalive, %v of it without a leader (TTL %v + slack %v)",
+				i+1, r.holder, r.took, r.leaderless, ttl, slack)
+		case r.took-r.leaderless > ttl+slack:
+			viol("L3: probe %d: holder n%d's lock granted %v after its last keepalive, %v of it without a leader (TTL %v + slack %v)",
+				i+1, r.holder, r.took, r.leaderless, ttl, slack)
+		}
+		if r.early > 0 {
+			viol("S5: probe %d: holder n%d's lock granted %v before its own deadline", i+1, r.holder, r.early)
+		}
+	}
+	note(fmt.Sprintf("leader churn: %d crashed-holder probes; grant − last keepalive − leaderless time after the deadline ≤ TTL + %v (worst %v over TTL); longest leaderless stretch after a deadline %v",
+		len(results), slack, worst.Round(time.Millisecond), worstLeaderless.Round(time.Millisecond)))
+}

@@ -1,0 +1,182 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Leader changes and a cluster that cannot serve, as callers see them:
+//   - the keepalive sender tells a new leader at once (and drops a call to
+//     the old one), so a healthy session loses as little as possible to
+//     each failover;
+//   - TryLock gives up after tryLockBound without an answer (ErrUnavailable),
+//     and a Lock whose context ends while this node has no leader says so
+//     (ErrUnavailable and the context's cause);
+//   - the node logs at WARN, once, when it has had no leader for
+//     leaderlessWarnAfter, and at INFO when it has one again;
+//   - Ready waits until the node can serve.
+
+// setLeader records the leader this node sees and wakes whoever waits on a
+// change. Called by the loop (and by a light member's forwarding).
+func (n *Node) setLeader(id uint64) {
+	if n.lead.Swap(id) == id {
+		return
+	}
+	swapEpoch(&n.leadEpoch)
+}
+
+// setSession records this node's session id (0: none) and wakes Ready.
+func (n *Node) setSession(id uint64) {
+	if n.sess.Swap(id) == id {
+		return
+	}
+	swapEpoch(&n.sessEpoch)
+}
+
+func swapEpoch(p *atomic.Pointer[chan struct{}]) {
+	ch := make(chan struct{})
+	if old := p.Swap(&ch); old != nil {
+		close(*old)
+	}
+}
+
+func loadEpoch(p *atomic.Pointer[chan struct{}]) <-chan struct{} {
+	if c := p.Load(); c != nil {
+		return *c
+	}
+	ch := make(chan struct{})
+	if p.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *p.Load()
+}
+
+// leaderEpoch returns a channel that is closed at the next leader change.
+func (n *Node) leaderEpoch() <-chan struct{} { return loadEpoch(&n.leadEpoch) }
+
+// ctxDone is a context that is done when ch is closed.
+func ctxDone(ch <-chan struct{}) context.Context { return chanContext(ch) }
+
+type chanContext <-chan struct{}
+
+func (c chanContext) Deadline() (deadline time.Time, ok bool) { return }
+func (c chanContext) Done() <-chan struct{}                   { return c }
+func (c chanContext) Err() error {
+	select {
+	case <-c:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (c chanContext) Value(any) any { return nil }
+
+// tryLockBound is how long TryLock waits for its answer: two election
+// timeouts, time for one election and a commit.
+func (c Config) tryLockBound() time.Duration { return 2 * c.electionTimeout() }
+
+// leaderlessWarnAfter: no leader for this long is logged at WARN (once).
+func (c Config) leaderlessWarnAfter() time.Duration { return 3 * c.electionTimeout() }
+
+// leaderless reports whether this node has no working leader now: none
+// known, or none heard from for an election timeout.
+func (n *Node) leaderless() bool {
+	if n.lead.Load() == 0 {
+		return true
+	}
+	seen := n.leaderSeen.Load()
+	return seen.IsZero() || n.clock.Now().Sub(seen) > n.cfg.electionTimeout()
+}
+
+// errTryLockBound ends a TryLock that got no answer in tryLockBound.
+var errTryLockBound = errors.New("no answer within the TryLock bound")
+
+// acquireContext bounds a TryLock by tryLockBound.
+func (n *Node) acquireContext(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
+	if wait {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, n.cfg.tryLockBound(), errTryLockBound)
+}
+
+// acquireGaveUp is the error of an Acquire whose context ended: ErrUnavailable
+// for a TryLock past its bound, ErrUnavailable wrapping the caller's cause
+// when this node has no leader, else the caller's cause.
+func (n *Node) acquireGaveUp(ctx context.Context, wait bool) error {
+	cause := context.Cause(ctx)
+	switch {
+	case !wait && errors.Is(cause, errTryLockBound):
+		return fmt.Errorf("%w: no leader answered within %v", ErrUnavailable, n.cfg.tryLockBound())
+	case n.leaderless():
+		return fmt.Errorf("%w: no leader: %w", ErrUnavailable, cause)
+	}
+	return cause
+}
+
+// leaderWatch is the loop's memory of a leaderless stretch.
+type leaderWatch struct {
+	since     time.Time // zero: there is a leader
+	warned    bool
+	hadLeader bool // a leader was known since this node started
+}
+
+// watchLeader runs every tick: WARN once after leaderlessWarnAfter without a
+// leader (INFO before this node first knew one: it is starting), INFO when
+// there is one again. A leader counts as seen while this
+// node leads.
+func (n *Node) watchLeader(now time.Time) {
+	w := &n.loop.noLead
+	if n.loop.isLeader {
+		n.leaderSeen.Advance(now)
+	}
+	if !n.leaderless() {
+		w.hadLeader = true
+		if w.warned {
+			n.log.Info("cluster has a leader again", "leader", n.loop.leader, "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
+		}
+		*w = leaderWatch{hadLeader: true}
+		return
+	}
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if !w.warned && now.Sub(w.since) >= n.cfg.leaderlessWarnAfter() && !n.closing.Load() {
+		w.warned = true
+		log := n.log.Warn
+		if !w.hadLeader {
+			// A node that never had a leader is starting: the cluster forming
+			// or its other members not started yet is normal, not a fault.
+			log = n.log.Info
+		}
+		log("no leader: locks can be neither taken nor released until a majority of voters is reachable",
+			"leaderless_for", now.Sub(w.since).Round(time.Millisecond))
+	}
+}
+
+// Ready blocks until this node can serve: it knows a leader and its session
+// is open. It returns ctx's cause if ctx ends first (wrapping ErrUnavailable
+// while there is no leader), and the node's error if it stopped.
+func (n *Node) Ready(ctx context.Context) error {
+	for {
+		lead, sess := n.leaderEpoch(), loadEpoch(&n.sessEpoch)
+		if err := n.err(); err != nil {
+			return err
+		}
+		if n.lead.Load() != 0 && n.sess.Load() != 0 {
+			return nil
+		}
+		select {
+		case <-lead:
+		case <-sess:
+		case <-n.donec:
+		case <-ctx.Done():
+			if n.leaderless() {
+				return fmt.Errorf("%w: no leader: %w", ErrUnavailable, context.Cause(ctx))
+			}
+			return context.Cause(ctx)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRestartEndsOldSession (L3): a member killed while holding a lock and
+// restarted from its data directory ends its previous incarnation's session
+// among its first committed entries: the next waiter is granted within about
+// one commit of the restarted node knowing the leader, long before the old
+// session's TTL. Measured: restart → next waiter's grant.
+func TestRestartEndsOldSession(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.SessionTTL = 10 * time.Second; c.KeepaliveInterval = time.Second })
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	b := otherThan(tc, lead, a)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := tc.nodes[a].Acquire(ctx, "gamma", "a", true, 0)
+	require.NoError(t, err)
+	got, grantedAt := grantAsync(t, tc.nodes[b], "gamma", "b")
+	requireWaiters(t, tc.nodes[b], "gamma", 1)
+	tc.crash(a)
+	restarted := time.Now()
+	tc.restart(a)
+	var h2 *Hold
+	select {
+	case h2 = <-got:
+	case <-time.After(tc.config(a).SessionTTL / 2):
+		t.Fatalf("the old session's lock was not released within half its TTL of the restart")
+	}
+	require.NotNil(t, h2)
+	took := grantedAt().Sub(restarted)
+	t.Logf("restart → next waiter's grant: %v (TTL %v)", took, tc.config(a).SessionTTL)
+	require.Greater(t, h2.Token(), h.Token())
+	// One commit after the restarted node hears from the leader: the
+	// restart itself (opening the data directory, replay) plus a heartbeat
+	// interval and a commit; a second is far more than that.
+	require.Less(t, took, time.Second)
+}
+
+// TestLightMemberRestartEndsOldSession (L3): a light member (no raft state,
+// so no lock table to find its old session in) killed while holding a lock
+// and restarted from its data directory ends its previous session from the
+// id it recorded there: the next waiter is granted well before the old
+// session's TTL. Before, only a raft member's lock table was searched, and a
+// light member's old locks stayed until the TTL.
+func TestLightMemberRestartEndsOldSession(t *testing.T) {
+	f, lights := lightFleet(t, "lrestart", 6, func(c *Config) { c.SessionTTL = 10 * time.Second; c.KeepaliveInterval = time.Second })
+	light := lights[0]
+	idx := -1
+	for i, n := range f.nodes {
+		if n == light {
+			idx = i
+		}
+	}
+	require.GreaterOrEqual(t, idx, 0)
+	lead := f.leader(10 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := light.Acquire(ctx, "delta", "light", true, 0)
+	require.NoError(t, err)
+	got, grantedAt := grantAsync(t, lead, "delta", "leader")
+	requireWaiters(t, lead, "delta", 1)
+	seed := lead.GossipAddr()
+	f.crash(idx)
+	restarted := time.Now()
+	n := f.start(idx, seed)
+	require.True(t, n.light(), "the restarted member is light again")
+	var h2 *Hold
+	select {
+	case h2 = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the light member's old session was not ended within 5 s of its restart (TTL 10 s)")
+	}
+	require.NotNil(t, h2)
+	t.Logf("light member restart → next waiter's grant: %v", grantedAt().Sub(restarted))
+	require.Greater(t, h2.Token(), h.Token())
+}

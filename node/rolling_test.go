@@ -1,0 +1,211 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// freePort returns a loopback TCP port free right now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// fixedPorts makes every slot of a gossip fleet keep its gossip and gRPC
+// ports across restarts (a StatefulSet pod keeps its address), and sets the
+// dead-voter threshold to a realistic 30 s.
+func fixedPorts(t testing.TB, f *gossipFleet) {
+	type ports struct{ gossip, grpc int }
+	byDir := map[string]ports{}
+	var mu sync.Mutex
+	f.tune = func(c *Config) {
+		mu.Lock()
+		p, ok := byDir[c.DataDir]
+		if !ok {
+			p = ports{freePort(t), freePort(t)}
+			byDir[c.DataDir] = p
+		}
+		mu.Unlock()
+		c.Gossip.BindPort = p.gossip
+		c.ListenAddr = fmt.Sprintf("127.0.0.1:%d", p.grpc)
+		c.Gossip.Thresholds.DeadVoterAfter = 30 * time.Second
+	}
+}
+
+// TestCloseIsRestartable (L1, L3): in gossip mode a plain Close releases the
+// member's locks at once and stops it, but it keeps its place: started again
+// on its data directory it comes back as itself, as a voter, and serves.
+// Before, Close removed the member from the configuration for good and the
+// restart stopped with ErrRemoved a few seconds later.
+func TestCloseIsRestartable(t *testing.T) {
+	f := newGossipFleet(t, "closerestart", 3)
+	fixedPorts(t, f)
+	f.start(1)
+	f.start(2, f.nodes[1].GossipAddr())
+	f.start(3, f.nodes[1].GossipAddr())
+	voters, _ := f.waitConf(30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	lead := f.leader(10 * time.Second)
+	victim := 0
+	for i, n := range f.nodes {
+		if n != lead {
+			victim = i
+		}
+	}
+	ctx := ctxT(t, 60*time.Second)
+	v := f.nodes[victim]
+	_, err := v.Acquire(ctx, "held", "v", true, 0)
+	require.NoError(t, err)
+	got, _ := grantAsync(t, lead, "held", "l")
+	requireWaiters(t, lead, "held", 1)
+	id := v.ID()
+	require.NoError(t, v.Close(ctx))
+	f.mu.Lock()
+	delete(f.nodes, victim)
+	f.mu.Unlock()
+	select {
+	case h := <-got:
+		require.NotNil(t, h, "Close released the lock to the next waiter")
+		require.NoError(t, h.Release(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not release the lock at once")
+	}
+	n := f.start(victim, lead.GossipAddr())
+	require.Equal(t, id, n.ID())
+	require.Eventually(t, func() bool { return n.sess.Load() != 0 }, 20*time.Second, 10*time.Millisecond, "the restarted member has a session")
+	h, err := n.Acquire(ctx, "after", "n", true, 0)
+	require.NoError(t, err, "the restarted member serves")
+	require.NoError(t, h.Release(ctx))
+	// Still a voter, and still serving well after a removal would have told
+	// it otherwise (the leader tells a removed member within its reconcile).
+	require.Never(t, func() bool { return n.err() != nil }, 3*time.Second, 20*time.Millisecond, "the restarted member stopped: %v", n.err())
+	after, _ := f.waitConf(10*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+	require.Equal(t, voters, after)
+}
+
+// TestLeaveStaticMode: Leave works without gossip too: the member is removed
+// from the raft configuration (it panicked on a nil map before: the leave
+// call was served only in gossip mode).
+func TestLeaveStaticMode(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	a := otherThan(tc, lead)
+	ctx := ctxT(t, 20*time.Second)
+	require.NoError(t, tc.nodes[a].Leave(ctx))
+	delete(tc.nodes, a)
+	require.Eventually(t, func() bool {
+		v, _, err := tc.nodes[lead].ConfState(ctx)
+		return err == nil && len(v) == 2 && !slices.Contains(v, a)
+	}, 10*time.Second, 10*time.Millisecond, "the leaving member is out of the configuration")
+	// The two left serve.
+	h, err := tc.nodes[lead].Acquire(ctx, "after-leave", "l", true, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+}
+
+// TestRollingRestart (L1, L3): 3 and 5 gossip members, each restarted in
+// turn (plain Close, start again on its data directory and ports) while
+// every member runs Lock/Unlock traffic on shared names. No operation of a
+// member that is not restarting may fail (a Lock waits out the leadership
+// hand-over), no member is lost, and the voters are the same at the end.
+func TestRollingRestart(t *testing.T) {
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d-members", size), func(t *testing.T) {
+			f := newGossipFleet(t, fmt.Sprintf("rolling%d", size), size)
+			fixedPorts(t, f)
+			f.start(1) // the founders are slots 1..size
+			for i := 2; i <= size; i++ {
+				f.start(i, f.nodes[1].GossipAddr())
+			}
+			voters, _ := f.waitConf(60*time.Second, "all voters", func(v, l []uint64) bool { return len(v) == size })
+			var mu sync.Mutex
+			var failures []string
+			ops := 0
+			type client struct {
+				stop chan struct{}
+				done chan struct{}
+			}
+			run := func(slot int, n *Node) *client {
+				c := &client{stop: make(chan struct{}), done: make(chan struct{})}
+				go func() {
+					defer close(c.done)
+					for k := 0; ; k++ {
+						select {
+						case <-c.stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						name := fmt.Sprintf("rr/%d", k%3)
+						h, err := n.Acquire(ctx, name, fmt.Sprintf("s%d-%d", slot, k), true, 0)
+						if err == nil {
+							time.Sleep(2 * time.Millisecond)
+							err = h.Release(ctx)
+						}
+						cancel()
+						mu.Lock()
+						ops++
+						if err != nil {
+							failures = append(failures, fmt.Sprintf("slot %d op %d on %s: %v", slot, k, name, err))
+						}
+						mu.Unlock()
+					}
+				}()
+				return c
+			}
+			clients := map[int]*client{}
+			for i, n := range f.nodes {
+				clients[i] = run(i, n)
+			}
+			ctx := ctxT(t, 120*time.Second)
+			for slot := 1; slot <= size; slot++ {
+				n := f.nodes[slot]
+				c := clients[slot]
+				close(c.stop)
+				<-c.done
+				start := time.Now()
+				require.NoError(t, n.Close(ctx), "Close of slot %d", slot)
+				closed := time.Since(start)
+				f.mu.Lock()
+				delete(f.nodes, slot)
+				f.mu.Unlock()
+				var seed string
+				for _, o := range f.running() {
+					seed = o.GossipAddr()
+				}
+				n2 := f.start(slot, seed)
+				require.Equal(t, n.ID(), n2.ID())
+				require.Eventually(t, func() bool { return n2.sess.Load() != 0 && n2.Leader() != 0 }, 30*time.Second, 10*time.Millisecond,
+					"slot %d back with a session", slot)
+				t.Logf("slot %d (raft id %x): Close took %v, back with a session after %v", slot, n.ID(), closed, time.Since(start))
+				f.waitConf(30*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+				clients[slot] = run(slot, n2)
+				time.Sleep(300 * time.Millisecond) // traffic on the whole fleet between restarts
+			}
+			time.Sleep(500 * time.Millisecond) // traffic on the fully restarted fleet
+			for _, c := range clients {
+				close(c.stop)
+				<-c.done
+			}
+			after, _ := f.waitConf(10*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+			require.Equal(t, voters, after, "voters back to the target, no member lost")
+			for _, n := range f.running() {
+				require.NoError(t, n.err(), "member %x stopped", n.ID())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("%d members restarted one by one; %d Lock+Unlock operations, %d failed", size, ops, len(failures))
+			require.Empty(t, failures)
+			require.Positive(t, ops)
+		})
+	}
+}
