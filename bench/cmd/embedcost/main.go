@@ -98,7 +98,7 @@ func child() error {
 		}
 		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(lockraft.Gossip{
 			Name: *flagName, Founders: founders,
-			Voters:          lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
+			Voters: lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
 		}))
 	} else {
 		peers = strings.Split(*flagPeers, ",")
