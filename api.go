@@ -220,12 +220,12 @@ func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockO
 		if !wait {
 			kind = opTryLock
 		}
-		n.m.observe(0, kind, start, err)
+		n.m.observe(primMutex, kind, start, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{h: h, m: n.m}, nil
+	return &Lock{h: h, m: n.m, prim: primMutex}, nil
 }
 
 // Close stops this replica for now (a restart, a rolling upgrade): it
@@ -271,8 +271,9 @@ func (n *Node) GossipAddr() string { return n.n.GossipAddr() }
 
 // Lock is a held lock. Safe for concurrent use.
 type Lock struct {
-	h *node.Hold
-	m *metrics // nil without WithMetrics
+	h    *node.Hold
+	m    *metrics // nil without WithMetrics
+	prim int      // the "primitive" label it counts under (metrics.go)
 }
 
 // Unlock releases this hold (one level of a reentrant lock). It returns
@@ -283,7 +284,7 @@ type Lock struct {
 func (l *Lock) Unlock(ctx context.Context) error {
 	err := l.h.Release(ctx)
 	if l.m != nil {
-		l.m.observe(0, opUnlock, time.Time{}, err)
+		l.m.observe(l.prim, opUnlock, time.Time{}, err)
 	}
 	return err
 }
@@ -307,7 +308,7 @@ func (l *Lock) Owner() string { return l.h.Owner() }
 func (l *Lock) Renew(ctx context.Context) error {
 	err := l.h.Renew(ctx)
 	if l.m != nil {
-		l.m.observe(0, opRenew, time.Time{}, err)
+		l.m.observe(l.prim, opRenew, time.Time{}, err)
 	}
 	return err
 }

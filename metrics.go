@@ -32,11 +32,18 @@ type opsOptions struct {
 	metrics prometheus.Registerer
 }
 
-// Primitives, the values of the "primitive" label. Adding a lock type is
-// adding its name here.
-const primMutex = "mutex"
+// Primitives, the values of the "primitive" label, by index. Adding a lock
+// type is adding its name here.
+const (
+	primMutex = iota
+	primRW
+	primSemaphore
+	primElection
+	primMulti // LockAll / TryLockAll
+	primCount
+)
 
-var primitives = []string{primMutex}
+var primitives = [primCount]string{"mutex", "rwlock", "semaphore", "election", "multilock"}
 
 // Operation kinds and results, the values of the "kind" and "result" labels.
 const (
@@ -44,10 +51,11 @@ const (
 	opTryLock
 	opUnlock
 	opRenew
+	opProclaim // an election leader's Proclaim
 	opCount
 )
 
-var opNames = [opCount]string{"lock", "trylock", "unlock", "renew"}
+var opNames = [opCount]string{"lock", "trylock", "unlock", "renew", "proclaim"}
 
 var resultNames = []string{"ok", "locked", "not_held", "canceled", "deadline_exceeded", "unavailable",
 	"session_expired", "closed", "invalid", "error"}
@@ -71,8 +79,13 @@ func resultOf(err error) int {
 		return 6
 	case errors.Is(err, ErrClosed), errors.Is(err, ErrRemoved), errors.Is(err, ErrStorage):
 		return 7
+	case errors.Is(err, ErrOlderMembers):
+		return 5 // the catalogue waits for a rolling upgrade: retry later
 	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrInvalidOwner), errors.Is(err, ErrInvalidConfig),
-		errors.Is(err, ErrTooManyHolds), errors.Is(err, ErrAlreadyWaiting):
+		errors.Is(err, ErrTooManyHolds), errors.Is(err, ErrAlreadyWaiting),
+		errors.Is(err, ErrWrongKind), errors.Is(err, ErrHoldConflict), errors.Is(err, ErrUpgrade),
+		errors.Is(err, ErrBadPermits), errors.Is(err, ErrPermitsMismatch), errors.Is(err, ErrTooManyNames),
+		errors.Is(err, ErrDuplicateName), errors.Is(err, ErrInvalidValue):
 		return 8
 	}
 	return 9
@@ -95,7 +108,7 @@ func newMetrics() *metrics {
 	m := &metrics{}
 	opsVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockraft_operations_total",
-		Help: "Lock operations this node served, by primitive, kind (lock, trylock, unlock, renew) and result.",
+		Help: "Lock operations this node served, by primitive (mutex, rwlock, semaphore, election, multilock), kind (lock, trylock, unlock, renew, proclaim) and result.",
 	}, []string{"primitive", "kind", "result"})
 	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "lockraft_acquire_wait_seconds",
@@ -152,8 +165,12 @@ func (m *metrics) register(reg prometheus.Registerer, n *node.Node) error {
 	return nil
 }
 
-// observe counts one operation (and a successful Lock's wait).
+// observe counts one operation (and a successful Lock's wait). A nil m
+// counts nothing.
 func (m *metrics) observe(prim, kind int, start time.Time, err error) {
+	if m == nil {
+		return
+	}
 	m.ops[prim][kind][resultOf(err)].Inc()
 	if kind == opLock && err == nil {
 		m.acquireWait[prim].Observe(time.Since(start).Seconds())

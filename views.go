@@ -48,19 +48,39 @@ const MaxPageLimit = node.MaxPageLimit
 
 // LockView is one name as the lock table has it.
 type LockView struct {
-	Name    string       `json:"name"`
-	Holder  *HolderView  `json:"holder,omitempty"`  // nil: free (delayed, or waited for during a delay)
+	Name string `json:"name"`
+	// Primitive is what the name is: "mutex" (also the names of a
+	// multi-name lock), "rwlock", "semaphore" or "election".
+	Primitive string `json:"primitive"`
+	// Holder is the first hold (a mutex's or an election's only one); nil:
+	// free (delayed, or waited for during a delay).
+	Holder *HolderView `json:"holder,omitempty"`
+	// Holds are every hold in grant order: a read-write lock's writer or
+	// readers, a semaphore's acquisitions; one for a mutex or an election.
+	Holds   []HolderView `json:"holds,omitempty"`
 	Waiters []WaiterView `json:"waiters"`           // queue order: Waiters[0] is next
 	Delayed bool         `json:"delayed,omitempty"` // in its lock-delay after a holder's session expired
+	// Semaphore: its size and the permits in use.
+	Permits      uint32 `json:"permits,omitempty"`
+	PermitsInUse uint32 `json:"permits_in_use,omitempty"`
+	// Election: the leader's value.
+	Value string `json:"value,omitempty"`
 }
 
-// HolderView is the current holder of a name.
+// HolderView is one hold of a name.
 type HolderView struct {
 	Owner     string   `json:"owner"`
 	Session   uint64   `json:"session"`
 	Member    MemberID `json:"member"`     // the member whose session holds it
 	Token     uint64   `json:"token"`      // fencing token = the raft index of the granting entry ("since", in log order)
 	HoldCount uint32   `json:"hold_count"` // reentrant depth
+	// Mode is "read" or "write" for a read-write lock, "" otherwise.
+	Mode string `json:"mode,omitempty"`
+	// Permits is the semaphore permits this hold takes (0: not a semaphore).
+	Permits uint32 `json:"permits,omitempty"`
+	// Names are all the names of a multi-name hold (LockAll); empty
+	// otherwise.
+	Names []string `json:"names,omitempty"`
 	// GrantedAt is when the replica that answered applied the grant, to
 	// within a quarter second for recent grants (zero: unknown, e.g. granted
 	// before that replica started).
@@ -84,6 +104,10 @@ type WaiterView struct {
 	Enqueued    uint64    `json:"enqueued"`             // raft index of the acquire that queued it
 	EnqueuedAt  time.Time `json:"enqueued_at,omitzero"` // as GrantedAt
 	LeaseMillis uint64    `json:"lease_ms,omitempty"`
+	Mode        string    `json:"mode,omitempty"`    // "read" or "write" (read-write locks)
+	Permits     uint32    `json:"permits,omitempty"` // semaphore permits asked for
+	Value       string    `json:"value,omitempty"`   // election: the value it campaigns with
+	Names       []string  `json:"names,omitempty"`   // a multi-name acquire: all its names
 }
 
 // LocksPage is one page of a listing by prefix.
@@ -136,18 +160,32 @@ type MemberView struct {
 	LagKnown bool   `json:"lag_known,omitempty"`
 }
 
+func holderView(h node.HolderView) HolderView {
+	return HolderView{Owner: h.Owner, Session: h.Session, Member: MemberID(h.Member), Token: h.Token,
+		HoldCount: h.HoldCount, Mode: h.Mode, Permits: h.Permits, Names: h.Names, GrantedAt: h.GrantedAt,
+		LeaseMillis: h.LeaseMillis, ExpiresAt: h.ExpiresAt}
+}
+
 func lockView(v node.LockView) LockView {
-	out := LockView{Name: v.Name, Delayed: v.Delayed}
+	out := LockView{Name: v.Name, Primitive: v.Primitive, Delayed: v.Delayed, Permits: v.Permits,
+		PermitsInUse: v.PermitsInUse, Value: v.Value}
+	if h := v.Holder; h != nil {
+		hv := holderView(*h)
+		out.Holder = &hv
+	}
+	if v.Holds != nil {
+		out.Holds = make([]HolderView, 0, len(v.Holds))
+	}
+	for _, h := range v.Holds {
+		out.Holds = append(out.Holds, holderView(h))
+	}
 	if v.Waiters != nil {
 		out.Waiters = make([]WaiterView, 0, len(v.Waiters))
 	}
-	if h := v.Holder; h != nil {
-		out.Holder = &HolderView{Owner: h.Owner, Session: h.Session, Member: MemberID(h.Member), Token: h.Token,
-			HoldCount: h.HoldCount, GrantedAt: h.GrantedAt, LeaseMillis: h.LeaseMillis, ExpiresAt: h.ExpiresAt}
-	}
 	for _, w := range v.Waiters {
 		out.Waiters = append(out.Waiters, WaiterView{Position: w.Position, Owner: w.Owner, Session: w.Session,
-			Member: MemberID(w.Member), Enqueued: w.Enqueued, EnqueuedAt: w.EnqueuedAt, LeaseMillis: w.LeaseMillis})
+			Member: MemberID(w.Member), Enqueued: w.Enqueued, EnqueuedAt: w.EnqueuedAt, LeaseMillis: w.LeaseMillis,
+			Mode: w.Mode, Permits: w.Permits, Value: w.Value, Names: w.Names})
 	}
 	return out
 }

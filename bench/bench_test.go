@@ -84,3 +84,51 @@ func TestQuickSeedSystems(t *testing.T) {
 		})
 	}
 }
+
+// TestQuickCatalogue runs the catalogue's scenarios (C1–C4) briefly against
+// lockraft and, where it has the primitive, etcd: it checks that they work
+// and that no system broke its primitive (readers beside the writer,
+// permits over the size, two holders of a name), not how fast.
+func TestQuickCatalogue(t *testing.T) {
+	for _, name := range []string{"lockraft", "etcd"} {
+		t.Run(name, func(t *testing.T) {
+			f := factories[name]
+			cfg := defaultConfig(true)
+			cfg.s3Dur = 700 * time.Millisecond
+			cfg.scenarios = map[string]bool{"C1": true, "C2": true, "C3": true, "C4": true}
+			sys, err := f.start(t.TempDir(), cfg.ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := newReport("")
+			runCatalogue(cfg, name, sys, 1, rep)
+			sys.stop()
+			runC3(cfg, f, t.TempDir(), 1, rep)
+			if len(rep.fails) > 0 {
+				t.Fatal(rep.fails)
+			}
+			got := map[string]float64{}
+			for _, r := range rep.rows {
+				got[r.Scenario+"/"+r.Metric] = r.Value
+			}
+			want := []string{"C1/grants_per_s", "C1/writer_grants_per_s", "C3/crash_to_new_leader_observed_ms", "C4/lockall_per_s"}
+			if name == "lockraft" {
+				want = append(want, "C2/acquisitions_per_s")
+			}
+			for _, m := range want {
+				if got[m] <= 0 {
+					t.Errorf("%s = %v, want > 0", m, got[m])
+				}
+			}
+			for _, m := range []string{"C1/exclusion_violations", "C2/over_limit_violations", "C4/exclusion_violations"} {
+				if got[m] > 0 {
+					t.Errorf("%s = %v", m, got[m])
+				}
+			}
+			if v := got["C2/most_permits_in_use"]; v > 8 {
+				t.Errorf("%v permits in use of 8", v)
+			}
+			rep.printTable(os.Stderr)
+		})
+	}
+}

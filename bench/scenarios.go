@@ -99,7 +99,7 @@ func runSystem(cfg config, f systemFactory, run int, rep *report) {
 	}
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(os.Stderr, "run %d: %s (load %s)\n", run, f.name, loadAvg())
-	if cfg.scenarios["S1"] || cfg.scenarios["S2"] || cfg.scenarios["S3"] || cfg.scenarios["S4"] {
+	if cfg.scenarios["S1"] || cfg.scenarios["S2"] || cfg.scenarios["S3"] || cfg.scenarios["S4"] || catalogueScenarios(cfg) {
 		sys, err := f.start(dir+"/main", cfg.ttl)
 		if err != nil {
 			rep.fail(f.name, "start", run, err)
@@ -117,8 +117,10 @@ func runSystem(cfg config, f systemFactory, run int, rep *report) {
 		if cfg.scenarios["S4"] {
 			rep.fail(f.name, "S4", run, runS4Graceful(cfg, f.name, sys, run, rep))
 		}
+		runCatalogue(cfg, f.name, sys, run, rep) // C1, C2, C4 (catalogue.go)
 		sys.stop()
 	}
+	runC3(cfg, f, dir, run, rep)
 	if !cfg.overlapWaits {
 		runWaits(cfg, f, run, rep)
 	}

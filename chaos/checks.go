@@ -19,9 +19,10 @@ import (
 type AppliedLog struct {
 	mu         sync.Mutex
 	digest     map[uint64]string
-	grants     map[uint64][]grant   // index -> grants in that entry
-	owners     map[string]bool      // owners ever granted
-	grantedAt  map[string]time.Time // probe owners: when a replica first applied their grant
+	grants     map[uint64][]grant             // index -> grants in that entry
+	owners     map[string]bool                // owners ever granted
+	grantedAt  map[string]time.Time           // probe owners: when a replica first applied their grant
+	leaders    map[uint64][]node.LeaderChange // index -> election changes applied there
 	divergence []string
 	watch      struct {
 		id   uint64
@@ -33,12 +34,16 @@ type AppliedLog struct {
 type grant struct {
 	Name, Owner string
 	Token       uint64
+	// Shared: a reader's or a semaphore acquisition's grant, whose token
+	// other grants of the entry may share (at least every earlier token, not
+	// strictly above).
+	Shared bool
 }
 
 // NewAppliedLog returns an empty log.
 func NewAppliedLog() *AppliedLog {
 	return &AppliedLog{digest: map[uint64]string{}, grants: map[uint64][]grant{}, owners: map[string]bool{},
-		grantedAt: map[string]time.Time{}}
+		grantedAt: map[string]time.Time{}, leaders: map[uint64][]node.LeaderChange{}}
 }
 
 func digest(r node.ApplyRecord) string {
@@ -49,6 +54,9 @@ func digest(r node.ApplyRecord) string {
 	fmt.Fprintf(&b, "%v|%d|%d|%d|%v|%v|", res.Err, res.Status, res.Token, res.HoldCount, res.Holder, res.Duplicate)
 	for _, e := range r.Events {
 		fmt.Fprintf(&b, "%d:%s:%s:%d:%d:%d:%d:%v;", e.Kind, e.Name, e.Owner, e.Session, e.Seq, e.Token, e.Reason, e.FromQueue)
+		if e.Mode != 0 || e.Permits != 0 || len(e.ExtraNames) != 0 || e.Value != "" {
+			fmt.Fprintf(&b, "%d:%d:%v:%q;", e.Mode, e.Permits, e.ExtraNames, e.Value)
+		}
 	}
 	return b.String()
 }
@@ -56,12 +64,54 @@ func digest(r node.ApplyRecord) string {
 // Observe is the node Observer (loop goroutine: quick, copies what it keeps).
 func (l *AppliedLog) Observe(id uint64, inc int, r node.ApplyRecord) {
 	var gs []grant
+	var lc []node.LeaderChange
 	for _, e := range r.Events {
-		if e.Kind == lockfsm.EventGranted {
-			gs = append(gs, grant{e.Name, e.Owner, e.Token})
+		switch e.Kind {
+		case lockfsm.EventGranted:
+			shared := e.Mode == lockfsm.ModeShared || e.Permits > 0
+			gs = append(gs, grant{e.Name, e.Owner, e.Token, shared})
+			for _, x := range e.ExtraNames {
+				gs = append(gs, grant{x, e.Owner, e.Token, false})
+			}
+		case lockfsm.EventLeader:
+			lc = append(lc, node.LeaderChange{Name: e.Name, Index: r.Index, Session: e.Session, Owner: e.Owner,
+				Token: e.Token, Value: e.Value})
 		}
 	}
+	if len(lc) > 0 {
+		l.mu.Lock()
+		if _, ok := l.leaders[r.Index]; !ok {
+			l.leaders[r.Index] = lc
+		}
+		l.mu.Unlock()
+	}
 	l.ObserveDigest(id, inc, r.Index, digest(r), gs)
+}
+
+// LeaderChanges returns the election changes of name in log order.
+func (l *AppliedLog) LeaderChanges(name string) []node.LeaderChange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []node.LeaderChange
+	for _, cs := range l.leaders {
+		for _, c := range cs {
+			if c.Name == name {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b node.LeaderChange) int { return cmpU64(a.Index, b.Index) })
+	return out
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // ObserveDigest records one applied entry given as its digest and grants
@@ -150,7 +200,9 @@ func (l *AppliedLog) Entries() int {
 }
 
 // TokenOrder checks S2 on the applied log: per name, grant tokens strictly
-// increase in index order, and a token is the index of its granting entry.
+// increase in index order (a shared grant's, a reader's or a semaphore
+// acquisition's, is at least the last: grants of one entry share it), and a
+// token is the index of its granting entry.
 func (l *AppliedLog) TokenOrder() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -163,7 +215,7 @@ func (l *AppliedLog) TokenOrder() []string {
 	var bad []string
 	for _, i := range idx {
 		for _, g := range l.grants[i] {
-			if g.Token <= last[g.Name] || g.Token != i {
+			if g.Token < last[g.Name] || (g.Token == last[g.Name] && !g.Shared) || g.Token != i {
 				bad = append(bad, fmt.Sprintf("%s: grant to %s at index %d has token %d after %d", g.Name, g.Owner, i, g.Token, last[g.Name]))
 			}
 			last[g.Name] = max(last[g.Name], g.Token)
@@ -204,8 +256,10 @@ func Leftovers(ctx context.Context, n *node.Node) ([]string, error) {
 	}
 	var out []string
 	for _, li := range locks {
-		if li.Holder.Owner != "" && ourOwner(li.Holder.Owner) {
-			out = append(out, fmt.Sprintf("%s held by %s (session %d, token %d)", li.Name, li.Holder.Owner, li.Holder.Session, li.Token))
+		for _, h := range li.Holds {
+			if ourOwner(h.Owner) {
+				out = append(out, fmt.Sprintf("%s held by %s (session %d, token %d)", li.Name, h.Owner, h.Session, h.Token))
+			}
 		}
 		for _, w := range li.Waiters {
 			if ourOwner(w.Owner) {

@@ -434,6 +434,7 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 
 	ops := w.H.Ops()
 	finishReport(rep, ops, end, c.Applied, w.Store, rc, viol)
+	checkObservations(rep, w, c.Applied, viol)
 	return rep, nil
 }
 
@@ -442,6 +443,7 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 // porcupine and the fencing store.
 func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *FencedStore, rc RunConfig, viol func(string, ...any)) {
 	rep.Ops = len(ops)
+	rep.OpsByPrim = OpsByPrimitive(ops)
 	for _, op := range ops {
 		if op.Outcome == OK || op.Outcome == Locked {
 			rep.Determinate++
@@ -465,13 +467,13 @@ func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *
 			viol("S3: %s", s)
 		}
 	}
-	res, info := CheckLinearizable(ops, applied.Granted, rc.CheckTimeout)
+	res, info := CheckCatalogue(ops, applied.Granted, rc.CheckTimeout)
 	rep.Linearizable = res
 	switch res {
 	case porcupine.Illegal:
-		viol("porcupine: history not linearizable under the mutex model")
+		viol("porcupine: history not linearizable under the model of its primitives")
 		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
-			if porcupine.Visualize(MutexModel(), info, f) == nil {
+			if porcupine.Visualize(CatalogueModel(), info, f) == nil {
 				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())
 			}
 			f.Close()

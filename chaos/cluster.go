@@ -61,6 +61,10 @@ func FastConfig(c *node.Config) {
 	c.HeartbeatTicks = 1
 	c.SessionTTL = 2 * time.Second
 	c.KeepaliveInterval = 100 * time.Millisecond
+	// TryLock's default bound (2 election timeouts, 400 ms here) is shorter
+	// than a loaded test machine's stalls; TestClusterThatCannotServe
+	// checks the default.
+	c.TryLockTimeout = 2 * time.Second
 	c.SnapshotEvery = 1 << 40 // keep the whole log: the end check replays it
 	c.CompactKeep = 1000
 }

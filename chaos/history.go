@@ -10,14 +10,27 @@ import (
 type OpKind uint8
 
 const (
-	OpLock    OpKind = iota + 1 // Acquire with wait
-	OpTryLock                   // Acquire without wait
-	OpUnlock                    // Hold.Release
+	OpLock     OpKind = iota + 1 // Acquire with wait
+	OpTryLock                    // Acquire without wait
+	OpUnlock                     // Hold.Release
+	OpProclaim                   // an election leader's Proclaim
 )
 
 func (k OpKind) String() string {
-	return [...]string{"?", "Lock", "TryLock", "Unlock"}[k]
+	return [...]string{"?", "Lock", "TryLock", "Unlock", "Proclaim"}[k]
 }
+
+// Primitives a workload can drive (WorkloadOptions.Primitives).
+const (
+	PrimMutex     = "mutex"
+	PrimRW        = "rw"
+	PrimSemaphore = "semaphore"
+	PrimElection  = "election"
+	PrimMulti     = "multi"
+)
+
+// AllPrimitives is every primitive of the catalogue.
+var AllPrimitives = []string{PrimMutex, PrimRW, PrimSemaphore, PrimElection, PrimMulti}
 
 // Outcome is what the client saw.
 type Outcome uint8
@@ -48,6 +61,16 @@ type Op struct {
 	// HeldFrom (Unlock only): when the Acquire it releases returned. A hold
 	// can be lost (session expiry) any time after that.
 	HeldFrom int64
+	// The catalogue (empty Prim: the mutex). Shared: a read-write lock's
+	// read side; Permits of Limit: a semaphore acquisition; Names: every
+	// name of a multi-name lock (a single-name op on a name of a multi-name
+	// group has one); Group: the multi-name group its names belong to.
+	Prim    string
+	Shared  bool
+	Permits int
+	Limit   int
+	Names   []string
+	Group   string
 }
 
 // History is a concurrent-safe record of operations.
@@ -65,11 +88,18 @@ func (h *History) Now() int64 { return int64(time.Since(h.start)) }
 
 // Begin records an invocation.
 func (h *History) Begin(client int, nodeID uint64, kind OpKind, name, owner string) *Op {
+	return h.BeginOp(Op{Client: client, Node: nodeID, Kind: kind, Name: name, Owner: owner})
+}
+
+// BeginOp records the invocation of op (Client, Node, Kind, Name, Owner and
+// the catalogue fields set by the caller).
+func (h *History) BeginOp(op Op) *Op {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	op := &Op{ID: len(h.ops), Client: client, Node: nodeID, Kind: kind, Name: name, Owner: owner, Start: h.Now()}
-	h.ops = append(h.ops, op)
-	return op
+	op.ID, op.Start = len(h.ops), h.Now()
+	p := &op
+	h.ops = append(h.ops, p)
+	return p
 }
 
 // End records a completion.

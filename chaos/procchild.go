@@ -316,7 +316,7 @@ func grantsOf(r node.ApplyRecord) []grant {
 	var gs []grant
 	for _, e := range r.Events {
 		if e.Kind == lockfsm.EventGranted {
-			gs = append(gs, grant{e.Name, e.Owner, e.Token})
+			gs = append(gs, grant{Name: e.Name, Owner: e.Owner, Token: e.Token})
 		}
 	}
 	return gs

@@ -50,8 +50,10 @@ type Report struct {
 	Accepted, Live int64
 	LongestGap     time.Duration
 	Injected       map[string]int
-	Violations     []string // must be empty
-	Notes          []string // informational
+	OpsByPrim      map[string]int // completed client operations per primitive
+	Observed       int            // election changes observers saw
+	Violations     []string       // must be empty
+	Notes          []string       // informational
 }
 
 // S5Exempt: faults under which the holder cannot learn first by design: a
@@ -214,5 +216,20 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval, viol,
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}
+	checkObservations(rep, w, c.Applied, viol)
 	return rep, nil
+}
+
+// checkObservations checks what the election observers saw against the
+// applied log.
+func checkObservations(rep *Report, w *Workload, applied *AppliedLog, viol func(string, ...any)) {
+	obs := w.observations()
+	for _, o := range obs {
+		rep.Observed += len(o.Changes)
+	}
+	for i, s := range CheckObservations(obs, applied) {
+		if i < 5 {
+			viol("Observe: %s", s)
+		}
+	}
 }

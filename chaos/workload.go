@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type WorkloadOptions struct {
 	// client enters the critical section anyway, with the token of its last
 	// grant.
 	BugIgnoreFailedLock bool
+	// Primitives the clients drive, each operation picking one at random
+	// (default: the mutex alone, on Names). The catalogue's use names of
+	// their own (catworkload.go).
+	Primitives []string
 }
 
 // DefaultWorkload: 3 clients per node on 3 names.
@@ -55,6 +60,10 @@ type Workload struct {
 	H     *History
 	Store *FencedStore
 	seed  uint64
+	// Observations of the elections (PrimElection), one per observer
+	// started on a node (catworkload.go).
+	obsMu        sync.Mutex
+	Observations []*Observation
 }
 
 // NewWorkload prepares clients.
@@ -65,6 +74,17 @@ func NewWorkload(c NodeSet, seed uint64, opts WorkloadOptions) *Workload {
 // Run runs every client until ctx is done, then waits for them.
 func (w *Workload) Run(ctx context.Context) {
 	var wg sync.WaitGroup
+	if slices.Contains(w.opts.Primitives, PrimElection) {
+		for _, id := range w.c.IDs() {
+			for _, name := range electionNames {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					w.observeLoop(ctx, id, name)
+				}()
+			}
+		}
+	}
 	client := 0
 	for _, id := range w.c.IDs() {
 		for k := 0; k < w.opts.ClientsPerNode; k++ {
@@ -106,6 +126,12 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 		if n == nil {
 			sleepCtx(ctx, 20*time.Millisecond)
 			continue
+		}
+		if p := w.opts.Primitives; len(p) > 0 {
+			if prim := p[rng.IntN(len(p))]; prim != PrimMutex {
+				w.catalogueOp(ctx, rng, client, id, n, fmt.Sprintf("c%d-%d", client, seq), prim)
+				continue
+			}
 		}
 		name := w.opts.Names[rng.IntN(len(w.opts.Names))]
 		owner := fmt.Sprintf("c%d-%d", client, seq)

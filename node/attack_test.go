@@ -455,3 +455,84 @@ func (n *Node) loopUsedHints() uint64 {
 	}
 	return <-ch
 }
+
+// TestAttackCatalogueCommandsForOthersRefused (S1, S3 for the lock
+// catalogue): the catalogue's forwarded kinds (Acquire and Release with
+// their new fields, Proclaim) pass the same ownership rule as the mutex's: a
+// member acts only on its own sessions. Member b may not proclaim in a's
+// election, release a's read hold or take a semaphore on a's session, nor
+// renew a's lease on a token a's and b's readers share; b's own renewal of
+// its shared-token reader, naming itself, is allowed (the rule looks at the
+// holds with that token, not at the name's first holder, which is a's).
+// Observe, read-only, is open to a member; a's own Proclaim from a follower
+// is proposed.
+func TestAttackCatalogueCommandsForOthersRefused(t *testing.T) {
+	s := newAttackSetup(t)
+	ctx := ctxT(t, 20*time.Second)
+	na, nb := s.tc.nodes[s.a], s.tc.nodes[s.b]
+	el, err := na.AcquireWith(ctx, Request{Name: "el", Owner: "leader-a", Wait: true, Primitive: lockfsm.PrimElection, Value: "a"})
+	require.NoError(t, err)
+	// One token shared by a's and b's readers: both queue behind a's
+	// writer and are granted in the entry of its release.
+	w, err := na.AcquireWith(ctx, Request{Name: "shared", Owner: "writer-a", Primitive: lockfsm.PrimRW})
+	require.NoError(t, err)
+	ra := acquireAsync(ctx, na, Request{Name: "shared", Owner: "ra", Wait: true, Primitive: lockfsm.PrimRW,
+		Shared: true, Lease: 20 * time.Second})
+	require.Eventually(t, func() bool { return s.tc.nodes[s.lead].waiters("shared") == 1 }, 10*time.Second, 5*time.Millisecond)
+	rb := acquireAsync(ctx, nb, Request{Name: "shared", Owner: "rb", Wait: true, Primitive: lockfsm.PrimRW,
+		Shared: true, Lease: 20 * time.Second})
+	require.Eventually(t, func() bool { return s.tc.nodes[s.lead].waiters("shared") == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, w.Release(ctx))
+	ha, hb := ra.wait(t), rb.wait(t)
+	require.Equal(t, ha.Token(), hb.Token(), "one token for both readers")
+
+	// b renews its own reader, naming itself: allowed.
+	require.NoError(t, hb.Renew(ctx), "b's own renewal of a reader that shares a's token")
+
+	cmd := func(c lockfsm.Command) []byte { return c.AppendEncode(nil) }
+	forged := [][]byte{
+		cmd(lockfsm.Command{Kind: lockfsm.KindProclaim, Session: s.sessA, Seq: 1 << 30, Name: "el", Owner: "leader-a",
+			Primitive: lockfsm.PrimElection, Value: "forged"}),
+		cmd(lockfsm.Command{Kind: lockfsm.KindRelease, Session: s.sessA, Seq: 1<<30 + 1, Name: "shared", Owner: "ra",
+			Primitive: lockfsm.PrimRW, Mode: lockfsm.ModeShared, Token: ha.Token()}),
+		cmd(lockfsm.Command{Kind: lockfsm.KindAcquire, Session: s.sessA, Seq: 1<<30 + 2, Name: "sem", Owner: "x",
+			Primitive: lockfsm.PrimSemaphore, Permits: 1, Limit: 2}),
+		cmd(lockfsm.Command{Kind: lockfsm.KindAcquire, Session: s.sessA, Seq: 1<<30 + 3, Name: "m1", Owner: "x",
+			ExtraNames: []string{"m2"}}),
+	}
+	tr := attacker(t, "test", s.pki.member("test", s.b), s.b,
+		map[uint64]string{s.lead: s.tc.addrs[s.lead], s.a: s.tc.addrs[s.a]})
+	for _, c := range forged {
+		_, err := tr.FwdPropose(ctx, s.lead, &transportpb.FwdProposeRequest{Commands: [][]byte{c}})
+		require.ErrorIs(t, err, transport.ErrPermissionDenied)
+	}
+	for _, r := range []*transportpb.RenewRequest{
+		{Name: "shared", Token: ha.Token()}, // names no holder: a's lease shares the token
+		{Name: "shared", Token: ha.Token(), Session: s.sessA, Owner: []byte("ra")},
+	} {
+		_, err := tr.Renew(ctx, s.lead, r)
+		require.ErrorIs(t, err, transport.ErrPermissionDenied, "%+v", r)
+	}
+	ob, err := tr.Observe(ctx, s.lead, &transportpb.ObserveRequest{Names: []*transportpb.ObserveName{{Name: "el"}}})
+	require.NoError(t, err)
+	require.Len(t, ob.GetElections(), 1)
+	require.Equal(t, "a", string(ob.GetElections()[0].GetChanges()[0].GetValue()))
+	_, err = tr.Observe(ctx, s.lead, &transportpb.ObserveRequest{Names: []*transportpb.ObserveName{{Name: ""}}})
+	require.ErrorIs(t, err, transport.ErrInvalidRequest)
+
+	// a's own Proclaim, forwarded by a follower, is proposed.
+	require.NoError(t, el.Proclaim(ctx, "a2"), "a's own proclaim from a follower")
+	// Nothing else of a's changed: its reader, its handles.
+	li, ok := lockFound(s.tc.nodes[s.lead], "el")
+	require.True(t, ok)
+	require.Equal(t, "a2", li.Value)
+	li, ok = lockFound(s.tc.nodes[s.lead], "shared")
+	require.True(t, ok)
+	require.Len(t, li.Holds, 2)
+	_, ok = lockFound(s.tc.nodes[s.lead], "sem")
+	require.False(t, ok)
+	for _, h := range []*Hold{el, ha, hb} {
+		require.NoError(t, h.Context().Err())
+	}
+	s.untouched(t)
+}

@@ -49,6 +49,11 @@ var forwardedKinds = map[lockfsm.Kind]ownerRule{
 	lockfsm.KindAcquire:      bySession,
 	lockfsm.KindRelease:      bySession,
 	lockfsm.KindCancel:       bySession,
+	// The lock catalogue: Acquire and Release above carry its fields
+	// (Primitive, Mode, Permits, Limit, Value, ExtraNames) under the same
+	// rule, the session's; a Proclaim changes the value of an election the
+	// session leads.
+	lockfsm.KindProclaim: bySession,
 }
 
 // MaxSessionTTL bounds a session's TTL: a session (and the locks of a
@@ -154,16 +159,26 @@ func (n *Node) sessionOwner(session uint64) (owner uint64, known bool) {
 	return 0, true
 }
 
-// ownsHold: nil unless the lock name is held by a session of another member
-// than from (loop). A free or unknown name is left to the renewal itself,
-// which answers "no such hold".
-func (n *Node) ownsHold(from uint64, name string) error {
+// ownsHold: nil unless a hold the renewal may renew belongs to a session of
+// another member than from (loop): the holds of name with that token and,
+// if the renewal names its holder, that session and owner. Readers and
+// semaphore permits granted in one entry share a token and may be several
+// members' holds, so a renewal that names no holder is refused if any of
+// them is another member's (the leader would renew the lease filed under the
+// token whoever's it is). A free name or no such hold is left to the renewal
+// itself, which answers "no such hold".
+func (n *Node) ownsHold(from uint64, name string, token, session uint64, owner string) error {
 	li, ok := n.fsm.Lock(name)
-	if !ok || li.HoldCount == 0 {
+	if !ok {
 		return nil
 	}
-	if err := n.ownsSession(from, li.Holder.Session); errors.Is(err, errNotYours) {
-		return err
+	for _, h := range li.Holds {
+		if h.Token != token || (session != 0 && (h.Session != session || h.Owner != owner)) {
+			continue
+		}
+		if err := n.ownsSession(from, h.Session); errors.Is(err, errNotYours) {
+			return err
+		}
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ func fastConfig(c *Config) {
 	c.HeartbeatTicks = 1
 	c.SessionTTL = 2 * time.Second
 	c.KeepaliveInterval = 100 * time.Millisecond
+	// TryLock's default bound (2 election timeouts, 400 ms here) is shorter
+	// than a loaded test machine's stalls; TestClusterThatCannotServe
+	// checks the default.
+	c.TryLockTimeout = 2 * time.Second
 }
 
 func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster {

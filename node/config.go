@@ -97,6 +97,10 @@ type Config struct {
 	// 5.4 s with the default timings.
 	SessionTTL        time.Duration
 	KeepaliveInterval time.Duration
+	// TryLockTimeout bounds how long a TryLock (an Acquire without wait)
+	// waits for its answer before it returns ErrUnavailable: a cluster
+	// without a leader answers nothing. Default (0): two election timeouts.
+	TryLockTimeout time.Duration
 
 	// DriftRatio bounds how far the rates of two nodes' monotonic clocks may
 	// differ (default 0.02, i.e. 2%; NTP-disciplined clocks differ by parts
@@ -206,6 +210,11 @@ type TestHooks struct {
 	// checkpoints and contact reports (and etcd's and Consul's): each new
 	// leader restarts every session deadline from its first entry.
 	RestartDeadlinesOnFailover bool
+	// ClaimVersion, if set, is the version this node tells its peers (gossip
+	// metadata, transport header) instead of Version ("-": none at all, as a
+	// version older than the header): an older member of a cluster in a
+	// rolling upgrade, for the version gate's tests (versiongate.go).
+	ClaimVersion string
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.
@@ -312,6 +321,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.checkAdvertise(); err != nil {
 		return err
+	}
+	if c.TryLockTimeout < 0 {
+		return bad("TryLockTimeout %v is negative", c.TryLockTimeout)
 	}
 	if c.KeepaliveInterval <= 0 || c.KeepaliveInterval > c.SessionTTL/3 {
 		return bad("KeepaliveInterval %v must be in (0, SessionTTL/3]", c.KeepaliveInterval)

@@ -33,8 +33,9 @@ import (
 
 // keepaliveWaiter is one keepalive or renewal waiting for confirmation.
 type keepaliveWaiter struct {
-	session uint64 // keepalive: the session
+	session uint64 // keepalive: the session; renewal: the holder's session (0: not named)
 	name    string // renewal: the lock name
+	owner   string // renewal: the holder's owner (with session)
 	token   uint64 // renewal: the token it must still hold
 	renew   bool
 	from    uint64 // the remote member asking (0: this node itself)
@@ -181,7 +182,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 					continue
 				}
 				if w.renew {
-					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.recv)
+					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.session, w.owner, w.recv)
 				} else {
 					n.loop.lead.keepalive(n, w)
 				}
@@ -200,7 +201,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 // is left to the keepalive itself, which answers "no session".
 func (n *Node) keepaliveAllowed(w keepaliveWaiter) bool {
 	if w.renew {
-		return n.ownsHold(w.from, w.name) == nil
+		return n.ownsHold(w.from, w.name, w.token, w.session, w.owner) == nil
 	}
 	return !errors.Is(n.ownsSession(w.from, w.session), errNotYours)
 }

@@ -93,4 +93,62 @@ var (
 	// locks move on. The message carries the panic. Restart the node; report
 	// the message: it is a bug.
 	ErrInternal = errors.New("lockraft: internal error; node stopped")
+
+	// The lock catalogue (read-write locks, semaphores, elections,
+	// multi-name locks). Each is deterministic: every replica applying the
+	// request refuses it the same way, and nothing changed. None is worth
+	// retrying as is.
+
+	// ErrWrongKind: the name is in use as another kind of lock (a mutex
+	// taken as a semaphore, a read-write lock released as a mutex, a
+	// multi-name lock naming a semaphore, ...). A name's kind lasts while it
+	// has a holder, a waiter or a lock-delay.
+	ErrWrongKind = errors.New("lockraft: name is in use as another kind of lock")
+
+	// ErrUpgrade: a write acquire by an owner that holds the read side of
+	// the same read-write lock. Refused rather than queued, since it could
+	// only wait for itself: release the read side first.
+	ErrUpgrade = errors.New("lockraft: read-to-write upgrade refused")
+
+	// ErrHoldConflict: the owner already holds the name in a way this
+	// request cannot extend: a single-name lock of a name it holds as part
+	// of a multi-name lock (or the reverse, or another set), a campaign by
+	// the current leader, a semaphore request that could only be granted if
+	// the owner released its own permits.
+	ErrHoldConflict = errors.New("lockraft: owner already holds the name in a conflicting way")
+
+	// ErrBadPermits: a semaphore size of 0 or above MaxPermits, or a request
+	// for no permits or for more than the size. Nothing was proposed (or,
+	// if only the cluster could tell, nothing changed).
+	ErrBadPermits = errors.New("lockraft: semaphore permits out of range")
+
+	// ErrPermitsMismatch: a semaphore request whose size differs from the
+	// size the name was created with (by the request that put it in the
+	// table while it still has holders or waiters).
+	ErrPermitsMismatch = errors.New("lockraft: semaphore size differs from the name's")
+
+	// ErrTooManyNames: a multi-name lock of more than MaxMultiNames names.
+	// Nothing was proposed.
+	ErrTooManyNames = errors.New("lockraft: too many names in one multi-name lock")
+
+	// ErrDuplicateName: a multi-name lock naming a name twice. Nothing was
+	// proposed.
+	ErrDuplicateName = errors.New("lockraft: name repeated in one multi-name lock")
+
+	// ErrInvalidValue: an election value longer than MaxValueLen bytes.
+	// Nothing was proposed.
+	ErrInvalidValue = errors.New("lockraft: election value too long")
+
+	// ErrOlderMembers: a member of the cluster's configuration runs (or may
+	// run) a lockraft version without the lock catalogue, which would apply
+	// the request as a no-op while this version applies it: nothing was
+	// proposed. The catalogue opens once every configuration member is
+	// known to run a version that has it (a rolling upgrade is complete);
+	// retry then. The plain mutex is never affected.
+	ErrOlderMembers = errors.New("lockraft: a cluster member runs an older lockraft version without this lock kind; finish the upgrade")
+
+	// ErrObserveLagged ends an Observe whose consumer fell more than
+	// MaxObserveBacklog changes behind: rather than skip a change, the
+	// observation stops. Observe again to resume from the current leader.
+	ErrObserveLagged = errors.New("lockraft: election observer fell too far behind")
 )

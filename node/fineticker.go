@@ -89,5 +89,15 @@ func (n *Node) leaderCoarseTick(now time.Time) {
 		}
 		return false
 	}
-	f.wanted = l.active && (near(l.sessions) || nearName(l.leases) || nearName(l.delays))
+	nearLease := func(ds map[leaseKey][]*deadline) bool {
+		for _, hs := range ds {
+			for _, d := range hs {
+				if d.at.Before(horizon) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	f.wanted = l.active && (near(l.sessions) || nearLease(l.leases) || nearName(l.delays))
 }

@@ -67,11 +67,18 @@ type fwdState struct {
 	statusAt time.Time        // last fwd-status sent
 	waitedAt time.Time        // last fwd-status that asked about the queued Acquires
 	probeAt  time.Time        // last leader probe
+	// observeAt: last Observe call sent; observeDue: send one now (a new
+	// leader, a gap, a new name); observeBusy: one is in flight
+	// (fwdobserve.go).
+	observeAt   time.Time
+	observeDue  bool
+	observeBusy bool
 	// leader side
 	remote  map[uint64]uint64 // session -> node, sessions of light members
 	pushers map[uint64]*batcher[*transportpb.PushItem]
 	opens   map[openKey]*pendingOpen
-	replies map[uint64]*fwdReplyWaiter // node -> its fwd-propose call held for results (fwdreply.go)
+	replies map[uint64]*fwdReplyWaiter      // node -> its fwd-propose call held for results (fwdreply.go)
+	subs    map[string]map[uint64]time.Time // election name -> light members watching it -> last Observe call (fwdobserve.go)
 }
 
 type openKey struct{ node, nonce uint64 }
@@ -90,6 +97,7 @@ func (n *Node) initFwd() {
 	f.pushers = map[uint64]*batcher[*transportpb.PushItem]{}
 	f.opens = map[openKey]*pendingOpen{}
 	f.replies = map[uint64]*fwdReplyWaiter{}
+	f.subs = map[string]map[uint64]time.Time{}
 	f.out = &batcher[[]byte]{send: n.sendForwarded}
 }
 
@@ -151,6 +159,7 @@ func (n *Node) setFwdLeader(id uint64) {
 	n.log.Info("light member: leader found", "leader", id)
 	n.reproposeAll()
 	n.loop.fwd.statusAt, n.loop.fwd.waitedAt = time.Time{}, time.Time{}
+	n.loop.fwd.observeDue = true // subscribe with the new leader
 }
 
 // fwdLeaderLost forgets a leader that failed a call or denied leading.
@@ -292,6 +301,7 @@ func (n *Node) fwdTick(now time.Time) {
 		}
 		return
 	}
+	n.fwdObserveTick(now)
 	r := &n.loop.ops
 	if n.loop.own.id == 0 || now.Sub(f.statusAt) < n.cfg.RetryInterval {
 		return
@@ -398,6 +408,8 @@ func (n *Node) onPush(items []*transportpb.PushItem) {
 		} else if e := it.GetEvent(); e != nil {
 			ev := pushedEvent(e)
 			n.onEvent(0, &ev)
+		} else if l := it.GetLeaderChange(); l != nil {
+			n.onLeaderChangePush(l)
 		}
 	}
 }
@@ -470,6 +482,9 @@ func (n *Node) fwdOnEvent(ev *lockfsm.Event) {
 			delete(f.opens, k)
 		}
 		return
+	}
+	if ev.Kind == lockfsm.EventLeader {
+		return // to the members that observe it (fwdPushLeaderChange)
 	}
 	node, ok := f.remote[ev.Session]
 	if !ok {
@@ -634,8 +649,8 @@ func (n *Node) fwdStatusOnLeader(from uint64, req *transportpb.FwdStatusRequest)
 		if alive {
 			st = transportpb.AcquireState_ACQUIRE_STATE_GONE
 			if li, ok := n.fsm.Lock(q.GetName()); ok {
-				if li.HoldCount > 0 && li.Holder.Session == sess && li.Holder.Owner == q.GetOwner() && li.GrantSeq == q.GetSeq() {
-					st, tok = transportpb.AcquireState_ACQUIRE_STATE_GRANTED, li.Token
+				if t := grantedTo(li, sess, q.GetOwner(), q.GetSeq()); t != 0 {
+					st, tok = transportpb.AcquireState_ACQUIRE_STATE_GRANTED, t
 				} else {
 					for _, w := range li.Waiters {
 						if w.Session == sess && w.Seq == q.GetSeq() {
@@ -653,28 +668,30 @@ func (n *Node) fwdStatusOnLeader(from uint64, req *transportpb.FwdStatusRequest)
 
 // ---- push items ----
 
-var fsmErrors = []error{nil, lockfsm.ErrBadCommand, lockfsm.ErrUnsupported, lockfsm.ErrInvalidName,
-	lockfsm.ErrInvalidOwner, lockfsm.ErrNoSession, lockfsm.ErrLocked, lockfsm.ErrNotHolder,
-	lockfsm.ErrTooManyHolds, lockfsm.ErrAlreadyWaiting, lockfsm.ErrStaleSequence, lockfsm.ErrCancelled,
-	lockfsm.ErrAlreadyApplied, lockfsm.ErrCorrupt}
+// Errors in pushed results travel as lockfsm's stable one-byte codes
+// (lockfsm.ErrorCode), plus codeOlderMembers: the leader's version gate
+// refused a forwarded catalogue command (versiongate.go). A code this
+// version does not know reads as errForwarded.
+const codeOlderMembers = 254
 
 func errCode(err error) uint32 {
-	for i, e := range fsmErrors {
-		if i > 0 && errors.Is(err, e) {
-			return uint32(i)
-		}
+	if errors.Is(err, ErrOlderMembers) {
+		return codeOlderMembers
 	}
-	if err != nil {
-		return 255
-	}
-	return 0
+	return uint32(lockfsm.ErrorCode(err))
 }
 
 var errForwarded = errors.New("lockraft: forwarded command failed")
 
 func codeErr(c uint32) error {
-	if int64(c) < int64(len(fsmErrors)) {
-		return fsmErrors[c]
+	if c == codeOlderMembers {
+		return ErrOlderMembers
+	}
+	if c > 255 {
+		return errForwarded
+	}
+	if err, ok := lockfsm.ErrorForCode(byte(c)); ok {
+		return err
 	}
 	return errForwarded
 }
@@ -699,11 +716,13 @@ func pushedResult(r *transportpb.PushResult) (lockfsm.Command, lockfsm.Result) {
 func pushEventItem(ev *lockfsm.Event) *transportpb.PushItem {
 	return &transportpb.PushItem{Item: &transportpb.PushItem_Event{Event: &transportpb.PushEvent{
 		Kind: uint32(ev.Kind), Reason: uint32(ev.Reason), FromQueue: ev.FromQueue, Session: ev.Session,
-		Seq: ev.Seq, Token: ev.Token, LeaseMillis: ev.LeaseMillis, Name: ev.Name, Owner: ev.Owner}}}
+		Seq: ev.Seq, Token: ev.Token, LeaseMillis: ev.LeaseMillis, Name: ev.Name, Owner: ev.Owner,
+		Mode: uint32(ev.Mode), Permits: ev.Permits, ExtraNames: ev.ExtraNames}}}
 }
 
 func pushedEvent(e *transportpb.PushEvent) lockfsm.Event {
 	return lockfsm.Event{Kind: lockfsm.EventKind(min(e.GetKind(), 255)), Reason: lockfsm.Reason(min(e.GetReason(), 255)),
 		FromQueue: e.GetFromQueue(), Session: e.GetSession(), Seq: e.GetSeq(), Token: e.GetToken(),
-		LeaseMillis: e.GetLeaseMillis(), Name: e.GetName(), Owner: e.GetOwner()}
+		LeaseMillis: e.GetLeaseMillis(), Name: e.GetName(), Owner: e.GetOwner(),
+		Mode: lockfsm.Mode(min(e.GetMode(), 255)), Permits: e.GetPermits(), ExtraNames: e.GetExtraNames()}
 }

@@ -87,10 +87,20 @@ func (n *Node) fwdProposeOnLeader(from uint64, cmds [][]byte, reply chan *transp
 		if it.skip {
 			continue
 		}
-		n.proposeEntry(it.data, nil)
 		cmd := it.cmd
+		// An entry this leader cannot read was refused above (errUndecodable:
+		// malformed, or of a newer format, which would stop every replica of
+		// this version at it); a catalogue command is answered with
+		// ErrOlderMembers while the version gate is shut (versiongate.go).
+		if err := n.admitForwarded(it.data, true); err != nil {
+			if cmd.Session != 0 && cmd.Seq != 0 {
+				w.items = append(w.items, pushResultItem(&cmd, lockfsm.Result{Err: err}))
+			}
+			continue
+		}
+		n.proposeEntry(it.data, nil)
 		if cmd.Session == 0 || cmd.Seq == 0 {
-			continue // lockfsm rejects it; no result for the member
+			continue // sessionless: no result for the member
 		}
 		if w.sess != 0 && w.sess != cmd.Session {
 			continue // one session per member; anything else is pushed

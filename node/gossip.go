@@ -84,9 +84,6 @@ type GossipConfig struct {
 	ReconcileEvery time.Duration
 }
 
-// Version is gossiped in each member's metadata.
-const Version = "lockraft/0.1"
-
 func (g *GossipConfig) withDefaults() GossipConfig {
 	c := *g
 	if c.BindAddr == "" {
@@ -242,7 +239,7 @@ func (n *Node) startGossip() error {
 }
 
 func (n *Node) localMeta() membership.Meta {
-	return membership.Meta{RaftID: n.id, RaftAddr: n.addr, ClusterID: n.cfg.ClusterID, Version: Version,
+	return membership.Meta{RaftID: n.id, RaftAddr: n.addr, ClusterID: n.cfg.ClusterID, Version: n.cfg.version(),
 		HasData: n.storage.HasState(), Formation: n.formation()}
 }
 

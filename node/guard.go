@@ -62,8 +62,16 @@ const (
 	// bytes a session, so room for tens of thousands.
 	maxHeartbeatContext = 1 << 20
 	maxPropEntries      = 1 << 14 // entries in one forwarded proposal
-	maxCommandSize      = 4 << 10 // one lock command; names and owners are ≤ 768 bytes
+	maxCommandSize      = maxLockCommand
 )
+
+// maxLockCommand bounds one encoded lock command, from lockfsm's limits: the
+// largest is a multi-name acquire of MaxMultiNames names of MaxNameLen bytes
+// (each with its length), an owner and an election value at their limits,
+// and at most 256 bytes of kind, flags and integer fields (about 15 varints
+// of at most 10 bytes). About 18 KiB; TestLargestCommandFits builds it.
+const maxLockCommand = lockfsm.MaxMultiNames*(lockfsm.MaxNameLen+2) + lockfsm.MaxOwnerLen + 2 +
+	lockfsm.MaxValueLen + 2 + 256
 
 // refusedRaft is the refuse.Log kind of refused raft messages.
 const refusedRaft = "raft message"

@@ -128,7 +128,8 @@ func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transpor
 	if err := n.callIn(from); err != nil {
 		return nil, err
 	}
-	st := n.awaitConfirmed(ctx, keepaliveWaiter{name: req.GetName(), token: req.GetToken(), renew: true, from: from})
+	st := n.awaitConfirmed(ctx, keepaliveWaiter{name: req.GetName(), token: req.GetToken(), session: req.GetSession(),
+		owner: string(req.GetOwner()), renew: true, from: from})
 	if st == keepaliveDenied {
 		return nil, n.refuseCall(from, "Renew", fmt.Errorf("%w: lock %q", errNotYours, req.GetName()))
 	}
@@ -196,6 +197,26 @@ func (h *transportHandler) FwdStatus(ctx context.Context, from uint64, req *tran
 		return nil, err
 	}
 	return n.serveFwdStatus(ctx, from, req)
+}
+
+// VersionGate answers a follower's question whether the lock catalogue is
+// open (versiongate.go). Read-only: any member may ask.
+func (h *transportHandler) VersionGate(ctx context.Context, from uint64, _ *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	return n.handleVersionGate(ctx)
+}
+
+// Observe serves a light member's subscription to elections (fwdobserve.go).
+// Read-only: it reveals what every member's lock table holds anyway.
+func (h *transportHandler) Observe(ctx context.Context, from uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
+	n := (*Node)(h)
+	if err := n.callIn(from); err != nil {
+		return nil, err
+	}
+	return n.handleObserve(ctx, from, req)
 }
 
 // tryDo runs f in the loop without blocking the caller when the loop is busy

@@ -180,8 +180,8 @@ func (n *Node) checkOwnSession(now time.Time) {
 			kept = append(kept, g)
 			continue
 		}
-		if hl := n.loop.holds.held[holdKey{g.name, g.owner}]; hl != nil && hl.lease == g {
-			n.loop.holds.lose(g.name, g.owner, ErrLeaseExpired)
+		if hl := n.loop.holds.held[g.key]; hl != nil && hl.lease == g {
+			n.loop.holds.lose(g.key, ErrLeaseExpired)
 		}
 	}
 	clear(s.leased[len(kept):])
@@ -193,7 +193,8 @@ func (n *Node) checkOwnSession(now time.Time) {
 // same grant share it, as lockfsm keeps one lease per lock.
 type grantLease struct {
 	n            *Node
-	name, owner  string
+	key          holdKey // the hold it is the lease of
+	filed        string  // the name the leader files the lease under: the granting request's (first) name
 	lease        time.Duration
 	base         laterTime // when the lease started counting here: the Acquire's first send, then each acknowledged renewal's send
 	ctx          context.Context
@@ -204,8 +205,8 @@ type grantLease struct {
 // newGrantLease starts the holder side of a new leased grant, counted from
 // base; its context (the parent of the grant's Holds) is a child of the
 // session's.
-func (n *Node) newGrantLease(session context.Context, name, owner string, lease time.Duration, base time.Time) *grantLease {
-	g := &grantLease{n: n, name: name, owner: owner, lease: lease}
+func (n *Node) newGrantLease(session context.Context, key holdKey, filed string, lease time.Duration, base time.Time) *grantLease {
+	g := &grantLease{n: n, key: key, filed: filed, lease: lease}
 	g.base.Advance(base)
 	g.ctx, g.cancel = context.WithCancelCause(session)
 	return g
@@ -310,7 +311,7 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 	h.lease.cancel(ErrLeaseExpired)
 	done := o.done
 	n.abandon(o) // proposes the Cancel that releases this grant
-	n.loop.holds.lose(h.name, h.owner, ErrLeaseExpired)
+	n.loop.holds.lose(h.key(), ErrLeaseExpired)
 	if done != nil {
 		done <- opResult{err: fmt.Errorf("%w: %v", ErrLeaseExpired, err)}
 	}

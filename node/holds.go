@@ -24,6 +24,10 @@ type Hold struct {
 	name     string
 	owner    string
 	token    uint64
+	prim     lockfsm.Primitive
+	mode     lockfsm.Mode
+	permits  uint32   // semaphore: permits this acquisition holds
+	extra    []string // multi-name lock: the names besides name
 	lease    *grantLease
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -44,14 +48,58 @@ func (h *Hold) Token() uint64 { return h.token }
 // (ErrReleased, ErrLeaseExpired, ErrSessionExpired, ErrClosed).
 func (h *Hold) Context() context.Context { return h.ctx }
 
-// heldLock is the node's view of one lock its session holds.
+// Primitive is the kind of lock held: mutex (also a multi-name lock),
+// read-write lock, semaphore or election.
+func (h *Hold) Primitive() lockfsm.Primitive { return h.prim }
+
+// Shared reports whether this is the read side of a read-write lock.
+func (h *Hold) Shared() bool { return h.mode == lockfsm.ModeShared }
+
+// Permits is the number of semaphore permits this acquisition holds (0 for
+// other kinds).
+func (h *Hold) Permits() uint32 { return h.permits }
+
+// Names is every name the hold takes: Name, then, for a multi-name lock,
+// the others in request order. The slice is a copy.
+func (h *Hold) Names() []string { return append([]string{h.name}, h.extra...) }
+
+// key identifies the lockfsm hold this Hold is a level of.
+func (h *Hold) key() holdKey {
+	return holdKey{name: groupName(h.name, h.extra), owner: h.owner, mode: h.mode, token: h.token}
+}
+
+// groupName is the name a hold is filed under in the registry: its name, or
+// for a multi-name lock the least of its names, so that a reentrant LockAll
+// that lists the same names in another order is the same hold, and the
+// EventReleased of the group (which names them all) finds it.
+func groupName(name string, extra []string) string {
+	for _, x := range extra {
+		name = min(name, x)
+	}
+	return name
+}
+
+// sharedToken reports whether other holds of the name may carry the same
+// token (readers or permits granted in one entry): the leader then needs the
+// session and owner to tell this one's lease apart.
+func (h *Hold) sharedToken() bool { return h.mode == lockfsm.ModeShared || h.permits > 0 }
+
+// heldLock is the node's view of one lockfsm hold its session has: the
+// Holds of its reentrant levels.
 type heldLock struct {
-	token   uint64
 	handles []*Hold
 	lease   *grantLease // the grant's own lease, nil without one
 }
 
-type holdKey struct{ name, owner string }
+// holdKey names one lockfsm hold of this node's session: a mutex, election
+// or multi-name hold by (name, owner), a read-write lock's side by mode, a
+// semaphore acquisition by its token. The token is in the key for all of
+// them: a hold whose token differs is another grant (the old one was lost).
+type holdKey struct {
+	name, owner string
+	mode        lockfsm.Mode
+	token       uint64
+}
 
 // holdRegistry maps the locks this node's session holds to the handles that
 // must learn when they are lost. Owned by the loop goroutine.
@@ -62,18 +110,17 @@ type holdRegistry struct {
 func (r *holdRegistry) init() { r.held = map[holdKey]*heldLock{} }
 
 func (r *holdRegistry) add(h *Hold) {
-	k := holdKey{h.name, h.owner}
+	k := h.key()
 	hl := r.held[k]
-	if hl == nil || hl.token != h.token {
-		hl = &heldLock{token: h.token, lease: h.lease}
+	if hl == nil {
+		hl = &heldLock{lease: h.lease}
 		r.held[k] = hl
 	}
 	hl.handles = append(hl.handles, h)
 }
 
-// lose ends every handle of one lock with cause.
-func (r *holdRegistry) lose(name, owner string, cause error) {
-	k := holdKey{name, owner}
+// lose ends every handle of one hold with cause.
+func (r *holdRegistry) lose(k holdKey, cause error) {
 	if hl := r.held[k]; hl != nil {
 		for _, h := range hl.handles {
 			h.cancel(cause)
@@ -84,7 +131,7 @@ func (r *holdRegistry) lose(name, owner string, cause error) {
 
 // drop removes one handle after its Release was applied.
 func (r *holdRegistry) drop(h *Hold) {
-	k := holdKey{h.name, h.owner}
+	k := h.key()
 	hl := r.held[k]
 	if hl == nil {
 		return
@@ -145,33 +192,23 @@ func truncate(s string) string {
 // session. If Acquire returns an error, the node guarantees the owner is
 // neither holding nor queued for this call within one commit (S4).
 func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease time.Duration) (*Hold, error) {
-	if err := validName(name); err != nil {
-		return nil, err
-	}
-	if err := validOwner(owner); err != nil {
-		return nil, err
-	}
-	if lease < 0 {
-		return nil, fmt.Errorf("%w: negative lease %v", ErrInvalidConfig, lease)
-	}
+	return n.AcquireWith(ctx, Request{Name: name, Owner: owner, Wait: wait, Lease: lease})
+}
+
+// acquire runs the Acquire command c (validated, not yet proposed) for its
+// caller: S4 on every error path.
+func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Duration) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
 	}
 	if n.closing.Load() {
 		return nil, ErrClosed
 	}
-	ctx, cancel := n.acquireContext(ctx, wait) // TryLock's bound (leaderfail.go)
+	ctx, cancel := n.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
 	defer cancel()
 	done := make(chan opResult, 1)
 	o := &op{
-		cmd: lockfsm.Command{
-			Kind:        lockfsm.KindAcquire,
-			Name:        name,
-			Owner:       owner,
-			Wait:        wait,
-			LeaseMillis: uint64(lease.Milliseconds()),
-			MaxHolds:    n.cfg.MaxHolds,
-		},
+		cmd:  c,
 		done: done,
 		hold: &holdRequest{lease: lease},
 	}
@@ -206,7 +243,7 @@ func (n *Node) Acquire(ctx context.Context, name, owner string, wait bool, lease
 		}
 	default:
 	}
-	return nil, n.staticUnavailable(n.acquireGaveUp(ctx, wait))
+	return nil, n.staticUnavailable(n.acquireGaveUp(ctx, c.Wait))
 }
 
 // onAcquireResult completes an Acquire from its own apply.
@@ -243,9 +280,13 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	if s.ctx == nil || s.ctx.Err() != nil || n.clock.Now().After(n.holderDeadline()) {
 		return nil, false, ErrSessionExpired
 	}
-	h = &Hold{n: n, name: o.cmd.Name, owner: o.cmd.Owner, token: token}
+	h = &Hold{n: n, name: o.cmd.Name, owner: o.cmd.Owner, token: token, prim: o.cmd.Primitive, mode: o.cmd.Mode,
+		extra: o.cmd.ExtraNames}
+	if h.prim == lockfsm.PrimSemaphore {
+		h.permits = max(o.cmd.Permits, 1)
+	}
 	parent := s.ctx
-	if hl := n.loop.holds.held[holdKey{h.name, h.owner}]; hl != nil && hl.token == token {
+	if hl := n.loop.holds.held[h.key()]; hl != nil {
 		// A reentrant Hold shares its grant's lease: lockfsm keeps one
 		// lease per lock, started by the first grant.
 		h.lease = hl.lease
@@ -255,7 +296,7 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	} else if o.hold != nil && o.hold.lease > 0 {
 		// Counted from the Acquire's first send, which is before the
 		// leader applied the grant and started its lease.
-		h.lease = n.newGrantLease(s.ctx, h.name, h.owner, o.hold.lease, o.hold.sentAt)
+		h.lease = n.newGrantLease(s.ctx, h.key(), h.name, o.hold.lease, o.hold.sentAt)
 		fresh = true
 	}
 	if h.lease != nil {
@@ -272,6 +313,9 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
 	switch {
 	case errors.Is(res.Err, lockfsm.ErrLocked):
+		if res.Holder.Owner == "" {
+			return fmt.Errorf("%w: %q (no permits free, waiters ahead, or in its lock-delay)", ErrLocked, name)
+		}
 		return fmt.Errorf("%w: %q held by owner %q", ErrLocked, name, res.Holder.Owner)
 	case errors.Is(res.Err, lockfsm.ErrNotHolder):
 		return ErrNotHeld
@@ -285,6 +329,22 @@ func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
 		return ErrInvalidName
 	case errors.Is(res.Err, lockfsm.ErrInvalidOwner):
 		return ErrInvalidOwner
+	case errors.Is(res.Err, lockfsm.ErrWrongKind):
+		return fmt.Errorf("%w: %q", ErrWrongKind, name)
+	case errors.Is(res.Err, lockfsm.ErrUpgrade):
+		return fmt.Errorf("%w: %q", ErrUpgrade, name)
+	case errors.Is(res.Err, lockfsm.ErrHoldConflict):
+		return fmt.Errorf("%w: %q", ErrHoldConflict, name)
+	case errors.Is(res.Err, lockfsm.ErrBadPermits):
+		return fmt.Errorf("%w: %q", ErrBadPermits, name)
+	case errors.Is(res.Err, lockfsm.ErrPermitsMismatch):
+		return fmt.Errorf("%w: %q", ErrPermitsMismatch, name)
+	case errors.Is(res.Err, lockfsm.ErrTooManyNames):
+		return ErrTooManyNames
+	case errors.Is(res.Err, lockfsm.ErrDuplicateName):
+		return ErrDuplicateName
+	case errors.Is(res.Err, lockfsm.ErrInvalidValue):
+		return ErrInvalidValue
 	}
 	return res.Err
 }
@@ -307,7 +367,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	n := h.n
 	done := make(chan opResult, 1)
 	o := &op{
-		cmd:  lockfsm.Command{Kind: lockfsm.KindRelease, Name: h.name, Owner: h.owner},
+		cmd:  h.releaseCommand(),
 		done: done,
 	}
 	if n.cfg.TestHooks.Stages != nil {
@@ -346,9 +406,20 @@ func (n *Node) releaseInBackground(h *Hold) {
 	}
 	_ = n.do(context.Background(), func() {
 		n.loop.holds.drop(h)
-		n.submit(&op{cmd: lockfsm.Command{Kind: lockfsm.KindRelease, Name: h.name, Owner: h.owner}})
+		n.submit(&op{cmd: h.releaseCommand()})
 	})
 	h.cancel(ErrReleased)
+}
+
+// releaseCommand is the Release of one level of h: by mode for a read-write
+// lock, by token for a semaphore; the token guards every kind but the mutex
+// (whose Release stays a version-1 command, as it was).
+func (h *Hold) releaseCommand() lockfsm.Command {
+	c := lockfsm.Command{Kind: lockfsm.KindRelease, Name: h.name, Owner: h.owner, Primitive: h.prim, Mode: h.mode}
+	if h.prim != lockfsm.PrimMutex {
+		c.Token = h.token
+	}
+	return c
 }
 
 func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
@@ -358,6 +429,12 @@ func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
 // onEvent reacts to one lockfsm event: leader timers for every session, and
 // waiters and handles for this node's own.
 func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
+	if ev.Kind == lockfsm.EventLeader {
+		if !n.light() {
+			n.observeOnEvent(index, ev)
+		}
+		return
+	}
 	n.fwdOnEvent(ev)
 	n.noteEvent(ev)
 	n.loop.lead.onEvent(n, ev)
@@ -387,7 +464,8 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 		}
 		n.handOut(o, ev.Token, true)
 	case lockfsm.EventReleased:
-		n.loop.holds.lose(ev.Name, ev.Owner, reasonError(ev.Reason))
+		n.loop.holds.lose(holdKey{name: groupName(ev.Name, ev.ExtraNames), owner: ev.Owner, mode: ev.Mode,
+			token: ev.Token}, reasonError(ev.Reason))
 	case lockfsm.EventWaitEnded:
 		// A grant being confirmed is settled by its renewal (a stale
 		// fwd-status "gone" must not leave its Hold behind).

@@ -33,19 +33,40 @@ type ReadOptions struct {
 
 // LockView is one name as the lock table has it.
 type LockView struct {
-	Name    string       `json:"name"`
-	Holder  *HolderView  `json:"holder,omitempty"`  // nil: free (delayed, or waited for during a delay)
+	Name string `json:"name"`
+	// Primitive is what the name is: "mutex" (also the names of a
+	// multi-name lock), "rwlock", "semaphore" or "election".
+	Primitive string `json:"primitive"`
+	// Holder is the first hold, as before the lock catalogue (a mutex's or
+	// an election's only one); nil: free (delayed, or waited for during a
+	// delay).
+	Holder *HolderView `json:"holder,omitempty"`
+	// Holds are every hold in grant order: a read-write lock's writer or
+	// readers, a semaphore's acquisitions; one for a mutex or an election.
+	Holds   []HolderView `json:"holds,omitempty"`
 	Waiters []WaiterView `json:"waiters"`           // queue order: Waiters[0] is next
 	Delayed bool         `json:"delayed,omitempty"` // in its lock-delay after a holder's session expired
+	// Semaphore: its size and the permits in use.
+	Permits      uint32 `json:"permits,omitempty"`
+	PermitsInUse uint32 `json:"permits_in_use,omitempty"`
+	// Election: the leader's value.
+	Value string `json:"value,omitempty"`
 }
 
-// HolderView is the current holder of a name.
+// HolderView is one hold of a name.
 type HolderView struct {
 	Owner     string `json:"owner"`
 	Session   uint64 `json:"session"`
 	Member    ID     `json:"member"`     // raft id of the node whose session holds it
 	Token     uint64 `json:"token"`      // fencing token = the raft index of the granting entry ("since", in log order)
 	HoldCount uint32 `json:"hold_count"` // reentrant depth
+	// Mode is "read" or "write" for a read-write lock, "" otherwise.
+	Mode string `json:"mode,omitempty"`
+	// Permits is the semaphore permits this hold takes (0: not a semaphore).
+	Permits uint32 `json:"permits,omitempty"`
+	// Names are all the names of a multi-name hold (LockAll); empty
+	// otherwise.
+	Names []string `json:"names,omitempty"`
 	// GrantedAt is when the replica that answered applied the grant, to
 	// within a quarter second for recent grants (zero: unknown, e.g. granted before
 	// that replica started). See applyTimes.
@@ -69,6 +90,10 @@ type WaiterView struct {
 	Enqueued    uint64    `json:"enqueued"`             // raft index of the acquire that queued it
 	EnqueuedAt  time.Time `json:"enqueued_at,omitzero"` // as GrantedAt
 	LeaseMillis uint64    `json:"lease_ms,omitempty"`
+	Mode        string    `json:"mode,omitempty"`    // "read" or "write" (read-write locks)
+	Permits     uint32    `json:"permits,omitempty"` // semaphore permits asked for
+	Value       string    `json:"value,omitempty"`   // election: the value it campaigns with
+	Names       []string  `json:"names,omitempty"`   // a multi-name acquire: all its names
 }
 
 // LocksPage is one page of a listing by prefix.
@@ -197,27 +222,56 @@ func (n *Node) sessionNodes() map[uint64]uint64 {
 
 // lockView converts one table entry (loop).
 func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) LockView {
-	v := LockView{Name: li.Name, Delayed: li.Delayed, Waiters: make([]WaiterView, 0, len(li.Waiters))}
-	if li.HoldCount > 0 {
-		h := &HolderView{Owner: li.Holder.Owner, Session: li.Holder.Session, Member: ID(nodes[li.Holder.Session]),
-			Token: li.Token, HoldCount: li.HoldCount, GrantedAt: n.appliedAt(li.Token), LeaseMillis: li.LeaseMillis}
+	v := LockView{Name: li.Name, Primitive: li.Primitive.String(), Delayed: li.Delayed,
+		Waiters: make([]WaiterView, 0, len(li.Waiters))}
+	if li.Primitive == lockfsm.PrimSemaphore {
+		v.Permits, v.PermitsInUse = li.Permits, li.PermitsInUse
+	}
+	if li.Primitive == lockfsm.PrimElection {
+		v.Value = li.Value
+	}
+	for _, hi := range li.Holds {
+		h := HolderView{Owner: hi.Owner, Session: hi.Session, Member: ID(nodes[hi.Session]), Token: hi.Token,
+			HoldCount: hi.HoldCount, Mode: modeName(li.Primitive, hi.Mode), Permits: hi.Permits,
+			Names: slices.Clone(hi.Names), GrantedAt: n.appliedAt(hi.Token), LeaseMillis: hi.LeaseMillis}
 		if l := &n.loop.lead; n.loop.isLeader && l.active {
-			if li.LeaseMillis > 0 {
-				if d := l.leases[li.Name]; d != nil && d.token == li.Token {
+			if hi.LeaseMillis > 0 {
+				filed := li.Name // the leader files a multi-name hold's lease under its first name
+				if len(hi.Names) > 0 {
+					filed = hi.Names[0]
+				}
+				if d := l.findLease(filed, hi.Token, hi.Session, hi.Owner); d != nil {
 					h.ExpiresAt = d.at
 				}
-			} else if d := l.sessions[li.Holder.Session]; d != nil {
+			} else if d := l.sessions[hi.Session]; d != nil {
 				h.ExpiresAt = d.at
 			}
 		}
-		v.Holder = h
+		v.Holds = append(v.Holds, h)
+	}
+	if len(v.Holds) > 0 {
+		first := v.Holds[0]
+		v.Holder = &first
 	}
 	for i, w := range li.Waiters {
 		v.Waiters = append(v.Waiters, WaiterView{Position: i + 1, Owner: w.Owner, Session: w.Session,
 			Member: ID(nodes[w.Session]), Enqueued: w.Enqueued, EnqueuedAt: n.appliedAt(w.Enqueued),
-			LeaseMillis: w.LeaseMillis})
+			LeaseMillis: w.LeaseMillis, Mode: modeName(li.Primitive, w.Mode), Permits: w.Permits, Value: w.Value,
+			Names: slices.Clone(w.Names)})
 	}
 	return v
+}
+
+// modeName is a hold's or waiter's mode as the views show it: "read" or
+// "write" on a read-write lock, "" on other primitives.
+func modeName(p lockfsm.Primitive, m lockfsm.Mode) string {
+	if p != lockfsm.PrimRW {
+		return ""
+	}
+	if m == lockfsm.ModeShared {
+		return "read"
+	}
+	return "write"
 }
 
 // appliedAt dates an applied index (loop).

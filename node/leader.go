@@ -26,8 +26,8 @@ type leaderDuties struct {
 	active          bool // leader, and its first entry of the term is applied
 	planted         bool // TestHooks.FollowerExpiry's copy: expiries only
 	sessions        map[uint64]*sessionTimer
-	leases          map[string]*deadline // by lock name; token = the grant it targets
-	delays          map[string]*deadline // by lock name; token = the entry that started the delay
+	leases          map[leaseKey][]*deadline // by (name, token): the holds granted with a lease in that entry
+	delays          map[string]*deadline     // by lock name; token = the entry that started the delay
 	stepDownWaiters []chan struct{}
 
 	readyAt time.Time         // when this leader armed its timers
@@ -44,6 +44,19 @@ type deadline struct {
 	heard      time.Time // leases: the last renewal received this term
 	proposedAt time.Time // last time the expiry was proposed
 	inherited  bool      // leases: armed at ready (granted in an earlier term)
+	// A lease's hold: readers and semaphore permits granted in one entry
+	// share a token, so their expiry names the session and owner too
+	// (shared); the others' stays the version-1 command (name and token).
+	session uint64
+	owner   string
+	shared  bool
+}
+
+// leaseKey is where the leader files a hold's lease: its name and token.
+// Most keys have one hold; readers or permits granted in one entry share one.
+type leaseKey struct {
+	name  string
+	token uint64
 }
 
 // ckState is what the log says of a session, as far as this leader knows.
@@ -84,10 +97,59 @@ func (t *sessionTimer) ackable(recv time.Time) bool {
 
 func (l *leaderDuties) init() {
 	l.sessions = map[uint64]*sessionTimer{}
-	l.leases = map[string]*deadline{}
+	l.leases = map[leaseKey][]*deadline{}
 	l.delays = map[string]*deadline{}
 	l.revive, l.early = nil, nil
 	l.reports = reportState{}
+}
+
+// addLease starts the lease of one hold (it replaces an earlier deadline of
+// the same hold: a new grant).
+func (l *leaderDuties) addLease(name string, d *deadline) {
+	k := leaseKey{name, d.token}
+	for i, x := range l.leases[k] {
+		if x.session == d.session && x.owner == d.owner {
+			l.leases[k][i] = d
+			return
+		}
+	}
+	l.leases[k] = append(l.leases[k], d)
+}
+
+// dropLease forgets the lease of one hold.
+func (l *leaderDuties) dropLease(name string, token, session uint64, owner string) {
+	k := leaseKey{name, token}
+	ds := l.leases[k]
+	for i, x := range ds {
+		if x.session == session && x.owner == owner {
+			ds = append(ds[:i], ds[i+1:]...)
+			break
+		}
+	}
+	if len(ds) == 0 {
+		delete(l.leases, k)
+	} else {
+		l.leases[k] = ds
+	}
+}
+
+// findLease finds the lease of the hold (name, token, session, owner); with
+// session 0 (a renewal in the version-1 format, which names no holder), the
+// only hold filed under (name, token).
+func (l *leaderDuties) findLease(name string, token, session uint64, owner string) *deadline {
+	ds := l.leases[leaseKey{name, token}]
+	if session == 0 {
+		if len(ds) == 1 {
+			return ds[0]
+		}
+		return nil
+	}
+	for _, d := range ds {
+		if d.session == session && d.owner == owner {
+			return d
+		}
+	}
+	return nil
 }
 
 func (l *leaderDuties) becomeLeader(term uint64) {
@@ -148,9 +210,13 @@ func (l *leaderDuties) ready(n *Node) {
 		l.sessions[s.Session] = t
 	}
 	for _, li := range n.fsm.Locks() {
-		if li.HoldCount > 0 && li.LeaseMillis > 0 {
-			ttl := time.Duration(li.LeaseMillis) * time.Millisecond
-			l.leases[li.Name] = &deadline{at: now.Add(ttl), ttl: ttl, token: li.Token, inherited: true}
+		for _, h := range li.Holds {
+			if h.LeaseMillis == 0 || (len(h.Names) > 0 && h.Names[0] != li.Name) {
+				continue // no lease, or a multi-name hold filed under its first name
+			}
+			ttl := time.Duration(h.LeaseMillis) * time.Millisecond
+			l.addLease(li.Name, &deadline{at: now.Add(ttl), ttl: ttl, token: h.Token, session: h.Session,
+				owner: h.Owner, shared: h.Mode == lockfsm.ModeShared || h.Permits > 0, inherited: true})
 		}
 		if li.Delayed {
 			// The delay started when the expiry was applied; here that is
@@ -238,11 +304,13 @@ func (l *leaderDuties) addReport(n *Node, from uint64, rep *memberReport) {
 		}
 	}
 	anyV := r.kth(func(m *memberReport) time.Time { return m.any })
-	for _, d := range l.leases {
-		// Only leases granted in an earlier term: the grant's append
-		// reached a quorum after the holder sent its Acquire.
-		if at := anyV.Add(d.ttl); d.inherited && at.Before(d.at) {
-			d.at = later(at, d.heard.Add(d.ttl))
+	for _, ds := range l.leases {
+		for _, d := range ds {
+			// Only leases granted in an earlier term: the grant's append
+			// reached a quorum after the holder sent its Acquire.
+			if at := anyV.Add(d.ttl); d.inherited && at.Before(d.at) {
+				d.at = later(at, d.heard.Add(d.ttl))
+			}
 		}
 	}
 	n.log.Info("leader: deadlines carried over from a majority's contact reports", "term", l.term,
@@ -293,13 +361,15 @@ func (l *leaderDuties) onEvent(n *Node, ev *lockfsm.Event) {
 	case lockfsm.EventGranted:
 		if ev.LeaseMillis > 0 {
 			ttl := time.Duration(ev.LeaseMillis) * time.Millisecond
-			l.leases[ev.Name] = &deadline{at: now.Add(ttl), ttl: ttl, token: ev.Token}
+			l.addLease(ev.Name, &deadline{at: now.Add(ttl), ttl: ttl, token: ev.Token, session: ev.Session,
+				owner: ev.Owner, shared: ev.Mode == lockfsm.ModeShared || ev.Permits > 0})
 		}
 		delete(l.delays, ev.Name)
-	case lockfsm.EventReleased:
-		if d := l.leases[ev.Name]; d != nil && d.token == ev.Token {
-			delete(l.leases, ev.Name)
+		for _, x := range ev.ExtraNames {
+			delete(l.delays, x)
 		}
+	case lockfsm.EventReleased:
+		l.dropLease(ev.Name, ev.Token, ev.Session, ev.Owner)
 	case lockfsm.EventDelayed:
 		l.delays[ev.Name] = &deadline{at: now.Add(time.Duration(ev.DelayMillis) * time.Millisecond), token: ev.Token}
 	}
@@ -379,9 +449,16 @@ func (l *leaderDuties) tick(n *Node, now time.Time) {
 			})
 		}
 	}
-	for name, d := range l.leases {
-		if due(d) {
-			n.proposeSessionless(lockfsm.Command{Kind: lockfsm.KindExpireLease, Name: name, Token: d.token})
+	for k, ds := range l.leases {
+		for _, d := range ds {
+			if !due(d) {
+				continue
+			}
+			c := lockfsm.Command{Kind: lockfsm.KindExpireLease, Name: k.name, Token: d.token}
+			if d.shared {
+				c.Session, c.Owner = d.session, d.owner
+			}
+			n.proposeSessionless(c)
 		}
 	}
 	for name, d := range l.delays {
@@ -409,7 +486,18 @@ func (l *leaderDuties) checkpoint(n *Node, now time.Time) {
 	}
 	var marks []lockfsm.Checkpoint
 	tag := l.ckSeq + 1
+	// KindCheckpoint is a version-2 command that builds before the catalogue
+	// stop at (ErrNewerVersion): no marks until every member is known to
+	// have them (the catalogue's gate, versiongate.go). Without marks a new
+	// leader has the contact reports alone, and expiry only comes later.
+	open := true
+	if st, _, _ := n.localGate(); st != gateOpen {
+		open = false
+	}
 	for id, t := range l.sessions {
+		if !open {
+			break
+		}
 		if !t.proposedAt.IsZero() {
 			continue // expiring
 		}
@@ -532,14 +620,15 @@ func (l *leaderDuties) keepalive(n *Node, w keepaliveWaiter) {
 	}
 }
 
-// renewLease restarts a lock's own lease on the leader, if the token still
-// holds it.
-func (l *leaderDuties) renewLease(n *Node, name string, token uint64, now time.Time) keepaliveStatus {
+// renewLease restarts the lease of a hold on the leader, if the hold (name,
+// token, and for a hold that may share its token, session and owner) still
+// has it.
+func (l *leaderDuties) renewLease(n *Node, name string, token, session uint64, owner string, now time.Time) keepaliveStatus {
 	if !n.loop.isLeader || !l.active {
 		return keepaliveNotLeader
 	}
-	d := l.leases[name]
-	if d == nil || d.token != token || !d.proposedAt.IsZero() {
+	d := l.findLease(name, token, session, owner)
+	if d == nil || !d.proposedAt.IsZero() {
 		return keepaliveNoSession
 	}
 	if now.After(d.heard) {

@@ -76,7 +76,12 @@ func (c chanContext) Value(any) any { return nil }
 
 // tryLockBound is how long TryLock waits for its answer: two election
 // timeouts, time for one election and a commit.
-func (c Config) tryLockBound() time.Duration { return 2 * c.electionTimeout() }
+func (c Config) tryLockBound() time.Duration {
+	if c.TryLockTimeout > 0 {
+		return c.TryLockTimeout
+	}
+	return 2 * c.electionTimeout()
+}
 
 // leaderlessWarnAfter: no leader for this long is logged at WARN (once).
 func (c Config) leaderlessWarnAfter() time.Duration { return 3 * c.electionTimeout() }

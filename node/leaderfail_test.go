@@ -188,6 +188,7 @@ func TestClusterThatCannotServe(t *testing.T) {
 		if c.ID == cut {
 			c.Logger = slog.New(rec.handler(slog.LevelInfo, c.Logger.Handler()))
 		}
+		c.TryLockTimeout = 0 // the default bound
 	})
 	tc.leader()
 	n := tc.nodes[cut]

@@ -84,10 +84,14 @@ type Node struct {
 	// deadline.
 	lastAcked laterTime
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
+	// catalogueOpen: every configuration member is known to run the lock
+	// catalogue (versiongate.go); once set, it stays set.
+	catalogueOpen atomic.Bool
 
 	dropPushes        atomic.Bool   // tests: refuse every fwd-push and ignore results in fwd-propose replies, so only fwd-status informs
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
 	statusServed      atomic.Uint64 // fwd-status calls this node answered (tests)
+	observeGaps       atomic.Uint64 // light member: pushed election changes that did not follow the last one (tests)
 	loopTID           atomic.Int64  // OS thread of the loop (TestHooks.LockLoopThread)
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
@@ -154,6 +158,11 @@ type loopState struct {
 	tick    tickState         // the raft ticker; slow on an idle light member (idletick.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
+	// observe: the elections this node's observers watch; elections: the
+	// recent changes of every election (raft members), for light members
+	// (observe.go).
+	observe   map[string]*observed
+	elections map[string]*electionHistory
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -329,6 +338,7 @@ func start(cfg Config) (*Node, error) {
 		Logger:          n.log,
 		TLS:             cfg.TLS,
 		MaxSnapshotSize: cfg.MaxSnapshotSize,
+		Version:         cfg.version(),
 	})
 	if errors.Is(err, transport.ErrInvalidConfig) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -346,6 +356,8 @@ func start(cfg Config) (*Node, error) {
 	n.loop.gossip.leaveWait = map[uint64][]chan error{} // Leave works in static mode too
 	n.loop.lead.init()
 	n.loop.local.init()
+	n.loop.observe = map[string]*observed{}
+	n.loop.elections = map[string]*electionHistory{}
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
@@ -565,8 +577,9 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals (lock commands of its own
-			// sessions: admit checked them) join this turn's batch.
-			n.proposeEntries(m.GetEntries())
+			// sessions: admit checked them) join this turn's batch, but for
+			// entries the version gate refuses (versiongate.go).
+			n.proposeEntries(n.admitProposals(m.GetEntries()))
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -599,6 +612,7 @@ func (n *Node) stopServing(err error) {
 	}
 	n.loop.ops.failAll(err)
 	n.loop.holds.loseAll(err)
+	n.endObservers(err)
 }
 
 // Close stops this node for now: it closes its session through the log
@@ -654,6 +668,7 @@ func (n *Node) stop() {
 	<-n.donec
 	n.loop.ops.failAll(ErrClosed)
 	n.loop.holds.loseAll(ErrClosed)
+	n.endObservers(ErrClosed)
 	if n.ml != nil {
 		_ = n.ml.Shutdown()
 	}

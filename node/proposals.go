@@ -214,7 +214,7 @@ func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) 
 	switch cmd.Kind {
 	case lockfsm.KindAcquire:
 		n.onAcquireResult(o, res)
-	case lockfsm.KindRelease:
+	case lockfsm.KindRelease, lockfsm.KindProclaim:
 		n.onReleaseResult(o, res)
 	case lockfsm.KindCancel:
 		if o.cancelOf != nil {

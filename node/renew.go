@@ -7,6 +7,18 @@ import (
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
+// renewRequest names the hold a renewal is for. Holds that own their token
+// (mutex, writer, election, multi-name) are named by name and token, as
+// every version's leader understands. Readers and semaphore permits granted
+// in one entry share a token, so their renewal also names the holder
+// (session, owner: RenewRequest's fields 3 and 4) for the leader to renew
+// the right one. Such holds exist only once every member runs the catalogue
+// (ErrOlderMembers), so no leader that lacks it is ever asked.
+type renewRequest struct {
+	name, owner    string
+	token, session uint64
+}
+
 // Renew restarts the lock's own lease (a lock taken with a lease; every Hold
 // of the grant shares it). Renewals go to the leader and are not logged. On
 // success the holder-side deadline moves to the renewal's send time plus the
@@ -27,19 +39,26 @@ func (h *Hold) Renew(ctx context.Context) error {
 		return ErrUnavailable
 	}
 	sent := n.clock.Now()
+	// The leader files the lease under the name of the request that was
+	// granted (a reentrant LockAll may list the names in another order).
+	r := renewRequest{name: h.lease.filed, token: h.token}
+	if h.sharedToken() {
+		r.session, r.owner = n.sess.Load(), h.owner
+	}
+	req := &transportpb.RenewRequest{Name: r.name, Token: r.token, Session: r.session, Owner: []byte(r.owner)}
 	var st keepaliveStatus
 	if lead == n.id {
-		st = n.localRenew(ctx, h.name, h.token)
+		st = n.localRenew(ctx, r)
 	} else if !n.cfg.Faults.allowsOut(lead) {
 		return ErrUnavailable
 	} else if !n.cfg.Faults.callFault(ctx, lead, func() {
 		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
 		defer cancel()
-		_, _ = n.tr.Renew(dctx, lead, &transportpb.RenewRequest{Name: h.name, Token: h.token})
+		_, _ = n.tr.Renew(dctx, lead, req)
 	}) {
 		return ErrUnavailable
 	} else {
-		resp, err := n.tr.Renew(ctx, lead, &transportpb.RenewRequest{Name: h.name, Token: h.token})
+		resp, err := n.tr.Renew(ctx, lead, req)
 		if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -61,6 +80,7 @@ func (h *Hold) Renew(ctx context.Context) error {
 	return ErrUnavailable
 }
 
-func (n *Node) localRenew(ctx context.Context, name string, token uint64) keepaliveStatus {
-	return n.awaitConfirmed(ctx, keepaliveWaiter{name: name, token: token, renew: true})
+func (n *Node) localRenew(ctx context.Context, r renewRequest) keepaliveStatus {
+	return n.awaitConfirmed(ctx, keepaliveWaiter{name: r.name, token: r.token, session: r.session, owner: r.owner,
+		renew: true})
 }

@@ -211,7 +211,7 @@ func TestS5OneHoldPerLeasedGrant(t *testing.T) {
 		n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventGranted, Session: sess, Seq: o.cmd.Seq, Name: "q", Owner: "o",
 			Token: 7, FromQueue: true}) // the push
 		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, []*transportpb.StatusFact{{State: transportpb.AcquireState_ACQUIRE_STATE_GRANTED, Token: 7}}) // fwd-status
-		if hl := n.loop.holds.held[holdKey{"q", "o"}]; hl != nil {
+		if hl := n.loop.holds.held[holdKey{name: "q", owner: "o", token: 7}]; hl != nil {
 			handles = len(hl.handles)
 		}
 	})

@@ -103,6 +103,12 @@ func (nopHandler) FwdStatus(context.Context, uint64, *transportpb.FwdStatusReque
 func (nopHandler) Form(context.Context, uint64, *transportpb.FormRequest) (*transportpb.FormResponse, error) {
 	return &transportpb.FormResponse{}, nil
 }
+func (nopHandler) VersionGate(context.Context, uint64, *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
+	return &transportpb.VersionGateResponse{}, nil
+}
+func (nopHandler) Observe(context.Context, uint64, *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
+	return &transportpb.ObserveResponse{}, nil
+}
 func (nopHandler) Inspect(context.Context, uint64, *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
 	return &transportpb.InspectResponse{}, nil
 }

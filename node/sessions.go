@@ -301,6 +301,7 @@ func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus 
 // replaced by a snapshot from the leader: events for the entries the
 // snapshot covers were never seen here.
 func (n *Node) onRestored() {
+	n.observeOnRestored()
 	s := &n.loop.own
 	if s.id == 0 {
 		return
@@ -316,10 +317,17 @@ func (n *Node) onRestored() {
 		n.resetSession(ErrSessionExpired)
 		return
 	}
-	for k, hl := range n.loop.holds.held {
+	for k := range n.loop.holds.held {
 		li, ok := n.fsm.Lock(k.name)
-		if !ok || li.Holder.Session != s.id || li.Holder.Owner != k.owner || li.Token != hl.token {
-			n.loop.holds.lose(k.name, k.owner, ErrSessionExpired)
+		found := false
+		for _, h := range li.Holds {
+			if ok && h.Session == s.id && h.Owner == k.owner && h.Mode == k.mode && h.Token == k.token {
+				found = true
+				break
+			}
+		}
+		if !found {
+			n.loop.holds.lose(k, ErrSessionExpired)
 		}
 	}
 	r := &n.loop.ops
@@ -328,9 +336,9 @@ func (n *Node) onRestored() {
 		if s.id == 0 {
 			return // given up while handing out a grant below
 		}
-		if ok && li.Holder.Session == s.id && li.Holder.Owner == o.cmd.Owner {
+		if tok := grantedTo(li, s.id, o.cmd.Owner, seq); ok && tok != 0 {
 			if o.granted == nil {
-				n.handOut(o, li.Token, true)
+				n.handOut(o, tok, true)
 			}
 			continue
 		}
@@ -346,4 +354,15 @@ func (n *Node) onRestored() {
 			r.complete(o, opResult{err: ErrSessionExpired})
 		}
 	}
+}
+
+// grantedTo is the token of the hold in li that the acquire (session, seq)
+// of owner created, or 0.
+func grantedTo(li lockfsm.LockInfo, session uint64, owner string, seq uint64) uint64 {
+	for _, h := range li.Holds {
+		if h.Session == session && h.Owner == owner && h.GrantSeq == seq && seq != 0 {
+			return h.Token
+		}
+	}
+	return 0
 }

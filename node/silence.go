@@ -478,6 +478,13 @@ func (n *Node) heartbeatExt() []byte {
 	if len(c.rounds) == 0 && !reports {
 		return nil
 	}
+	if st, _, _ := n.localGate(); st != gateOpen {
+		// A member of a build before this extension may refuse a heartbeat
+		// context above 64 bytes: none until every member is known to have
+		// it (versiongate.go). Without it a new leader gets no reports and
+		// keeps the bases it armed: expiry only comes later.
+		return nil
+	}
 	var sessions []uint64
 	for _, r := range c.rounds {
 		sessions = append(sessions, r.sessions...)

@@ -74,6 +74,16 @@ func (t *Transport) Form(ctx context.Context, to uint64, req *transportpb.FormRe
 	return invoke(t, ctx, to, "Form", req, transportpb.RaftClient.Form)
 }
 
+// VersionGate asks the leader whether every member runs the lock catalogue.
+func (t *Transport) VersionGate(ctx context.Context, to uint64, req *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
+	return invoke(t, ctx, to, "VersionGate", req, transportpb.RaftClient.VersionGate)
+}
+
+// Observe subscribes this light member to elections with the leader.
+func (t *Transport) Observe(ctx context.Context, to uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
+	return invoke(t, ctx, to, "Observe", req, transportpb.RaftClient.Observe)
+}
+
 func invoke[Req, Resp any](t *Transport, ctx context.Context, to uint64, rpc string, req Req,
 	f func(transportpb.RaftClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	var zero Resp

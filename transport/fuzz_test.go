@@ -170,7 +170,8 @@ func FuzzCallKeepalive(f *testing.F) {
 
 func FuzzCallRenew(f *testing.F) {
 	fuzzRequest(f, func() *transportpb.RenewRequest { return &transportpb.RenewRequest{} },
-		&transportpb.RenewRequest{Name: "stock/sku-42", Token: 7})
+		&transportpb.RenewRequest{Name: "stock/sku-42", Token: 7},
+		&transportpb.RenewRequest{Name: "stock/sku-42", Token: 7, Session: 5, Owner: []byte("reader-1")})
 }
 
 func FuzzCallRemoved(f *testing.F) {
@@ -196,12 +197,22 @@ func FuzzCallFwdPush(f *testing.F) {
 	fuzzRequest(f, func() *transportpb.FwdPushRequest { return &transportpb.FwdPushRequest{} },
 		&transportpb.FwdPushRequest{Items: []*transportpb.PushItem{
 			{Item: &transportpb.PushItem_Result{Result: &transportpb.PushResult{Kind: 5, Session: 3, Seq: 1, Status: 1, Token: 9}}},
-			{Item: &transportpb.PushItem_Event{Event: &transportpb.PushEvent{Kind: 1, Session: 3, Name: "n", Owner: "o"}}}}})
+			{Item: &transportpb.PushItem_Event{Event: &transportpb.PushEvent{Kind: 1, Session: 3, Name: "n", Owner: "o"}}}}},
+		&transportpb.FwdPushRequest{Items: []*transportpb.PushItem{
+			{Item: &transportpb.PushItem_Event{Event: &transportpb.PushEvent{Kind: 1, Session: 3, Name: "a", Owner: "o",
+				Permits: 2, Mode: 1, ExtraNames: []string{"b", "c"}}}},
+			{Item: &transportpb.PushItem_LeaderChange{LeaderChange: &transportpb.LeaderChangePush{Name: "e", Prev: 4,
+				Change: &transportpb.ElectionState{Index: 9, Session: 3, Owner: []byte("o"), Token: 9, Value: []byte("v")}}}}}})
 }
 
 func FuzzCallFwdStatus(f *testing.F) {
 	fuzzRequest(f, func() *transportpb.FwdStatusRequest { return &transportpb.FwdStatusRequest{} },
 		&transportpb.FwdStatusRequest{Session: 3, Queries: []*transportpb.StatusQuery{{Seq: 1, Name: "n", Owner: "o"}}})
+}
+
+func FuzzCallObserve(f *testing.F) {
+	fuzzRequest(f, func() *transportpb.ObserveRequest { return &transportpb.ObserveRequest{} },
+		&transportpb.ObserveRequest{Names: []*transportpb.ObserveName{{Name: "leader/orders", After: 12}, {Name: "e"}}})
 }
 
 // FuzzCallReplies: the replies a caller decodes (a node answering a call
@@ -221,4 +232,11 @@ func FuzzCallReplies(f *testing.F) {
 		&transportpb.FwdProposeResponse{NotLeader: &transportpb.LeaderHint{Leader: 3}},
 		&transportpb.FwdProposeResponse{Items: []*transportpb.PushItem{
 			{Item: &transportpb.PushItem_Result{Result: &transportpb.PushResult{Kind: 5, Session: 3, Seq: 1}}}}})
+}
+
+func FuzzCallObserveReplies(f *testing.F) {
+	fuzzRequest(f, func() *transportpb.ObserveResponse { return &transportpb.ObserveResponse{} },
+		&transportpb.ObserveResponse{NotLeader: &transportpb.LeaderHint{Leader: 3}},
+		&transportpb.ObserveResponse{Elections: []*transportpb.ObservedElection{{Current: true, Chain: 9,
+			Changes: []*transportpb.ElectionState{{Index: 9, Session: 3, Owner: []byte("o"), Token: 9, Value: []byte("v")}}}}})
 }

@@ -144,6 +144,14 @@ func (r *recorder) Form(ctx context.Context, from uint64, req *transportpb.FormR
 	return respond[*transportpb.FormRequest, *transportpb.FormResponse](r, ctx, from, "Form", req)
 }
 
+func (r *recorder) VersionGate(ctx context.Context, from uint64, req *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
+	return respond[*transportpb.VersionGateRequest, *transportpb.VersionGateResponse](r, ctx, from, "VersionGate", req)
+}
+
+func (r *recorder) Observe(ctx context.Context, from uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
+	return respond[*transportpb.ObserveRequest, *transportpb.ObserveResponse](r, ctx, from, "Observe", req)
+}
+
 // received returns all messages received so far, flattened, and the number
 // of Receive calls.
 func (r *recorder) received() ([]*raftpb.Message, int) {

@@ -45,7 +45,8 @@ func limitOf(v any) int {
 	case *transportpb.Batch:
 		return maxBatchMsgs
 	case *transportpb.SnapshotChunk, *transportpb.KeepaliveRequest, *transportpb.RenewRequest,
-		*transportpb.LeaveRequest, *transportpb.FwdOpenRequest, *transportpb.InspectRequest:
+		*transportpb.LeaveRequest, *transportpb.FwdOpenRequest, *transportpb.InspectRequest,
+		*transportpb.VersionGateRequest, *transportpb.VersionGateResponse:
 		return 0 // no repeated field
 	}
 	return maxCallItems

@@ -191,7 +191,8 @@ func (p *peer) outgoing(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx,
 		mdCluster, p.t.cfg.ClusterID,
 		mdFrom, strconv.FormatUint(p.t.cfg.LocalID, 10),
-		mdFormation, p.t.Formation())
+		mdFormation, p.t.Formation(),
+		mdVersion, p.t.cfg.Version)
 }
 
 // stop cancels the peer's streams, waits for its goroutines and closes the

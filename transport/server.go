@@ -77,6 +77,7 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 	if err := s.t.checkFormation(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), rpc == "Stream" || rpc == "Snapshot"); err != nil {
 		return 0, err
 	}
+	s.t.noteVersion(from, first(md, mdVersion))
 	return from, nil
 }
 
@@ -226,4 +227,12 @@ func (s *server) Inspect(ctx context.Context, req *transportpb.InspectRequest) (
 
 func (s *server) Form(ctx context.Context, req *transportpb.FormRequest) (*transportpb.FormResponse, error) {
 	return serve(s, ctx, "Form", req, s.t.cfg.Handler.Form)
+}
+
+func (s *server) VersionGate(ctx context.Context, req *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
+	return serve(s, ctx, "VersionGate", req, s.t.cfg.Handler.VersionGate)
+}
+
+func (s *server) Observe(ctx context.Context, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
+	return serve(s, ctx, "Observe", req, s.t.cfg.Handler.Observe)
 }

@@ -165,6 +165,12 @@ type Calls interface {
 	// Form serves a formation candidate's request to adopt its formation
 	// id (a founder answers once its answer is durable).
 	Form(ctx context.Context, from uint64, req *transportpb.FormRequest) (*transportpb.FormResponse, error)
+	// VersionGate answers whether every member of the configuration is
+	// known to run the lock catalogue (read-only; the leader answers).
+	VersionGate(ctx context.Context, from uint64, req *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error)
+	// Observe subscribes the calling light member to elections and returns
+	// the changes it missed (read-only; the leader answers).
+	Observe(ctx context.Context, from uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error)
 }
 
 // Config configures a Transport. Zero values take the documented defaults.
@@ -236,6 +242,9 @@ type Config struct {
 	// then leaves the logging to it. It runs on a transport goroutine and
 	// must not block.
 	OnForeignPeer func(id uint64, detail string, dialed bool)
+	// Version is this node's software version, sent with every stream,
+	// snapshot and call so that peers learn it (PeerVersion). Optional.
+	Version string
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -338,7 +347,8 @@ type Transport struct {
 	serveDone chan struct{}
 	closeOnce sync.Once
 
-	form formation // the formation check (formation.go)
+	form     formation // the formation check (formation.go)
+	versions sync.Map  // peer id -> the Version its last authenticated RPC carried (version.go)
 
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.

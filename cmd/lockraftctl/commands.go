@@ -122,7 +122,11 @@ func (c *cli) locks(prefix string) error {
 			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t%d\n", l.Name, state, len(l.Waiters))
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", l.Name, l.Holder.Owner, l.Holder.Member, l.Holder.Token, since(l.Holder.GrantedAt), len(l.Waiters))
+		holder := l.Holder.Owner
+		if len(l.Holds) > 1 {
+			holder += fmt.Sprintf(" (+%d more)", len(l.Holds)-1) // readers, permits: `lock NAME` lists them
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", l.Name, holder, l.Holder.Member, l.Holder.Token, since(l.Holder.GrantedAt), len(l.Waiters))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -146,6 +150,9 @@ func (c *cli) lock(name string) error {
 	}
 	if err != nil || printed {
 		return err
+	}
+	if catalogueView(v) {
+		return c.catalogueLock(v)
 	}
 	fmt.Fprintln(c.out, v.Name)
 	w := c.table()
@@ -173,6 +180,103 @@ func (c *cli) lock(name string) error {
 		fmt.Fprintln(w, "  #\tOWNER\tMEMBER\tSESSION\tENQUEUED AT INDEX\tWAITING FOR")
 		for _, q := range v.Waiters {
 			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%d\t%s\n", q.Position, q.Owner, q.Member, q.Session, q.Enqueued, since(q.EnqueuedAt))
+		}
+		return w.Flush()
+	}
+	return nil
+}
+
+// catalogueView reports whether v needs the catalogue's layout: a
+// read-write lock, semaphore or election, or a multi-name lock's name. A
+// plain mutex keeps the one-holder layout.
+func catalogueView(v lockraft.LockView) bool {
+	if v.Primitive != "" && v.Primitive != "mutex" {
+		return true
+	}
+	for _, h := range v.Holds {
+		if len(h.Names) > 0 {
+			return true
+		}
+	}
+	for _, q := range v.Waiters {
+		if len(q.Names) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// request is what a hold or waiter of the catalogue asks for, in one cell.
+func request(mode string, permits uint32, value string, names []string) string {
+	var parts []string
+	if mode != "" {
+		parts = append(parts, mode)
+	}
+	if permits > 0 {
+		parts = append(parts, fmt.Sprintf("%d permits", permits))
+	}
+	if value != "" {
+		parts = append(parts, fmt.Sprintf("value %q", value))
+	}
+	if len(names) > 0 {
+		parts = append(parts, "names "+strings.Join(names, ","))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// catalogueLock prints a name of the lock catalogue: every hold and every
+// waiter with what it holds or asks for.
+func (c *cli) catalogueLock(v lockraft.LockView) error {
+	prim := v.Primitive
+	if prim == "" || prim == "mutex" {
+		prim = "multi-name mutex"
+	}
+	fmt.Fprintf(c.out, "%s (%s)\n", v.Name, prim)
+	w := c.table()
+	switch v.Primitive {
+	case "semaphore":
+		fmt.Fprintf(w, "  permits\t%d in use of %d\n", v.PermitsInUse, v.Permits)
+	case "election":
+		if len(v.Holds) > 0 {
+			fmt.Fprintf(w, "  value\t%q\n", v.Value)
+		}
+	}
+	if len(v.Holds) == 0 && v.Delayed {
+		fmt.Fprintf(w, "  holds\tnone: in its lock-delay after a holder's session expired\n")
+	} else {
+		fmt.Fprintf(w, "  holds\t%d\n", len(v.Holds))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(v.Holds) > 0 {
+		w := c.table()
+		fmt.Fprintln(w, "  #\tOWNER\tMEMBER\tSESSION\tHOLDS\tTOKEN\tHELD FOR\tLEASE")
+		for i, h := range v.Holds {
+			lease := "session"
+			if h.LeaseMillis > 0 {
+				lease = (time.Duration(h.LeaseMillis) * time.Millisecond).String()
+			}
+			if !h.ExpiresAt.IsZero() {
+				lease += fmt.Sprintf(" (expires in %v)", time.Until(h.ExpiresAt).Round(time.Millisecond))
+			}
+			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", i+1, h.Owner, h.Member, h.Session,
+				request(h.Mode, h.Permits, "", h.Names), h.Token, since(h.GrantedAt), lease)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.out, "  waiters %d\n", len(v.Waiters))
+	if len(v.Waiters) > 0 {
+		w := c.table()
+		fmt.Fprintln(w, "  #\tOWNER\tMEMBER\tSESSION\tASKS FOR\tENQUEUED AT INDEX\tWAITING FOR")
+		for _, q := range v.Waiters {
+			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\n", q.Position, q.Owner, q.Member, q.Session,
+				request(q.Mode, q.Permits, q.Value, q.Names), q.Enqueued, since(q.EnqueuedAt))
 		}
 		return w.Flush()
 	}

@@ -187,3 +187,55 @@ func TestCtlAgainstCluster(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.NotContains(t, out, lockraft.MemberID(nodes[victim].ID()).String())
 }
+
+// TestCtlLockCatalogue: `lock NAME` on a name of the lock catalogue lists
+// every hold (what it holds, token, member) and every waiter with what it
+// asks for, in queue order; `locks` counts the further holds.
+func TestCtlLockCatalogue(t *testing.T) {
+	nodes, srvs := cluster3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := leaderIndex(nodes)
+	require.GreaterOrEqual(t, lead, 0)
+	fol := (lead + 1) % 3
+	ep := srvs[fol].URL
+	sem := nodes[lead].Semaphore("pool/db", 3)
+	p1, err := sem.Acquire(ctx, 2, lockraft.WithOwner("batch-1"))
+	require.NoError(t, err)
+	p2, err := sem.Acquire(ctx, 1, lockraft.WithOwner("batch-2"), lockraft.WithLease(time.Minute))
+	require.NoError(t, err)
+	got := make(chan *lockraft.Permit, 1)
+	go func() {
+		p, err := nodes[fol].Semaphore("pool/db", 3).Acquire(ctx, 2, lockraft.WithOwner("batch-3"))
+		if err == nil {
+			got <- p
+		}
+	}()
+	require.Eventually(t, func() bool {
+		v, _, err := nodes[lead].InspectLock(ctx, "pool/db")
+		return err == nil && len(v.Waiters) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+
+	code, out, errs := ctl("-endpoint", ep, "lock", "pool/db")
+	require.Equal(t, exitOK, code, errs)
+	t.Logf("lock:\n%s", out)
+	require.Contains(t, out, "pool/db (semaphore)")
+	require.Contains(t, out, "3 in use of 3")
+	require.Contains(t, out, "holds    2")
+	lead1 := lockraft.MemberID(nodes[lead].ID())
+	require.Contains(t, out, fmt.Sprintf("1  batch-1  %s", lead1))
+	require.Contains(t, out, fmt.Sprintf("2 permits  %d", p1.Token()))
+	require.Contains(t, out, fmt.Sprintf("1 permits  %d", p2.Token()))
+	require.Contains(t, out, "1m0s")
+	require.Contains(t, out, "waiters 1")
+	require.Contains(t, out, fmt.Sprintf("1  batch-3  %s", lockraft.MemberID(nodes[fol].ID())))
+
+	code, out, errs = ctl("-endpoint", ep, "locks", "pool/")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "batch-1 (+1 more)")
+
+	require.NoError(t, p1.Release(ctx))
+	p3 := <-got
+	require.NoError(t, p3.Release(ctx))
+	require.NoError(t, p2.Release(ctx))
+}

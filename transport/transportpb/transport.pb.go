@@ -187,6 +187,56 @@ func (InspectOp) EnumDescriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{2}
 }
 
+// GateState is what the leader knows of its members' versions.
+type GateState int32
+
+const (
+	GateState_GATE_STATE_UNKNOWN GateState = 0 // not leader, or some member not heard from yet
+	GateState_GATE_STATE_OPEN    GateState = 1 // every member runs the catalogue
+	GateState_GATE_STATE_OLDER   GateState = 2 // some member runs an older version
+)
+
+// Enum value maps for GateState.
+var (
+	GateState_name = map[int32]string{
+		0: "GATE_STATE_UNKNOWN",
+		1: "GATE_STATE_OPEN",
+		2: "GATE_STATE_OLDER",
+	}
+	GateState_value = map[string]int32{
+		"GATE_STATE_UNKNOWN": 0,
+		"GATE_STATE_OPEN":    1,
+		"GATE_STATE_OLDER":   2,
+	}
+)
+
+func (x GateState) Enum() *GateState {
+	p := new(GateState)
+	*p = x
+	return p
+}
+
+func (x GateState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GateState) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_enumTypes[3].Descriptor()
+}
+
+func (GateState) Type() protoreflect.EnumType {
+	return &file_transport_proto_enumTypes[3]
+}
+
+func (x GateState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GateState.Descriptor instead.
+func (GateState) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{3}
+}
+
 // Batch is a group of raft messages, each proto.Marshal(raftpb.Message).
 type Batch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -471,9 +521,14 @@ func (x *KeepaliveResponse) GetStatus() KeepaliveStatus {
 }
 
 type RenewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The holder, for a hold that may share its token with others granted in
+	// the same entry (readers, semaphore permits); 0 and "": not named (the
+	// only hold filed under name and token).
+	Session       uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	Owner         []byte `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,6 +575,20 @@ func (x *RenewRequest) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *RenewRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *RenewRequest) GetOwner() []byte {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
 }
 
 type RenewResponse struct {
@@ -1085,6 +1154,7 @@ type PushItem struct {
 	//
 	//	*PushItem_Result
 	//	*PushItem_Event
+	//	*PushItem_LeaderChange
 	Item          isPushItem_Item `protobuf_oneof:"item"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1145,6 +1215,15 @@ func (x *PushItem) GetEvent() *PushEvent {
 	return nil
 }
 
+func (x *PushItem) GetLeaderChange() *LeaderChangePush {
+	if x != nil {
+		if x, ok := x.Item.(*PushItem_LeaderChange); ok {
+			return x.LeaderChange
+		}
+	}
+	return nil
+}
+
 type isPushItem_Item interface {
 	isPushItem_Item()
 }
@@ -1157,9 +1236,15 @@ type PushItem_Event struct {
 	Event *PushEvent `protobuf:"bytes,2,opt,name=event,proto3,oneof"`
 }
 
+type PushItem_LeaderChange struct {
+	LeaderChange *LeaderChangePush `protobuf:"bytes,3,opt,name=leader_change,json=leaderChange,proto3,oneof"`
+}
+
 func (*PushItem_Result) isPushItem_Item() {}
 
 func (*PushItem_Event) isPushItem_Item() {}
+
+func (*PushItem_LeaderChange) isPushItem_Item() {}
 
 // PushResult is the result of one applied command (lockfsm.Result).
 type PushResult struct {
@@ -1168,7 +1253,7 @@ type PushResult struct {
 	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	Status        uint32                 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`                  // lockfsm.Status
-	ErrCode       uint32                 `protobuf:"varint,5,opt,name=err_code,json=errCode,proto3" json:"err_code,omitempty"` // index into the node's table of lockfsm errors; 0 = none
+	ErrCode       uint32                 `protobuf:"varint,5,opt,name=err_code,json=errCode,proto3" json:"err_code,omitempty"` // lockfsm.ErrorCode (0 = none); 254: refused by the version gate
 	Duplicate     bool                   `protobuf:"varint,6,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	Token         uint64                 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	HoldCount     uint32                 `protobuf:"varint,8,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
@@ -1288,16 +1373,20 @@ func (x *PushResult) GetHolderOwner() string {
 
 // PushEvent is one lockfsm.Event of a light member's session.
 type PushEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`     // lockfsm.EventKind
-	Reason        uint32                 `protobuf:"varint,2,opt,name=reason,proto3" json:"reason,omitempty"` // lockfsm.Reason
-	FromQueue     bool                   `protobuf:"varint,3,opt,name=from_queue,json=fromQueue,proto3" json:"from_queue,omitempty"`
-	Session       uint64                 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
-	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
-	Token         uint64                 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
-	LeaseMillis   uint64                 `protobuf:"varint,7,opt,name=lease_millis,json=leaseMillis,proto3" json:"lease_millis,omitempty"`
-	Name          string                 `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
-	Owner         string                 `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Kind        uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`     // lockfsm.EventKind
+	Reason      uint32                 `protobuf:"varint,2,opt,name=reason,proto3" json:"reason,omitempty"` // lockfsm.Reason
+	FromQueue   bool                   `protobuf:"varint,3,opt,name=from_queue,json=fromQueue,proto3" json:"from_queue,omitempty"`
+	Session     uint64                 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
+	Seq         uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Token       uint64                 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	LeaseMillis uint64                 `protobuf:"varint,7,opt,name=lease_millis,json=leaseMillis,proto3" json:"lease_millis,omitempty"`
+	Name        string                 `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	Owner       string                 `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The lock catalogue's fields of the hold the event is about.
+	Mode          uint32   `protobuf:"varint,10,opt,name=mode,proto3" json:"mode,omitempty"`                              // lockfsm.Mode
+	Permits       uint32   `protobuf:"varint,11,opt,name=permits,proto3" json:"permits,omitempty"`                        // semaphore permits
+	ExtraNames    []string `protobuf:"bytes,12,rep,name=extra_names,json=extraNames,proto3" json:"extra_names,omitempty"` // a multi-name hold's other names
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1395,6 +1484,168 @@ func (x *PushEvent) GetOwner() string {
 	return ""
 }
 
+func (x *PushEvent) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *PushEvent) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *PushEvent) GetExtraNames() []string {
+	if x != nil {
+		return x.ExtraNames
+	}
+	return nil
+}
+
+// ElectionState is one state of an election: who leads it from the entry
+// index on (token 0: nobody).
+type ElectionState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Owner         []byte                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token         uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionState) Reset() {
+	*x = ElectionState{}
+	mi := &file_transport_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionState) ProtoMessage() {}
+
+func (x *ElectionState) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionState.ProtoReflect.Descriptor instead.
+func (*ElectionState) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ElectionState) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ElectionState) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *ElectionState) GetOwner() []byte {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *ElectionState) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ElectionState) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// LeaderChangePush is one applied change of an election a light member
+// observes, with the index of the change before it (0: unknown), so the
+// member can tell a gap.
+type LeaderChangePush struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Prev          uint64                 `protobuf:"varint,2,opt,name=prev,proto3" json:"prev,omitempty"`
+	Change        *ElectionState         `protobuf:"bytes,3,opt,name=change,proto3" json:"change,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderChangePush) Reset() {
+	*x = LeaderChangePush{}
+	mi := &file_transport_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderChangePush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderChangePush) ProtoMessage() {}
+
+func (x *LeaderChangePush) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderChangePush.ProtoReflect.Descriptor instead.
+func (*LeaderChangePush) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaderChangePush) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LeaderChangePush) GetPrev() uint64 {
+	if x != nil {
+		return x.Prev
+	}
+	return 0
+}
+
+func (x *LeaderChangePush) GetChange() *ElectionState {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
 type FwdStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"` // the caller's own session
@@ -1405,7 +1656,7 @@ type FwdStatusRequest struct {
 
 func (x *FwdStatusRequest) Reset() {
 	*x = FwdStatusRequest{}
-	mi := &file_transport_proto_msgTypes[22]
+	mi := &file_transport_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1668,7 @@ func (x *FwdStatusRequest) String() string {
 func (*FwdStatusRequest) ProtoMessage() {}
 
 func (x *FwdStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[22]
+	mi := &file_transport_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1681,7 @@ func (x *FwdStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FwdStatusRequest.ProtoReflect.Descriptor instead.
 func (*FwdStatusRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{22}
+	return file_transport_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FwdStatusRequest) GetSession() uint64 {
@@ -1458,7 +1709,7 @@ type StatusQuery struct {
 
 func (x *StatusQuery) Reset() {
 	*x = StatusQuery{}
-	mi := &file_transport_proto_msgTypes[23]
+	mi := &file_transport_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1721,7 @@ func (x *StatusQuery) String() string {
 func (*StatusQuery) ProtoMessage() {}
 
 func (x *StatusQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[23]
+	mi := &file_transport_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1734,7 @@ func (x *StatusQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusQuery.ProtoReflect.Descriptor instead.
 func (*StatusQuery) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{23}
+	return file_transport_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusQuery) GetSeq() uint64 {
@@ -1517,7 +1768,7 @@ type FwdStatusResponse struct {
 
 func (x *FwdStatusResponse) Reset() {
 	*x = FwdStatusResponse{}
-	mi := &file_transport_proto_msgTypes[24]
+	mi := &file_transport_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1780,7 @@ func (x *FwdStatusResponse) String() string {
 func (*FwdStatusResponse) ProtoMessage() {}
 
 func (x *FwdStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[24]
+	mi := &file_transport_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1793,7 @@ func (x *FwdStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FwdStatusResponse.ProtoReflect.Descriptor instead.
 func (*FwdStatusResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{24}
+	return file_transport_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FwdStatusResponse) GetNotLeader() *LeaderHint {
@@ -1569,7 +1820,7 @@ type StatusFact struct {
 
 func (x *StatusFact) Reset() {
 	*x = StatusFact{}
-	mi := &file_transport_proto_msgTypes[25]
+	mi := &file_transport_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1832,7 @@ func (x *StatusFact) String() string {
 func (*StatusFact) ProtoMessage() {}
 
 func (x *StatusFact) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[25]
+	mi := &file_transport_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1845,7 @@ func (x *StatusFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusFact.ProtoReflect.Descriptor instead.
 func (*StatusFact) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{25}
+	return file_transport_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusFact) GetState() AcquireState {
@@ -1626,7 +1877,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_transport_proto_msgTypes[26]
+	mi := &file_transport_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1889,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[26]
+	mi := &file_transport_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1902,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{26}
+	return file_transport_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InspectRequest) GetOp() InspectOp {
@@ -1715,7 +1966,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_transport_proto_msgTypes[27]
+	mi := &file_transport_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1978,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[27]
+	mi := &file_transport_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1991,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{27}
+	return file_transport_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InspectResponse) GetJson() []byte {
@@ -1764,7 +2015,7 @@ type FormRequest struct {
 
 func (x *FormRequest) Reset() {
 	*x = FormRequest{}
-	mi := &file_transport_proto_msgTypes[28]
+	mi := &file_transport_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2027,7 @@ func (x *FormRequest) String() string {
 func (*FormRequest) ProtoMessage() {}
 
 func (x *FormRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[28]
+	mi := &file_transport_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2040,7 @@ func (x *FormRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FormRequest.ProtoReflect.Descriptor instead.
 func (*FormRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{28}
+	return file_transport_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FormRequest) GetFormation() string {
@@ -1840,7 +2091,7 @@ type FormResponse struct {
 
 func (x *FormResponse) Reset() {
 	*x = FormResponse{}
-	mi := &file_transport_proto_msgTypes[29]
+	mi := &file_transport_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2103,7 @@ func (x *FormResponse) String() string {
 func (*FormResponse) ProtoMessage() {}
 
 func (x *FormResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[29]
+	mi := &file_transport_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2116,7 @@ func (x *FormResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FormResponse.ProtoReflect.Descriptor instead.
 func (*FormResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{29}
+	return file_transport_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FormResponse) GetAdopted() bool {
@@ -1896,6 +2147,298 @@ func (x *FormResponse) GetReason() string {
 	return ""
 }
 
+type VersionGateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionGateRequest) Reset() {
+	*x = VersionGateRequest{}
+	mi := &file_transport_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionGateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionGateRequest) ProtoMessage() {}
+
+func (x *VersionGateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionGateRequest.ProtoReflect.Descriptor instead.
+func (*VersionGateRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{32}
+}
+
+type VersionGateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         GateState              `protobuf:"varint,1,opt,name=state,proto3,enum=lockraft.transport.v1.GateState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionGateResponse) Reset() {
+	*x = VersionGateResponse{}
+	mi := &file_transport_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionGateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionGateResponse) ProtoMessage() {}
+
+func (x *VersionGateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionGateResponse.ProtoReflect.Descriptor instead.
+func (*VersionGateResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *VersionGateResponse) GetState() GateState {
+	if x != nil {
+		return x.State
+	}
+	return GateState_GATE_STATE_UNKNOWN
+}
+
+// ObserveRequest names the elections the light member watches and, for
+// each, the index of the last change it has (0: none).
+type ObserveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []*ObserveName         `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_transport_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ObserveRequest) GetNames() []*ObserveName {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type ObserveName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	After         uint64                 `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveName) Reset() {
+	*x = ObserveName{}
+	mi := &file_transport_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveName) ProtoMessage() {}
+
+func (x *ObserveName) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveName.ProtoReflect.Descriptor instead.
+func (*ObserveName) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ObserveName) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ObserveName) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+type ObserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotLeader     *LeaderHint            `protobuf:"bytes,1,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Elections     []*ObservedElection    `protobuf:"bytes,2,rep,name=elections,proto3" json:"elections,omitempty"` // one per name asked, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveResponse) Reset() {
+	*x = ObserveResponse{}
+	mi := &file_transport_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveResponse) ProtoMessage() {}
+
+func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
+func (*ObserveResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ObserveResponse) GetNotLeader() *LeaderHint {
+	if x != nil {
+		return x.NotLeader
+	}
+	return nil
+}
+
+func (x *ObserveResponse) GetElections() []*ObservedElection {
+	if x != nil {
+		return x.Elections
+	}
+	return nil
+}
+
+// ObservedElection: the changes after the member's index, or (current) the
+// election's current state when the leader's history does not reach back.
+type ObservedElection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Current       bool                   `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
+	Chain         uint64                 `protobuf:"varint,2,opt,name=chain,proto3" json:"chain,omitempty"` // the index of the leader's last change of it (0: none kept)
+	Changes       []*ElectionState       `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedElection) Reset() {
+	*x = ObservedElection{}
+	mi := &file_transport_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedElection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedElection) ProtoMessage() {}
+
+func (x *ObservedElection) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedElection.ProtoReflect.Descriptor instead.
+func (*ObservedElection) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ObservedElection) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *ObservedElection) GetChain() uint64 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *ObservedElection) GetChanges() []*ElectionState {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -1914,10 +2457,12 @@ const file_transport_proto_rawDesc = "" +
 	"\x10KeepaliveRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\"S\n" +
 	"\x11KeepaliveResponse\x12>\n" +
-	"\x06status\x18\x01 \x01(\x0e2&.lockraft.transport.v1.KeepaliveStatusR\x06status\"8\n" +
+	"\x06status\x18\x01 \x01(\x0e2&.lockraft.transport.v1.KeepaliveStatusR\x06status\"h\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"O\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\fR\x05owner\"O\n" +
 	"\rRenewResponse\x12>\n" +
 	"\x06status\x18\x01 \x01(\x0e2&.lockraft.transport.v1.KeepaliveStatusR\x06status\"r\n" +
 	"\x0eRemovedRequest\x12\x12\n" +
@@ -1948,10 +2493,11 @@ const file_transport_proto_rawDesc = "" +
 	"\x05items\x18\x02 \x03(\v2\x1f.lockraft.transport.v1.PushItemR\x05items\"G\n" +
 	"\x0eFwdPushRequest\x125\n" +
 	"\x05items\x18\x01 \x03(\v2\x1f.lockraft.transport.v1.PushItemR\x05items\"\x11\n" +
-	"\x0fFwdPushResponse\"\x89\x01\n" +
+	"\x0fFwdPushResponse\"\xd9\x01\n" +
 	"\bPushItem\x12;\n" +
 	"\x06result\x18\x01 \x01(\v2!.lockraft.transport.v1.PushResultH\x00R\x06result\x128\n" +
-	"\x05event\x18\x02 \x01(\v2 .lockraft.transport.v1.PushEventH\x00R\x05eventB\x06\n" +
+	"\x05event\x18\x02 \x01(\v2 .lockraft.transport.v1.PushEventH\x00R\x05event\x12N\n" +
+	"\rleader_change\x18\x03 \x01(\v2'.lockraft.transport.v1.LeaderChangePushH\x00R\fleaderChangeB\x06\n" +
 	"\x04item\"\xb8\x02\n" +
 	"\n" +
 	"PushResult\x12\x12\n" +
@@ -1967,7 +2513,7 @@ const file_transport_proto_rawDesc = "" +
 	"\bposition\x18\t \x01(\rR\bposition\x12%\n" +
 	"\x0eholder_session\x18\n" +
 	" \x01(\x04R\rholderSession\x12!\n" +
-	"\fholder_owner\x18\v \x01(\tR\vholderOwner\"\xe5\x01\n" +
+	"\fholder_owner\x18\v \x01(\tR\vholderOwner\"\xb4\x02\n" +
 	"\tPushEvent\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\rR\x06reason\x12\x1d\n" +
@@ -1978,7 +2524,22 @@ const file_transport_proto_rawDesc = "" +
 	"\x05token\x18\x06 \x01(\x04R\x05token\x12!\n" +
 	"\flease_millis\x18\a \x01(\x04R\vleaseMillis\x12\x12\n" +
 	"\x04name\x18\b \x01(\tR\x04name\x12\x14\n" +
-	"\x05owner\x18\t \x01(\tR\x05owner\"j\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\x12\x12\n" +
+	"\x04mode\x18\n" +
+	" \x01(\rR\x04mode\x12\x18\n" +
+	"\apermits\x18\v \x01(\rR\apermits\x12\x1f\n" +
+	"\vextra_names\x18\f \x03(\tR\n" +
+	"extraNames\"\x81\x01\n" +
+	"\rElectionState\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\fR\x05owner\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"x\n" +
+	"\x10LeaderChangePush\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04prev\x18\x02 \x01(\x04R\x04prev\x12<\n" +
+	"\x06change\x18\x03 \x01(\v2$.lockraft.transport.v1.ElectionStateR\x06change\"j\n" +
 	"\x10FwdStatusRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12<\n" +
 	"\aqueries\x18\x02 \x03(\v2\".lockraft.transport.v1.StatusQueryR\aqueries\"I\n" +
@@ -2014,7 +2575,23 @@ const file_transport_proto_rawDesc = "" +
 	"\aadopted\x18\x01 \x01(\bR\aadopted\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason*\xab\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x14\n" +
+	"\x12VersionGateRequest\"M\n" +
+	"\x13VersionGateResponse\x126\n" +
+	"\x05state\x18\x01 \x01(\x0e2 .lockraft.transport.v1.GateStateR\x05state\"J\n" +
+	"\x0eObserveRequest\x128\n" +
+	"\x05names\x18\x01 \x03(\v2\".lockraft.transport.v1.ObserveNameR\x05names\"7\n" +
+	"\vObserveName\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\x04R\x05after\"\x9a\x01\n" +
+	"\x0fObserveResponse\x12@\n" +
+	"\n" +
+	"not_leader\x18\x01 \x01(\v2!.lockraft.transport.v1.LeaderHintR\tnotLeader\x12E\n" +
+	"\telections\x18\x02 \x03(\v2'.lockraft.transport.v1.ObservedElectionR\telections\"\x82\x01\n" +
+	"\x10ObservedElection\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x14\n" +
+	"\x05chain\x18\x02 \x01(\x04R\x05chain\x12>\n" +
+	"\achanges\x18\x03 \x03(\v2$.lockraft.transport.v1.ElectionStateR\achanges*\xab\x01\n" +
 	"\x0fKeepaliveStatus\x12 \n" +
 	"\x1cKEEPALIVE_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KEEPALIVE_STATUS_OK\x10\x01\x12\x1f\n" +
@@ -2030,7 +2607,11 @@ const file_transport_proto_rawDesc = "" +
 	"\x0fINSPECT_OP_LOCK\x10\x01\x12\x14\n" +
 	"\x10INSPECT_OP_LOCKS\x10\x02\x12\x16\n" +
 	"\x12INSPECT_OP_MEMBERS\x10\x03\x12\x17\n" +
-	"\x13INSPECT_OP_TRANSFER\x10\x042\xae\b\n" +
+	"\x13INSPECT_OP_TRANSFER\x10\x04*N\n" +
+	"\tGateState\x12\x16\n" +
+	"\x12GATE_STATE_UNKNOWN\x10\x00\x12\x13\n" +
+	"\x0fGATE_STATE_OPEN\x10\x01\x12\x14\n" +
+	"\x10GATE_STATE_OLDER\x10\x022\xee\t\n" +
 	"\x04Raft\x12J\n" +
 	"\x06Stream\x12\x1c.lockraft.transport.v1.Batch\x1a .lockraft.transport.v1.StreamAck(\x01\x12V\n" +
 	"\bSnapshot\x12$.lockraft.transport.v1.SnapshotChunk\x1a\".lockraft.transport.v1.SnapshotAck(\x01\x12^\n" +
@@ -2044,7 +2625,9 @@ const file_transport_proto_rawDesc = "" +
 	"\aFwdPush\x12%.lockraft.transport.v1.FwdPushRequest\x1a&.lockraft.transport.v1.FwdPushResponse\x12^\n" +
 	"\tFwdStatus\x12'.lockraft.transport.v1.FwdStatusRequest\x1a(.lockraft.transport.v1.FwdStatusResponse\x12X\n" +
 	"\aInspect\x12%.lockraft.transport.v1.InspectRequest\x1a&.lockraft.transport.v1.InspectResponse\x12O\n" +
-	"\x04Form\x12\".lockraft.transport.v1.FormRequest\x1a#.lockraft.transport.v1.FormResponseB4Z2github.com/lockraft/lockraft/transport/transportpbb\x06proto3"
+	"\x04Form\x12\".lockraft.transport.v1.FormRequest\x1a#.lockraft.transport.v1.FormResponse\x12d\n" +
+	"\vVersionGate\x12).lockraft.transport.v1.VersionGateRequest\x1a*.lockraft.transport.v1.VersionGateResponse\x12X\n" +
+	"\aObserve\x12%.lockraft.transport.v1.ObserveRequest\x1a&.lockraft.transport.v1.ObserveResponseB4Z2github.com/lockraft/lockraft/transport/transportpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -2058,86 +2641,106 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_transport_proto_goTypes = []any{
-	(KeepaliveStatus)(0),       // 0: lockraft.transport.v1.KeepaliveStatus
-	(AcquireState)(0),          // 1: lockraft.transport.v1.AcquireState
-	(InspectOp)(0),             // 2: lockraft.transport.v1.InspectOp
-	(*Batch)(nil),              // 3: lockraft.transport.v1.Batch
-	(*StreamAck)(nil),          // 4: lockraft.transport.v1.StreamAck
-	(*SnapshotChunk)(nil),      // 5: lockraft.transport.v1.SnapshotChunk
-	(*SnapshotAck)(nil),        // 6: lockraft.transport.v1.SnapshotAck
-	(*KeepaliveRequest)(nil),   // 7: lockraft.transport.v1.KeepaliveRequest
-	(*KeepaliveResponse)(nil),  // 8: lockraft.transport.v1.KeepaliveResponse
-	(*RenewRequest)(nil),       // 9: lockraft.transport.v1.RenewRequest
-	(*RenewResponse)(nil),      // 10: lockraft.transport.v1.RenewResponse
-	(*RemovedRequest)(nil),     // 11: lockraft.transport.v1.RemovedRequest
-	(*RemovedResponse)(nil),    // 12: lockraft.transport.v1.RemovedResponse
-	(*LeaveRequest)(nil),       // 13: lockraft.transport.v1.LeaveRequest
-	(*LeaveResponse)(nil),      // 14: lockraft.transport.v1.LeaveResponse
-	(*LeaderHint)(nil),         // 15: lockraft.transport.v1.LeaderHint
-	(*FwdOpenRequest)(nil),     // 16: lockraft.transport.v1.FwdOpenRequest
-	(*FwdOpenResponse)(nil),    // 17: lockraft.transport.v1.FwdOpenResponse
-	(*FwdProposeRequest)(nil),  // 18: lockraft.transport.v1.FwdProposeRequest
-	(*FwdProposeResponse)(nil), // 19: lockraft.transport.v1.FwdProposeResponse
-	(*FwdPushRequest)(nil),     // 20: lockraft.transport.v1.FwdPushRequest
-	(*FwdPushResponse)(nil),    // 21: lockraft.transport.v1.FwdPushResponse
-	(*PushItem)(nil),           // 22: lockraft.transport.v1.PushItem
-	(*PushResult)(nil),         // 23: lockraft.transport.v1.PushResult
-	(*PushEvent)(nil),          // 24: lockraft.transport.v1.PushEvent
-	(*FwdStatusRequest)(nil),   // 25: lockraft.transport.v1.FwdStatusRequest
-	(*StatusQuery)(nil),        // 26: lockraft.transport.v1.StatusQuery
-	(*FwdStatusResponse)(nil),  // 27: lockraft.transport.v1.FwdStatusResponse
-	(*StatusFact)(nil),         // 28: lockraft.transport.v1.StatusFact
-	(*InspectRequest)(nil),     // 29: lockraft.transport.v1.InspectRequest
-	(*InspectResponse)(nil),    // 30: lockraft.transport.v1.InspectResponse
-	(*FormRequest)(nil),        // 31: lockraft.transport.v1.FormRequest
-	(*FormResponse)(nil),       // 32: lockraft.transport.v1.FormResponse
+	(KeepaliveStatus)(0),        // 0: lockraft.transport.v1.KeepaliveStatus
+	(AcquireState)(0),           // 1: lockraft.transport.v1.AcquireState
+	(InspectOp)(0),              // 2: lockraft.transport.v1.InspectOp
+	(GateState)(0),              // 3: lockraft.transport.v1.GateState
+	(*Batch)(nil),               // 4: lockraft.transport.v1.Batch
+	(*StreamAck)(nil),           // 5: lockraft.transport.v1.StreamAck
+	(*SnapshotChunk)(nil),       // 6: lockraft.transport.v1.SnapshotChunk
+	(*SnapshotAck)(nil),         // 7: lockraft.transport.v1.SnapshotAck
+	(*KeepaliveRequest)(nil),    // 8: lockraft.transport.v1.KeepaliveRequest
+	(*KeepaliveResponse)(nil),   // 9: lockraft.transport.v1.KeepaliveResponse
+	(*RenewRequest)(nil),        // 10: lockraft.transport.v1.RenewRequest
+	(*RenewResponse)(nil),       // 11: lockraft.transport.v1.RenewResponse
+	(*RemovedRequest)(nil),      // 12: lockraft.transport.v1.RemovedRequest
+	(*RemovedResponse)(nil),     // 13: lockraft.transport.v1.RemovedResponse
+	(*LeaveRequest)(nil),        // 14: lockraft.transport.v1.LeaveRequest
+	(*LeaveResponse)(nil),       // 15: lockraft.transport.v1.LeaveResponse
+	(*LeaderHint)(nil),          // 16: lockraft.transport.v1.LeaderHint
+	(*FwdOpenRequest)(nil),      // 17: lockraft.transport.v1.FwdOpenRequest
+	(*FwdOpenResponse)(nil),     // 18: lockraft.transport.v1.FwdOpenResponse
+	(*FwdProposeRequest)(nil),   // 19: lockraft.transport.v1.FwdProposeRequest
+	(*FwdProposeResponse)(nil),  // 20: lockraft.transport.v1.FwdProposeResponse
+	(*FwdPushRequest)(nil),      // 21: lockraft.transport.v1.FwdPushRequest
+	(*FwdPushResponse)(nil),     // 22: lockraft.transport.v1.FwdPushResponse
+	(*PushItem)(nil),            // 23: lockraft.transport.v1.PushItem
+	(*PushResult)(nil),          // 24: lockraft.transport.v1.PushResult
+	(*PushEvent)(nil),           // 25: lockraft.transport.v1.PushEvent
+	(*ElectionState)(nil),       // 26: lockraft.transport.v1.ElectionState
+	(*LeaderChangePush)(nil),    // 27: lockraft.transport.v1.LeaderChangePush
+	(*FwdStatusRequest)(nil),    // 28: lockraft.transport.v1.FwdStatusRequest
+	(*StatusQuery)(nil),         // 29: lockraft.transport.v1.StatusQuery
+	(*FwdStatusResponse)(nil),   // 30: lockraft.transport.v1.FwdStatusResponse
+	(*StatusFact)(nil),          // 31: lockraft.transport.v1.StatusFact
+	(*InspectRequest)(nil),      // 32: lockraft.transport.v1.InspectRequest
+	(*InspectResponse)(nil),     // 33: lockraft.transport.v1.InspectResponse
+	(*FormRequest)(nil),         // 34: lockraft.transport.v1.FormRequest
+	(*FormResponse)(nil),        // 35: lockraft.transport.v1.FormResponse
+	(*VersionGateRequest)(nil),  // 36: lockraft.transport.v1.VersionGateRequest
+	(*VersionGateResponse)(nil), // 37: lockraft.transport.v1.VersionGateResponse
+	(*ObserveRequest)(nil),      // 38: lockraft.transport.v1.ObserveRequest
+	(*ObserveName)(nil),         // 39: lockraft.transport.v1.ObserveName
+	(*ObserveResponse)(nil),     // 40: lockraft.transport.v1.ObserveResponse
+	(*ObservedElection)(nil),    // 41: lockraft.transport.v1.ObservedElection
 }
 var file_transport_proto_depIdxs = []int32{
 	0,  // 0: lockraft.transport.v1.KeepaliveResponse.status:type_name -> lockraft.transport.v1.KeepaliveStatus
 	0,  // 1: lockraft.transport.v1.RenewResponse.status:type_name -> lockraft.transport.v1.KeepaliveStatus
-	15, // 2: lockraft.transport.v1.FwdOpenResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
-	15, // 3: lockraft.transport.v1.FwdProposeResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
-	22, // 4: lockraft.transport.v1.FwdProposeResponse.items:type_name -> lockraft.transport.v1.PushItem
-	22, // 5: lockraft.transport.v1.FwdPushRequest.items:type_name -> lockraft.transport.v1.PushItem
-	23, // 6: lockraft.transport.v1.PushItem.result:type_name -> lockraft.transport.v1.PushResult
-	24, // 7: lockraft.transport.v1.PushItem.event:type_name -> lockraft.transport.v1.PushEvent
-	26, // 8: lockraft.transport.v1.FwdStatusRequest.queries:type_name -> lockraft.transport.v1.StatusQuery
-	15, // 9: lockraft.transport.v1.FwdStatusResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
-	28, // 10: lockraft.transport.v1.FwdStatusResponse.facts:type_name -> lockraft.transport.v1.StatusFact
-	1,  // 11: lockraft.transport.v1.StatusFact.state:type_name -> lockraft.transport.v1.AcquireState
-	2,  // 12: lockraft.transport.v1.InspectRequest.op:type_name -> lockraft.transport.v1.InspectOp
-	3,  // 13: lockraft.transport.v1.Raft.Stream:input_type -> lockraft.transport.v1.Batch
-	5,  // 14: lockraft.transport.v1.Raft.Snapshot:input_type -> lockraft.transport.v1.SnapshotChunk
-	7,  // 15: lockraft.transport.v1.Raft.Keepalive:input_type -> lockraft.transport.v1.KeepaliveRequest
-	9,  // 16: lockraft.transport.v1.Raft.Renew:input_type -> lockraft.transport.v1.RenewRequest
-	11, // 17: lockraft.transport.v1.Raft.Removed:input_type -> lockraft.transport.v1.RemovedRequest
-	13, // 18: lockraft.transport.v1.Raft.Leave:input_type -> lockraft.transport.v1.LeaveRequest
-	16, // 19: lockraft.transport.v1.Raft.FwdOpen:input_type -> lockraft.transport.v1.FwdOpenRequest
-	18, // 20: lockraft.transport.v1.Raft.FwdPropose:input_type -> lockraft.transport.v1.FwdProposeRequest
-	20, // 21: lockraft.transport.v1.Raft.FwdPush:input_type -> lockraft.transport.v1.FwdPushRequest
-	25, // 22: lockraft.transport.v1.Raft.FwdStatus:input_type -> lockraft.transport.v1.FwdStatusRequest
-	29, // 23: lockraft.transport.v1.Raft.Inspect:input_type -> lockraft.transport.v1.InspectRequest
-	31, // 24: lockraft.transport.v1.Raft.Form:input_type -> lockraft.transport.v1.FormRequest
-	4,  // 25: lockraft.transport.v1.Raft.Stream:output_type -> lockraft.transport.v1.StreamAck
-	6,  // 26: lockraft.transport.v1.Raft.Snapshot:output_type -> lockraft.transport.v1.SnapshotAck
-	8,  // 27: lockraft.transport.v1.Raft.Keepalive:output_type -> lockraft.transport.v1.KeepaliveResponse
-	10, // 28: lockraft.transport.v1.Raft.Renew:output_type -> lockraft.transport.v1.RenewResponse
-	12, // 29: lockraft.transport.v1.Raft.Removed:output_type -> lockraft.transport.v1.RemovedResponse
-	14, // 30: lockraft.transport.v1.Raft.Leave:output_type -> lockraft.transport.v1.LeaveResponse
-	17, // 31: lockraft.transport.v1.Raft.FwdOpen:output_type -> lockraft.transport.v1.FwdOpenResponse
-	19, // 32: lockraft.transport.v1.Raft.FwdPropose:output_type -> lockraft.transport.v1.FwdProposeResponse
-	21, // 33: lockraft.transport.v1.Raft.FwdPush:output_type -> lockraft.transport.v1.FwdPushResponse
-	27, // 34: lockraft.transport.v1.Raft.FwdStatus:output_type -> lockraft.transport.v1.FwdStatusResponse
-	30, // 35: lockraft.transport.v1.Raft.Inspect:output_type -> lockraft.transport.v1.InspectResponse
-	32, // 36: lockraft.transport.v1.Raft.Form:output_type -> lockraft.transport.v1.FormResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 2: lockraft.transport.v1.FwdOpenResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	16, // 3: lockraft.transport.v1.FwdProposeResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	23, // 4: lockraft.transport.v1.FwdProposeResponse.items:type_name -> lockraft.transport.v1.PushItem
+	23, // 5: lockraft.transport.v1.FwdPushRequest.items:type_name -> lockraft.transport.v1.PushItem
+	24, // 6: lockraft.transport.v1.PushItem.result:type_name -> lockraft.transport.v1.PushResult
+	25, // 7: lockraft.transport.v1.PushItem.event:type_name -> lockraft.transport.v1.PushEvent
+	27, // 8: lockraft.transport.v1.PushItem.leader_change:type_name -> lockraft.transport.v1.LeaderChangePush
+	26, // 9: lockraft.transport.v1.LeaderChangePush.change:type_name -> lockraft.transport.v1.ElectionState
+	29, // 10: lockraft.transport.v1.FwdStatusRequest.queries:type_name -> lockraft.transport.v1.StatusQuery
+	16, // 11: lockraft.transport.v1.FwdStatusResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	31, // 12: lockraft.transport.v1.FwdStatusResponse.facts:type_name -> lockraft.transport.v1.StatusFact
+	1,  // 13: lockraft.transport.v1.StatusFact.state:type_name -> lockraft.transport.v1.AcquireState
+	2,  // 14: lockraft.transport.v1.InspectRequest.op:type_name -> lockraft.transport.v1.InspectOp
+	3,  // 15: lockraft.transport.v1.VersionGateResponse.state:type_name -> lockraft.transport.v1.GateState
+	39, // 16: lockraft.transport.v1.ObserveRequest.names:type_name -> lockraft.transport.v1.ObserveName
+	16, // 17: lockraft.transport.v1.ObserveResponse.not_leader:type_name -> lockraft.transport.v1.LeaderHint
+	41, // 18: lockraft.transport.v1.ObserveResponse.elections:type_name -> lockraft.transport.v1.ObservedElection
+	26, // 19: lockraft.transport.v1.ObservedElection.changes:type_name -> lockraft.transport.v1.ElectionState
+	4,  // 20: lockraft.transport.v1.Raft.Stream:input_type -> lockraft.transport.v1.Batch
+	6,  // 21: lockraft.transport.v1.Raft.Snapshot:input_type -> lockraft.transport.v1.SnapshotChunk
+	8,  // 22: lockraft.transport.v1.Raft.Keepalive:input_type -> lockraft.transport.v1.KeepaliveRequest
+	10, // 23: lockraft.transport.v1.Raft.Renew:input_type -> lockraft.transport.v1.RenewRequest
+	12, // 24: lockraft.transport.v1.Raft.Removed:input_type -> lockraft.transport.v1.RemovedRequest
+	14, // 25: lockraft.transport.v1.Raft.Leave:input_type -> lockraft.transport.v1.LeaveRequest
+	17, // 26: lockraft.transport.v1.Raft.FwdOpen:input_type -> lockraft.transport.v1.FwdOpenRequest
+	19, // 27: lockraft.transport.v1.Raft.FwdPropose:input_type -> lockraft.transport.v1.FwdProposeRequest
+	21, // 28: lockraft.transport.v1.Raft.FwdPush:input_type -> lockraft.transport.v1.FwdPushRequest
+	28, // 29: lockraft.transport.v1.Raft.FwdStatus:input_type -> lockraft.transport.v1.FwdStatusRequest
+	32, // 30: lockraft.transport.v1.Raft.Inspect:input_type -> lockraft.transport.v1.InspectRequest
+	34, // 31: lockraft.transport.v1.Raft.Form:input_type -> lockraft.transport.v1.FormRequest
+	36, // 32: lockraft.transport.v1.Raft.VersionGate:input_type -> lockraft.transport.v1.VersionGateRequest
+	38, // 33: lockraft.transport.v1.Raft.Observe:input_type -> lockraft.transport.v1.ObserveRequest
+	5,  // 34: lockraft.transport.v1.Raft.Stream:output_type -> lockraft.transport.v1.StreamAck
+	7,  // 35: lockraft.transport.v1.Raft.Snapshot:output_type -> lockraft.transport.v1.SnapshotAck
+	9,  // 36: lockraft.transport.v1.Raft.Keepalive:output_type -> lockraft.transport.v1.KeepaliveResponse
+	11, // 37: lockraft.transport.v1.Raft.Renew:output_type -> lockraft.transport.v1.RenewResponse
+	13, // 38: lockraft.transport.v1.Raft.Removed:output_type -> lockraft.transport.v1.RemovedResponse
+	15, // 39: lockraft.transport.v1.Raft.Leave:output_type -> lockraft.transport.v1.LeaveResponse
+	18, // 40: lockraft.transport.v1.Raft.FwdOpen:output_type -> lockraft.transport.v1.FwdOpenResponse
+	20, // 41: lockraft.transport.v1.Raft.FwdPropose:output_type -> lockraft.transport.v1.FwdProposeResponse
+	22, // 42: lockraft.transport.v1.Raft.FwdPush:output_type -> lockraft.transport.v1.FwdPushResponse
+	30, // 43: lockraft.transport.v1.Raft.FwdStatus:output_type -> lockraft.transport.v1.FwdStatusResponse
+	33, // 44: lockraft.transport.v1.Raft.Inspect:output_type -> lockraft.transport.v1.InspectResponse
+	35, // 45: lockraft.transport.v1.Raft.Form:output_type -> lockraft.transport.v1.FormResponse
+	37, // 46: lockraft.transport.v1.Raft.VersionGate:output_type -> lockraft.transport.v1.VersionGateResponse
+	40, // 47: lockraft.transport.v1.Raft.Observe:output_type -> lockraft.transport.v1.ObserveResponse
+	34, // [34:48] is the sub-list for method output_type
+	20, // [20:34] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -2148,14 +2751,15 @@ func file_transport_proto_init() {
 	file_transport_proto_msgTypes[19].OneofWrappers = []any{
 		(*PushItem_Result)(nil),
 		(*PushItem_Event)(nil),
+		(*PushItem_LeaderChange)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   30,
+			NumEnums:      4,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

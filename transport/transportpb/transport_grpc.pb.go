@@ -23,18 +23,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Raft_Stream_FullMethodName     = "/lockraft.transport.v1.Raft/Stream"
-	Raft_Snapshot_FullMethodName   = "/lockraft.transport.v1.Raft/Snapshot"
-	Raft_Keepalive_FullMethodName  = "/lockraft.transport.v1.Raft/Keepalive"
-	Raft_Renew_FullMethodName      = "/lockraft.transport.v1.Raft/Renew"
-	Raft_Removed_FullMethodName    = "/lockraft.transport.v1.Raft/Removed"
-	Raft_Leave_FullMethodName      = "/lockraft.transport.v1.Raft/Leave"
-	Raft_FwdOpen_FullMethodName    = "/lockraft.transport.v1.Raft/FwdOpen"
-	Raft_FwdPropose_FullMethodName = "/lockraft.transport.v1.Raft/FwdPropose"
-	Raft_FwdPush_FullMethodName    = "/lockraft.transport.v1.Raft/FwdPush"
-	Raft_FwdStatus_FullMethodName  = "/lockraft.transport.v1.Raft/FwdStatus"
-	Raft_Inspect_FullMethodName    = "/lockraft.transport.v1.Raft/Inspect"
-	Raft_Form_FullMethodName       = "/lockraft.transport.v1.Raft/Form"
+	Raft_Stream_FullMethodName      = "/lockraft.transport.v1.Raft/Stream"
+	Raft_Snapshot_FullMethodName    = "/lockraft.transport.v1.Raft/Snapshot"
+	Raft_Keepalive_FullMethodName   = "/lockraft.transport.v1.Raft/Keepalive"
+	Raft_Renew_FullMethodName       = "/lockraft.transport.v1.Raft/Renew"
+	Raft_Removed_FullMethodName     = "/lockraft.transport.v1.Raft/Removed"
+	Raft_Leave_FullMethodName       = "/lockraft.transport.v1.Raft/Leave"
+	Raft_FwdOpen_FullMethodName     = "/lockraft.transport.v1.Raft/FwdOpen"
+	Raft_FwdPropose_FullMethodName  = "/lockraft.transport.v1.Raft/FwdPropose"
+	Raft_FwdPush_FullMethodName     = "/lockraft.transport.v1.Raft/FwdPush"
+	Raft_FwdStatus_FullMethodName   = "/lockraft.transport.v1.Raft/FwdStatus"
+	Raft_Inspect_FullMethodName     = "/lockraft.transport.v1.Raft/Inspect"
+	Raft_Form_FullMethodName        = "/lockraft.transport.v1.Raft/Form"
+	Raft_VersionGate_FullMethodName = "/lockraft.transport.v1.Raft/VersionGate"
+	Raft_Observe_FullMethodName     = "/lockraft.transport.v1.Raft/Observe"
 )
 
 // RaftClient is the client API for Raft service.
@@ -79,6 +81,13 @@ type RaftClient interface {
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 	// Form asks a founder to adopt the candidate's formation id (node/formation.go).
 	Form(ctx context.Context, in *FormRequest, opts ...grpc.CallOption) (*FormResponse, error)
+	// VersionGate asks the leader whether every member of the configuration
+	// is known to run the lock catalogue (node/versiongate.go). Read-only.
+	VersionGate(ctx context.Context, in *VersionGateRequest, opts ...grpc.CallOption) (*VersionGateResponse, error)
+	// Observe subscribes the calling light member to elections with the
+	// leader and returns the changes it missed (node/fwdobserve.go); later
+	// changes come as LeaderChangePush items of FwdPush. Read-only.
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error)
 }
 
 type raftClient struct {
@@ -215,6 +224,26 @@ func (c *raftClient) Form(ctx context.Context, in *FormRequest, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *raftClient) VersionGate(ctx context.Context, in *VersionGateRequest, opts ...grpc.CallOption) (*VersionGateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VersionGateResponse)
+	err := c.cc.Invoke(ctx, Raft_VersionGate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObserveResponse)
+	err := c.cc.Invoke(ctx, Raft_Observe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -257,6 +286,13 @@ type RaftServer interface {
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
 	// Form asks a founder to adopt the candidate's formation id (node/formation.go).
 	Form(context.Context, *FormRequest) (*FormResponse, error)
+	// VersionGate asks the leader whether every member of the configuration
+	// is known to run the lock catalogue (node/versiongate.go). Read-only.
+	VersionGate(context.Context, *VersionGateRequest) (*VersionGateResponse, error)
+	// Observe subscribes the calling light member to elections with the
+	// leader and returns the changes it missed (node/fwdobserve.go); later
+	// changes come as LeaderChangePush items of FwdPush. Read-only.
+	Observe(context.Context, *ObserveRequest) (*ObserveResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -302,6 +338,12 @@ func (UnimplementedRaftServer) Inspect(context.Context, *InspectRequest) (*Inspe
 }
 func (UnimplementedRaftServer) Form(context.Context, *FormRequest) (*FormResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Form not implemented")
+}
+func (UnimplementedRaftServer) VersionGate(context.Context, *VersionGateRequest) (*VersionGateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VersionGate not implemented")
+}
+func (UnimplementedRaftServer) Observe(context.Context, *ObserveRequest) (*ObserveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -518,6 +560,42 @@ func _Raft_Form_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raft_VersionGate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VersionGateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).VersionGate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_VersionGate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).VersionGate(ctx, req.(*VersionGateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raft_Observe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ObserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Observe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Observe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Observe(ctx, req.(*ObserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -564,6 +642,14 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Form",
 			Handler:    _Raft_Form_Handler,
+		},
+		{
+			MethodName: "VersionGate",
+			Handler:    _Raft_VersionGate_Handler,
+		},
+		{
+			MethodName: "Observe",
+			Handler:    _Raft_Observe_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

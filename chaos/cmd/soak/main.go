@@ -16,6 +16,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,7 @@ func main() {
 	leaderClock := flag.Bool("leader-clock", false, "let the badclock faults (clock-jump, clock-rate) hit the leader (outside the clock-rate assumption: porcupine may flag S5 losses; fencing must still hold); the clock group's faults hit any node anyway")
 	nodeLog := flag.String("nodelog", "", "write the nodes' logs (slog text, info level) to this file")
 	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
+	prims := flag.String("primitives", "mutex", "comma-separated primitives the clients drive, each operation picking one: mutex, rw, semaphore, election, multi, or all (with election, observers on every node check Observe)")
 	flag.Parse()
 	logf := func(string, ...any) {}
 	if *verbose {
@@ -51,7 +53,7 @@ func main() {
 	}
 	fmt.Printf("seed %d, %v per fault, %d nodes (0: the fault's default) x %d clients\n", *seed, *dur, *size, *clients)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected")
+	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected\tper primitive\tobserved")
 	var violations []string // printed again after the table, so the end of the output has them
 	for _, f := range strings.Split(*faults, ",") {
 		var rep *chaos.Report
@@ -68,6 +70,16 @@ func main() {
 			}
 			wl := chaos.DefaultWorkload()
 			wl.ClientsPerNode = *clients
+			if *prims == "all" {
+				wl.Primitives = chaos.AllPrimitives
+			} else {
+				wl.Primitives = strings.Split(*prims, ",")
+			}
+			for _, p := range wl.Primitives {
+				if !slices.Contains(chaos.AllPrimitives, p) {
+					log.Fatalf("unknown primitive %q (want %v or all)", p, chaos.AllPrimitives)
+				}
+			}
 			wl.LongHoldShare, wl.LongHold = *longHolds, 4*time.Second
 			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size, LeaderClock: *leaderClock,
 				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute})
@@ -75,8 +87,8 @@ func main() {
 		if err != nil {
 			log.Fatalf("%s: %v", f, err)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t%s\t%d\t%d\t%v\n", f, rep.Ops, rep.Grants, len(rep.Violations),
-			rep.LongestGap.Round(time.Millisecond), rep.Linearizable, rep.Stale, rep.Live, rep.Injected)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t%s\t%d\t%d\t%v\t%v\t%d\n", f, rep.Ops, rep.Grants, len(rep.Violations),
+			rep.LongestGap.Round(time.Millisecond), rep.Linearizable, rep.Stale, rep.Live, rep.Injected, rep.OpsByPrim, rep.Observed)
 		for _, v := range rep.Violations {
 			line := fmt.Sprintf("VIOLATION [%s seed %d]: %s", f, *seed, v)
 			fmt.Fprintln(os.Stderr, line)

@@ -1,0 +1,64 @@
+package lockraft
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockraft/lockraft/node"
+)
+
+// The lock catalogue: besides the mutex (Lock), a read-write lock (RLock,
+// WLock), a counting semaphore (Semaphore), a leader election (Campaign,
+// Observe) and an atomic multi-name lock (LockAll), all on the same
+// machinery: every grant is one log entry, fair (FIFO per name, no
+// barging), fenced (Token), owned by the node's session (its locks end when
+// the node's session does: WithSessionTTL), optionally leased (WithLease,
+// Renew), delayed after an expiry (WithLockDelay), and told first when lost
+// (Context ends before anyone else can be granted it). A name is one kind
+// at a time: while it has a holder, a waiter or a lock-delay, a request of
+// another kind gets ErrWrongKind.
+
+// Errors of the catalogue. Each is deterministic: nothing was proposed, or
+// the cluster refused the request and nothing changed. None is worth
+// retrying as is.
+var (
+	// ErrWrongKind: the name is in use as another kind of lock (a mutex
+	// taken as a semaphore, a read-write lock locked as a mutex, a
+	// multi-name lock naming an election, ...).
+	ErrWrongKind = node.ErrWrongKind
+	// ErrHoldConflict: the owner already holds the name in a way this
+	// request cannot extend: one name of a multi-name lock taken singly (or
+	// another set), a campaign by the current leader, a semaphore request
+	// only the owner's own release could satisfy.
+	ErrHoldConflict = node.ErrHoldConflict
+	// ErrOlderMembers: a member of the cluster runs an older lockraft
+	// version, without the catalogue (a rolling upgrade is under way);
+	// nothing was proposed. Retry once every member is upgraded. The mutex
+	// is never affected.
+	ErrOlderMembers = node.ErrOlderMembers
+)
+
+// acquireWith runs one acquisition of any kind for the caller's options,
+// counted under primitive prim (metrics.go).
+func (n *Node) acquireWith(ctx context.Context, prim int, r node.Request, opts []LockOption) (*node.Hold, error) {
+	var lo lockOptions
+	for _, opt := range opts {
+		opt(&lo)
+	}
+	if lo.owner == "" {
+		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
+	}
+	r.Owner, r.Lease = lo.owner, lo.lease
+	var start time.Time
+	if n.m != nil {
+		start = time.Now()
+	}
+	h, err := n.n.AcquireWith(ctx, r)
+	kind := opLock
+	if !r.Wait {
+		kind = opTryLock
+	}
+	n.m.observe(prim, kind, start, err)
+	return h, err
+}

@@ -1,0 +1,315 @@
+package lockraft_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft"
+)
+
+// joinThree starts a 3-member cluster through the public API (static peers,
+// real gRPC on loopback, real files).
+func joinThree(t *testing.T, opts ...lockraft.Option) []*lockraft.Node {
+	t.Helper()
+	var lns []net.Listener
+	var peers []string
+	for i := 0; i < 3; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		peers = append(peers, ln.Addr().String())
+	}
+	members := map[uint64]string{}
+	for i, p := range peers {
+		members[uint64(i+1)] = p
+	}
+	nodes := make([]*lockraft.Node, 3)
+	for i := range nodes {
+		o := append([]lockraft.Option{lockraft.WithDataDir(t.TempDir()), lockraft.WithListener(lns[i]),
+			lockraft.WithStaticMembers(uint64(i+1), members), fast()}, opts...)
+		n, err := lockraft.Join(nil, o...)
+		require.NoError(t, err)
+		nodes[i] = n
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				n.Close(ctx)
+			})
+		}
+		wg.Wait()
+	})
+	return nodes
+}
+
+// TestRWLockAPI (S1, S2, L2): readers on two nodes share, a writer on the
+// third waits and is fenced above them, a reader's WLock is ErrUpgrade, a
+// mutex Lock of the name ErrWrongKind.
+func TestRWLockAPI(t *testing.T) {
+	nodes := joinThree(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r1, err := nodes[0].RLock(ctx, "cfg")
+	require.NoError(t, err)
+	require.True(t, r1.Shared())
+	r2, err := nodes[1].TryRLock(ctx, "cfg", lockraft.WithOwner("reader-2"))
+	require.NoError(t, err)
+	_, err = nodes[1].WLock(ctx, "cfg", lockraft.WithOwner("reader-2"))
+	require.ErrorIs(t, err, lockraft.ErrUpgrade)
+	_, err = nodes[2].TryWLock(ctx, "cfg")
+	require.ErrorIs(t, err, lockraft.ErrLocked)
+	require.True(t, lockraft.IsRetryable(err))
+	_, err = nodes[2].TryLock(ctx, "cfg")
+	require.ErrorIs(t, err, lockraft.ErrWrongKind)
+
+	got := make(chan *lockraft.Lock, 1)
+	go func() {
+		w, err := nodes[2].WLock(ctx, "cfg")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	require.NoError(t, r1.Unlock(ctx))
+	select {
+	case <-got:
+		t.Fatal("the writer was granted beside a reader")
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, r2.Unlock(ctx))
+	w := <-got
+	require.NotNil(t, w)
+	require.False(t, w.Shared())
+	require.Greater(t, w.Token(), r2.Token())
+	require.NoError(t, w.Unlock(ctx))
+}
+
+// TestSemaphoreAPI (S1, S5): permits never exceed the size; each
+// acquisition has its own lease: an unrenewed one ends (Context first) and
+// its permits come back; bad input is refused.
+func TestSemaphoreAPI(t *testing.T) {
+	nodes := joinThree(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool := nodes[0].Semaphore("pool", 2)
+	require.Equal(t, 2, pool.Size())
+	a, err := pool.Acquire(ctx, 1, lockraft.WithLease(600*time.Millisecond))
+	require.NoError(t, err)
+	b, err := nodes[1].Semaphore("pool", 2).Acquire(ctx, 1)
+	require.NoError(t, err)
+	_, err = nodes[2].Semaphore("pool", 2).TryAcquire(ctx, 1)
+	require.ErrorIs(t, err, lockraft.ErrLocked)
+	_, err = nodes[2].Semaphore("pool", 3).TryAcquire(ctx, 1)
+	require.ErrorIs(t, err, lockraft.ErrPermitsMismatch)
+	waiting := make(chan *lockraft.Permit, 1)
+	go func() {
+		p, err := nodes[2].Semaphore("pool", 2).Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		waiting <- p
+	}()
+	select {
+	case <-a.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the leased permit never expired")
+	}
+	require.ErrorIs(t, context.Cause(a.Context()), lockraft.ErrLeaseExpired)
+	c := <-waiting
+	require.NotNil(t, c, "the expired permit went to the waiter")
+	require.Greater(t, c.Token(), a.Token())
+	require.ErrorIs(t, a.Release(ctx), lockraft.ErrNotHeld)
+	require.NoError(t, b.Release(ctx))
+	require.NoError(t, c.Release(ctx))
+
+	for _, bad := range []struct{ size, k int }{{0, 1}, {-1, 1}, {2, 0}, {2, 3}, {2, -1}, {lockraft.MaxPermits + 1, 1}} {
+		_, err := nodes[0].Semaphore("bad", bad.size).Acquire(ctx, bad.k)
+		require.ErrorIs(t, err, lockraft.ErrBadPermits, "%+v", bad)
+	}
+}
+
+// TestElectionAPI (S1, S2, S5, Observe): two campaigns on two nodes, the
+// second waits; an observer on the third sees the current leader, the
+// proclaimed value, then the handover when the leading node closes (its
+// session ends: the next campaigner leads in that entry, with a higher
+// term); the old leadership's Context ended first.
+func TestElectionAPI(t *testing.T) {
+	nodes := joinThree(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l1, err := nodes[0].Campaign(ctx, "sched", "n0", lockraft.WithOwner("scheduler-0"))
+	require.NoError(t, err)
+	_, err = nodes[0].Campaign(ctx, "sched", "again", lockraft.WithOwner("scheduler-0"))
+	require.ErrorIs(t, err, lockraft.ErrHoldConflict, "the leader campaigning again")
+	type item struct {
+		l   lockraft.Leader
+		err error
+	}
+	items := make(chan item, 64)
+	octx, ocancel := context.WithCancel(ctx)
+	go func() {
+		defer close(items)
+		for l, err := range nodes[2].Observe(octx, "sched") {
+			items <- item{l, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	next := func() lockraft.Leader {
+		t.Helper()
+		select {
+		case it := <-items:
+			require.NoError(t, it.err)
+			return it.l
+		case <-ctx.Done():
+			t.Fatal("no change observed")
+		}
+		return lockraft.Leader{}
+	}
+	first := next()
+	if !first.Leading() { // node 2 had not applied the campaign yet
+		first = next()
+	}
+	require.Equal(t, "n0", first.Value)
+	require.Equal(t, l1.Token(), first.Token)
+	second := make(chan *lockraft.Leadership, 1)
+	go func() {
+		l2, err := nodes[1].Campaign(ctx, "sched", "n1")
+		if err != nil {
+			t.Error(err)
+		}
+		second <- l2
+	}()
+	require.NoError(t, l1.Proclaim(ctx, "n0-b"))
+	require.Equal(t, "n0-b", next().Value)
+	require.NoError(t, nodes[0].Close(ctx))
+	require.ErrorIs(t, context.Cause(l1.Context()), lockraft.ErrClosed, "the old leader was told first")
+	l2 := <-second
+	require.NotNil(t, l2)
+	require.Greater(t, l2.Token(), l1.Token())
+	c := next()
+	require.Equal(t, "n1", c.Value)
+	require.Equal(t, l2.Token(), c.Token)
+	require.NoError(t, l2.Resign(ctx))
+	require.False(t, next().Leading())
+	ocancel()
+	for it := range items {
+		if it.err != nil {
+			require.ErrorIs(t, it.err, context.Canceled)
+		}
+	}
+	_, err = nodes[1].Campaign(ctx, "sched", strings.Repeat("v", lockraft.MaxValueLen+1))
+	require.ErrorIs(t, err, lockraft.ErrInvalidValue)
+}
+
+// TestLockAllAPI (S1, no deadlock): LockAll takes every name in one entry;
+// opposite orders from three nodes under contention all complete; bad
+// input is refused before anything is proposed.
+func TestLockAllAPI(t *testing.T) {
+	nodes := joinThree(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := nodes[0].LockAll(ctx, []string{"a", "b", "c"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "c"}, l.Names())
+	_, err = nodes[1].TryLockAll(ctx, []string{"c", "d"})
+	require.ErrorIs(t, err, lockraft.ErrLocked)
+	d, err := nodes[1].TryLock(ctx, "d")
+	require.NoError(t, err, "TryLockAll took none of its names")
+	require.NoError(t, d.Unlock(ctx))
+	require.NoError(t, l.Unlock(ctx))
+
+	var inside atomic.Int32
+	var overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		names := []string{"x", "y"}
+		if i%2 == 1 {
+			names = []string{"y", "x"}
+		}
+		n := nodes[i%3]
+		wg.Go(func() {
+			for j := 0; j < 3; j++ {
+				l, err := n.LockAll(ctx, names)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				inside.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load())
+
+	_, err = nodes[0].LockAll(ctx, nil)
+	require.ErrorIs(t, err, lockraft.ErrInvalidName)
+	_, err = nodes[0].LockAll(ctx, []string{"p", "p"})
+	require.ErrorIs(t, err, lockraft.ErrDuplicateName)
+	many := make([]string, lockraft.MaxMultiNames+1)
+	for i := range many {
+		many[i] = fmt.Sprint("n", i)
+	}
+	_, err = nodes[0].LockAll(ctx, many)
+	require.ErrorIs(t, err, lockraft.ErrTooManyNames)
+	sem, err := nodes[0].Semaphore("s", 1).Acquire(ctx, 1)
+	require.NoError(t, err)
+	_, err = nodes[0].TryLockAll(ctx, []string{"q", "s"})
+	require.ErrorIs(t, err, lockraft.ErrWrongKind)
+	require.NoError(t, sem.Release(ctx))
+}
+
+// TestLocker (S1 through sync.Locker): goroutines on three nodes never
+// overlap; Unlock without Lock panics; Lock panics on an error it can never
+// get past (a name in use as another kind, a closed node).
+func TestLocker(t *testing.T) {
+	nodes := joinThree(t)
+	var inside, overlaps, count atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		mu := nodes[i%3].Locker("shared")
+		wg.Go(func() {
+			for j := 0; j < 5; j++ {
+				mu.Lock()
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				count.Add(1)
+				inside.Add(-1)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load())
+	require.EqualValues(t, 30, count.Load())
+
+	require.Panics(t, func() { nodes[0].Locker("never-locked").Unlock() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sem, err := nodes[0].Semaphore("sem-name", 1).Acquire(ctx, 1)
+	require.NoError(t, err)
+	require.PanicsWithValue(t, `lockraft: Locker("sem-name").Lock: lockraft: name is in use as another kind of lock: "sem-name"`,
+		func() { nodes[1].Locker("sem-name").Lock() })
+	require.NoError(t, sem.Release(ctx))
+	require.NoError(t, nodes[2].Close(ctx))
+	require.Panics(t, func() { nodes[2].Locker("after-close").Lock() })
+}

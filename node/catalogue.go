@@ -1,0 +1,201 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// The lock catalogue at the node: read-write locks, counting semaphores,
+// leader elections and multi-name locks, on the mutex's machinery. Every
+// kind is an Acquire command with the fields of its primitive, proposed,
+// retried, cancelled (S4) and handed out (S5, holder.go) exactly as the
+// mutex's; its grant is a Hold. The rules of each kind are lockfsm's
+// (lockfsm/doc.go).
+
+// Limits of the catalogue (lockfsm's, checked here before anything is
+// proposed).
+const (
+	// MaxPermits is the largest semaphore size.
+	MaxPermits = lockfsm.MaxPermits
+	// MaxMultiNames is the most names one multi-name lock may take.
+	MaxMultiNames = lockfsm.MaxMultiNames
+	// MaxValueLen is the longest election value, in bytes.
+	MaxValueLen = lockfsm.MaxValueLen
+)
+
+// Request is one acquisition of any kind of lock.
+type Request struct {
+	Name, Owner string
+	// Wait: block in FIFO order until granted (or ctx ends); without it,
+	// fail at once with ErrLocked when the request cannot be granted now.
+	Wait bool
+	// Lease > 0 gives the hold its own lease (released when it runs out
+	// unless renewed); 0 ties it to the node's session.
+	Lease time.Duration
+
+	// Primitive is the kind of lock (zero: the mutex).
+	Primitive lockfsm.Primitive
+	// Shared asks for the read side of a read-write lock (else the write
+	// side).
+	Shared bool
+	// Permits (k) and Limit (N): a semaphore acquisition of k of the name's
+	// N permits (1 ≤ k ≤ N ≤ MaxPermits).
+	Permits, Limit uint32
+	// Value is what an election campaign announces once it leads (at most
+	// MaxValueLen bytes).
+	Value string
+	// ExtraNames makes a mutex request a multi-name lock: Name and these,
+	// all taken in one log entry or none (at most MaxMultiNames in all, none
+	// repeated).
+	ExtraNames []string
+}
+
+// AcquireWith takes the lock r describes. With r.Wait it blocks in FIFO
+// order until granted or ctx is done; without it fails at once with
+// ErrLocked when the request cannot be granted now (it never queues). If it
+// returns an error, the owner is neither holding nor queued for this call
+// within one commit (S4). Bad input is refused before anything is proposed
+// (ErrInvalidName, ErrInvalidOwner, ErrInvalidConfig, ErrBadPermits,
+// ErrTooManyNames, ErrDuplicateName, ErrInvalidValue); so is a catalogue
+// request while a member of the configuration may run an older version
+// (ErrOlderMembers). A name already in use as another kind is refused by the
+// cluster (ErrWrongKind): nothing changes.
+func (n *Node) AcquireWith(ctx context.Context, r Request) (*Hold, error) {
+	c, err := r.command(n.cfg.MaxHolds)
+	if err != nil {
+		return nil, err
+	}
+	if catalogueCommand(&c) {
+		if err := n.catalogueGate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n.acquire(ctx, c, r.Lease)
+}
+
+// command validates r and builds its Acquire command.
+func (r *Request) command(maxHolds uint32) (lockfsm.Command, error) {
+	var c lockfsm.Command
+	if err := validName(r.Name); err != nil {
+		return c, err
+	}
+	if err := validOwner(r.Owner); err != nil {
+		return c, err
+	}
+	if r.Lease < 0 {
+		return c, fmt.Errorf("%w: negative lease %v", ErrInvalidConfig, r.Lease)
+	}
+	c = lockfsm.Command{Kind: lockfsm.KindAcquire, Name: r.Name, Owner: r.Owner, Wait: r.Wait,
+		LeaseMillis: uint64(r.Lease.Milliseconds()), MaxHolds: maxHolds, Primitive: r.Primitive}
+	if r.Lease > 0 && c.LeaseMillis == 0 {
+		c.LeaseMillis = 1
+	}
+	bad := func(err error, format string, a ...any) (lockfsm.Command, error) {
+		return lockfsm.Command{}, fmt.Errorf("%w: %s", err, fmt.Sprintf(format, a...))
+	}
+	if r.Shared && r.Primitive != lockfsm.PrimRW {
+		return bad(ErrInvalidConfig, "only a read-write lock has a shared side")
+	}
+	if (r.Permits != 0 || r.Limit != 0) && r.Primitive != lockfsm.PrimSemaphore {
+		return bad(ErrInvalidConfig, "only a semaphore has permits")
+	}
+	if r.Value != "" && r.Primitive != lockfsm.PrimElection {
+		return bad(ErrInvalidConfig, "only an election campaign carries a value")
+	}
+	if len(r.ExtraNames) > 0 && r.Primitive != lockfsm.PrimMutex {
+		return bad(ErrInvalidConfig, "only mutexes can be taken together (multi-name lock)")
+	}
+	switch r.Primitive {
+	case lockfsm.PrimMutex:
+		if len(r.ExtraNames)+1 > MaxMultiNames {
+			return bad(ErrTooManyNames, "%d names (at most %d)", len(r.ExtraNames)+1, MaxMultiNames)
+		}
+		for i, x := range r.ExtraNames {
+			if err := validName(x); err != nil {
+				return lockfsm.Command{}, err
+			}
+			if x == r.Name {
+				return bad(ErrDuplicateName, "%q", truncate(x))
+			}
+			for _, y := range r.ExtraNames[:i] {
+				if x == y {
+					return bad(ErrDuplicateName, "%q", truncate(x))
+				}
+			}
+		}
+		if len(r.ExtraNames) > 0 {
+			c.ExtraNames = append([]string(nil), r.ExtraNames...)
+		}
+	case lockfsm.PrimRW:
+		if r.Shared {
+			c.Mode = lockfsm.ModeShared
+		}
+	case lockfsm.PrimSemaphore:
+		if r.Limit == 0 || r.Limit > MaxPermits {
+			return bad(ErrBadPermits, "semaphore size %d (1..%d)", r.Limit, MaxPermits)
+		}
+		if r.Permits == 0 || r.Permits > r.Limit {
+			return bad(ErrBadPermits, "%d permits of %d", r.Permits, r.Limit)
+		}
+		c.Permits, c.Limit = r.Permits, r.Limit
+	case lockfsm.PrimElection:
+		if len(r.Value) > MaxValueLen {
+			return bad(ErrInvalidValue, "%d bytes (at most %d)", len(r.Value), MaxValueLen)
+		}
+		c.Value = r.Value
+	default:
+		return bad(ErrInvalidConfig, "unknown lock kind %d", r.Primitive)
+	}
+	return c, nil
+}
+
+// catalogueCommand reports whether c needs the catalogue (a version-2
+// command): a member without it would apply it as a malformed no-op.
+func catalogueCommand(c *lockfsm.Command) bool {
+	return c.Primitive != lockfsm.PrimMutex || c.Mode != lockfsm.ModeExclusive || c.Permits > 1 ||
+		len(c.ExtraNames) > 0 || c.Limit != 0 || c.Value != "" || c.Kind == lockfsm.KindProclaim
+}
+
+// Proclaim changes the value this election leader announces (a Hold of an
+// election campaign). Observers see the change in log order. It returns
+// ErrNotHeld if the leadership was lost or resigned; if ctx ends first the
+// outcome is unknown (retrying with the same value is harmless).
+func (h *Hold) Proclaim(ctx context.Context, value string) error {
+	if h.prim != lockfsm.PrimElection {
+		return fmt.Errorf("%w: Proclaim on a %v", ErrWrongKind, h.prim)
+	}
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidValue, len(value), MaxValueLen)
+	}
+	if h.released.Load() || h.ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(h.ctx))
+	}
+	n := h.n
+	done := make(chan opResult, 1)
+	o := &op{
+		cmd: lockfsm.Command{Kind: lockfsm.KindProclaim, Name: h.name, Owner: h.owner, Value: value,
+			Token: h.token},
+		done: done,
+	}
+	if err := n.do(ctx, func() { n.submit(o) }); err != nil {
+		return err
+	}
+	select {
+	case out := <-done:
+		if out.err != nil {
+			return out.err
+		}
+		if out.res.Err != nil {
+			if cause := context.Cause(h.ctx); cause != nil {
+				return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+			}
+			return n.mapFSMError(out.res, h.name)
+		}
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,275 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// The version gate of the lock catalogue (rolling upgrades).
+//
+// A version of lockfsm older than the catalogue's applies a version-2
+// command (a read-write, semaphore, election or multi-name request, a
+// Proclaim, a lease expiry naming its holder) as a malformed no-op, while
+// this version applies it: replicas of a mixed cluster would diverge (S7).
+// So no node proposes one until every member of the raft configuration is
+// known to run a version with the catalogue:
+//
+//   - Members carry their Version: in gossip metadata (gossip mode), and in
+//     a header of every transport RPC (static mode; a node older than the
+//     header sends none, which reads as older).
+//   - The leader decides, from the configuration and what it knows of each
+//     member: open (every member runs the catalogue), older (some member
+//     is known to run an older version: ErrOlderMembers), or unknown (some
+//     member has not been heard from yet: asked again, for at most two
+//     election timeouts, then ErrOlderMembers naming it).
+//   - A follower asks the leader (the VersionGate call) before its first
+//     catalogue request; a light member's forwarded catalogue commands are
+//     checked by the leader, which answers a refused one with the
+//     ErrOlderMembers result instead of proposing it.
+//   - Once open, the gate stays open for the life of the process, as etcd's
+//     cluster version only goes up: downgrading below the catalogue is not
+//     supported. A member of an older version added afterwards meets the
+//     first catalogue entry, stops there with ErrNewerVersion (lockfsm
+//     refuses entries of a newer format and never skips one) and waits to be
+//     upgraded; no replica diverges.
+//   - The leader also never proposes an entry it could not apply itself
+//     (of a newer format than it knows), nor, forwarded by a follower, a
+//     catalogue entry while a member is known to be older.
+//
+// The plain mutex stays version 1, byte for byte, and needs no gate.
+
+// Version is gossiped in each member's metadata and sent with every
+// transport RPC. Versions from 0.2 on have the lock catalogue.
+const Version = "lockraft/0.2"
+
+// version is the version this node tells its peers.
+func (c *Config) version() string {
+	switch c.TestHooks.ClaimVersion {
+	case "":
+		return Version
+	case "-":
+		return ""
+	}
+	return c.TestHooks.ClaimVersion
+}
+
+// Gate states.
+const (
+	gateUnknown byte = iota
+	gateOpen
+	gateOlder
+)
+
+// knowsCatalogue reports whether a member of version v has the lock
+// catalogue: "lockraft/X.Y" with X.Y at least 0.2.
+func knowsCatalogue(v string) bool {
+	rest, ok := strings.CutPrefix(v, "lockraft/")
+	if !ok {
+		return false
+	}
+	maj, min, ok := strings.Cut(rest, ".")
+	if !ok {
+		return false
+	}
+	if i := strings.IndexFunc(min, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		min = min[:i]
+	}
+	a, err1 := strconv.Atoi(maj)
+	b, err2 := strconv.Atoi(min)
+	return err1 == nil && err2 == nil && (a > 0 || b >= 2)
+}
+
+// memberVersion is what this node knows of member id's version: its gossip
+// metadata, else the header of its last transport RPC.
+func (n *Node) memberVersion(id uint64) (string, bool) {
+	if n.ml != nil {
+		for _, m := range n.ml.Members() {
+			if m.Meta.RaftID == id {
+				return m.Meta.Version, true
+			}
+		}
+	}
+	return n.tr.PeerVersion(id)
+}
+
+// localGate decides the gate from this node's knowledge (loop): open, older
+// (and which member) or unknown (and which member).
+func (n *Node) localGate() (byte, uint64, string) {
+	if n.catalogueOpen.Load() {
+		return gateOpen, 0, ""
+	}
+	cs := n.loop.confState
+	state, who, ver := gateOpen, uint64(0), ""
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		for _, id := range ids {
+			if id == n.id {
+				continue
+			}
+			v, seen := n.memberVersion(id)
+			switch {
+			case seen && !knowsCatalogue(v):
+				return gateOlder, id, v
+			case !seen && state == gateOpen:
+				state, who = gateUnknown, id
+			}
+		}
+	}
+	if state == gateOpen {
+		n.catalogueOpen.Store(true)
+	}
+	return state, who, ver
+}
+
+// leaderGate is the gate as the leader decides it (loop); gateUnknown on a
+// non-leader.
+func (n *Node) leaderGate() (byte, uint64, string) {
+	if !n.loop.isLeader {
+		return gateUnknown, 0, ""
+	}
+	return n.localGate()
+}
+
+// handleVersionGate answers a follower's question (the VersionGate call).
+func (n *Node) handleVersionGate(ctx context.Context) (*transportpb.VersionGateResponse, error) {
+	reply := make(chan byte, 1)
+	if err := n.do(ctx, func() {
+		st, _, _ := n.leaderGate()
+		reply <- st
+	}); err != nil {
+		return nil, err
+	}
+	select {
+	case st := <-reply:
+		return &transportpb.VersionGateResponse{State: gateStates[st]}, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// gateStates are the wire values of the gate states.
+var gateStates = [...]transportpb.GateState{
+	gateUnknown: transportpb.GateState_GATE_STATE_UNKNOWN,
+	gateOpen:    transportpb.GateState_GATE_STATE_OPEN,
+	gateOlder:   transportpb.GateState_GATE_STATE_OLDER,
+}
+
+// catalogueGate returns nil once every member of the configuration is known
+// to run the catalogue; ErrOlderMembers if one is known to run an older
+// version, or has not been heard from within two election timeouts. Light
+// members leave the check to the leader (fwdProposeOnLeader).
+func (n *Node) catalogueGate(ctx context.Context) error {
+	if n.catalogueOpen.Load() || n.light() {
+		return nil
+	}
+	start := n.clock.Now()
+	for {
+		type answer struct {
+			st      byte
+			who     uint64
+			ver     string
+			leader  uint64
+			leading bool
+		}
+		got := make(chan answer, 1)
+		if err := n.do(ctx, func() {
+			st, who, ver := n.localGate()
+			got <- answer{st, who, ver, n.loop.leader, n.loop.isLeader}
+		}); err != nil {
+			return err
+		}
+		var a answer
+		select {
+		case a = <-got:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if a.st == gateOpen {
+			return nil
+		}
+		if a.st == gateOlder && a.leading {
+			return fmt.Errorf("%w: member %d runs %q", ErrOlderMembers, a.who, a.ver)
+		}
+		if !a.leading && a.leader != 0 {
+			// The leader hears from every member all the time; a follower
+			// may not have heard from another follower since it restarted.
+			// Ask the leader.
+			cctx, cancel := context.WithTimeout(ctx, n.cfg.RetryInterval)
+			resp, err := n.tr.VersionGate(cctx, a.leader, &transportpb.VersionGateRequest{})
+			cancel()
+			if err == nil {
+				switch resp.GetState() {
+				case transportpb.GateState_GATE_STATE_OPEN:
+					n.catalogueOpen.Store(true)
+					return nil
+				case transportpb.GateState_GATE_STATE_OLDER:
+					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", ErrOlderMembers, a.leader)
+				}
+			}
+		}
+		if n.clock.Now().Sub(start) > 2*n.cfg.electionTimeout() {
+			if a.who != 0 {
+				return fmt.Errorf("%w: the version of member %d is not known (not heard from)", ErrOlderMembers, a.who)
+			}
+			return fmt.Errorf("%w: the cluster's versions could not be learned (no leader answered)", ErrOlderMembers)
+		}
+		t := time.NewTimer(n.cfg.TickInterval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// admitForwarded decides whether the leader proposes one entry a follower
+// or light member forwarded (loop): never one of a newer format than this
+// node knows (it would stop this node's own apply), and a catalogue entry
+// only while no member is known to run an older version (fwd: only while
+// the gate is open). The error is what a light member's caller gets.
+func (n *Node) admitForwarded(data []byte, fwd bool) error {
+	if len(data) == 0 || data[0] == 1 {
+		return nil // version 1: the mutex, as every version knows it
+	}
+	c, err := lockfsm.DecodeCommand(data)
+	switch {
+	case err != nil:
+		return err
+	case c.Version < 2:
+		return nil
+	}
+	st, _, _ := n.localGate()
+	if st == gateOlder || (fwd && st != gateOpen) {
+		return ErrOlderMembers
+	}
+	return nil
+}
+
+// admitProposals drops from a follower's forwarded proposals the entries
+// admitForwarded refuses (the follower retries them, and its caller's
+// context bounds that). Allocates only when one is dropped.
+func (n *Node) admitProposals(ents []*raftpb.Entry) []*raftpb.Entry {
+	for i, e := range ents {
+		if e.GetType() != raftpb.EntryNormal || n.admitForwarded(e.GetData(), false) == nil {
+			continue
+		}
+		kept := slices.Clone(ents[:i])
+		for _, e := range ents[i+1:] {
+			if e.GetType() != raftpb.EntryNormal || n.admitForwarded(e.GetData(), false) == nil {
+				kept = append(kept, e)
+			}
+		}
+		n.log.Info("forwarded entries refused by the version gate", "refused", len(ents)-len(kept))
+		return kept
+	}
+	return ents
+}

@@ -1,0 +1,205 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport"
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// TestVersionGateDuringRollingUpgrade (S7 in a mixed-version cluster): while
+// a member of the configuration runs a version without the catalogue (it
+// tells an old version, or none at all, as versions before the header do),
+// catalogue requests are refused with ErrOlderMembers on the leader and on
+// followers, and nothing is proposed; the mutex works as before; a
+// catalogue entry a follower forwards anyway is dropped by the leader. Once
+// the old member is upgraded (restarted as this version) the catalogue
+// opens.
+func TestVersionGateDuringRollingUpgrade(t *testing.T) {
+	for _, claim := range []string{"lockraft/0.1", "-"} {
+		t.Run(claim, func(t *testing.T) {
+			old := uint64(3)
+			tc := newTestCluster(t, 3, func(c *Config) {
+				if c.ID == old {
+					c.TestHooks.ClaimVersion = claim
+				}
+			})
+			lead := tc.leader()
+			if lead == old {
+				// Let another member lead: the old one's own gate does not
+				// count itself, and an old leader would not gate at all.
+				require.NoError(t, tc.nodes[old].do(context.Background(), func() {
+					done := make(chan struct{})
+					tc.nodes[old].transferLeadership(done)
+				}))
+				require.Eventually(t, func() bool { l := tc.leader(); return l != old }, 10*time.Second, 10*time.Millisecond)
+				lead = tc.leader()
+			}
+			var follower uint64
+			for id := range tc.nodes {
+				if id != lead && id != old {
+					follower = id
+				}
+			}
+			ctx := ctxT(t, 20*time.Second)
+			// The mutex is not gated.
+			h, err := tc.nodes[follower].Acquire(ctx, "m", "o", false, 0)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+			require.Eventually(t, func() bool { return applied(t, tc.nodes[lead]) == applied(t, tc.nodes[follower]) },
+				5*time.Second, 5*time.Millisecond)
+			before := applied(t, tc.nodes[lead])
+			for _, id := range []uint64{lead, follower} {
+				for _, r := range []Request{rwReq("g", "o", true, true), semReq("g", "o", 1, 2, true),
+					campaignReq("g", "o", "v"), multiReq("o", true, "g", "h")} {
+					_, err := tc.nodes[id].AcquireWith(ctx, r)
+					require.ErrorIs(t, err, ErrOlderMembers, "node %d, %+v", id, r)
+				}
+			}
+			require.Equal(t, before, applied(t, tc.nodes[lead]), "nothing proposed")
+
+			// A light member's forwarded catalogue command: answered with
+			// ErrOlderMembers, not proposed.
+			// (The command is the follower's own, as the leader's
+			// authorisation requires of a forwarder.)
+			reply := make(chan *transportpb.FwdProposeResponse, 1)
+			fsess := tc.nodes[follower].sess.Load()
+			lc := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: fsess, Seq: 1 << 40, Name: "light", Owner: "o",
+				Primitive: lockfsm.PrimSemaphore, Permits: 1, Limit: 2}
+			ln := tc.nodes[lead]
+			ferr := make(chan error, 1)
+			require.NoError(t, ln.do(ctx, func() { ferr <- ln.fwdProposeOnLeader(follower, [][]byte{lc.AppendEncode(nil)}, reply) }))
+			require.NoError(t, <-ferr)
+			resp := <-reply
+			require.Nil(t, resp.GetNotLeader())
+			require.Len(t, resp.GetItems(), 1)
+			_, res := pushedResult(resp.GetItems()[0].GetResult())
+			require.ErrorIs(t, res.Err, ErrOlderMembers)
+			require.Equal(t, before, applied(t, ln), "nothing proposed for the light member")
+
+			// A follower that proposes a catalogue entry anyway: the leader
+			// drops it. The mutex acquire proposed after it is applied, the
+			// catalogue one before it is not.
+			f := tc.nodes[follower]
+			require.NoError(t, f.do(ctx, func() {
+				c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: f.loop.own.id, Seq: 1 << 40, Name: "sneak",
+					Owner: "o", Primitive: lockfsm.PrimRW, Mode: lockfsm.ModeShared}
+				f.proposeEntry(c.AppendEncode(nil), nil)
+			}))
+			h, err = f.Acquire(ctx, "after-sneak", "o", false, 0)
+			require.NoError(t, err)
+			_, found := lockFound(f, "sneak")
+			require.False(t, found, "the leader proposed a catalogue entry while a member is older")
+
+			// The old member is upgraded: restarted as this version.
+			tc.crash(old)
+			tc.tune = func(c *Config) { fastConfig(c) }
+			tc.restart(old)
+			require.Eventually(t, func() bool {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				h, err := tc.nodes[follower].AcquireWith(cctx, rwReq("g", "o", true, false))
+				if err != nil {
+					t.Logf("after the upgrade: %v", err)
+					return false
+				}
+				return h.Release(cctx) == nil
+			}, 10*time.Second, 50*time.Millisecond, "the catalogue opens once every member runs it")
+		})
+	}
+}
+
+func TestKnowsCatalogue(t *testing.T) {
+	for v, want := range map[string]bool{Version: true, "lockraft/0.3": true, "lockraft/0.10": true, "lockraft/1.0": true,
+		"lockraft/0.1": false, "": false, "lockraft/": false, "other/0.3": false, "lockraft/0.2-rc1": true} {
+		require.Equal(t, want, knowsCatalogue(v), v)
+	}
+}
+
+// TestForwardedNewerEntryNotProposed (S7): an entry of a newer format than
+// the leader knows, forwarded by a light member or by a follower (a member
+// of a newer version, or a broken one), is never proposed: proposed, it
+// would stop every replica of this version at it (ErrNewerVersion). The
+// cluster keeps serving.
+func TestForwardedNewerEntryNotProposed(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	lead := tc.leader()
+	f := tc.follower()
+	ctx := ctxT(t, 20*time.Second)
+	newer := []byte{9, 5, 0} // a well-formed envelope of format version 9
+	ln := tc.nodes[lead]
+	reply := make(chan *transportpb.FwdProposeResponse, 1)
+	ferr := make(chan error, 1)
+	require.NoError(t, ln.do(ctx, func() { ferr <- ln.fwdProposeOnLeader(f, [][]byte{newer}, reply) }))
+	require.ErrorIs(t, <-ferr, transport.ErrInvalidRequest, "refused as undecodable, whole")
+	require.NoError(t, tc.nodes[f].do(ctx, func() { tc.nodes[f].proposeEntry(newer, nil) }))
+	// Entries proposed after them commit and apply on every node: had
+	// either been proposed, every node would have stopped at it first.
+	h, err := tc.nodes[f].Acquire(ctx, "after", "o", false, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	for id, n := range tc.nodes {
+		require.NoError(t, n.err(), "node %d stopped", id)
+		h, err := n.Acquire(ctx, "still-serving", "o", false, 0)
+		require.NoError(t, err, "node %d", id)
+		require.NoError(t, h.Release(ctx))
+	}
+}
+
+// TestCheckpointsWaitForTheGate (S7, L3): KindCheckpoint is a version-2
+// command that builds before it stop at, so a leader proposes none while a
+// member of the configuration may run such a build; with every member known
+// to have it, a crashed member's silent session is checkpointed.
+func TestCheckpointsWaitForTheGate(t *testing.T) {
+	var took time.Duration
+	for _, claim := range []string{"", "-"} {
+		t.Run("claim="+claim, func(t *testing.T) {
+			old := uint64(3)
+			var mu sync.Mutex
+			checkpoints := 0
+			tc := newTestCluster(t, 3, func(c *Config) {
+				if c.ID == old {
+					c.TestHooks.ClaimVersion = claim
+				}
+				c.Observer = func(r ApplyRecord) {
+					if r.Command.Kind == lockfsm.KindCheckpoint {
+						mu.Lock()
+						checkpoints++
+						mu.Unlock()
+					}
+				}
+			})
+			lead := tc.leader()
+			if lead == old {
+				require.NoError(t, tc.nodes[old].do(context.Background(), func() {
+					tc.nodes[old].transferLeadership(make(chan struct{}))
+				}))
+				require.Eventually(t, func() bool { return tc.leader() != old }, 10*time.Second, 10*time.Millisecond)
+			}
+			// The old member has sent raft traffic: its version (or none) is known.
+			ctx := ctxT(t, 20*time.Second)
+			h, err := tc.nodes[tc.leader()].Acquire(ctx, "m", "o", false, 0)
+			require.NoError(t, err)
+			require.NoError(t, h.Release(ctx))
+			count := func() int { mu.Lock(); defer mu.Unlock(); return checkpoints }
+			start := time.Now()
+			tc.crash(old) // its session goes silent
+			if claim == "" {
+				require.Eventually(t, func() bool { return count() > 0 }, 10*time.Second, 10*time.Millisecond,
+					"a silent session is checkpointed")
+				took = time.Since(start)
+				t.Logf("first checkpoint %v after the crash", took)
+				return
+			}
+			window := max(3*took, 4*tc.nodes[tc.leader()].cfg.KeepaliveInterval)
+			time.Sleep(window) // an absence: nothing to await
+			require.Zero(t, count(), "a checkpoint proposed while a member may be older (%v)", window)
+		})
+	}
+}
