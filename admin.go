@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/lockraft/lockraft/node"
 )
 
 // Paths served by AdminHandler, relative to where it is mounted.
@@ -212,7 +210,7 @@ func (a *admin) transfer(ctx context.Context, r *http.Request) (any, int, error)
 	var to MemberID
 	if s := r.URL.Query().Get("to"); s != "" {
 		var err error
-		if to, err = node.ParseID(s); err != nil {
+		if to, err = ParseMemberID(s); err != nil {
 			return nil, 0, badRequest("to: %v", err)
 		}
 	}
@@ -227,7 +225,7 @@ func (a *admin) remove(ctx context.Context, r *http.Request) (any, int, error) {
 	if !a.cfg.operator {
 		return nil, 0, forbidden()
 	}
-	id, err := node.ParseID(r.URL.Query().Get("id"))
+	id, err := ParseMemberID(r.URL.Query().Get("id"))
 	if err != nil {
 		return nil, 0, badRequest("id: %v", err)
 	}

@@ -112,7 +112,7 @@ type Node struct {
 // With WithGossip, peers are gossip seeds ("host:port" of any other
 // members; none for the first): the fleet finds itself, the named founders
 // form the cluster once they all see each other (never two clusters, see
-// node.GossipConfig.Founders), and the leader adds, promotes and replaces
+// Gossip.Founders), and the leader adds, promotes and replaces
 // voters by itself. The raft id is random, made on first start and kept in
 // the data directory.
 //
@@ -138,15 +138,25 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 		g.Seeds = append(slices.Clone(g.Seeds), peers...)
 		cfg.Gossip = &g
 	} else if len(o.members) == 0 {
+		self, selfOpt := cfg.ListenAddr, "listen address (WithListenAddr)"
+		if a := cfg.AdvertiseAddr; a != "" {
+			self, selfOpt = a, "advertise address (WithAdvertiseAddr)"
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				// A bare host keeps the listening port.
+				if _, port, err := net.SplitHostPort(cfg.ListenAddr); err == nil {
+					self = net.JoinHostPort(a, port)
+				}
+			}
+		}
 		for i, p := range peers {
 			id := uint64(i + 1)
 			cfg.Members = append(cfg.Members, node.Member{ID: id, Addr: p})
-			if p == cfg.ListenAddr {
+			if p == self {
 				cfg.ID = id
 			}
 		}
 		if cfg.ID == 0 && len(peers) > 0 {
-			return nil, fmt.Errorf("%w: listen address %q is not among peers %v", ErrInvalidConfig, cfg.ListenAddr, peers)
+			return nil, fmt.Errorf("%w: %s %q is not among peers %v", ErrInvalidConfig, selfOpt, self, peers)
 		}
 	} else {
 		cfg.Members = o.members
@@ -341,6 +351,16 @@ func WithDataDir(dir string) Option { return func(o *options) { o.cfg.DataDir = 
 // WithListenAddr sets the gRPC address this node listens on and that peers dial.
 func WithListenAddr(addr string) Option { return func(o *options) { o.cfg.ListenAddr = addr } }
 
+// WithAdvertiseAddr sets the gRPC address the other members dial to reach
+// this one ("host:port", or "host" to keep the listening port). Default: the
+// listening address. Required when WithListenAddr binds every interface
+// ("0.0.0.0:7400", "[::]:7400", ":7400"): Join refuses such a bind without it
+// (ErrInvalidConfig), since nothing could dial the wildcard. With static
+// peers it is this replica's entry in Join's peer list. With WithGossip
+// binding a wildcard too, its host is also the gossip advertise address
+// unless the gossip options name one.
+func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.cfg.AdvertiseAddr = addr } }
+
 // WithListener serves gRPC on an already bound listener.
 func WithListener(l net.Listener) Option { return func(o *options) { o.cfg.Listener = l } }
 
@@ -363,16 +383,6 @@ func WithStaticMembers(self uint64, members map[uint64]string) Option {
 	}
 }
 
-// WithGossip makes Join form and heal the cluster by gossip membership:
-// Join's peers are then gossip seeds. g sets this member's gossip Name and
-// the Founders (the gossip names of the members that form the cluster, the
-// same list on every member; required, except BootstrapExpect 1 alone, the
-// single-node development mode), the gossip bind address and port (default
-// 127.0.0.1 and a free port), an encryption key and timings.
-func WithGossip(g node.GossipConfig) Option {
-	return func(o *options) { o.gossip = &g }
-}
-
 // WithTimings sets the raft tick and election timeout in ticks (defaults
 // 100 ms and 10: an election after 1–2 s without a leader).
 func WithTimings(tick time.Duration, electionTicks int) Option {
@@ -393,7 +403,3 @@ func WithLockDelay(d time.Duration) Option { return func(o *options) { o.cfg.Loc
 
 // WithMaxHolds sets the maximum reentrant depth (default 64).
 func WithMaxHolds(n uint32) Option { return func(o *options) { o.cfg.MaxHolds = n } }
-
-// WithNodeConfig adjusts the full node configuration (advanced tuning and
-// tests: snapshot cadence, retry interval, clock).
-func WithNodeConfig(f func(*node.Config)) Option { return func(o *options) { f(&o.cfg) } }

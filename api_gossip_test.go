@@ -8,8 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/membership"
-	"github.com/lockraft/lockraft/node"
 )
 
 // Three replicas started with lockraft.Join and one gossip seed each form a
@@ -20,7 +18,7 @@ func TestJoinWithGossip(t *testing.T) {
 	var nodes []*lockraft.Node
 	var seeds []string
 	for i := 0; i < 3; i++ {
-		g := node.GossipConfig{Name: founders[i], Founders: founders, Timing: membership.FastTiming()}
+		g := lockraft.Gossip{Name: founders[i], Founders: founders, Timing: lockraft.FastGossipTiming()}
 		n, err := lockraft.Join(seeds, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(g), fast())
 		require.NoError(t, err)
 		t.Cleanup(func() { n.Close(context.Background()) })
@@ -42,11 +40,11 @@ func TestJoinWithGossip(t *testing.T) {
 // Gossip without founders is refused with a message that says what to
 // configure; BootstrapExpect 1 alone (the development mode) is accepted.
 func TestJoinGossipNeedsFounders(t *testing.T) {
-	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(node.GossipConfig{}))
+	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(lockraft.Gossip{}))
 	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
 	require.Contains(t, err.Error(), "Gossip.Founders is required")
 	n, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()),
-		lockraft.WithGossip(node.GossipConfig{BootstrapExpect: 1, Timing: membership.FastTiming()}), fast())
+		lockraft.WithGossip(lockraft.Gossip{BootstrapExpect: 1, Timing: lockraft.FastGossipTiming()}), fast())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -57,7 +55,7 @@ func TestJoinGossipNeedsFounders(t *testing.T) {
 }
 
 func TestJoinGossipAndStaticMembersExclusive(t *testing.T) {
-	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(node.GossipConfig{}),
+	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(lockraft.Gossip{}),
 		lockraft.WithStaticMembers(1, map[uint64]string{1: "127.0.0.1:1"}))
 	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
 }

@@ -26,11 +26,8 @@ func freeAddr(t *testing.T) string {
 }
 
 func fast() lockraft.Option {
-	return lockraft.WithNodeConfig(func(c *node.Config) {
-		c.TickInterval = 20 * time.Millisecond
-		c.SessionTTL = 2 * time.Second
-		c.KeepaliveInterval = 100 * time.Millisecond
-	})
+	return lockraft.Combine(lockraft.WithTimings(20*time.Millisecond, 10), lockraft.WithSessionTTL(2*time.Second),
+		lockraft.WithTuning(lockraft.Tuning{KeepaliveInterval: 100 * time.Millisecond}))
 }
 
 // joinOne starts a single-member cluster through the public API.

@@ -19,29 +19,6 @@ import (
 // a name). Stale() skips the round and reads this replica's table as
 // applied, which may lag. A light member holds no table: it asks the leader.
 
-// Views returned by the inspection API. JSON-ready (the admin handler
-// serves them as they are); member ids are 16-digit hex strings in JSON.
-type (
-	LockView    = node.LockView
-	HolderView  = node.HolderView
-	WaiterView  = node.WaiterView
-	LocksPage   = node.LocksPage
-	MembersView = node.MembersView
-	MemberView  = node.MemberView
-	// MemberID is a raft id; it prints and marshals as 16 hex digits.
-	MemberID = node.ID
-)
-
-// Member roles in MemberView.Role.
-const (
-	RoleVoter   = node.RoleVoter
-	RoleLearner = node.RoleLearner
-	RoleLight   = node.RoleLight
-)
-
-// MaxPageLimit bounds InspectLocks' limit.
-const MaxPageLimit = node.MaxPageLimit
-
 // Errors of the operator actions. Compare with errors.Is; each leaves
 // nothing changed.
 var (
@@ -55,18 +32,20 @@ var (
 )
 
 // InspectOption configures one inspection read.
-type InspectOption func(*node.ReadOptions)
+type InspectOption func(*inspectOptions)
+
+type inspectOptions struct{ stale bool }
 
 // Stale reads this replica's table without a ReadIndex round: no round
 // trip, works without a leader, but may miss the latest changes.
-func Stale() InspectOption { return func(o *node.ReadOptions) { o.Stale = true } }
+func Stale() InspectOption { return func(o *inspectOptions) { o.stale = true } }
 
 func readOpts(opts []InspectOption) node.ReadOptions {
-	var o node.ReadOptions
+	var o inspectOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	return o
+	return node.ReadOptions{Stale: o.stale}
 }
 
 // InspectLock returns name's holder (owner, member, token, hold count, when
@@ -77,7 +56,8 @@ func readOpts(opts []InspectOption) node.ReadOptions {
 // linearizable read waits for a leader until ctx ends). Safe for concurrent
 // use.
 func (n *Node) InspectLock(ctx context.Context, name string, opts ...InspectOption) (v LockView, found bool, err error) {
-	return n.n.InspectLock(ctx, name, readOpts(opts))
+	nv, found, err := n.n.InspectLock(ctx, name, readOpts(opts))
+	return lockView(nv), found, err
 }
 
 // InspectLocks lists the names starting with prefix in name order, at most
@@ -85,7 +65,8 @@ func (n *Node) InspectLock(ctx context.Context, name string, opts ...InspectOpti
 // ("" for the first page; then the previous page's Next). Errors as
 // InspectLock, and ErrInvalidConfig for a limit out of range.
 func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int, opts ...InspectOption) (LocksPage, error) {
-	return n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
+	p, err := n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
+	return locksPage(p), err
 }
 
 // InspectMembers returns every member with its role (voter, learner, light),
@@ -94,7 +75,8 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 // Stale, it answers from its own view (FromLeader false). Errors: ErrClosed,
 // ctx's cause.
 func (n *Node) InspectMembers(ctx context.Context, opts ...InspectOption) (MembersView, error) {
-	return n.n.InspectMembers(ctx, readOpts(opts))
+	v, err := n.n.InspectMembers(ctx, readOpts(opts))
+	return membersView(v), err
 }
 
 // TransferLeader hands leadership to voter to (0: the most caught-up other

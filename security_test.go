@@ -11,7 +11,6 @@ import (
 
 	"github.com/lockraft/lockraft"
 	"github.com/lockraft/lockraft/internal/certgen"
-	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -24,8 +23,8 @@ func TestJoinSecureByDefault(t *testing.T) {
 	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
 	require.ErrorContains(t, err, "without TLS")
 
-	n, err := lockraft.Join([]string{"0.0.0.0:0"}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("0.0.0.0:0"),
-		lockraft.WithClusterID("c1"), lockraft.WithInsecure())
+	n, err := lockraft.Join([]string{"127.0.0.1:0"}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("0.0.0.0:0"),
+		lockraft.WithAdvertiseAddr("127.0.0.1"), lockraft.WithClusterID("c1"), lockraft.WithInsecure())
 	require.NoError(t, err)
 	require.NoError(t, n.Close(context.Background()))
 
@@ -71,7 +70,7 @@ func TestJoinWithTLSFiles(t *testing.T) {
 func TestGossipKeyRotationAPI(t *testing.T) {
 	oldKey, newKey := []byte("0123456789abcdef"), []byte("fedcba9876543210")
 	n, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), fast(),
-		lockraft.WithGossip(node.GossipConfig{BootstrapExpect: 1, Timing: membership.FastTiming()}),
+		lockraft.WithGossip(lockraft.Gossip{BootstrapExpect: 1, Timing: lockraft.FastGossipTiming()}),
 		lockraft.WithGossipKeys(oldKey))
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close(context.Background()) })

@@ -13,7 +13,7 @@ import (
 
 // slogWriter adapts memberlist's *log.Logger output ("[LEVEL] memberlist: msg")
 // to slog, mapping DEBUG/INFO/WARN/ERR to slog levels and tagging each record
-// with component=memberlist.
+// with lockraft_component=memberlist.
 //
 // memberlist logs every packet or stream it refuses (wrong key, another
 // cluster's label, garbage) at WARN or ERR with the sender ("from=ip:port"):
@@ -26,7 +26,7 @@ type slogWriter struct {
 }
 
 func newStdLogger(l *slog.Logger, refused *refuse.Log) *log.Logger {
-	return log.New(slogWriter{l: l.With("component", "memberlist"), refused: refused}, "", 0)
+	return log.New(slogWriter{l: l.With("lockraft_component", "memberlist"), refused: refused}, "", 0)
 }
 
 // fromRE finds memberlist's LogAddress/LogConn suffix.
@@ -55,6 +55,13 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	if bytes.HasPrefix(msg, []byte("ignoring alive message for")) {
 		level = slog.LevelDebug // already logged once at Warn by delegate.check
 	}
+	if level >= slog.LevelWarn && peerDown(msg) {
+		// A peer that does not answer (stopped, restarting, cut off) or
+		// memberlist's goroutines racing its own Shutdown: the failure
+		// detector turns the former into a member state change, which is
+		// what is logged and acted on; each failed packet is not news.
+		level = slog.LevelDebug
+	}
 	if level >= slog.LevelWarn && w.refused != nil {
 		if loc := fromRE.FindSubmatchIndex(msg); loc != nil {
 			addr := string(msg[loc[2]:loc[3]])
@@ -75,4 +82,21 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		w.l.Log(context.Background(), level, string(msg))
 	}
 	return len(p), nil
+}
+
+// peerDownMarks are the network errors of a peer that does not answer.
+var peerDownMarks = [][]byte{
+	[]byte("connection refused"), []byte("i/o timeout"), []byte("connection reset"), []byte("no route to host"),
+	[]byte("broken pipe"), []byte("use of closed network connection"), []byte("network is unreachable"),
+}
+
+// peerDown reports whether a memberlist error line is about a peer that did
+// not answer, rather than about what a peer sent.
+func peerDown(msg []byte) bool {
+	for _, m := range peerDownMarks {
+		if bytes.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }

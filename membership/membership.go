@@ -78,9 +78,10 @@ func Start(cfg Config) (*Membership, error) {
 	if m.resolver.lookup == nil {
 		m.resolver.lookup = net.DefaultResolver.LookupHost
 	}
-	m.log = logger.With("component", "membership", "node", m.name)
-	m.refused = refuse.New(logger.With("component", "memberlist", "node", m.name), 0)
-	mc := cfg.memberlistConfig(logger.With("node", m.name), m.refused)
+	// The node's logger already names the member (lockraft_node).
+	m.log = logger.With("lockraft_component", "membership")
+	m.refused = refuse.New(logger.With("lockraft_component", "memberlist"), 0)
+	mc := cfg.memberlistConfig(logger, m.refused)
 	d := &delegate{m: m}
 	mc.Delegate = d
 	mc.Events = d
@@ -256,7 +257,7 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	// reach the EventDelegate distinguishably). Best effort: if it is lost,
 	// others report Failed, which is the weaker claim.
 	if err := m.ml.UpdateNode(timeout); err != nil {
-		m.log.Warn("leave: metadata broadcast not confirmed", "err", err)
+		m.log.Info("leave: metadata broadcast not confirmed", "err", err) // best effort, see above
 	}
 	if err := m.ml.Leave(timeout); err != nil {
 		return fmt.Errorf("membership: leave: %w", err)

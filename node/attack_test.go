@@ -382,7 +382,7 @@ func TestAttackSnapshotsRefused(t *testing.T) {
 		dir := t.TempDir()
 		h := &snapReports{done: make(chan bool, 1)}
 		tr, err := transport.New(transport.Config{ClusterID: "test", LocalID: as, ListenAddr: "127.0.0.1:0",
-			SnapshotDir: dir, Handler: h, TLS: s.pki.member("test", as)})
+			SnapshotDir: dir, Handler: h, TLS: s.pki.member("test", as), Formation: f.formation()})
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })
 		tr.AddPeer(s.a, s.tc.addrs[s.a])

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,7 +95,14 @@ func (tc *testCluster) startWith(id uint64, ln net.Listener) {
 	n, err := Start(cfg)
 	require.NoError(tc.t, err)
 	tc.nodes[id] = n
+	formationByAddr.Store(tc.addrs[id], n.formation())
 }
+
+// formationByAddr: the formation id of the test node at an address, so that
+// an attacker (security_helpers_test.go) can carry it and reach the guards
+// behind the transport's formation check (an insider knows it: every RPC
+// carries it in the clear).
+var formationByAddr sync.Map
 
 // restart starts a stopped node again from its data directory, on its old
 // address.

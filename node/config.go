@@ -50,6 +50,14 @@ type Config struct {
 	ListenAddr string
 	Listener   net.Listener
 
+	// AdvertiseAddr is the gRPC address the other members dial to reach this
+	// node ("host:port", or "host" to keep the bound port). Default: the
+	// bound address. Required when ListenAddr (or Listener) binds every
+	// interface (0.0.0.0, [::], ":port"): Validate refuses that without it
+	// (advertise.go). With Gossip binding a wildcard too, its host is also the
+	// gossip advertise host unless Gossip.AdvertiseAddr is set.
+	AdvertiseAddr string
+
 	// Members lists the founding voters, this node included. It is used only
 	// when the data directory is empty; a restart with data never
 	// re-bootstraps. Every founding node must be given the same list.
@@ -309,6 +317,9 @@ func (c Config) Validate() error {
 		return bad("MaxSnapshotSize %d is negative", c.MaxSnapshotSize)
 	}
 	if err := c.checkSecurity(clusterSet); err != nil {
+		return err
+	}
+	if err := c.checkAdvertise(); err != nil {
 		return err
 	}
 	if c.TryLockTimeout < 0 {

@@ -187,6 +187,7 @@ type gossipState struct {
 	told      map[uint64]time.Time    // last "removed" notice sent, by raft id
 	foreign   map[uint64]bool         // members of another formation, logged once
 	removal   *removalRound           // confirmation before telling members they were removed (removed.go)
+	left      map[uint64]bool         // members removed because they asked to leave (Close)
 	removalID uint64
 }
 
@@ -219,7 +220,7 @@ func (n *Node) startGossip() error {
 		NodeName:      n.gossipName(),
 		BindAddr:      g.BindAddr,
 		BindPort:      g.BindPort,
-		AdvertiseAddr: g.AdvertiseAddr,
+		AdvertiseAddr: n.cfg.gossipAdvertiseHost(g),
 		AdvertisePort: g.AdvertisePort,
 		Seeds:         g.Seeds,
 		Meta:          n.localMeta(),
@@ -238,7 +239,7 @@ func (n *Node) startGossip() error {
 }
 
 func (n *Node) localMeta() membership.Meta {
-	return membership.Meta{RaftID: n.id, RaftAddr: n.tr.Addr(), ClusterID: n.cfg.ClusterID, Version: n.cfg.version(),
+	return membership.Meta{RaftID: n.id, RaftAddr: n.addr, ClusterID: n.cfg.ClusterID, Version: n.cfg.version(),
 		HasData: n.storage.HasState(), Formation: n.formation()}
 }
 
@@ -321,7 +322,9 @@ func (n *Node) gossipLoop() {
 		}
 		if meta := n.localMeta(); meta != announced {
 			// Raft data or a formation id: tell the others.
-			if err := n.ml.UpdateMeta(meta); err != nil {
+			if err := n.ml.UpdateMeta(meta); err != nil && n.closing.Load() {
+				n.log.Debug("gossip: could not announce metadata while closing", "err", err)
+			} else if err != nil {
 				n.log.Warn("gossip: could not announce metadata", "err", err)
 			} else {
 				announced = meta
@@ -663,6 +666,10 @@ func (n *Node) proposeRemoval(id uint64, res chan error) {
 	if gs.leaveWait == nil {
 		gs.leaveWait = map[uint64][]chan error{} // static mode: startGossip never ran
 	}
+	if gs.left == nil {
+		gs.left = map[uint64]bool{}
+	}
+	gs.left[id] = true // its "you were removed" notice is then routine
 	gs.leaveWait[id] = append(gs.leaveWait[id], res)
 }
 
@@ -699,7 +706,7 @@ func (n *Node) leaveCluster(ctx context.Context) bool {
 // the graceful raft part failed).
 func (n *Node) leaveGossip() {
 	if err := n.ml.Leave(n.gcfg.Timing.TCPTimeout); err != nil {
-		n.log.Warn("leave gossip", "err", err)
+		n.log.Info("leave gossip: not confirmed; the others will see this member fail instead", "err", err)
 	}
 }
 
@@ -719,7 +726,11 @@ func (n *Node) tellRemoved(id uint64, now time.Time) {
 		return
 	}
 	gs.told[id] = now
-	n.log.Warn("gossip: member has raft state but is not in the configuration; telling it it was removed", "id", id)
+	if gs.left[id] {
+		n.log.Info("gossip: a member that left still runs; telling it it was removed", "id", id)
+	} else {
+		n.log.Warn("gossip: member has raft state but is not in the configuration; telling it it was removed", "id", id)
+	}
 	cs := n.loop.confState
 	req := &transportpb.RemovedRequest{Term: n.rn.BasicStatus().GetTerm(), Applied: n.loop.lastApplied,
 		Voters: slices.Clone(cs.GetVoters()), Learners: slices.Clone(cs.GetLearners())}
@@ -750,8 +761,13 @@ func (n *Node) judgeRemoved(from uint64, req *transportpb.RemovedRequest) error 
 		conf: n.loop.confState, known: n.members.allows}, from, req); err != nil {
 		return err
 	}
-	n.log.Error("removed from the cluster while away: stopping; start with a fresh data directory to rejoin",
-		"told_by", from, "id", n.id)
+	if n.closing.Load() {
+		// Leave asked for it: the expected end, not an incident.
+		n.log.Info("removed from the cluster as Leave asked; stopping", "told_by", from)
+	} else {
+		// One ERROR line for this event: stopServing's, with ErrRemoved.
+		n.log.Info("removed from the cluster while away: stopping", "told_by", from)
+	}
 	n.loop.stopWith = ErrRemoved
 	return nil
 }

@@ -243,7 +243,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 		}
 	default:
 	}
-	return nil, n.acquireGaveUp(ctx, c.Wait)
+	return nil, n.staticUnavailable(n.acquireGaveUp(ctx, c.Wait))
 }
 
 // onAcquireResult completes an Acquire from its own apply.

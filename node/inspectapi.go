@@ -381,7 +381,7 @@ func (n *Node) membersView() MembersView {
 			mv.RaftAddr = m.Addr
 		}
 	}
-	get(n.id).RaftAddr = n.tr.Addr()
+	get(n.id).RaftAddr = n.addr
 	if n.ml != nil {
 		for _, gm := range n.ml.Members() {
 			id := gm.Meta.RaftID

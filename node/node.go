@@ -45,6 +45,8 @@ type Node struct {
 	storage raftlog.Log
 	fsm     *lockfsm.FSM
 	tr      *transport.Transport
+	addr    string        // the advertised gRPC address (advertise.go)
+	static  staticCheck   // members on another static list (staticlist.go)
 	rn      *raft.RawNode // owned by the loop goroutine
 	members *memberSet    // who may send raft messages (members.go)
 
@@ -153,6 +155,7 @@ type loopState struct {
 	times   applyTimes        // when indexes were applied, for inspection (applytimes.go)
 	stats   loopCounters      // counters for Status and metrics (metricsnode.go)
 	fine    fineTicker        // the leader's fine ticker, on only when needed (fineticker.go)
+	tick    tickState         // the raft ticker; slow on an idle light member (idletick.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
 	// observe: the elections this node's observers watch; elections: the
@@ -204,11 +207,17 @@ func Start(cfg Config) (*Node, error) {
 // starts; its value is the node's raft id in hex (16 digits).
 const ProfileLabel = "lockraft_node"
 
+// LogKeyNode is the attribute every log record of a node carries: its raft
+// id. The prefix keeps it apart from the keys of the service's own logger
+// (a "node" it adds itself would otherwise appear twice). Other context
+// keys are lockraft_component (raft, membership, memberlist).
+const LogKeyNode = "lockraft_node"
+
 // start is Start once the configuration is complete.
 func start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
-		log:     cfg.Logger.With("node", cfg.ID),
+		log:     cfg.Logger.With(LogKeyNode, cfg.ID),
 		id:      cfg.ID,
 		clock:   cfg.Clock,
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
@@ -258,6 +267,12 @@ func start(cfg Config) (*Node, error) {
 	if err := n.recoverFSM(); err != nil {
 		return nil, err
 	}
+	if cfg.Gossip == nil {
+		// The static list is the cluster's identity (staticlist.go).
+		if n.formationID, err = n.initStaticFormation(ident.formation, n.storage.HasState()); err != nil {
+			return nil, err
+		}
+	}
 	if !n.storage.HasState() && cfg.Gossip == nil {
 		if len(cfg.Members) == 0 {
 			return nil, fmt.Errorf("%w: empty data directory and no Members to bootstrap from", ErrInvalidConfig)
@@ -303,12 +318,18 @@ func start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
 	}
 	var adopt func(string) error
+	var detail string
+	var onForeign func(uint64, string, bool)
 	if cfg.Gossip != nil {
 		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
+	} else {
+		adopt, detail, onForeign = n.adoptStaticFormation, staticDetail(cfg.Members), n.onForeignStaticPeer
 	}
 	n.tr, err = transport.New(transport.Config{
-		Formation:       ident.formation,
+		Formation:       n.formationID,
 		AdoptFormation:  adopt,
+		FormationDetail: detail,
+		OnForeignPeer:   onForeign,
 		ClusterID:       cfg.ClusterID,
 		LocalID:         cfg.ID,
 		ListenAddr:      cfg.ListenAddr,
@@ -325,6 +346,7 @@ func start(cfg Config) (*Node, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	n.addr = cfg.advertised(n.tr.Addr())
 	for _, m := range cfg.Members {
 		if m.ID != cfg.ID {
 			n.tr.AddPeer(m.ID, m.Addr)
@@ -354,7 +376,7 @@ func start(cfg Config) (*Node, error) {
 	}
 	ok = true
 	n.warnIfInsecure()
-	n.log.Info("node started", "addr", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
+	n.log.Info("node started", "addr", n.addr, "bound", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
 	go n.appendLoop()
 	go n.commitLoop()
@@ -395,8 +417,9 @@ func (n *Node) restoreFSM(index uint64) error {
 	return nil
 }
 
-// Addr is the address the node's gRPC server listens on.
-func (n *Node) Addr() string { return n.tr.Addr() }
+// Addr is the gRPC address the other members dial to reach this node
+// (Config.AdvertiseAddr, or the bound address).
+func (n *Node) Addr() string { return n.addr }
 
 // ID is the node's raft id.
 func (n *Node) ID() uint64 { return n.id }
@@ -440,15 +463,15 @@ func (n *Node) run() {
 	if n.cfg.TestHooks.LockLoopThread {
 		n.lockLoopThread()
 	}
-	tickc, stopTick := n.clock.NewTicker(n.cfg.TickInterval)
-	defer stopTick()
+	n.syncTick()
+	defer n.stopTick()
 	// The leader checks its expiry deadlines ten times per tick while one
 	// is near, so a crashed holder's lock moves on within ~10 ms of its TTL
 	// rather than up to a whole tick later (fineticker.go).
 	defer n.stopFineTicker()
 	for {
 		select {
-		case <-tickc:
+		case <-n.loop.tick.c:
 			n.rn.Tick()
 			if err := n.onTick(); err != nil {
 				// A failed lock-table commit: stop like a failed log write,
@@ -501,6 +524,7 @@ func (n *Node) run() {
 			}
 		}
 		n.syncFineTicker()
+		n.syncTick()
 	}
 }
 
@@ -582,7 +606,11 @@ func (n *Node) fail(err error) {
 // loop returns right after, and every later call fails with err.
 func (n *Node) stopServing(err error) {
 	n.dead.CompareAndSwap(nil, &err)
-	n.log.Error("node stopped serving", "err", err)
+	if n.closing.Load() && errors.Is(err, ErrRemoved) {
+		n.log.Info("node stopped serving: left the cluster (Leave)")
+	} else {
+		n.log.Error("node stopped serving", "err", err)
+	}
 	n.loop.ops.failAll(err)
 	n.loop.holds.loseAll(err)
 	n.endObservers(err)

@@ -25,7 +25,7 @@ func (r raftLogger) warnLevel() slog.Level {
 }
 
 func (r raftLogger) log(level slog.Level, msg string) {
-	r.l.Log(context.Background(), level, msg, "component", "raft")
+	r.l.Log(context.Background(), level, msg, "lockraft_component", "raft")
 }
 
 func (r raftLogger) Debug(v ...any) { r.log(slog.LevelDebug, fmt.Sprint(v...)) }

@@ -117,8 +117,14 @@ func (nopHandler) Inspect(context.Context, uint64, *transportpb.InspectRequest) 
 // certificate; nil: plaintext) to the given peers.
 func attacker(t *testing.T, cluster string, tl *transport.TLS, as uint64, peers map[uint64]string) *transport.Transport {
 	t.Helper()
+	var formation string
+	for _, a := range peers {
+		if f, ok := formationByAddr.Load(a); ok {
+			formation = f.(string)
+		}
+	}
 	tr, err := transport.New(transport.Config{ClusterID: cluster, LocalID: as, ListenAddr: "127.0.0.1:0",
-		SnapshotDir: t.TempDir(), Handler: nopHandler{}, TLS: tl})
+		SnapshotDir: t.TempDir(), Handler: nopHandler{}, TLS: tl, Formation: formation})
 	require.NoError(t, err)
 	for id, a := range peers {
 		tr.AddPeer(id, a)

@@ -29,15 +29,20 @@ func TestSecureByDefault(t *testing.T) {
 		mutate func(*Config)
 		err    string // "" = starts
 	}{
-		"loopback plaintext":             {func(c *Config) {}, ""},
-		"all interfaces, no TLS":         {func(c *Config) { c.ListenAddr = "0.0.0.0:0" }, "without TLS"},
-		"host address, no TLS":           {func(c *Config) { c.ListenAddr = "192.0.2.1:7400" }, "without TLS"},
-		"all interfaces, insecure":       {func(c *Config) { c.ListenAddr, c.Insecure = "0.0.0.0:0", true }, ""},
-		"all interfaces, TLS":            {func(c *Config) { c.ListenAddr, c.TLS = "0.0.0.0:0", pki.member("test", 1) }, ""},
-		"exposed without a cluster id":   {func(c *Config) { c.ListenAddr, c.ClusterID, c.Insecure = "0.0.0.0:0", "", true }, "explicit ClusterID"},
-		"TLS cluster id not a name":      {func(c *Config) { c.ClusterID, c.TLS = "my cluster", pki.member("test", 1) }, "DNS-style"},
-		"certificate of another member":  {func(c *Config) { c.TLS = pki.member("test", 2) }, "names member 2"},
-		"certificate of another cluster": {func(c *Config) { c.TLS = pki.member("prod", 1) }, `of cluster "prod"`},
+		"loopback plaintext":     {func(c *Config) {}, ""},
+		"all interfaces, no TLS": {func(c *Config) { c.ListenAddr = "0.0.0.0:0" }, "without TLS"},
+		"host address, no TLS":   {func(c *Config) { c.ListenAddr = "192.0.2.1:7400" }, "without TLS"},
+		"all interfaces, insecure": {func(c *Config) {
+			c.ListenAddr, c.AdvertiseAddr, c.Insecure = "0.0.0.0:0", "127.0.0.1", true
+		}, ""},
+		"all interfaces, TLS": {func(c *Config) {
+			c.ListenAddr, c.AdvertiseAddr, c.TLS = "0.0.0.0:0", "127.0.0.1", pki.member("test", 1)
+		}, ""},
+		"all interfaces, no advertise address": {func(c *Config) { c.ListenAddr, c.Insecure = "0.0.0.0:0", true }, "advertise address"},
+		"exposed without a cluster id":         {func(c *Config) { c.ListenAddr, c.ClusterID, c.Insecure = "0.0.0.0:0", "", true }, "explicit ClusterID"},
+		"TLS cluster id not a name":            {func(c *Config) { c.ClusterID, c.TLS = "my cluster", pki.member("test", 1) }, "DNS-style"},
+		"certificate of another member":        {func(c *Config) { c.TLS = pki.member("test", 2) }, "names member 2"},
+		"certificate of another cluster":       {func(c *Config) { c.TLS = pki.member("prod", 1) }, `of cluster "prod"`},
 		"gossip on all interfaces, no keys": {func(c *Config) {
 			c.Members, c.TLS, c.Gossip = nil, pki.member("test", 1), &GossipConfig{BindAddr: "0.0.0.0"}
 		}, "refusing to gossip"},

@@ -2,7 +2,9 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -37,6 +39,26 @@ import (
 
 // mdFormation is the header carrying the sender's formation id.
 const mdFormation = "lockraft-formation"
+
+// mdFormationDetail carries the sender's FormationDetail on streams.
+const mdFormationDetail = "lockraft-formation-detail"
+
+// formationDetailSep separates a mismatch status from the rejecting node's
+// FormationDetail.
+const formationDetailSep = "; its formation: "
+
+// maxFormationDetail bounds a FormationDetail (and what is read of one).
+const maxFormationDetail = 4096
+
+// formationDetail returns what follows formationDetailSep in a mismatch
+// status message ("" if nothing).
+func formationDetail(msg string) string {
+	_, d, _ := strings.Cut(msg, formationDetailSep)
+	if len(d) > maxFormationDetail {
+		d = d[:maxFormationDetail]
+	}
+	return d
+}
 
 // formationMismatchMsg prefixes the PermissionDenied status of a formation
 // mismatch so that callers can map it back to ErrFormationMismatch.
@@ -87,7 +109,7 @@ func (t *Transport) setFormationLocked(id string) error {
 
 // checkFormation is the formation part of authenticate; see the comment at
 // the top of this file. raftTraffic is true for streams and snapshots.
-func (t *Transport) checkFormation(from uint64, rpc, remote string, raftTraffic bool) error {
+func (t *Transport) checkFormation(from uint64, rpc, remote, remoteDetail string, raftTraffic bool) error {
 	local := t.Formation()
 	switch {
 	case remote == local:
@@ -96,7 +118,7 @@ func (t *Transport) checkFormation(from uint64, rpc, remote string, raftTraffic 
 		if !raftTraffic || local == "" {
 			return nil
 		}
-		return t.rejectFormation(from, rpc, local, remote)
+		return t.rejectFormation(from, rpc, local, remote, remoteDetail)
 	case local == "":
 		if !raftTraffic || t.cfg.AdoptFormation == nil {
 			return nil
@@ -110,7 +132,11 @@ func (t *Transport) checkFormation(from uint64, rpc, remote string, raftTraffic 
 			if err := t.cfg.AdoptFormation(remote); err != nil {
 				t.log.Warn("transport: cannot join the formed cluster of a peer", "rpc", rpc, "from", from,
 					"remote_formation", remote, "err", err)
-				return status.Errorf(codes.PermissionDenied, "%s: local none, remote %q: %v", formationMismatchMsg, remote, err)
+				msg := fmt.Sprintf("%s: local none, remote %q: %v", formationMismatchMsg, remote, err)
+				if d := t.cfg.FormationDetail; d != "" {
+					msg += formationDetailSep + d
+				}
+				return status.Error(codes.PermissionDenied, msg)
 			}
 			if err := t.setFormationLocked(remote); err != nil {
 				return status.Errorf(codes.Internal, "formation: %v", err)
@@ -119,16 +145,27 @@ func (t *Transport) checkFormation(from uint64, rpc, remote string, raftTraffic 
 			return nil
 		}
 	}
-	return t.rejectFormation(from, rpc, local, remote)
+	return t.rejectFormation(from, rpc, local, remote, remoteDetail)
 }
 
 // rejectFormation logs a foreign peer once per (peer, formation) and returns
 // the PermissionDenied status.
-func (t *Transport) rejectFormation(from uint64, rpc, local, remote string) error {
+func (t *Transport) rejectFormation(from uint64, rpc, local, remote, remoteDetail string) error {
 	key := strconv.FormatUint(from, 10) + "/" + remote
 	if _, seen := t.form.logged.LoadOrStore(key, true); !seen {
-		t.log.Warn("transport: rejected a peer of another formed cluster; it is ignored from now on",
-			"rpc", rpc, "from", from, "local_formation", local, "remote_formation", remote)
+		if f := t.cfg.OnForeignPeer; f != nil && remote != "" {
+			if len(remoteDetail) > maxFormationDetail {
+				remoteDetail = ""
+			}
+			f(from, remoteDetail, false) // the node says it, with what it knows
+		} else {
+			t.log.Warn("transport: rejected a peer of another formed cluster; it is ignored from now on",
+				"rpc", rpc, "from", from, "local_formation", local, "remote_formation", remote)
+		}
 	}
-	return status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q", formationMismatchMsg, local, remote)
+	msg := fmt.Sprintf("%s: local %q, remote %q", formationMismatchMsg, local, remote)
+	if d := t.cfg.FormationDetail; d != "" {
+		msg += formationDetailSep + d
+	}
+	return status.Error(codes.PermissionDenied, msg)
 }

@@ -297,7 +297,13 @@ func (p *peer) writeLoop() {
 		if stream == nil {
 			streamGen = p.t.form.gen.Load()
 			sctx, sc := context.WithCancel(p.ctx)
-			s, err := p.rpc.Stream(p.outgoing(sctx))
+			octx := p.outgoing(sctx)
+			if d := p.t.cfg.FormationDetail; d != "" {
+				// Streams are opened rarely: they carry what the formation
+				// id stands for, so a refusing receiver can say what differs.
+				octx = metadata.AppendToOutgoingContext(octx, mdFormationDetail, d)
+			}
+			s, err := p.rpc.Stream(octx)
 			if err != nil {
 				sc()
 				p.streamFailed(err, len(batch.Msgs))
@@ -335,7 +341,11 @@ func (p *peer) streamFailed(err error, dropped int) {
 	if st, _ := status.FromError(err); st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), formationMismatchMsg) {
 		// A member of another formed cluster: it stays foreign, so say it once.
 		if !p.foreign.Swap(true) {
-			p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", p.id, "addr", p.addr, "err", err)
+			if f := p.t.cfg.OnForeignPeer; f != nil {
+				f(p.id, formationDetail(st.Message()), true) // the node says it, with what it knows
+			} else {
+				p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", p.id, "addr", p.addr, "err", err)
+			}
 		}
 	} else if status.Code(err) == codes.PermissionDenied {
 		p.t.log.Warn("transport: peer rejected stream", "peer", p.id, "addr", p.addr, "err", err)

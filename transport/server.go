@@ -74,7 +74,7 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 	}
 	// Raft traffic (a stream or a snapshot) from a formed cluster is what
 	// makes a fresh node adopt its formation id; a call never does.
-	if err := s.t.checkFormation(from, rpc, first(md, mdFormation), rpc == "Stream" || rpc == "Snapshot"); err != nil {
+	if err := s.t.checkFormation(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), rpc == "Stream" || rpc == "Snapshot"); err != nil {
 		return 0, err
 	}
 	s.t.noteVersion(from, first(md, mdVersion))

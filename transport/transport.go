@@ -228,6 +228,20 @@ type Config struct {
 	// (the transport then sets it); an error rejects the RPC. nil: a node
 	// without an id accepts everyone and never adopts one.
 	AdoptFormation func(id string) error
+	// FormationDetail, if set, says what this node's formation id stands
+	// for (a static cluster: its member list). It is appended to the
+	// PermissionDenied status of a formation mismatch, so that the rejected
+	// side can say what differs. At most 4 KiB; plain text.
+	FormationDetail string
+	// OnForeignPeer, if set, is called once per peer found to be of another
+	// formation: when it refuses this node's stream and when this node
+	// refuses its raft traffic carrying another formation id. detail is the
+	// peer's FormationDetail ("" if it sent none); dialed is true when this
+	// node dialed the peer's address (so the address is known to be on
+	// another formation; an incoming id is only a claim). The transport
+	// then leaves the logging to it. It runs on a transport goroutine and
+	// must not block.
+	OnForeignPeer func(id uint64, detail string, dialed bool)
 	// Version is this node's software version, sent with every stream,
 	// snapshot and call so that peers learn it (PeerVersion). Optional.
 	Version string
@@ -273,6 +287,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: ClusterID is empty", ErrInvalidConfig)
 	case c.LocalID == 0:
 		return fmt.Errorf("%w: LocalID is 0", ErrInvalidConfig)
+	case len(c.FormationDetail) > maxFormationDetail:
+		return fmt.Errorf("%w: FormationDetail longer than %d bytes", ErrInvalidConfig, maxFormationDetail)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: neither ListenAddr nor Listener is set", ErrInvalidConfig)
 	case c.SnapshotDir == "":
@@ -359,7 +375,7 @@ func New(cfg Config) (*Transport, error) {
 			return nil, fmt.Errorf("transport: listen: %w", err)
 		}
 	}
-	log := cfg.Logger.With("local", cfg.LocalID)
+	log := cfg.Logger // the node adds its id (lockraft_node)
 	t := &Transport{
 		cfg:       cfg,
 		log:       log,

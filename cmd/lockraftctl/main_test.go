@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/node"
 )
 
 // cluster3 starts three real nodes (gRPC on loopback, bbolt files) through
@@ -37,11 +36,8 @@ func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 	srvs := make([]*httptest.Server, 3)
 	for i := range 3 {
 		n, err := lockraft.Join(peers, lockraft.WithDataDir(filepath.Join(dir, fmt.Sprint(i))), lockraft.WithListener(lns[i]),
-			lockraft.WithListenAddr(peers[i]), lockraft.WithNodeConfig(func(c *node.Config) {
-				c.TickInterval = 20 * time.Millisecond
-				c.SessionTTL = 2 * time.Second
-				c.KeepaliveInterval = 100 * time.Millisecond
-			}))
+			lockraft.WithListenAddr(peers[i]), lockraft.WithTimings(20*time.Millisecond, 10),
+			lockraft.WithSessionTTL(2*time.Second), lockraft.WithTuning(lockraft.Tuning{KeepaliveInterval: 100 * time.Millisecond}))
 		require.NoError(t, err)
 		nodes[i] = n
 		srvs[i] = httptest.NewServer(n.AdminHandler(lockraft.WithOperatorActions()))

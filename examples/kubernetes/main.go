@@ -43,7 +43,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/node"
 )
 
 // Defaults, which the manifests must agree with (manifest_test.go checks).
@@ -138,7 +137,7 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 		lockraft.WithDataDir(c.dataDir),
 		lockraft.WithClusterID(c.cluster),
 		lockraft.WithListenAddr(net.JoinHostPort(c.podIP, strconv.Itoa(c.raftPort))),
-		lockraft.WithGossip(node.GossipConfig{BindAddr: c.podIP, BindPort: c.gossipPort, Name: c.name,
+		lockraft.WithGossip(lockraft.Gossip{BindAddr: c.podIP, BindPort: c.gossipPort, Name: c.name,
 			Founders: founders, BootstrapExpect: c.expect}),
 		lockraft.WithLogger(log),
 		lockraft.WithMetrics(reg),

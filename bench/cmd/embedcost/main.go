@@ -44,8 +44,6 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/membership"
-	"github.com/lockraft/lockraft/node"
 )
 
 var (
@@ -54,7 +52,7 @@ var (
 	flagSettle  = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed and ready, before measuring")
 	flagPairs   = flag.Int("pairs", 6400, "Lock+Unlock pairs of the S2 load (over all callers)")
 	flagCallers = flag.Int("callers", 64, "concurrent callers of the S2 load, on distinct names")
-	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and two other members over the idle window to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
+	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and one member of each role over the idle window to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
 
 	// Child mode (set by the parent).
 	flagChild  = flag.Bool("child", false, "")
@@ -64,6 +62,7 @@ var (
 	flagGossip = flag.Bool("gossip", false, "")
 	flagSeeds  = flag.String("seeds", "", "")
 	flagExpect = flag.Int("expect", 0, "")
+	flagName   = flag.String("name", "", "")
 	flagHB     = flag.Int("heartbeat-ticks", 0, "raft heartbeat interval in ticks (0: lockraft's default); for experiments")
 )
 
@@ -86,16 +85,20 @@ func main() {
 func child() error {
 	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID("embedcost")}
 	if *flagHB > 0 {
-		opts = append(opts, lockraft.WithNodeConfig(func(c *node.Config) { c.HeartbeatTicks = *flagHB }))
+		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{HeartbeatTicks: *flagHB}))
 	}
 	var peers []string
 	if *flagGossip {
 		if *flagSeeds != "" {
 			peers = strings.Split(*flagSeeds, ",")
 		}
-		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(node.GossipConfig{
-			BootstrapExpect: *flagExpect,
-			Thresholds:      membership.Thresholds{MaxVoters: 5, StabilizeFor: 2 * time.Second},
+		var founders []string // the first expect members found the cluster
+		for i := range *flagExpect {
+			founders = append(founders, fmt.Sprintf("m%d", i))
+		}
+		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(lockraft.Gossip{
+			Name: *flagName, Founders: founders,
+			Voters: lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
 		}))
 	} else {
 		peers = strings.Split(*flagPeers, ",")
@@ -268,7 +271,7 @@ func measureFleet(self, kind string) error {
 	for i := range size {
 		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB)}
 		if gossip {
-			args = append(args, "-gossip", "-expect", fmt.Sprint(expect))
+			args = append(args, "-gossip", "-expect", fmt.Sprint(expect), "-name", fmt.Sprintf("m%d", i))
 			if i > 0 {
 				args = append(args, "-seeds", seed)
 			}
@@ -363,14 +366,12 @@ func measureFleet(self, kind string) error {
 	t0 := time.Now()
 	var pwg sync.WaitGroup
 	if *flagProfile != "" {
-		picked := 0
+		picked := map[string]bool{} // the leader and one member of each other role
 		for i, p := range procs {
-			if !strings.HasSuffix(p.role, "*") && picked >= 2 {
+			if picked[p.role] {
 				continue
 			}
-			if !strings.HasSuffix(p.role, "*") {
-				picked++
-			}
+			picked[p.role] = true
 			pwg.Go(func() {
 				secs := int(flagIdle.Seconds()) - 1
 				_, body := getTimeout(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, secs), *flagIdle+30*time.Second)

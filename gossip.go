@@ -1,0 +1,138 @@
+package lockraft
+
+import (
+	"time"
+
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node"
+)
+
+// Gossip configures gossip membership (WithGossip): the replicas find each
+// other through Join's seeds, the named Founders form the cluster once they
+// all see each other, and the leader adds, promotes and replaces voters by
+// itself. Zero fields take the defaults documented on each. Encryption keys
+// are set with WithGossipKeys.
+type Gossip struct {
+	// Name is this member's gossip name, unique in the fleet and stable
+	// across restarts (on Kubernetes, the pod name of a StatefulSet).
+	// Default "lockraft-" and the raft id in 16 hex digits. A founder must
+	// set it.
+	Name string
+
+	// Founders are the gossip names of the members that form the cluster,
+	// the same list on every member (members not in it only ever join). The
+	// cluster is formed once, with all of them as its first voters, when all
+	// see each other; a fleet configured with one list never forms two
+	// clusters, whatever partitions or restarts happen during formation. On
+	// Kubernetes: the first pods of the StatefulSet, e.g. orders-0, orders-1,
+	// orders-2. Required, except in the single-node development mode
+	// (BootstrapExpect 1 without Founders).
+	Founders []string
+
+	// BootstrapExpect is the number of founders (default len(Founders)); if
+	// set it must equal len(Founders). 1 without Founders is the explicit
+	// single-node development mode: this member founds a cluster of its own.
+	BootstrapExpect int
+
+	// BindAddr and BindPort are where gossip listens (UDP and TCP). Default
+	// 127.0.0.1 and a free port; deployments set a port (memberlist's
+	// conventional one is 7946). AdvertiseAddr and AdvertisePort are what the
+	// others dial: default the bound ones. A wildcard BindAddr (0.0.0.0, ::)
+	// needs an advertise address: AdvertiseAddr, or WithAdvertiseAddr whose
+	// host is then used; Join refuses it otherwise (ErrInvalidConfig).
+	BindAddr      string
+	BindPort      int
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// Timing is the failure detector's and gossip's timing. Zero means
+	// LANGossipTiming().
+	Timing GossipTiming
+
+	// Voters tunes how the leader grows and heals the voter set. Zero fields
+	// take DefaultVoterPolicy's values.
+	Voters VoterPolicy
+
+	// SettleFor: the gossip view must be unchanged this long before a
+	// formation decision (default 3 probe intervals). ReconcileEvery: how
+	// often the leader reconsiders the configuration (default 1 s; also on
+	// every membership event).
+	SettleFor      time.Duration
+	ReconcileEvery time.Duration
+}
+
+// GossipTiming holds the failure detector's and gossip's knobs (memberlist's).
+// A member that stops answering is declared failed after roughly
+// ProbeInterval + SuspicionMult*log10(N+1)*ProbeInterval. Shorter intervals
+// detect failures sooner but cost more traffic and give more false positives
+// under GC pauses or CPU starvation.
+type GossipTiming struct {
+	ProbeInterval       time.Duration // one random member probed per interval
+	ProbeTimeout        time.Duration // ack deadline for a direct probe (an RTT bound)
+	SuspicionMult       int           // suspicion timeout multiplier (see above)
+	GossipInterval      time.Duration // how often queued broadcasts are gossiped
+	GossipNodes         int           // members gossiped to per GossipInterval
+	RetransmitMult      int           // a broadcast is retransmitted RetransmitMult*log(N+1) times
+	PushPullInterval    time.Duration // full state sync (anti-entropy) period
+	TCPTimeout          time.Duration // stream connect/IO deadline (join, push/pull)
+	GossipToTheDeadTime time.Duration // keep gossiping to a dead member this long (lets it refute)
+	DeadNodeReclaimTime time.Duration // a dead member's name may be reclaimed from a new address after this
+	RetryJoinInterval   time.Duration // first retry delay for seeds; doubles while forming
+	ForgetAfter         time.Duration // failed and left members are forgotten after this
+}
+
+// LANGossipTiming is the default: memberlist's LAN timing (probe every 1 s
+// with a 500 ms timeout, suspicion ×4, gossip every 200 ms to 3 members,
+// push/pull every 30 s), dead names reclaimable after 30 s, seeds retried
+// from 1 s, failed and left members forgotten after 72 h.
+func LANGossipTiming() GossipTiming { return GossipTiming(membership.LANTiming()) }
+
+// FastGossipTiming is for tests and demos on loopback: failures are detected
+// in well under a second. Never use it across a real network.
+func FastGossipTiming() GossipTiming { return GossipTiming(membership.FastTiming()) }
+
+// VoterPolicy tunes how the leader manages the raft configuration of a
+// gossip fleet.
+type VoterPolicy struct {
+	// StabilizeFor: a member must have been healthy this long before it is
+	// added as a learner or promoted to voter (keeps a flapping member out).
+	StabilizeFor time.Duration
+	// DeadVoterAfter: a voter must have been failed this long before it is
+	// removed. Long, because a false positive shrinks the quorum.
+	DeadVoterAfter time.Duration
+	// DeadLearnerAfter: the same for learners, which can go eagerly.
+	DeadLearnerAfter time.Duration
+	// MaxLag: a member trailing the leader's log by more than this many
+	// entries is not caught up (not promoted, not counted healthy).
+	MaxLag uint64
+	// MaxLearners: warm standbys kept as raft learners. The rest of the
+	// fleet stays out of the raft configuration (light members).
+	MaxLearners int
+	// MaxVoters: 3, 5 or 7.
+	MaxVoters int
+}
+
+// DefaultVoterPolicy: stabilize 10 s, dead voter 5 min, dead learner 30 s,
+// lag 250 entries, 2 learners, at most 5 voters.
+func DefaultVoterPolicy() VoterPolicy { return VoterPolicy(membership.DefaultThresholds()) }
+
+// WithGossip makes Join form and heal the cluster by gossip membership:
+// Join's peers are then gossip seeds ("host:port", host may be a DNS name
+// with several addresses, e.g. a headless Service). See Gossip.
+func WithGossip(g Gossip) Option {
+	return func(o *options) {
+		o.gossip = &node.GossipConfig{
+			Name:            g.Name,
+			Founders:        g.Founders,
+			BootstrapExpect: g.BootstrapExpect,
+			BindAddr:        g.BindAddr,
+			BindPort:        g.BindPort,
+			AdvertiseAddr:   g.AdvertiseAddr,
+			AdvertisePort:   g.AdvertisePort,
+			Timing:          membership.Timing(g.Timing),
+			Thresholds:      membership.Thresholds(g.Voters),
+			SettleFor:       g.SettleFor,
+			ReconcileEvery:  g.ReconcileEvery,
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tickPeriod reads the loop's current tick period.
+func (n *Node) tickPeriod() time.Duration {
+	ch := make(chan time.Duration, 1)
+	if n.do(context.Background(), func() { ch <- n.loop.tick.period }) != nil {
+		return 0
+	}
+	return <-ch
+}
+
+// An idle light member's loop wakes at lightIdleTick instead of every raft
+// tick, also while it holds a lock without a lease; raft members keep the
+// raft tick. S5 holds on it all the same: cut off while idle and holding,
+// its handle is told it lost the lock before a waiter elsewhere is granted
+// it (the holder deadline has its own timer), and once healed it works
+// again (L1).
+func TestIdleLightMemberTicksSlowly(t *testing.T) {
+	f, lights := lightFleet(t, "idletick", 6, func(c *Config) { c.Faults = new(Faults) })
+	a := lights[0]
+	require.Greater(t, a.lightIdleTick(), a.cfg.TickInterval, "the test needs a slower idle tick than the raft tick")
+	require.Eventually(t, func() bool { return a.tickPeriod() == a.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
+		"the idle light member ticks every %v", a.lightIdleTick())
+	for _, n := range f.running() {
+		if !n.light() {
+			// Eventually: a member that just got raft state switches at the
+			// end of its next loop turn.
+			require.Eventually(t, func() bool { return n.tickPeriod() == n.cfg.TickInterval }, 5*time.Second, 10*time.Millisecond,
+				"raft member %x keeps the raft tick", n.ID())
+		}
+	}
+
+	ctx := ctxT(t, 30*time.Second)
+	h, err := a.Acquire(ctx, "idle", "a", true, 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.tickPeriod() == a.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
+		"holding a lock without a lease is idle")
+	lost := lostAt(h)
+	lead := f.leader(5 * time.Second)
+	got, grantedAt := grantAsync(t, lead, "idle", "b")
+	require.Eventually(t, func() bool { return lead.waiters("idle") == 1 }, 10*time.Second, 5*time.Millisecond)
+	var peers []uint64
+	for _, n := range f.running() {
+		if n != a {
+			peers = append(peers, n.ID())
+		}
+	}
+	a.cfg.Faults.BlockOut(peers...)
+	a.cfg.Faults.BlockIn(peers...)
+	h2 := <-got
+	require.NotNil(t, h2)
+	require.False(t, lost().IsZero(), "the idle light holder was not told before the lock was granted elsewhere")
+	require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
+	require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+	t.Logf("idle light holder told %v before the waiter was granted", grantedAt().Sub(lost()))
+	require.Greater(t, h2.Token(), h.Token())
+	require.NoError(t, h2.Release(ctx))
+
+	a.cfg.Faults.Heal()
+	h3, err := a.Acquire(ctx, "after-heal", "a", true, 0)
+	require.NoError(t, err)
+	require.NoError(t, h3.Release(ctx))
+}

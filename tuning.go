@@ -1,0 +1,69 @@
+package lockraft
+
+import "time"
+
+// Tuning holds advanced knobs most services never set (WithTuning). Zero
+// fields keep their defaults; Join validates the result (ErrInvalidConfig
+// names the field out of range).
+type Tuning struct {
+	// HeartbeatTicks: the leader's heartbeat period in raft ticks (default
+	// 1). Must be below the election timeout in ticks (WithTimings).
+	HeartbeatTicks int
+	// KeepaliveInterval: how often the node renews its session (default
+	// session TTL / 10; at most TTL / 3).
+	KeepaliveInterval time.Duration
+	// DriftRatio bounds how far two nodes' clock rates may differ (default
+	// 0.02): a holder gives its locks up 2×DriftRatio×TTL + one tick before
+	// the leader could expire them. At most 0.25.
+	DriftRatio float64
+	// RetryInterval: a proposal not applied after this long is proposed
+	// again, idempotently (default 5 ticks).
+	RetryInterval time.Duration
+	// SnapshotEvery: snapshot the lock table and compact the raft log every
+	// this many applied entries (default 10,000), keeping CompactKeep
+	// (default 5,000) for slow followers.
+	SnapshotEvery uint64
+	CompactKeep   uint64
+	// CommitInterval: the lock table is written to its bbolt file at most
+	// this often (default 100 ms); the raft log is the durability source.
+	CommitInterval time.Duration
+	// LogEngine: "wal" (the default for a new directory) or "bbolt"; empty
+	// keeps the engine of existing data.
+	LogEngine string
+	// MaxSnapshotSize bounds a snapshot received from the leader (default
+	// 1 GiB).
+	MaxSnapshotSize int64
+}
+
+// WithTuning sets advanced knobs (see Tuning). Zero fields keep defaults.
+func WithTuning(t Tuning) Option {
+	return func(o *options) {
+		c := &o.cfg
+		set := func(dst *time.Duration, v time.Duration) {
+			if v != 0 {
+				*dst = v
+			}
+		}
+		if t.HeartbeatTicks != 0 {
+			c.HeartbeatTicks = t.HeartbeatTicks
+		}
+		set(&c.KeepaliveInterval, t.KeepaliveInterval)
+		set(&c.RetryInterval, t.RetryInterval)
+		set(&c.CommitInterval, t.CommitInterval)
+		if t.DriftRatio != 0 {
+			c.DriftRatio = t.DriftRatio
+		}
+		if t.SnapshotEvery != 0 {
+			c.SnapshotEvery = t.SnapshotEvery
+		}
+		if t.CompactKeep != 0 {
+			c.CompactKeep = t.CompactKeep
+		}
+		if t.LogEngine != "" {
+			c.LogEngine = t.LogEngine
+		}
+		if t.MaxSnapshotSize != 0 {
+			c.MaxSnapshotSize = t.MaxSnapshotSize
+		}
+	}
+}
