@@ -33,6 +33,10 @@ type Tuning struct {
 	// MaxSnapshotSize bounds a snapshot received from the leader (default
 	// 1 GiB).
 	MaxSnapshotSize int64
+	// TryLockTimeout: how long a TryLock (and the other Try calls) waits for
+	// an answer before it returns ErrUnavailable (default two election
+	// timeouts): a cluster without a leader answers nothing.
+	TryLockTimeout time.Duration
 }
 
 // WithTuning sets advanced knobs (see Tuning). Zero fields keep defaults.
@@ -50,6 +54,7 @@ func WithTuning(t Tuning) Option {
 		set(&c.KeepaliveInterval, t.KeepaliveInterval)
 		set(&c.RetryInterval, t.RetryInterval)
 		set(&c.CommitInterval, t.CommitInterval)
+		set(&c.TryLockTimeout, t.TryLockTimeout)
 		if t.DriftRatio != 0 {
 			c.DriftRatio = t.DriftRatio
 		}
