@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // TestObserveNoSilentGap (Observe, issue 18; L4: pushed, never polled): a
@@ -94,6 +96,29 @@ func TestObserveNoSilentGap(t *testing.T) {
 		require.NoError(t, err)
 		return h
 	}
+
+	// 0. The leader's answer that its records do not reach back (a current
+	// state where changes were asked for) ends the light member's
+	// observers with ErrObserveLagged; they get no state in its place.
+	o0, err := a.Observe(ctx, "eg0")
+	require.NoError(t, err)
+	first0, err := o0.Next(ctx)
+	require.NoError(t, err)
+	injected := make(chan bool, 1)
+	require.NoError(t, a.do(ctx, func() {
+		ob := a.loop.observe["eg0"]
+		if ob == nil || !ob.known || ob.chain == 0 || !a.light() {
+			injected <- false
+			return
+		}
+		defer func() { injected <- true }()
+		a.onObserveReply([]string{"eg0"}, []uint64{ob.chain}, []*transportpb.ObservedElection{{Current: true,
+			Chain: ob.chain + 100, Changes: []*transportpb.ElectionState{{Index: ob.chain + 100, Session: 9, Owner: []byte("z"),
+				Token: ob.chain + 50, Value: []byte("folded")}}}})
+	}))
+	require.True(t, <-injected, "the light member observes eg0 with a mark")
+	_, err = o0.Next(ctx)
+	require.ErrorIs(t, err, ErrObserveLagged, "after %v", first0)
 
 	// 1. The election leaves the table twice while pushes are lost.
 	x := campaign("x")
@@ -237,4 +262,56 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	require.Equal(t, logs[lead.ID()].of("sr", cur.Index), seen, "after the restore, from %v", cur)
 	require.Equal(t, h2.Token(), seen[len(seen)-1].Token)
 	require.NoError(t, h2.Release(ctx))
+}
+
+// TestObserveLeaderRecordsCover (Observe, issue 18): the leader answers a
+// light member's catch-up only from records that cover it — the changes
+// after the member's mark, also after the election left the table — and
+// otherwise gives the current state, which a member that asked for changes
+// takes as "lagged" and tells its observers (ErrObserveLagged), never as a
+// change. White-box on a real cluster: the leader's loop answers a request
+// as it would over the wire.
+func TestObserveLeaderRecordsCover(t *testing.T) {
+	logs := map[uint64]*leaderLog{1: {}, 2: {}, 3: {}}
+	tc := newTestCluster(t, 3, func(c *Config) { c.Observer = logs[c.ID].observe })
+	ctx := ctxT(t, 60*time.Second)
+	lead := tc.nodes[tc.leader()]
+	h, err := lead.AcquireWith(ctx, campaignReq("tr", "lead", "v0"))
+	require.NoError(t, err)
+	for i := 1; i <= electionHistoryLen+6; i++ {
+		require.NoError(t, h.Proclaim(ctx, fmt.Sprintf("v%d", i)))
+	}
+	require.NoError(t, h.Release(ctx)) // the election leaves the table
+	all := logs[lead.ID()].of("tr", 0)
+	require.Len(t, all, electionHistoryLen+8)
+	ask := func(after uint64) *transportpb.ObservedElection {
+		got := make(chan *transportpb.ObserveResponse, 1)
+		require.NoError(t, lead.do(ctx, func() {
+			got <- lead.observeOnLeader(99, &transportpb.ObserveRequest{Names: []*transportpb.ObserveName{{Name: "tr", After: after}}})
+		}))
+		resp := <-got
+		require.Len(t, resp.GetElections(), 1, "%v", resp)
+		return resp.GetElections()[0]
+	}
+	states := func(e *transportpb.ObservedElection) []LeaderChange {
+		var out []LeaderChange
+		for _, st := range e.GetChanges() {
+			out = append(out, leaderChangeOf("tr", st))
+		}
+		return out
+	}
+	// Covered: the last 10 changes, the resign (nobody) included.
+	e := ask(all[len(all)-11].Index)
+	require.False(t, e.GetCurrent())
+	require.Equal(t, all[len(all)-10:], states(e))
+	require.GreaterOrEqual(t, e.GetChain(), all[len(all)-1].Index)
+	// Covered, nothing changed since: no change, the mark moves on.
+	e = ask(all[len(all)-1].Index)
+	require.False(t, e.GetCurrent())
+	require.Empty(t, e.GetChanges())
+	// Trimmed away (more than electionHistoryLen changes since): not covered.
+	e = ask(all[0].Index)
+	require.True(t, e.GetCurrent(), "the records do not reach back: the current state, as word of it")
+	require.False(t, states(e)[0].Leading())
+
 }
