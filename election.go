@@ -31,9 +31,12 @@ var (
 	// ErrInvalidValue: an election value longer than MaxValueLen bytes.
 	// Nothing was proposed.
 	ErrInvalidValue = node.ErrInvalidValue
-	// ErrObserveLagged ends an Observe whose loop fell node.MaxObserveBacklog
-	// changes behind: rather than skip one, the observation stops. Observe
-	// again to resume from the current leader.
+	// ErrObserveLagged ends an Observe that cannot be given every change:
+	// its loop fell node.MaxObserveBacklog changes behind, or its node
+	// missed changes it cannot replay (its lock table was restored from a
+	// snapshot; on a light member, the leader's records do not reach back).
+	// Rather than skip one, the observation stops. Observe again to resume
+	// from the current leader.
 	ErrObserveLagged = node.ErrObserveLagged
 )
 
@@ -111,7 +114,8 @@ func (l Leader) Leading() bool { return l.Token != 0 }
 // change of leader or value, in log order, each once, until ctx ends (it
 // then yields ctx's error and stops) or the node stops (ErrClosed or its
 // error), or the loop body falls node.MaxObserveBacklog changes behind
-// (ErrObserveLagged). A failover of the raft leader loses or repeats none.
+// or its node cannot show it every change (ErrObserveLagged: never a
+// silent gap). A failover of the raft leader loses or repeats none.
 //
 //	for l, err := range node.Observe(ctx, "scheduler") {
 //		if err != nil {

@@ -187,7 +187,9 @@ func TestStoreCatalogueSections(t *testing.T) {
 }
 
 // CheckObservations catches an observer that missed, repeated or reordered
-// a change.
+// a change, or got several changes folded into one state (issue 18: never
+// silently); it accepts an observation cut short, as one ended with
+// ErrObserveLagged is.
 func TestCheckObservationsCatches(t *testing.T) {
 	l := NewAppliedLog()
 	ch := func(idx, tok uint64, owner, value string) node.LeaderChange {
@@ -204,11 +206,17 @@ func TestCheckObservationsCatches(t *testing.T) {
 	if bad := CheckObservations([]*Observation{good}, l); len(bad) != 0 {
 		t.Fatalf("a correct observation flagged: %v", bad)
 	}
+	lagged := &Observation{Node: 1, Name: "e", Changes: []node.LeaderChange{first, log[1]}, End: node.ErrObserveLagged.Error()}
+	if bad := CheckObservations([]*Observation{lagged}, l); len(bad) != 0 {
+		t.Fatalf("an observation ended with ErrObserveLagged flagged: %v", bad)
+	}
 	for name, o := range map[string][]node.LeaderChange{
 		"missed":    {first, log[2], log[3]},
 		"repeated":  {first, log[1], log[1], log[2]},
 		"reordered": {first, log[2], log[1]},
 		"bad first": {ch(11, 15, "b", "3"), log[1]},
+		// The state at 16 (log[2]'s) in place of log[1] and log[2].
+		"folded": {first, ch(16, 15, "b", "3"), log[3]},
 	} {
 		if bad := CheckObservations([]*Observation{{Node: 1, Name: "e", Changes: o}}, l); len(bad) == 0 {
 			t.Errorf("%s change not caught", name)

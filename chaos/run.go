@@ -224,8 +224,16 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 // applied log.
 func checkObservations(rep *Report, w *Workload, applied *AppliedLog, viol func(string, ...any)) {
 	obs := w.observations()
+	lagged := 0
 	for _, o := range obs {
 		rep.Observed += len(o.Changes)
+		if o.End == node.ErrObserveLagged.Error() {
+			lagged++
+		}
+	}
+	if lagged > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Observe: %d of %d observations ended with ErrObserveLagged (told, then observed again)",
+			lagged, len(obs)))
 	}
 	for i, s := range CheckObservations(obs, applied) {
 		if i < 5 {

@@ -147,8 +147,11 @@ var (
 	// retry then. The plain mutex is never affected.
 	ErrOlderMembers = errors.New("lockraft: a cluster member runs an older lockraft version without this lock kind; finish the upgrade")
 
-	// ErrObserveLagged ends an Observe whose consumer fell more than
-	// MaxObserveBacklog changes behind: rather than skip a change, the
-	// observation stops. Observe again to resume from the current leader.
+	// ErrObserveLagged ends an Observe that cannot be given every change:
+	// its consumer fell more than MaxObserveBacklog changes behind, or the
+	// node missed changes it cannot replay (a lock table restored from a
+	// snapshot; a light member whose leader's records do not reach back,
+	// observe.go). Rather than skip a change, the observation stops.
+	// Observe again to resume from the current leader.
 	ErrObserveLagged = errors.New("lockraft: election observer fell too far behind")
 )

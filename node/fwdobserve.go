@@ -46,13 +46,13 @@ func (n *Node) fwdObserveTick(now time.Time) {
 	}
 	slices.Sort(names)
 	req := &transportpb.ObserveRequest{Names: make([]*transportpb.ObserveName, 0, len(names))}
-	for _, name := range names {
+	afters := make([]uint64, len(names))
+	for i, name := range names {
 		ob := n.loop.observe[name]
-		chain := ob.chain
-		if !ob.known {
-			chain = 0
+		if ob.known {
+			afters[i] = ob.chain
 		}
-		req.Names = append(req.Names, &transportpb.ObserveName{Name: name, After: chain})
+		req.Names = append(req.Names, &transportpb.ObserveName{Name: name, After: afters[i]})
 	}
 	n.bgwg.Add(1)
 	go func() {
@@ -67,14 +67,20 @@ func (n *Node) fwdObserveTick(now time.Time) {
 				f.observeDue = true
 				return
 			}
-			n.onObserveReply(names, resp.GetElections())
+			n.onObserveReply(names, afters, resp.GetElections())
 		})
 	}()
 }
 
-// onObserveReply applies the leader's answer for names (member, loop): one
-// election per name asked, in order.
-func (n *Node) onObserveReply(names []string, els []*transportpb.ObservedElection) {
+// onObserveReply applies the leader's answer for names, asked with the
+// changes after afters (0: the current state) (member, loop): one election
+// per name asked, in order. A current state given where changes were asked
+// for means the leader cannot show them all: the observers are told
+// (ErrObserveLagged), never given the state in their place.
+func (n *Node) onObserveReply(names []string, afters []uint64, els []*transportpb.ObservedElection) {
+	if !n.light() {
+		return // promoted meanwhile: this node applies the changes itself
+	}
 	for i, name := range names {
 		if i >= len(els) {
 			return
@@ -84,26 +90,36 @@ func (n *Node) onObserveReply(names []string, els []*transportpb.ObservedElectio
 		if ob == nil {
 			continue
 		}
+		switch {
+		case afters[i] != 0 && !ob.known:
+			// The observers asked for were ended meanwhile: ask afresh.
+			n.loop.fwd.observeDue = true
+			continue
+		case afters[i] != 0 && e.GetCurrent():
+			n.lagged(name, ob)
+			continue
+		case afters[i] == 0 && (ob.known || !e.GetCurrent()):
+			continue // answered meanwhile, or not an answer to this question
+		}
 		for _, st := range e.GetChanges() {
 			c := leaderChangeOf(name, st)
-			switch {
-			case e.GetCurrent():
-				if !ob.known || !c.same(ob.last) {
-					n.deliver(ob, c)
-				}
-			case c.Index > ob.chain || !ob.known:
+			if afters[i] == 0 || c.Index > afters[i] {
 				n.deliver(ob, c)
 			}
 		}
 		ob.known = true
-		ob.chain = e.GetChain()
+		ob.chain = max(ob.chain, e.GetChain())
 	}
 }
 
 // onLeaderChangePush handles one pushed change (member, loop): in order if
-// it follows the last change the member has, a duplicate if it does not come
-// after it, else a gap: ask the leader for what is missing.
+// nothing changed between the last change the member has and it (its Prev
+// is at or before the member's chain), a duplicate if it does not come
+// after the chain, else a gap: ask the leader for what is missing.
 func (n *Node) onLeaderChangePush(p *transportpb.LeaderChangePush) {
+	if !n.light() {
+		return
+	}
 	ob := n.loop.observe[p.GetName()]
 	if ob == nil || !ob.known || p.GetChange() == nil {
 		return
@@ -112,8 +128,7 @@ func (n *Node) onLeaderChangePush(p *transportpb.LeaderChangePush) {
 	switch {
 	case c.Index <= ob.chain:
 		return // a duplicate
-	case p.GetPrev() == ob.chain:
-		ob.chain = c.Index
+	case p.GetPrev() != 0 && p.GetPrev() <= ob.chain:
 		n.deliver(ob, c)
 	default:
 		n.observeGaps.Add(1)
@@ -160,31 +175,22 @@ func (n *Node) observeOnLeader(from uint64, req *transportpb.ObserveRequest) *tr
 		}
 		subs[from] = now
 		h := n.loop.elections[name]
-		var chain uint64
-		if h != nil && len(h.changes) > 0 {
-			chain = h.changes[len(h.changes)-1].Index
-		}
-		start := -1
-		if h != nil && after != 0 {
-			for j, c := range h.changes {
-				if c.Index == after {
-					start = j + 1
-					break
-				}
-			}
-		}
-		if start < 0 {
-			cur := n.currentLeader(name)
-			if chain != 0 {
-				cur.Index = chain
-			}
-			out.Elections = append(out.Elections, &transportpb.ObservedElection{Current: true, Chain: chain,
-				Changes: []*transportpb.ElectionState{electionState(cur)}})
+		applied := n.fsm.AppliedIndex()
+		if after == 0 || !n.covers(h, after) {
+			// The current state: what a new observer starts from; for a
+			// member that asked for changes, word that they cannot all be
+			// shown (it ends its observers with ErrObserveLagged).
+			out.Elections = append(out.Elections, &transportpb.ObservedElection{Current: true, Chain: applied,
+				Changes: []*transportpb.ElectionState{electionState(n.currentLeader(name))}})
 			continue
 		}
-		e := &transportpb.ObservedElection{Chain: chain, Changes: make([]*transportpb.ElectionState, 0, len(h.changes)-start)}
-		for _, c := range h.changes[start:] {
-			e.Changes = append(e.Changes, electionState(c))
+		e := &transportpb.ObservedElection{Chain: max(after, applied)}
+		if h != nil {
+			for _, c := range h.changes {
+				if c.Index > after {
+					e.Changes = append(e.Changes, electionState(c))
+				}
+			}
 		}
 		out.Elections = append(out.Elections, e)
 	}
@@ -204,8 +210,8 @@ func (n *Node) observeOnLeader(from uint64, req *transportpb.ObserveRequest) *tr
 }
 
 // fwdPushLeaderChange pushes an applied change to the light members that
-// watch its election (leader, loop); prev is the index of the change before
-// it (0: unknown here).
+// watch its election (leader, loop); the election did not change between
+// prev and it (0: unknown here).
 func (n *Node) fwdPushLeaderChange(c LeaderChange, prev uint64) {
 	subs := n.loop.fwd.subs[c.Name]
 	if len(subs) == 0 {

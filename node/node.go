@@ -92,6 +92,7 @@ type Node struct {
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
 	statusServed      atomic.Uint64 // fwd-status calls this node answered (tests)
 	observeGaps       atomic.Uint64 // light member: pushed election changes that did not follow the last one (tests)
+	observeLags       atomic.Uint64 // observations ended with ErrObserveLagged because changes could not be shown (tests)
 	loopTID           atomic.Int64  // OS thread of the loop (TestHooks.LockLoopThread)
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
@@ -159,10 +160,11 @@ type loopState struct {
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
 	// observe: the elections this node's observers watch; elections: the
-	// recent changes of every election (raft members), for light members
-	// (observe.go).
+	// recent changes of every election (raft members), for light members;
+	// history: what those records cover (observe.go).
 	observe   map[string]*observed
 	elections map[string]*electionHistory
+	history   historyCover
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -359,6 +361,7 @@ func start(cfg Config) (*Node, error) {
 	n.loop.local.init()
 	n.loop.observe = map[string]*observed{}
 	n.loop.elections = map[string]*electionHistory{}
+	n.loop.history = historyCover{from: n.fsm.AppliedIndex()}
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {

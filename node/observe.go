@@ -17,29 +17,39 @@ import (
 // nothing for them (the log is applied once, in order, whoever leads), and
 // an observer sees every change after its first item exactly once. A new
 // observer first gets the current leader (lockfsm's FSM.Leader at the
-// applied index). After this node's lock table is replaced by a snapshot
-// from the leader (it fell far behind), the changes the snapshot covers were
-// never applied here: the observers get the current leader if it differs
-// from the last one they got (those changes fold into one).
+// applied index).
 //
 // A light member applies nothing: it mirrors the names its observers watch
-// from the leader (the Observe call, fwdObserve*). The leader keeps, as every raft
-// member does, the recent changes of each election (electionHistory) and
-// pushes each new change to the members that subscribed, with the index of
-// the change before it; a member that finds a gap (a push lost, or a new
-// leader it has not subscribed with yet) asks for the changes after the last
-// one it has, and re-subscribes with every new leader and every
-// fwdWaitCheck. Only when the leader's history does not reach back that far
-// (it restarted, or the election left the table meanwhile) does the member
-// get the current leader instead, again only if it differs.
+// from the leader (the Observe call, fwdObserve*). Every raft member keeps
+// the recent changes of each election (electionHistory), also after the
+// election leaves the lock table, and knows which indexes its records cover
+// (historyCover: every change after the index it started or restored a
+// snapshot at, except what it trimmed or evicted). The leader pushes each
+// new change to the members that subscribed, with the index after which
+// nothing changed before it; a member that finds a gap (a push lost, or a
+// new leader it has not subscribed with yet) asks for the changes after the
+// index up to which it knows them all, and re-subscribes with every new
+// leader and every fwdWaitCheck.
+//
+// No change is ever folded or skipped silently: when this node cannot show
+// an observer every change after the last one it got (the leader's records
+// do not cover that far back because it restarted or trimmed them, or this
+// node's lock table was replaced by a snapshot covering changes it never
+// applied), the observation ends with ErrObserveLagged, and the caller
+// observes again (its first item is then the current leader). An observer
+// never gets an index it got before (deliver).
 
 // MaxObserveBacklog is how many changes an observer may have undelivered
 // before it is ended with ErrObserveLagged.
 const MaxObserveBacklog = 4096
 
 // electionHistoryLen is how many recent changes of each election every raft
-// member keeps, for light members that missed a push.
-const electionHistoryLen = 64
+// member keeps, for light members that missed a push; maxElectionHistories
+// is how many elections it keeps them for (the oldest is evicted).
+const (
+	electionHistoryLen   = 64
+	maxElectionHistories = 4096
+)
 
 // LeaderChange is one state of an election: who leads it from the entry
 // Index on. Token 0 (and Session 0, Owner ""): nobody leads.
@@ -140,15 +150,46 @@ type observed struct {
 	observers []*Observer
 	last      LeaderChange // the last state delivered
 	known     bool         // last is set (a light member: once the leader answered)
-	// chain (light members): the index of the leader's last change the
-	// mirror has; a push continues the chain only if its previous change
-	// is this one.
+	// chain: the index up to which the observers got every change (the
+	// last one delivered, or later on a light member when the leader
+	// answered that nothing changed since); a push continues it only if
+	// nothing changed between chain and the pushed change.
 	chain uint64
 }
 
 // electionHistory is a raft member's record of an election's recent
-// changes, oldest first (light members' catch-up).
-type electionHistory struct{ changes []LeaderChange }
+// changes, oldest first (light members' catch-up); trimmed is the index of
+// the last change it dropped (0: none).
+type electionHistory struct {
+	changes []LeaderChange
+	trimmed uint64
+}
+
+// historyCover is what a raft member's election records cover (loop):
+// every change applied after from (where it started, or the snapshot it
+// restored), except those of elections evicted, the last of which is at or
+// before evicted.
+type historyCover struct{ from, evicted uint64 }
+
+// covers reports whether this node knows every change of the election h
+// (nil: none recorded) after index after.
+func (n *Node) covers(h *electionHistory, after uint64) bool {
+	hc := n.loop.history
+	if after < hc.from || after < hc.evicted {
+		return false
+	}
+	return h == nil || after >= h.trimmed
+}
+
+// lastChangeBefore is an index after which the election h (nil: none
+// recorded) did not change up to now: its last recorded change, or the
+// start of what the records cover.
+func (n *Node) lastChangeBefore(h *electionHistory) uint64 {
+	if h != nil && len(h.changes) > 0 {
+		return h.changes[len(h.changes)-1].Index
+	}
+	return max(n.loop.history.from, n.loop.history.evicted)
+}
 
 // Observe starts observing the election name: the first change is its
 // current leader (or nobody), then every change in log order. The
@@ -198,6 +239,7 @@ func (n *Node) addObserver(o *Observer) {
 	o.push(cur)
 	if !ob.known || cur.Index > ob.last.Index {
 		ob.last, ob.known = cur, true
+		ob.chain = max(ob.chain, cur.Index)
 	}
 }
 
@@ -226,9 +268,14 @@ func (n *Node) currentLeader(name string) LeaderChange {
 	return c
 }
 
-// deliver hands c to every observer of its name (loop).
+// deliver hands c to every observer of its name (loop); never an index
+// they got before.
 func (n *Node) deliver(ob *observed, c LeaderChange) {
+	if ob.known && c.Index <= ob.last.Index {
+		return
+	}
 	ob.last, ob.known = c, true
+	ob.chain = max(ob.chain, c.Index)
 	kept := ob.observers[:0]
 	for _, o := range ob.observers {
 		if o.push(c) {
@@ -243,29 +290,27 @@ func (n *Node) deliver(ob *observed, c LeaderChange) {
 // (loop, every raft member), and pushes it to light members that watch it
 // (leader).
 func (n *Node) observeOnEvent(index uint64, ev *lockfsm.Event) {
+	if index == 0 {
+		return // an event pushed to a light member that just got raft state: it applies its own
+	}
 	c := LeaderChange{Name: ev.Name, Index: index, Session: ev.Session, Owner: ev.Owner, Token: ev.Token,
 		Value: ev.Value}
 	h := n.loop.elections[ev.Name]
-	var prev uint64
-	if h != nil && len(h.changes) > 0 {
-		prev = h.changes[len(h.changes)-1].Index
-	}
-	if _, inTable := n.fsm.Lock(ev.Name); !inTable && ev.Session == 0 {
-		// The election left the table: forget its history (a member that
-		// missed this change is told the current state instead).
-		delete(n.loop.elections, ev.Name)
-	} else {
-		if h == nil {
-			h = &electionHistory{}
-			n.loop.elections[ev.Name] = h
+	prev := n.lastChangeBefore(h)
+	if h == nil {
+		if len(n.loop.elections) >= maxElectionHistories {
+			n.evictElectionHistory()
 		}
-		if len(h.changes) == electionHistoryLen {
-			copy(h.changes, h.changes[1:])
-			h.changes = h.changes[:electionHistoryLen-1]
-		}
-		h.changes = append(h.changes, c)
+		h = &electionHistory{}
+		n.loop.elections[ev.Name] = h
 	}
-	if ob := n.loop.observe[ev.Name]; ob != nil && !n.light() && (!ob.known || index > ob.last.Index) {
+	if len(h.changes) == electionHistoryLen {
+		h.trimmed = h.changes[0].Index
+		copy(h.changes, h.changes[1:])
+		h.changes = h.changes[:electionHistoryLen-1]
+	}
+	h.changes = append(h.changes, c)
+	if ob := n.loop.observe[ev.Name]; ob != nil && !n.light() {
 		n.deliver(ob, c)
 	}
 	if n.loop.isLeader {
@@ -273,15 +318,47 @@ func (n *Node) observeOnEvent(index uint64, ev *lockfsm.Event) {
 	}
 }
 
-// observeOnRestored: the lock table was replaced by a snapshot; the changes
-// it covers were never applied here (loop).
-func (n *Node) observeOnRestored() {
-	clear(n.loop.elections)
-	for name, ob := range n.loop.observe {
-		if cur := n.currentLeader(name); !ob.known || !cur.same(ob.last) {
-			n.deliver(ob, cur)
+// evictElectionHistory drops the record of the election whose last change
+// is the oldest (loop); a member behind it is told it lagged.
+func (n *Node) evictElectionHistory() {
+	var oldest string
+	var at uint64
+	for name, h := range n.loop.elections {
+		last := h.changes[len(h.changes)-1].Index
+		if oldest == "" || last < at || (last == at && name < oldest) {
+			oldest, at = name, last
 		}
 	}
+	delete(n.loop.elections, oldest)
+	n.loop.history.evicted = max(n.loop.history.evicted, at)
+}
+
+// observeOnRestored: the lock table was replaced by a snapshot; the changes
+// it covers were never applied here (loop). An observer that got nothing
+// yet gets the current leader; one that may have missed changes (the
+// snapshot reaches past what it knows) is ended with ErrObserveLagged.
+func (n *Node) observeOnRestored() {
+	clear(n.loop.elections)
+	applied := n.fsm.AppliedIndex()
+	n.loop.history = historyCover{from: applied}
+	for name, ob := range n.loop.observe {
+		switch {
+		case !ob.known:
+			n.deliver(ob, n.currentLeader(name))
+		case applied > ob.chain:
+			n.lagged(name, ob)
+		}
+	}
+}
+
+// lagged ends every observation of name with ErrObserveLagged: this node
+// cannot show them every change after the last they got (loop).
+func (n *Node) lagged(name string, ob *observed) {
+	for _, o := range ob.observers {
+		o.end(ErrObserveLagged)
+	}
+	delete(n.loop.observe, name)
+	n.observeLags.Add(1)
 }
 
 // endObservers ends every observation with err (the node stopped).
