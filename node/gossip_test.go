@@ -82,8 +82,8 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 			BootstrapExpect: f.expect,
 			Timing:          membership.FastTiming(),
 			Thresholds: membership.Thresholds{
-				StabilizeFor:     300 * time.Millisecond,
-				DeadVoterAfter:   1500 * time.Millisecond,
+				StabilizeFor:   300 * time.Millisecond,
+				DeadVoterAfter: 1500 * time.Millisecond,
 				// A learner starved of CPU on a loaded test machine misses
 				// gossip probes for a second or two: removing it then
 				// stops it (ErrRemoved) in tests that are not about that.
