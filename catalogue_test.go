@@ -194,6 +194,12 @@ func TestElectionAPI(t *testing.T) {
 	}()
 	require.NoError(t, l1.Proclaim(ctx, "n0-b"))
 	require.Equal(t, "n0-b", next().Value)
+	// The second campaign waits in the queue before the leader's node closes,
+	// so the close hands the election over in one entry (no "nobody" between).
+	require.Eventually(t, func() bool {
+		v, ok, err := nodes[0].InspectLock(ctx, "sched")
+		return err == nil && ok && len(v.Waiters) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the second campaign waits")
 	require.NoError(t, nodes[0].Close(ctx))
 	require.ErrorIs(t, context.Cause(l1.Context()), lockraft.ErrClosed, "the old leader was told first")
 	l2 := <-second
