@@ -74,7 +74,11 @@ type fwdState struct {
 	observeDue  bool
 	observeBusy bool
 	// leader side
-	remote  map[uint64]uint64 // session -> node, sessions of light members
+	remote map[uint64]uint64 // session -> node, sessions of light members
+	// closers: session -> the light member that forwarded its CloseSession
+	// (an earlier incarnation's or a duplicate session: no longer in remote
+	// once closed, and the member waits for the result to stop retrying).
+	closers map[uint64]uint64
 	pushers map[uint64]*batcher[*transportpb.PushItem]
 	opens   map[openKey]*pendingOpen
 	replies map[uint64]*fwdReplyWaiter      // node -> its fwd-propose call held for results (fwdreply.go)
@@ -94,6 +98,7 @@ var fwdRotor atomic.Uint64
 func (n *Node) initFwd() {
 	f := &n.loop.fwd
 	f.remote = map[uint64]uint64{}
+	f.closers = map[uint64]uint64{}
 	f.pushers = map[uint64]*batcher[*transportpb.PushItem]{}
 	f.opens = map[openKey]*pendingOpen{}
 	f.replies = map[uint64]*fwdReplyWaiter{}
@@ -453,6 +458,12 @@ func (n *Node) fwdOnResult(cmd *lockfsm.Command, res lockfsm.Result) {
 		return
 	}
 	node, ok := n.loop.fwd.remote[cmd.Session]
+	if cmd.Kind == lockfsm.KindCloseSession {
+		if c, asked := n.loop.fwd.closers[cmd.Session]; asked {
+			node, ok = c, true
+			delete(n.loop.fwd.closers, cmd.Session)
+		}
+	}
 	if !ok || !n.isLightNode(node) {
 		return
 	}

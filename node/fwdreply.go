@@ -50,6 +50,10 @@ func (n *Node) fwdReplyWait() time.Duration { return n.cfg.RetryInterval / 4 }
 // (authz.go); if one may not be proposed, none is and the error is returned.
 // Commands of a session the leader cannot place yet are held back (the
 // member retries).
+// maxClosers bounds the leader's memory of forwarded CloseSessions awaiting
+// their result (a member has a handful at most).
+const maxClosers = 4096
+
 func (n *Node) fwdProposeOnLeader(from uint64, cmds [][]byte, reply chan *transportpb.FwdProposeResponse) error {
 	type item struct {
 		data []byte
@@ -71,6 +75,9 @@ func (n *Node) fwdProposeOnLeader(from uint64, cmds [][]byte, reply chan *transp
 		it := item{data: data, cmd: cmd}
 		switch err := n.authorise(from, &cmd); {
 		case err == nil:
+			if cmd.Kind == lockfsm.KindCloseSession && len(n.loop.fwd.closers) < maxClosers {
+				n.loop.fwd.closers[cmd.Session] = from
+			}
 		case errors.Is(err, errUnknownSession):
 			it.skip = true
 		default:
