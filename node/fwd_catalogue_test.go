@@ -259,6 +259,10 @@ func TestLargestLockAllForwarded(t *testing.T) {
 			break
 		}
 		require.Len(t, h.Names(), lockfsm.MaxMultiNames)
-		require.NoError(t, h.Release(ctx))
+		if err := h.Release(ctx); err != nil {
+			// Lost with a session that expired on a starved machine: the
+			// hold ended with it; the command's size was shown above.
+			require.ErrorIs(t, err, ErrSessionExpired, "light=%v", n.light())
+		}
 	}
 }
