@@ -116,6 +116,9 @@ func (l Leader) Leading() bool { return l.Token != 0 }
 // error), or the loop body falls node.MaxObserveBacklog changes behind
 // or its node cannot show it every change (ErrObserveLagged: never a
 // silent gap). A failover of the raft leader loses or repeats none.
+// The first item is the leader as this node has applied it: on a follower
+// it may trail a Proclaim or Resign that just returned elsewhere, and that
+// change then follows as the next item.
 //
 //	for l, err := range node.Observe(ctx, "scheduler") {
 //		if err != nil {

@@ -192,8 +192,10 @@ func (n *Node) lastChangeBefore(h *electionHistory) uint64 {
 }
 
 // Observe starts observing the election name: the first change is its
-// current leader (or nobody), then every change in log order. The
-// observation lasts until ctx ends, Close, or the node stops.
+// current leader (or nobody) as this node has applied it (a follower may
+// trail the leader by the entries it has not applied yet: those changes
+// follow), then every change in log order. The observation lasts until ctx
+// ends, Close, or the node stops.
 func (n *Node) Observe(ctx context.Context, name string) (*Observer, error) {
 	if err := validName(name); err != nil {
 		return nil, err
