@@ -305,7 +305,15 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 				logf("add slot %d: %v", s, err)
 			}
 		case 1: // kill a voter for good: it must be replaced
-			victim := voters[rng.IntN(len(voters))]
+			// Only a voter the leader counts healthy now: one still catching
+			// up after a restart is unhealthy already, and its replacement
+			// may rightly come sooner than DeadVoterAfter after the kill.
+			fit := c.healthyOnLeader(ctx, voters)
+			if len(fit) == 0 {
+				logf("no voter healthy on the leader; no kill this round")
+				break
+			}
+			victim := fit[rng.IntN(len(fit))]
 			s := c.SlotOf(victim)
 			applied["kill-voter"]++
 			killed := time.Now()
@@ -359,6 +367,31 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			cancel()
 		}
 	}
+}
+
+// healthyOnLeader is the members of ids that the leader counts healthy
+// (heard from within an election timeout, gossip alive) and caught up.
+func (c *GossipCluster) healthyOnLeader(ctx context.Context, ids []uint64) []uint64 {
+	for _, s := range c.Running() {
+		n := c.Node(s)
+		if n == nil || n.Leader() != n.ID() {
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		mv, err := n.InspectMembers(qctx, node.ReadOptions{})
+		cancel()
+		if err != nil {
+			return nil
+		}
+		var out []uint64
+		for _, m := range mv.Members {
+			if id := uint64(m.ID); slices.Contains(ids, id) && m.Healthy && m.LagKnown && m.Lag <= membership.DefaultThresholds().MaxLag {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 func healthyVoters(c *GossipCluster, v []uint64) bool {

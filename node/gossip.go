@@ -180,8 +180,14 @@ func resolveID(dir string) (uint64, error) {
 
 // gossipState is the loop-owned part of the gossip integration.
 type gossipState struct {
-	pending   *pendingChange
+	pending *pendingChange
+	// since: each member's health mark, kept by this node while it leads in
+	// sinceTerm. A node that leads again in a later term starts afresh: a
+	// mark from its earlier term says nothing of the time between, and kept
+	// it would make a member killed just now look failed since then (and be
+	// replaced before DeadVoterAfter).
 	since     map[uint64]healthMark
+	sinceTerm uint64
 	removed   map[uint64]bool
 	leaveWait map[uint64][]chan error // raft id -> Leave calls waiting for its removal
 	told      map[uint64]time.Time    // last "removed" notice sent, by raft id
@@ -477,6 +483,9 @@ func (n *Node) reconcile() {
 	}
 	now := time.Now()
 	gs := &n.loop.gossip
+	if t := n.loop.lead.term; gs.sinceTerm != t {
+		gs.since, gs.sinceTerm = map[uint64]healthMark{}, t
+	}
 	if p := gs.pending; p != nil {
 		if now.Sub(p.at) < 5*n.cfg.electionTimeout() {
 			return

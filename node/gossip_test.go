@@ -598,3 +598,54 @@ func (n *Node) holderOf(name string) string {
 	}
 	return <-res
 }
+
+// TestHealthMarksStartAfreshEachTerm (L3, membership policy): a node that
+// leads again starts its members' health clocks afresh. The marks it kept
+// from an earlier term say nothing of the time between: kept, a voter
+// killed just now looked failed since then and was replaced at once, before
+// DeadVoterAfter (the churn soak's "voter replaced 0.89 s after it was
+// killed"). White-box: the leader is handed a mark as its earlier term
+// would have left it (the victim failed an hour ago, term − 1) once it sees
+// the killed victim unhealthy; the replacement must still wait the
+// threshold from there.
+func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
+	f := newGossipFleet(t, "marks", 3)
+	f.start(1)
+	for i := 2; i <= 4; i++ {
+		f.start(i, f.nodes[1].GossipAddr())
+	}
+	voters, _ := f.waitConf(20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	lead := f.leader(5 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	victim := 0
+	for i, n := range f.nodes {
+		if n != lead && slices.Contains(voters, n.ID()) {
+			victim = i
+		}
+	}
+	victimID := f.nodes[victim].ID()
+	f.crash(victim)
+	require.Eventually(t, func() bool {
+		mv, err := lead.InspectMembers(ctx, ReadOptions{})
+		if err != nil {
+			return false
+		}
+		for _, m := range mv.Members {
+			if uint64(m.ID) == victimID {
+				return !m.Healthy
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "the leader sees the killed voter unhealthy")
+	planted := time.Now()
+	require.NoError(t, lead.do(ctx, func() {
+		gs := &lead.loop.gossip
+		gs.since[victimID] = healthMark{healthy: false, role: 2, since: planted.Add(-time.Hour)}
+		gs.sinceTerm = lead.loop.lead.term - 1
+	}))
+	f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
+		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)
+	})
+	t.Logf("voter %x replaced %v after the stale mark was planted", victimID, time.Since(planted))
+	require.GreaterOrEqual(t, time.Since(planted), 1500*time.Millisecond, "replaced before DeadVoterAfter on a mark from an earlier term")
+}
