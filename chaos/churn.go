@@ -133,6 +133,13 @@ func (c *GossipCluster) Start(slot uint64, fresh bool) error {
 			Timing: membership.FastTiming(), Thresholds: ChurnThresholds(), ReconcileEvery: 100 * time.Millisecond},
 	}
 	FastConfig(&cfg)
+	// Snapshots on, unlike the static harness (whose end check replays the
+	// whole log): members added under churn must catch up from a snapshot
+	// taken before they were added (TestMemberAddedAfterSnapshotCatchesUp).
+	// The checks here key the applied log by index across replicas, so a
+	// replica that restores a snapshot leaves no gap in them.
+	cfg.SnapshotEvery = 10000 // the default
+	cfg.CompactKeep = 50
 	n, err := node.Start(cfg)
 	if err != nil {
 		return fmt.Errorf("start slot %d: %w", slot, err)
@@ -303,6 +310,19 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			applied["add"]++
 			if err := c.Start(s, true); err != nil {
 				logf("add slot %d: %v", s, err)
+				break
+			}
+			// Once in the configuration it must catch up promptly, from a
+			// snapshot if the log was compacted before it was added.
+			took, err := c.catchUp(ctx, s)
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
+				logf("add slot %d: %v", s, err)
+			case took > ChurnCatchUpBound:
+				viol("churn: slot %d caught up %v after it entered the configuration (bound %v)", s, took.Round(time.Millisecond), ChurnCatchUpBound)
+			default:
+				logf("slot %d caught up %v after it entered the configuration", s, took.Round(time.Millisecond))
 			}
 		case 1: // kill a voter for good: it must be replaced
 			// Only a voter the leader counts healthy now: one still catching
@@ -367,6 +387,53 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			cancel()
 		}
 	}
+}
+
+// ChurnCatchUpBound is how long a member added under churn may take from
+// entering the configuration to applying what the leader had applied then.
+// A catch-up is a snapshot (at most a few hundred KiB here) or a few
+// hundred entries over loopback; the bound leaves room for a loaded machine.
+const ChurnCatchUpBound = 3 * time.Second
+
+// catchUp waits until the node in slot is in the configuration, then until
+// it applied what the leader had applied at that moment; it returns the
+// time between. It gives up (error) if the node is removed, stops, or does
+// not enter the configuration within 15 s.
+func (c *GossipCluster) catchUp(ctx context.Context, slot uint64) (time.Duration, error) {
+	n := c.Node(slot)
+	if n == nil {
+		return 0, fmt.Errorf("not running")
+	}
+	id := n.ID()
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	v, l, err := c.WaitConf(wctx, func(v, l []uint64) bool { return slices.Contains(v, id) || slices.Contains(l, id) })
+	if err != nil {
+		return 0, fmt.Errorf("not in the configuration (voters %x learners %x): %w", v, l, err)
+	}
+	in := time.Now()
+	var target uint64
+	for _, s := range c.Running() {
+		if m := c.Node(s); m != nil && m.Leader() == m.ID() {
+			if st, err := m.Status(wctx); err == nil {
+				target = st.Applied
+			}
+		}
+	}
+	for giveUp := in.Add(5 * ChurnCatchUpBound); time.Now().Before(giveUp); {
+		if c.Node(slot) != n {
+			return 0, fmt.Errorf("stopped before it caught up")
+		}
+		if st, err := n.Status(ctx); err == nil && st.Applied >= target {
+			return time.Since(in), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return time.Since(in), nil // not caught up: over the bound
 }
 
 // healthyOnLeader is the members of ids that the leader counts healthy
