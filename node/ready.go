@@ -61,6 +61,11 @@ func (n *Node) handleReady() error {
 				continue // the answer to a heartbeat this node built from a hint
 			}
 			switch m.GetType() {
+			case raftpb.MessageType_MsgSnap:
+				if !snapshotIncludes(m) {
+					n.snapshotForNewMember(m.GetTo(), m.GetSnapshot().GetMetadata().GetIndex())
+					continue
+				}
 			case raftpb.MessageType_MsgHeartbeat:
 				if hbExt == nil && n.loop.isLeader {
 					hbExt = n.heartbeatExt()

@@ -298,12 +298,17 @@ func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus 
 }
 
 // onRestored reconciles the node's callers with a lock table that was just
-// replaced by a snapshot from the leader: events for the entries the
-// snapshot covers were never seen here.
-func (n *Node) onRestored() {
+// replaced by a snapshot from the leader at index: events for the entries
+// the snapshot covers were never seen here. What the snapshot lacks is gone
+// only if it is older than the snapshot: a session opened after it (ids are
+// the OpenSession's index), a grant after it (tokens are indexes) or a
+// waiter queued after it come with the entries that follow the snapshot. A
+// light member promoted to learner restores the leader's latest snapshot,
+// often older than its session and its newest grants.
+func (n *Node) onRestored(index uint64) {
 	n.observeOnRestored()
 	s := &n.loop.own
-	if s.id == 0 {
+	if s.id == 0 || s.id > index {
 		return
 	}
 	alive := false
@@ -326,7 +331,7 @@ func (n *Node) onRestored() {
 				break
 			}
 		}
-		if !found {
+		if !found && k.token <= index {
 			n.loop.holds.lose(k, ErrSessionExpired)
 		}
 	}
@@ -349,7 +354,12 @@ func (n *Node) onRestored() {
 				break
 			}
 		}
-		if !waiting {
+		// Queued after the snapshot (o.index > index), or as a light
+		// member, which is not told the index (0): the entries after the
+		// snapshot carry it. While light, fwdWaitCheck asked the leader
+		// about waits it heard nothing of, so one that ended unheard before
+		// the snapshot is no likelier than a lost push.
+		if !waiting && o.index != 0 && o.index <= index {
 			delete(r.queued, seq)
 			r.complete(o, opResult{err: ErrSessionExpired})
 		}

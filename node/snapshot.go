@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.etcd.io/raft/v3"
@@ -246,7 +247,7 @@ func (n *Node) finishRestore(j *restoreJob) {
 	n.snapshotsRestored.Add(1)
 	n.loop.times.restart(j.index + 1)
 	n.noteLoadedMarks()
-	n.onRestored()
+	n.onRestored(j.index)
 	held := n.loop.held
 	n.loop.restore, n.loop.held = nil, nil
 	for i, m := range held {
@@ -259,5 +260,35 @@ func (n *Node) finishRestore(j *restoreJob) {
 			return
 		}
 		n.appendToLog(m)
+	}
+}
+
+// snapshotIncludes reports whether the snapshot a MsgSnap carries has its
+// recipient in its configuration. raft restores no snapshot without itself
+// in it ("should never happen"), and the guard refuses one (guard.go).
+func snapshotIncludes(m *raftpb.Message) bool {
+	cs := m.GetSnapshot().GetMetadata().GetConfState()
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing()} {
+		if slices.Contains(set, m.GetTo()) {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshotForNewMember: raft wants to send member to the latest snapshot,
+// taken at index before to was added (a member added after the log was
+// compacted: a light member promoted to learner, a replacement voter). It
+// would refuse it, and raft would send the same one again until the next
+// snapshot, SnapshotEvery entries later: to could not catch up meanwhile.
+// So the send is reported failed (raft probes again) and a snapshot is taken
+// now, at the applied index, whose configuration has to in it; raft's next
+// MsgSnap to it is that one. etcd builds the snapshot it sends at send time
+// for the same reason. Loop.
+func (n *Node) snapshotForNewMember(to, index uint64) {
+	n.rn.ReportSnapshot(to, raft.SnapshotFailure)
+	if n.loop.sinceSnap < n.cfg.SnapshotEvery {
+		n.log.Info("snapshot for a member added after the latest one", "member", to, "latest", index)
+		n.loop.sinceSnap = n.cfg.SnapshotEvery // maybeSnapshot at the end of this turn, or once the committer is free
 	}
 }
