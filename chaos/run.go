@@ -35,6 +35,12 @@ type RunConfig struct {
 	Store *FencedStore
 	// Tune, if set, adjusts every node's Config (planted bugs).
 	Tune func(*node.Config)
+	// ExtraProbeSlack widens the L3 bound the leader-churn probes are judged
+	// by (never the S5 side: a grant before the holder's deadline is always
+	// a violation). For go test, where every package runs under the race
+	// detector beside the others on two cores; the soak keeps the tight
+	// bound.
+	ExtraProbeSlack time.Duration
 }
 
 // Report is what a run found.
@@ -213,7 +219,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		// the holder's last keepalive is lost before its mark commits and a
 		// voter of the next leader's majority restarted meanwhile
 		// (node/silence.go).
-		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval, viol,
+		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval+rc.ExtraProbeSlack, viol,
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}
 	checkObservations(rep, w, c.Applied, viol)
