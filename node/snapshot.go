@@ -277,14 +277,14 @@ func snapshotIncludes(m *raftpb.Message) bool {
 }
 
 // snapshotForNewMember: raft wants to send member to the latest snapshot,
-// taken at index before to was added (a member added after the log was
-// compacted: a light member promoted to learner, a replacement voter). It
-// would refuse it, and raft would send the same one again until the next
-// snapshot, SnapshotEvery entries later: to could not catch up meanwhile.
-// So the send is reported failed (raft probes again) and a snapshot is taken
-// now, at the applied index, whose configuration has to in it; raft's next
-// MsgSnap to it is that one. etcd builds the snapshot it sends at send time
-// for the same reason. Loop.
+// taken at index, before to was added (a member added after the log was
+// compacted: a light member promoted to learner, a replacement voter). The
+// member would refuse it, and raft would send the same one again until the
+// next snapshot, SnapshotEvery entries later: it could not catch up
+// meanwhile. So the send is reported failed (raft probes again) and a
+// snapshot is taken now, at the applied index, whose configuration has the
+// member in it; raft's next MsgSnap to it is that one. etcd builds the
+// snapshot it sends at send time for the same reason. Loop.
 func (n *Node) snapshotForNewMember(to, index uint64) {
 	n.rn.ReportSnapshot(to, raft.SnapshotFailure)
 	if n.loop.sinceSnap < n.cfg.SnapshotEvery {
