@@ -345,13 +345,65 @@ func catalogueInput(op Op, kind OpKind, ghost bool) interface{} {
 	return mutexInput{Kind: kind, Owner: op.Owner, Ghost: ghost}
 }
 
-// ToPorcupineCatalogue converts a history of any primitives. granted says
-// whether the applied log ever granted an owner (nil: assume it may have).
-func ToPorcupineCatalogue(ops []Op, granted func(owner string) bool) []porcupine.Operation {
+// LogOutcome is what the applied log shows of one owner's hold: whether it
+// was ever granted and, when the run recorded it, by when (on the
+// history's clock) a replica had applied the grant and the hold's end
+// (zero: not recorded, or the hold never ended).
+type LogOutcome struct {
+	Granted            bool
+	GrantedBy, EndedBy int64
+}
+
+// Outcomes gives the applied log's facts about an owner (AppliedLog.Outcomes).
+// A nil Outcomes knows nothing: any owner may have been granted, no bounds.
+type Outcomes func(owner string) LogOutcome
+
+// GrantedOnly is an Outcomes that knows only whether an owner was granted
+// (nil: any may have been).
+func GrantedOnly(granted func(owner string) bool) Outcomes {
+	if granted == nil {
+		return nil
+	}
+	return func(owner string) LogOutcome { return LogOutcome{Granted: granted(owner)} }
+}
+
+// ToPorcupineCatalogue converts a history of any primitives, with what the
+// applied log shows of the operations whose outcome the client did not
+// learn (nil: nothing).
+//
+// Without times, such an acquire is pending forever (it may take the lock
+// at any moment after its call, or never) with a ghost release pending
+// forever, and a release of unknown outcome frees the lock at any moment
+// after the grant returned. Each such operation multiplies the orders the
+// checker must try; a few dozen on one read-write lock or semaphore, whose
+// holders can coexist, put it beyond memory and time. So where the log
+// recorded times they close the intervals: an acquire the log granted is an
+// ok acquire returning when a replica first applied its grant, and the end
+// of its hold (the ghost release, or the release whose answer the client
+// did not get) an ok release returning when a replica first applied that
+// end (its unlock or its session's expiry). These are times by which the
+// effect had certainly happened: an entry is committed before any replica
+// applies it, and the first replica to apply an entry had applied every
+// earlier one, so the first-apply instants of the entries are a valid
+// linearization of a correct history. A time earlier than the operation's
+// call (a grant lost before the client's acquire returned) is not used.
+func ToPorcupineCatalogue(ops []Op, outcomes Outcomes) []porcupine.Operation {
 	var out []porcupine.Operation
 	add := func(op Op, in interface{}, outc Outcome, call, ret int64) {
 		out = append(out, porcupine.Operation{ClientId: op.Client, Input: in, Output: mutexOutput{outc}, Call: call,
 			Return: ret, Metadata: partitionKey(op)})
+	}
+	facts := func(owner string) LogOutcome {
+		if outcomes == nil {
+			return LogOutcome{Granted: true}
+		}
+		return outcomes(owner)
+	}
+	by := func(t, call int64) int64 {
+		if t == 0 || t < call {
+			return never
+		}
+		return t
 	}
 	for _, op := range ops {
 		switch {
@@ -369,19 +421,42 @@ func ToPorcupineCatalogue(ops []Op, granted func(owner string) bool) []porcupine
 			if from == 0 {
 				from = op.Start
 			}
-			add(op, catalogueInput(op, OpUnlock, false), Unknown, from, never)
+			if end := by(facts(op.Owner).EndedBy, from); end != never {
+				add(op, catalogueInput(op, OpUnlock, false), OK, from, end)
+			} else {
+				add(op, catalogueInput(op, OpUnlock, false), Unknown, from, never)
+			}
 		default:
-			if granted != nil && !granted(op.Owner) {
+			f := facts(op.Owner)
+			if !f.Granted {
 				continue
 			}
-			add(op, catalogueInput(op, op.Kind, false), Unknown, op.Start, never)
-			add(op, catalogueInput(op, OpUnlock, true), Unknown, op.Start, never)
+			grant, end := by(f.GrantedBy, op.Start), by(f.EndedBy, op.Start)
+			if grant == never {
+				add(op, catalogueInput(op, op.Kind, false), Unknown, op.Start, never)
+				add(op, catalogueInput(op, OpUnlock, true), Unknown, op.Start, never)
+				continue
+			}
+			add(op, catalogueInput(op, op.Kind, false), OK, op.Start, grant)
+			if end != never {
+				add(op, catalogueInput(op, OpUnlock, true), OK, op.Start, end)
+			} else {
+				add(op, catalogueInput(op, OpUnlock, true), Unknown, op.Start, never)
+			}
 		}
 	}
 	return out
 }
 
 // CheckCatalogue runs porcupine over a history of any primitives.
-func CheckCatalogue(ops []Op, granted func(string) bool, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
-	return porcupine.CheckOperationsVerbose(CatalogueModel(), ToPorcupineCatalogue(ops, granted), timeout)
+func CheckCatalogue(ops []Op, outcomes Outcomes, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(CatalogueModel(), ToPorcupineCatalogue(ops, outcomes), timeout)
+}
+
+// CheckCatalogueResult runs porcupine over a history of any primitives
+// without the partial linearizations a visualization needs (far less
+// memory: CheckCatalogue keeps, for every operation, the longest
+// linearization that includes it).
+func CheckCatalogueResult(ops []Op, outcomes Outcomes, timeout time.Duration) porcupine.CheckResult {
+	return porcupine.CheckOperationsTimeout(CatalogueModel(), ToPorcupineCatalogue(ops, outcomes), timeout)
 }

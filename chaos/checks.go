@@ -22,6 +22,9 @@ type AppliedLog struct {
 	grants     map[uint64][]grant             // index -> grants in that entry
 	owners     map[string]bool                // owners ever granted
 	grantedAt  map[string]time.Time           // probe owners: when a replica first applied their grant
+	// In-process runs (Observe): when a replica first applied each owner's
+	// grant and the end of its hold (the history checks' bounds, Outcomes).
+	holdFrom, holdTo map[string]time.Time
 	leaders    map[uint64][]node.LeaderChange // index -> election changes applied there
 	divergence []string
 	watch      struct {
@@ -43,7 +46,8 @@ type grant struct {
 // NewAppliedLog returns an empty log.
 func NewAppliedLog() *AppliedLog {
 	return &AppliedLog{digest: map[uint64]string{}, grants: map[uint64][]grant{}, owners: map[string]bool{},
-		grantedAt: map[string]time.Time{}, leaders: map[uint64][]node.LeaderChange{}}
+		grantedAt: map[string]time.Time{}, leaders: map[uint64][]node.LeaderChange{},
+		holdFrom: map[string]time.Time{}, holdTo: map[string]time.Time{}}
 }
 
 func digest(r node.ApplyRecord) string {
@@ -65,8 +69,11 @@ func digest(r node.ApplyRecord) string {
 func (l *AppliedLog) Observe(id uint64, inc int, r node.ApplyRecord) {
 	var gs []grant
 	var lc []node.LeaderChange
+	var ended []string
 	for _, e := range r.Events {
 		switch e.Kind {
+		case lockfsm.EventReleased:
+			ended = append(ended, e.Owner)
 		case lockfsm.EventGranted:
 			shared := e.Mode == lockfsm.ModeShared || e.Permits > 0
 			gs = append(gs, grant{e.Name, e.Owner, e.Token, shared})
@@ -85,7 +92,44 @@ func (l *AppliedLog) Observe(id uint64, inc int, r node.ApplyRecord) {
 		}
 		l.mu.Unlock()
 	}
+	if len(gs) > 0 || len(ended) > 0 {
+		// The first replica to apply an entry is the first to call here
+		// for it: its time is the earliest, and the entry's effect (a
+		// grant, a hold's end) had happened by then.
+		now := time.Now()
+		l.mu.Lock()
+		for _, g := range gs {
+			if _, ok := l.holdFrom[g.Owner]; !ok {
+				l.holdFrom[g.Owner] = now
+			}
+		}
+		for _, o := range ended {
+			if _, ok := l.holdTo[o]; !ok {
+				l.holdTo[o] = now
+			}
+		}
+		l.mu.Unlock()
+	}
 	l.ObserveDigest(id, inc, r.Index, digest(r), gs)
+}
+
+// Outcomes is what this log shows of each owner's hold, on h's clock: the
+// history checks' facts about operations whose outcome the client did not
+// learn. Only in-process runs (Observe) record times; a log fed by
+// ObserveDigest alone gives none (the bounds stay open).
+func (l *AppliedLog) Outcomes(h *History) Outcomes {
+	return func(owner string) LogOutcome {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		o := LogOutcome{Granted: l.owners[owner]}
+		if t, ok := l.holdFrom[owner]; ok {
+			o.GrantedBy = h.At(t)
+		}
+		if t, ok := l.holdTo[owner]; ok {
+			o.EndedBy = h.At(t)
+		}
+		return o
+	}
 }
 
 // LeaderChanges returns the election changes of name in log order.

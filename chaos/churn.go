@@ -533,7 +533,7 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 	rep.Notes = append(rep.Notes, "churn: full-cluster crash/replay (S3 replay) not run: gossip addresses change on restart; S3 checked on the applied log")
 
 	ops := w.H.Ops()
-	finishReport(rep, ops, end, c.Applied, w.Store, rc, viol)
+	finishReport(rep, ops, end, w.H, c.Applied, w.Store, rc, viol)
 	checkObservations(rep, w, c.Applied, viol)
 	return rep, nil
 }
@@ -541,7 +541,10 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 // finishReport fills the counts and runs the history checks shared by every
 // mode: replica agreement, token order, acknowledged grants in the log,
 // porcupine and the fencing store.
-func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *FencedStore, rc RunConfig, viol func(string, ...any)) {
+//
+// h is the history's clock for the applied log's times (nil: the log has
+// none that match the history's clock, as in multi-process runs).
+func finishReport(rep *Report, ops []Op, end int64, h *History, applied *AppliedLog, store *FencedStore, rc RunConfig, viol func(string, ...any)) {
 	rep.Ops = len(ops)
 	rep.OpsByPrim = OpsByPrimitive(ops)
 	for _, op := range ops {
@@ -567,11 +570,24 @@ func finishReport(rep *Report, ops []Op, end int64, applied *AppliedLog, store *
 			viol("S3: %s", s)
 		}
 	}
-	res, info := CheckCatalogue(ops, applied.Granted, rc.CheckTimeout)
+	outcomes := GrantedOnly(applied.Granted)
+	if h != nil {
+		outcomes = applied.Outcomes(h)
+	}
+	if rc.HistoryFile != "" {
+		if err := SaveHistory(rc.HistoryFile, ops, outcomes); err != nil {
+			rep.Notes = append(rep.Notes, "history not saved: "+err.Error())
+		}
+	}
+	// Decide first without the partial linearizations (their memory grows
+	// with the square of a partition's size); compute them only to draw a
+	// violation.
+	res := CheckCatalogueResult(ops, outcomes, rc.CheckTimeout)
 	rep.Linearizable = res
 	switch res {
 	case porcupine.Illegal:
 		viol("porcupine: history not linearizable under the model of its primitives")
+		_, info := CheckCatalogue(ops, outcomes, rc.CheckTimeout)
 		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
 			if porcupine.Visualize(CatalogueModel(), info, f) == nil {
 				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())

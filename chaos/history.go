@@ -86,6 +86,9 @@ func NewHistory() *History { return &History{start: time.Now()} }
 // Now is the history's clock.
 func (h *History) Now() int64 { return int64(time.Since(h.start)) }
 
+// At is t on the history's clock.
+func (h *History) At(t time.Time) int64 { return int64(t.Sub(h.start)) }
+
 // Begin records an invocation.
 func (h *History) Begin(client int, nodeID uint64, kind OpKind, name, owner string) *Op {
 	return h.BeginOp(Op{Client: client, Node: nodeID, Kind: kind, Name: name, Owner: owner})

@@ -282,7 +282,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 			}
 		}
 	}
-	finishReport(rep, ops, end, r.Applied, r.Store, RunConfig{Seed: pc.Seed, Faults: pc.Faults, CheckTimeout: pc.CheckTimeout}, viol)
+	finishReport(rep, ops, end, nil, r.Applied, r.Store, RunConfig{Seed: pc.Seed, Faults: pc.Faults, CheckTimeout: pc.CheckTimeout}, viol)
 	var cfg node.Config
 	FastConfig(&cfg)
 	if churn {

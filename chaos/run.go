@@ -41,6 +41,9 @@ type RunConfig struct {
 	// detector beside the others on two cores; the soak keeps the tight
 	// bound.
 	ExtraProbeSlack time.Duration
+	// HistoryFile, if set, receives the run's history (gob, SavedHistory)
+	// before the end checks, to study the checker offline.
+	HistoryFile string
 }
 
 // Report is what a run found.
@@ -207,7 +210,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 
 	ops := w.H.Ops()
-	finishReport(rep, ops, end, c.Applied, w.Store, rc, viol)
+	finishReport(rep, ops, end, w.H, c.Applied, w.Store, rc, viol)
 	if leaderChurn {
 		var cfg node.Config
 		FastConfig(&cfg)

@@ -16,6 +16,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +38,7 @@ func main() {
 	nodeLog := flag.String("nodelog", "", "write the nodes' logs (slog text, info level) to this file")
 	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
 	prims := flag.String("primitives", "mutex", "comma-separated primitives the clients drive, each operation picking one: mutex, rw, semaphore, election, multi, or all (with election, observers on every node check Observe)")
+	histDir := flag.String("history", "", "write each run's history (gob) to this directory before the end checks, as FAULT-seed-SEED.gob, to study the checker offline (chaos.LoadHistory)")
 	flag.Parse()
 	logf := func(string, ...any) {}
 	if *verbose {
@@ -81,8 +83,12 @@ func main() {
 				}
 			}
 			wl.LongHoldShare, wl.LongHold = *longHolds, 4*time.Second
+			var histFile string
+			if *histDir != "" {
+				histFile = filepath.Join(*histDir, fmt.Sprintf("%s-seed-%d.gob", f, *seed))
+			}
 			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size, LeaderClock: *leaderClock,
-				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute})
+				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute, HistoryFile: histFile})
 		}
 		if err != nil {
 			log.Fatalf("%s: %v", f, err)
