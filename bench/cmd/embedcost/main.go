@@ -19,7 +19,10 @@
 //	go run ./cmd/embedcost -fleets 3g -idle 30s
 //
 // The machine's load average is printed with the figures: idle CPU is only
-// meaningful on a quiet machine.
+// meaningful on a quiet machine. -heartbeat-ticks and -gossip-interval
+// change those timings on every replica, to measure what they cost:
+//
+//	go run ./cmd/embedcost -fleets 10 -idle 30s -gossip-interval 1s
 package main
 
 import (
@@ -64,6 +67,7 @@ var (
 	flagExpect = flag.Int("expect", 0, "")
 	flagName   = flag.String("name", "", "")
 	flagHB     = flag.Int("heartbeat-ticks", 0, "raft heartbeat interval in ticks (0: lockraft's default); for experiments")
+	flagGI     = flag.Duration("gossip-interval", 0, "memberlist's gossip interval (0: LANGossipTiming's); for experiments")
 )
 
 func main() {
@@ -96,8 +100,12 @@ func child() error {
 		for i := range *flagExpect {
 			founders = append(founders, fmt.Sprintf("m%d", i))
 		}
+		timing := lockraft.LANGossipTiming()
+		if *flagGI > 0 {
+			timing.GossipInterval = *flagGI
+		}
 		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(lockraft.Gossip{
-			Name: *flagName, Founders: founders,
+			Name: *flagName, Founders: founders, Timing: timing,
 			Voters: lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
 		}))
 	} else {
@@ -269,7 +277,7 @@ func measureFleet(self, kind string) error {
 	}()
 	start := time.Now()
 	for i := range size {
-		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB)}
+		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String()}
 		if gossip {
 			args = append(args, "-gossip", "-expect", fmt.Sprint(expect), "-name", fmt.Sprintf("m%d", i))
 			if i > 0 {
