@@ -17,17 +17,17 @@ import (
 // replica applies the same log, so records at one index must agree; the union
 // is the cluster's history of grants.
 type AppliedLog struct {
-	mu         sync.Mutex
-	digest     map[uint64]string
-	grants     map[uint64][]grant             // index -> grants in that entry
-	owners     map[string]bool                // owners ever granted
-	grantedAt  map[string]time.Time           // probe owners: when a replica first applied their grant
+	mu        sync.Mutex
+	digest    map[uint64]string
+	grants    map[uint64][]grant   // index -> grants in that entry
+	owners    map[string]bool      // owners ever granted
+	grantedAt map[string]time.Time // probe owners: when a replica first applied their grant
 	// In-process runs (Observe): when a replica first applied each owner's
 	// grant and the end of its hold (the history checks' bounds, Outcomes).
 	holdFrom, holdTo map[string]time.Time
-	leaders    map[uint64][]node.LeaderChange // index -> election changes applied there
-	divergence []string
-	watch      struct {
+	leaders          map[uint64][]node.LeaderChange // index -> election changes applied there
+	divergence       []string
+	watch            struct {
 		id   uint64
 		inc  int
 		seen map[uint64]bool // granted tokens the watched incarnation applied
