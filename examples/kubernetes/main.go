@@ -210,6 +210,14 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err = n.Close(cctx)
+	if errors.Is(err, lockraft.ErrUnavailable) {
+		// No quorum to close the session with: the rest of the fleet is
+		// stopping too (a StatefulSet scaled to zero, a rollout of every
+		// pod at once). The node has stopped all the same and its locks
+		// are released when the session expires; not a failed shutdown.
+		log.Info("stopped without closing the session; its locks expire with it", "reason", err)
+		err = nil
+	}
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer scancel()
 	srv.Shutdown(sctx)
