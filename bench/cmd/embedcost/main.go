@@ -119,6 +119,7 @@ func child() error {
 	mux := http.NewServeMux()
 	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler()))
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // diagnosis: which goroutines wake an idle replica
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
 	})
@@ -162,6 +163,28 @@ func child() error {
 	defer cancel()
 	n.Close(ctx)
 	return nil
+}
+
+// ctxSwitches is the process's voluntary context switches, all threads
+// together: each is a thread going to sleep, so over an idle window it
+// counts the runtime's wake-ups (what an idle replica's CPU goes to, and a
+// steadier figure than the CPU time on a shared machine).
+func ctxSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "voluntary_ctxt_switches:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
 }
 
 func selfCPU() time.Duration {
@@ -368,8 +391,10 @@ func measureFleet(self, kind string) error {
 	commit0 := applied()
 	load0 := loadavg()
 	cpu0 := make([]int64, size)
+	sw0 := make([]int64, size)
 	for i, p := range procs {
 		cpu0[i] = stats(p.url)["cpu_us"]
+		sw0[i] = ctxSwitches(p.cmd.Process.Pid)
 	}
 	t0 := time.Now()
 	var pwg sync.WaitGroup
@@ -398,12 +423,15 @@ func measureFleet(self, kind string) error {
 		rssMiB     float64
 		goroutines int64
 		fds        int
+		wakes      float64
 	}
 	var rows []row
 	for i, p := range procs {
 		s := stats(p.url)
+		sw := ctxSwitches(p.cmd.Process.Pid)
 		rows = append(rows, row{i, p.role, float64(s["cpu_us"]-cpu0[i]) / float64(window.Microseconds()) * 100,
-			float64(rssKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid)})
+			float64(rssKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid),
+			float64(sw-sw0[i]) / window.Seconds()})
 	}
 	load1 := loadavg()
 	idleEntries := applied() - commit0
@@ -452,13 +480,13 @@ func measureFleet(self, kind string) error {
 		"10": "fleet of 10 (gossip: 5 voters, 2 learners, 3 light)", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
 	fmt.Printf("\n== %s: formed and ready in %v; idle window %v (raft entries committed meanwhile: %d); load average %s before, %s after\n",
 		name, formed.Round(100*time.Millisecond), window.Round(time.Second), idleEntries, load0, load1)
-	fmt.Printf("%-6s %-9s %10s %8s %11s %5s\n", "proc", "role", "idle-cpu%", "rss-MiB", "goroutines", "fds")
+	fmt.Printf("%-6s %-9s %10s %8s %11s %5s %8s\n", "proc", "role", "idle-cpu%", "rss-MiB", "goroutines", "fds", "wakes/s")
 	byRole := map[string][]row{}
 	for _, r := range rows {
 		role := strings.TrimSuffix(r.role, "*")
 		byRole[role] = append(byRole[role], r)
 		if size <= 10 || r.idx < 8 || strings.HasSuffix(r.role, "*") {
-			fmt.Printf("%-6d %-9s %10.3f %8.1f %11d %5d\n", r.idx, r.role, r.cpuPct, r.rssMiB, r.goroutines, r.fds)
+			fmt.Printf("%-6d %-9s %10.3f %8.1f %11d %5d %8.0f\n", r.idx, r.role, r.cpuPct, r.rssMiB, r.goroutines, r.fds, r.wakes)
 		}
 	}
 	if size > 10 {
@@ -475,8 +503,9 @@ func measureFleet(self, kind string) error {
 		if role == "light" {
 			target = "≤ 0.1"
 		}
-		fmt.Printf("%-8s n=%-3d idle-cpu%% median %.3f max %.3f (target %s) | rss-MiB median %.1f max %.1f (target ≤ 40) | goroutines max %d | fds max %d\n",
-			role, len(rs), median(rs, cpu), maxOf(rs, cpu), target, median(rs, rss), maxOf(rs, rss),
+		wakes := func(r row) float64 { return r.wakes }
+		fmt.Printf("%-8s n=%-3d idle-cpu%% median %.3f max %.3f (target %s) | wakes/s median %.0f | rss-MiB median %.1f max %.1f (target ≤ 40) | goroutines max %d | fds max %d\n",
+			role, len(rs), median(rs, cpu), maxOf(rs, cpu), target, median(rs, wakes), median(rs, rss), maxOf(rs, rss),
 			slices.MaxFunc(rs, func(a, b row) int { return int(a.goroutines - b.goroutines) }).goroutines,
 			slices.MaxFunc(rs, func(a, b row) int { return a.fds - b.fds }).fds)
 	}
