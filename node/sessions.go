@@ -207,7 +207,18 @@ func (n *Node) keepaliveLoop() {
 	defer n.bgwg.Done()
 	tick, stop := n.clock.NewTicker(n.cfg.KeepaliveInterval)
 	defer stop()
+	// A call to a leader that has been replaced meanwhile is abandoned, as
+	// is every call once Close begins (Close does not wait for it). The
+	// watches are set once per leader, not once per call: a context.AfterFunc
+	// on a channel is a goroutine, and waking two of them per keepalive was a
+	// fifth of an idle light member's wake-ups (bench/cmd/embedcost).
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	defer context.AfterFunc(ctxDone(n.stopc), cancelBase)()
 	epoch := n.leaderEpoch()
+	epochCtx, cancelEpoch := context.WithCancel(base)
+	unwatch := context.AfterFunc(ctxDone(epoch), cancelEpoch)
+	defer func() { unwatch(); cancelEpoch() }()
 	for {
 		select {
 		case <-n.stopc:
@@ -222,7 +233,13 @@ func (n *Node) keepaliveLoop() {
 			// so that back-to-back failovers cost a session as little as
 			// possible (leaderfail.go).
 		}
-		epoch = n.leaderEpoch()
+		if e := n.leaderEpoch(); e != epoch {
+			unwatch()
+			cancelEpoch()
+			epoch = e
+			epochCtx, cancelEpoch = context.WithCancel(base)
+			unwatch = context.AfterFunc(ctxDone(epoch), cancelEpoch)
+		}
 		n.cfg.Faults.waitIfPaused(n.stopc)
 		sess, lead := n.sess.Load(), n.lead.Load()
 		if sess == 0 || lead == 0 {
@@ -230,13 +247,8 @@ func (n *Node) keepaliveLoop() {
 		}
 		sent := n.clock.Now()
 		n.lastSent.Advance(sent)
-		// A call to a leader that has been replaced meanwhile is abandoned.
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.keepaliveTimeout())
-		unwatch := context.AfterFunc(ctxDone(epoch), cancel)
-		unwatchStop := context.AfterFunc(ctxDone(n.stopc), cancel) // Close does not wait for it
+		ctx, cancel := context.WithTimeout(epochCtx, n.cfg.keepaliveTimeout())
 		st := n.sendKeepalive(ctx, lead, sess)
-		unwatch()
-		unwatchStop()
 		cancel()
 		switch st {
 		case keepaliveOK:
