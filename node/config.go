@@ -69,7 +69,8 @@ type Config struct {
 	Gossip *GossipConfig
 
 	// TickInterval is one raft tick (default 100 ms). ElectionTicks (default
-	// 10) and HeartbeatTicks (default 1) are counted in ticks, as in etcd:
+	// 10) and HeartbeatTicks (default 2, or 1 when ElectionTicks is below
+	// 10) are counted in ticks, as in etcd:
 	// a follower campaigns after a randomized [1, 2) election timeouts
 	// without hearing from a leader.
 	TickInterval   time.Duration
@@ -79,8 +80,9 @@ type Config struct {
 	// SessionTTL is how long the cluster keeps this node's session (and so
 	// its locks) after the last keepalive it received (default 10 s), however
 	// often the leader changes meanwhile. KeepaliveInterval (default
-	// SessionTTL/10) is how often keepalives are sent; a new leader is sent
-	// one at once. The holder side treats its locks as lost at
+	// SessionTTL/4, shortened down to SessionTTL/10 where a quarter would
+	// fail the failover check below) is how often keepalives are sent; a
+	// new leader is sent one at once. The holder side treats its locks as lost at
 	// SessionTTL − 2·DriftRatio·SessionTTL − one tick after sending its last
 	// acknowledged keepalive (see DriftRatio).
 	//
@@ -94,7 +96,8 @@ type Config struct {
 	// Validate requires the left side to be at least 4.5 election timeouts:
 	// two back-to-back failovers. With the default KeepaliveInterval and
 	// DriftRatio that is SessionTTL ≥ 5.4 election timeouts (MinSessionTTL):
-	// 5.4 s with the default timings.
+	// 5.4 s with the default timings. The default 10 s TTL (keepalives every
+	// 2.5 s) survives three.
 	SessionTTL        time.Duration
 	KeepaliveInterval time.Duration
 	// TryLockTimeout bounds how long a TryLock (an Acquire without wait)
@@ -252,16 +255,16 @@ func (c Config) withDefaults() Config {
 		c.ElectionTicks = 10
 	}
 	if c.HeartbeatTicks == 0 {
-		c.HeartbeatTicks = 1
+		c.HeartbeatTicks = defaultHeartbeatTicks(c.ElectionTicks)
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = DefaultSessionTTL
 	}
-	if c.KeepaliveInterval == 0 {
-		c.KeepaliveInterval = c.SessionTTL / 10
-	}
 	if c.DriftRatio == 0 {
 		c.DriftRatio = DefaultDriftRatio
+	}
+	if c.KeepaliveInterval == 0 {
+		c.KeepaliveInterval = c.defaultKeepaliveInterval()
 	}
 	if c.MaxHolds == 0 {
 		c.MaxHolds = DefaultMaxHolds
@@ -383,6 +386,25 @@ func (c Config) Validate() error {
 }
 
 // electionTimeout is the base election timeout.
+// defaultHeartbeatTicks: a heartbeat every 2 ticks (five per election
+// timeout at the default 10) when the election timeout is at least 10
+// ticks, else every tick. Every heartbeat wakes every follower, and with
+// the keepalives' confirmation rounds riding on them (confirm.go) they are
+// most of an idle replica's wake-ups: a beat per tick made an idle voter
+// cost about a third more CPU (bench/cmd/embedcost). Five beats per timeout
+// still leave a follower four lost heartbeats before it campaigns.
+func defaultHeartbeatTicks(electionTicks int) int {
+	if electionTicks >= 10 {
+		return 2
+	}
+	return 1
+}
+
+// heartbeatInterval is the leader's heartbeat period.
+func (c Config) heartbeatInterval() time.Duration {
+	return time.Duration(c.HeartbeatTicks) * c.TickInterval
+}
+
 func (c Config) electionTimeout() time.Duration {
 	return time.Duration(c.ElectionTicks) * c.TickInterval
 }
@@ -404,6 +426,26 @@ func (c Config) keepaliveTimeout() time.Duration {
 	return max(c.KeepaliveInterval, c.SessionTTL/4)
 }
 
+// defaultKeepaliveInterval is SessionTTL/4, shortened where that would
+// leave less than the failover budget (Validate), down to SessionTTL/10.
+//
+// Why a quarter: each keepalive is a call to the leader and a confirmation
+// round there, and one a second from every member was a third of an idle
+// light member's wake-ups and most of a big fleet's leader's
+// (bench/cmd/embedcost). A quarter of the TTL is the longest interval that
+// still leaves a session three back-to-back failovers at the default
+// timings (10 s TTL, 1 s election timeout: 9.6 − 0.1 − 2.5 = 7 s, against
+// 2.25 s per failover); etcd and Redisson renew at a third, ZooKeeper
+// pings at a third. What a longer interval costs: a silent session is
+// checkpointed after two intervals (silenceThreshold), so the rare corner
+// of L3 that waits for it (silence.go) is longer, and a light member finds
+// a dead leader at its next keepalive.
+func (c Config) defaultKeepaliveInterval() time.Duration {
+	ttl := c.SessionTTL
+	room := ttl - c.holderMargin() - failoverBudget(c.electionTimeout())
+	return max(min(ttl/4, room), ttl/10)
+}
+
 // failoverBudget is how long a healthy session must be able to go
 // unacknowledged: two back-to-back elections of up to 2 election timeouts
 // each, and half an election timeout for their round trips and fsyncs.
@@ -411,7 +453,7 @@ func failoverBudget(election time.Duration) time.Duration { return 9 * election 
 
 // MinSessionTTL is the shortest SessionTTL Validate accepts for an election
 // timeout (ElectionTicks × TickInterval) with the default KeepaliveInterval
-// (SessionTTL/10), DriftRatio and TickInterval (election/10): 5.4 election
+// (SessionTTL/10 at that TTL), DriftRatio and TickInterval (election/10): 5.4 election
 // timeouts, enough for a healthy session to survive two back-to-back leader
 // failovers.
 func MinSessionTTL(election time.Duration) time.Duration {

@@ -59,16 +59,20 @@ type confirmer struct {
 	rounds []confirmRound // issued, oldest first
 	id     uint64
 	// lastIssued: while rounds are frequent (one within the last two
-	// ticks), a round is issued only on a tick, in the same loop turn as
-	// the tick's own heartbeat, so each follower gets both in one batch.
-	// Each round is a heartbeat to every voter and learner, and with one
-	// keepalive a second from each of 50 members a round per keepalive
-	// made the followers' idle CPU four to five times a 3-member cluster's
-	// (bench/cmd/embedcost). Keepalives that arrive meanwhile wait for the
-	// next tick (expireConfirmRounds) and share its round; waiting is safe,
-	// as an acknowledgement counts from the keepalive's send time. An
-	// occasional keepalive (a small cluster) still starts its round at once.
+	// heartbeat intervals), a round is issued only on a tick that sent
+	// raft's own heartbeats (beat), in the same loop turn, so each follower
+	// gets both in one batch and wakes once per heartbeat interval, not
+	// once per round. Each round is a heartbeat to every voter and
+	// learner: with one keepalive a second from each of 50 members a round
+	// per keepalive made the followers' idle CPU four to five times a
+	// 3-member cluster's, and a round on every tick kept them at one
+	// wake-up per tick whatever HeartbeatTicks said (bench/cmd/embedcost).
+	// Keepalives that arrive meanwhile wait for the next heartbeat tick
+	// (expireConfirmRounds) and share its round; waiting is safe, as an
+	// acknowledgement counts from the keepalive's send time. An occasional
+	// keepalive (a small cluster) still starts its round at once.
 	lastIssued time.Time
+	beat       bool // the current tick sent raft's heartbeats (or could not tell): node.go's run
 }
 
 type confirmRound struct {
@@ -131,8 +135,8 @@ func (n *Node) issueConfirmRound(onTick bool) {
 	if k := len(c.rounds); k > 0 && now.Sub(c.rounds[k-1].issued) < n.cfg.RetryInterval {
 		return
 	}
-	if !onTick && now.Sub(c.lastIssued) < 2*n.cfg.TickInterval {
-		return // the next tick issues it
+	if now.Sub(c.lastIssued) < 2*n.cfg.heartbeatInterval() && (!onTick || !c.beat) {
+		return // the next heartbeat tick issues it
 	}
 	c.lastIssued = now
 	var sessions []uint64

@@ -297,6 +297,42 @@ func TestSessionConfigValidation(t *testing.T) {
 	require.NoError(t, atFloor.Validate(), "MinSessionTTL itself is accepted")
 }
 
+// TestDefaultTimingsKeepTheFailoverBudget: the idle-cost defaults
+// (keepalives every TTL/4, heartbeats every 2 ticks) never make a TTL that
+// Validate accepted before invalid: the keepalive interval shrinks toward
+// TTL/10 as the TTL nears MinSessionTTL, and every TTL from the floor up
+// leaves a healthy session two back-to-back failovers (config.go).
+func TestDefaultTimingsKeepTheFailoverBudget(t *testing.T) {
+	base := Config{ID: 1, DataDir: t.TempDir(), Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
+	d := base.withDefaults()
+	require.Equal(t, DefaultSessionTTL/4, d.KeepaliveInterval, "default TTL: keepalives every quarter")
+	require.Equal(t, 2, d.HeartbeatTicks)
+	require.Equal(t, 200*time.Millisecond, d.heartbeatInterval())
+	// Three back-to-back failovers of 2.25 election timeouts at the defaults.
+	spare := d.SessionTTL - d.holderMargin() - d.KeepaliveInterval
+	require.GreaterOrEqual(t, spare, 3*failoverBudget(d.electionTimeout())/2, "default TTL: three failovers")
+
+	short := base
+	short.ElectionTicks = 5
+	require.Equal(t, 1, short.withDefaults().HeartbeatTicks, "an election timeout under 10 ticks beats every tick")
+
+	et := time.Second
+	for ttl := MinSessionTTL(et); ttl <= 3*DefaultSessionTTL; ttl += 100 * time.Millisecond {
+		c := base
+		c.SessionTTL = ttl
+		require.NoError(t, c.Validate(), "TTL %v", ttl)
+		k := c.withDefaults().KeepaliveInterval
+		require.GreaterOrEqual(t, k, ttl/10, "TTL %v", ttl)
+		require.LessOrEqual(t, k, ttl/4, "TTL %v", ttl)
+	}
+	// Near the floor the interval is what the budget leaves, not a quarter.
+	atFloor := base
+	atFloor.SessionTTL = MinSessionTTL(et)
+	f := atFloor.withDefaults()
+	require.Less(t, f.KeepaliveInterval, f.SessionTTL/4)
+	require.Equal(t, failoverBudget(et), f.SessionTTL-f.holderMargin()-f.KeepaliveInterval)
+}
+
 // TestKeepalivesSurviveSlowConfirmation: when every leadership-confirmation
 // round takes longer than RetryInterval (the followers' answers to the
 // leader are delayed by 3–4 ticks), keepalives are still acknowledged and
