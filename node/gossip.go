@@ -297,10 +297,10 @@ func (n *Node) ConfState(ctx context.Context) (voters, learners []uint64, err er
 // HasData once raft state exists, and wakes the leader's reconcile step.
 func (n *Node) gossipLoop() {
 	defer n.bgwg.Done()
-	tick := time.NewTicker(n.gcfg.Timing.ProbeInterval)
-	defer tick.Stop()
-	recon := time.NewTicker(n.gcfg.ReconcileEvery)
-	defer recon.Stop()
+	tick, stopTick := alignedTicker(n.gcfg.Timing.ProbeInterval) // shares wake-ups with the node's other tickers (clock.go)
+	defer stopTick()
+	recon, stopRecon := alignedTicker(n.gcfg.ReconcileEvery)
+	defer stopRecon()
 	announced := n.localMeta()
 	seeding := true // membership re-resolves the seeds until the cluster is formed with this member in it
 	var view, waitLogged string
@@ -321,10 +321,14 @@ func (n *Node) gossipLoop() {
 			}
 			n.syncPeers()
 			n.tryDo(n.reconcile)
-		case <-recon.C:
+		case <-recon:
 			n.syncPeers()
-			n.tryDo(n.reconcile)
-		case <-tick.C:
+			if n.lead.Load() == n.id {
+				// Only a leader reconciles: elsewhere the hop into the loop
+				// would be a wake-up a second for nothing.
+				n.tryDo(n.reconcile)
+			}
+		case <-tick:
 		}
 		if meta := n.localMeta(); meta != announced {
 			// Raft data or a formation id: tell the others.
