@@ -7,12 +7,13 @@ import "time"
 // fwd-propose call on time. It used to run on every node all the time: 100
 // wake-ups a second per replica, most of an idle replica's CPU
 // (go run ./bench/cmd/embedcost). Now it runs only while it has work: on the
-// leader while a deadline is less than two ticks away or a light member's
-// call is held, and always under TestHooks.FollowerExpiry. Otherwise the
-// leader checks its deadlines on the ordinary tick, which is at most one
-// tick later only for a lease shorter than two ticks granted between two
-// ticks (expiry later than the deadline is always safe: S5 counts on the
-// holder's side, which gives up earlier).
+// leader while a deadline is less than two coarse ticks away or a light
+// member's call is held, and always under TestHooks.FollowerExpiry.
+// Otherwise the leader checks its deadlines on the ordinary tick (once per
+// heartbeat on a calm leader: quiettick.go), which is at most one such tick
+// later only for a lease shorter than two of them granted between two
+// (expiry later than the deadline is always safe: S5 counts on the holder's
+// side, which gives up earlier).
 
 // fineTicker is the loop's fine ticker; c is nil while it is off.
 type fineTicker struct {
@@ -71,7 +72,7 @@ func (n *Node) leaderCoarseTick(now time.Time) {
 		n.loop.lead.tick(n, now)
 		n.fwdExpireReplies(now, false)
 	}
-	horizon := now.Add(2 * n.cfg.TickInterval)
+	horizon := now.Add(2 * n.coarsePeriod()) // a calm leader ticks once per heartbeat (quiettick.go)
 	l := &n.loop.lead
 	near := func(ds map[uint64]*sessionTimer) bool {
 		for _, d := range ds {

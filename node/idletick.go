@@ -15,11 +15,22 @@ import "time"
 // times a second; any call, result or raft message that arrives wakes it as
 // always, and the turn that queued work switches the ticker back.
 
-// tickState is the loop's raft ticker and its current period.
+// tickState is the loop's raft ticker and its current period, or a quiet
+// follower's timer (quiettick.go).
 type tickState struct {
 	c      <-chan time.Time
 	stop   func()
-	period time.Duration
+	period time.Duration // 0 while quiet
+	// perFire: raft ticks per ticker tick (HeartbeatTicks on a calm
+	// leader: quiettick.go; else 1).
+	perFire int
+	last    time.Time // when raft was last ticked (a quiet follower's ticks are counted from it)
+	// quiet: raft's ticks are counted from the clock (catchUpTicks) and c is
+	// the timer that fires quietAt, quietFor after the leader was last heard.
+	quiet   bool
+	resync  bool // the first tick after a quiet spell catches up by the clock
+	quietAt time.Time
+	heard   time.Time // the last heartbeat or append from the current leader
 }
 
 // lightIdleTick is the idle light member's tick: the keepalive interval
@@ -34,19 +45,51 @@ func (n *Node) lightIdle() bool {
 	if !n.light() || n.cfg.TestHooks.FollowerExpiry {
 		return false
 	}
+	return n.loop.leader != 0 && n.nothingInFlight()
+}
+
+// nothingInFlight: an open session, and nothing that the tick retries or
+// checks (loop).
+func (n *Node) nothingInFlight() bool {
 	s, r := &n.loop.own, &n.loop.ops
-	return n.loop.leader != 0 && s.id != 0 && !s.closing && len(s.toClose) == 0 && len(s.leased) == 0 &&
+	return s.id != 0 && !s.closing && len(s.toClose) == 0 && len(s.leased) == 0 &&
 		len(r.inflight) == 0 && len(r.queued) == 0 && len(n.loop.reads.next)+len(n.loop.reads.rounds)+len(n.loop.reads.ready) == 0 &&
 		(n.loop.fwd.out == nil || !n.loop.fwd.out.busy())
 }
 
-// syncTick sets the ticker's period for the next turn (loop).
+// syncTick sets the ticker's period for the next turn, or the quiet
+// follower's timer (loop).
 func (n *Node) syncTick() {
-	want := n.cfg.TickInterval
+	t := &n.loop.tick
+	now := n.clock.Now()
+	if n.quiet(now) {
+		if !t.quiet {
+			t.quiet = true
+			if t.stop != nil {
+				t.stop()
+			}
+			t.c, t.stop = nil, nil
+		}
+		n.syncQuiet(now)
+		return
+	}
+	if t.quiet {
+		// Leaving: raft's ticks were caught up at this turn's start; the
+		// ticker takes over from here, its first tick catching up too.
+		t.quiet, t.resync = false, true
+		if t.stop != nil {
+			t.stop()
+		}
+		t.c, t.stop = nil, nil
+	}
+	want, per := n.cfg.TickInterval, 1
 	if n.lightIdle() {
 		want = n.lightIdleTick()
+	} else if n.calmLeader() {
+		per = n.cfg.HeartbeatTicks
+		want = n.cfg.heartbeatInterval()
 	}
-	t := &n.loop.tick
+	t.perFire = per
 	if t.c != nil && t.period == want {
 		return
 	}

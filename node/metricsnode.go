@@ -55,6 +55,7 @@ type loopCounters struct {
 	leasesExpired   uint64 // per-lock leases that ran out (applied here)
 	pushesSent      uint64 // results and events this node pushed to light members (as leader)
 	pushesReceived  uint64 // results and events pushed to this light member
+	tickWakes       uint64 // loop wake-ups by the raft ticker or a quiet follower's timer (quiettick.go)
 
 	// headSince: this node's queued Acquires at the head of their queue,
 	// by seq, since when (only with Config.Metrics).

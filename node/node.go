@@ -475,7 +475,23 @@ func (n *Node) run() {
 	for {
 		select {
 		case <-n.loop.tick.c:
-			n.rn.Tick()
+			n.loop.stats.tickWakes++
+			if n.loop.tick.quiet {
+				// A quiet follower's one timer: its leader has been silent
+				// for quietFor (quiettick.go). Catch raft's ticks up; the
+				// turn's syncTick goes back to ticking.
+				n.catchUpTicks(n.clock.Now())
+				n.loop.tick.c = nil
+			} else {
+				// Whether this tick made raft send its heartbeats: a leader
+				// with nothing else pending has a Ready after a tick only
+				// when the heartbeat fell due (or CheckQuorum changed its
+				// state). With something pending it cannot tell, and says
+				// yes.
+				pending := n.rn.HasReady()
+				n.tickRaft(n.clock.Now())
+				n.loop.confirm.beat = pending || n.rn.HasReady()
+			}
 			if err := n.onTick(); err != nil {
 				// A failed lock-table commit: stop like a failed log write,
 				// so the keepalives stop and the session's locks move on.
@@ -486,10 +502,13 @@ func (n *Node) run() {
 		case <-n.loop.fine.c: // nil (never ready) while the fine ticker is off
 			n.onFineTick()
 		case f := <-n.reqc:
+			n.catchUpTicks(n.clock.Now()) // a quiet follower's ticks, before anything reaches raft (quiettick.go)
 			f()
 		case msgs := <-n.recvc:
+			n.catchUpTicks(n.clock.Now())
 			n.stepRemote(msgs)
 		case msgs := <-n.localc:
+			n.catchUpTicks(n.clock.Now())
 			n.step(msgs)
 		case err := <-n.appErr:
 			n.fail(err)
@@ -575,7 +594,9 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		}
 		switch m.GetType() {
 		case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgApp, raftpb.MessageType_MsgSnap:
-			n.noteLeaderContact(m, n.clock.Now())
+			now := n.clock.Now()
+			n.noteLeaderContact(m, now)
+			n.noteHeard(m.GetFrom(), now)
 		case raftpb.MessageType_MsgHeartbeatResp:
 			n.takeContactReport(m)
 		}
