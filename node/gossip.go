@@ -293,23 +293,57 @@ func (n *Node) ConfState(ctx context.Context) (voters, learners []uint64, err er
 	return voters, learners, nil
 }
 
+// settledSlowdown: how much slower a settled member's gossip goroutine
+// ticks (gossipLoop).
+const settledSlowdown = 5
+
 // gossipLoop forwards membership to the transport, forms the cluster, marks
 // HasData once raft state exists, and wakes the leader's reconcile step.
 func (n *Node) gossipLoop() {
 	defer n.bgwg.Done()
-	tick, stopTick := alignedTicker(n.gcfg.Timing.ProbeInterval) // shares wake-ups with the node's other tickers (clock.go)
-	defer stopTick()
-	recon, stopRecon := alignedTicker(n.gcfg.ReconcileEvery)
-	defer stopRecon()
+	// Two tickers, aligned with the node's others (clock.go): tick drives
+	// formation and metadata announcements, recon the leader's reconcile
+	// step (and a periodic re-sync of the transport's peers). Once this
+	// member is settled (bound to a formation, no longer seeding) its
+	// metadata changes only if it gets raft data (a light member made a
+	// learner), which nothing waits for, and only a leader reconciles: both
+	// then slow down to settledSlowdown times their period, so a settled
+	// member's gossip goroutine wakes every 5 s instead of every second.
+	var tickP, reconP time.Duration
+	var tick, recon <-chan time.Time
+	stopTick, stopRecon := func() {}, func() {}
+	defer func() { stopTick(); stopRecon() }()
+	retime := func(settled bool) {
+		t, r := n.gcfg.Timing.ProbeInterval, n.gcfg.ReconcileEvery
+		if settled {
+			t *= settledSlowdown
+		}
+		if settled && n.lead.Load() != n.id {
+			r *= settledSlowdown
+		}
+		if t != tickP {
+			stopTick()
+			tick, stopTick = alignedTicker(t)
+			tickP = t
+		}
+		if r != reconP {
+			stopRecon()
+			recon, stopRecon = alignedTicker(r)
+			reconP = r
+		}
+	}
+	retime(false)
 	announced := n.localMeta()
 	seeding := true // membership re-resolves the seeds until the cluster is formed with this member in it
 	var view, waitLogged string
 	viewSince := time.Now()
 	n.syncPeers()
 	for {
+		epoch := n.leaderEpoch() // a new leader retimes recon at once
 		select {
 		case <-n.stopc:
 			return
+		case <-epoch:
 		case <-n.gevents:
 			// Events are only a wake-up: Members() is the truth.
 			for drained := false; !drained; {
@@ -330,7 +364,8 @@ func (n *Node) gossipLoop() {
 			}
 		case <-tick:
 		}
-		if meta := n.localMeta(); meta != announced {
+		meta := n.localMeta()
+		if meta != announced {
 			// Raft data or a formation id: tell the others.
 			if err := n.ml.UpdateMeta(meta); err != nil && n.closing.Load() {
 				n.log.Debug("gossip: could not announce metadata while closing", "err", err)
@@ -346,6 +381,7 @@ func (n *Node) gossipLoop() {
 			n.ml.StopSeeding()
 			seeding = false
 		}
+		retime(!seeding && announced.Formation != "" && meta == announced)
 		if announced.HasData {
 			continue
 		}
