@@ -64,6 +64,10 @@ func (n *Node) catchUpTicks(now time.Time) {
 	if !t.quiet {
 		return
 	}
+	if now.Before(t.last) {
+		t.last = now // a clock that went back (chaos's badclock): count from here
+		return
+	}
 	k := int(now.Sub(t.last) / n.cfg.TickInterval)
 	i := 0
 	for ; i < k && !n.rn.HasReady(); i++ {
