@@ -69,6 +69,19 @@ func (n *Node) catchUpTicks(now time.Time) {
 		return
 	}
 	k := int(now.Sub(t.last) / n.cfg.TickInterval)
+	if k >= n.cfg.ElectionTicks {
+		// The loop itself stalled (a paused process, a long fsync, a clock
+		// jump): the messages waiting now arrived meanwhile. Give raft no
+		// more than a ticker would have left it — short of an election —
+		// rather than a campaign against a leader that was heard all along.
+		// The quiet timer keeps its promise: past quietFor the ticker
+		// takes over.
+		for i := 0; i < n.cfg.ElectionTicks-1 && !n.rn.HasReady(); i++ {
+			n.rn.Tick()
+		}
+		t.last = now
+		return
+	}
 	i := 0
 	for ; i < k && !n.rn.HasReady(); i++ {
 		n.rn.Tick()

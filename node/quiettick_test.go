@@ -80,3 +80,50 @@ func TestQuietFollowersDoNotTick(t *testing.T) {
 	defer cancel()
 	require.NoError(t, h.Release(rctx))
 }
+
+// TestStalledQuietFollowerDoesNotCampaign: a quiet follower whose loop
+// stalls for longer than an election timeout (a paused process, a long
+// fsync) counts at most an election timeout less a tick when it resumes
+// (quiettick.go): the heartbeats that queued meanwhile show the leader was
+// there all along, and it does not start a pre-vote against it (a ticker
+// would have given it one tick). Leader changes seen by that follower are
+// counted: a pre-vote would make it leaderless and then count the leader
+// anew.
+func TestStalledQuietFollowerDoesNotCampaign(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.TickInterval = 50 * time.Millisecond
+		c.ElectionTicks = 20
+		c.HeartbeatTicks = 2
+		c.SessionTTL = 6 * time.Second
+		c.KeepaliveInterval = time.Second
+	})
+	lead := tc.leader()
+	f := otherThan(tc, lead)
+	ctx := ctxT(t, 30*time.Second)
+	read := func(get func(n *Node) uint64) uint64 {
+		var v uint64
+		done := make(chan struct{})
+		require.NoError(t, tc.nodes[f].do(ctx, func() { v = get(tc.nodes[f]); close(done) }))
+		<-done
+		return v
+	}
+	require.Eventually(t, func() bool {
+		return read(func(n *Node) uint64 {
+			if n.loop.tick.quiet {
+				return 1
+			}
+			return 0
+		}) == 1
+	}, 10*time.Second, 20*time.Millisecond, "the follower should become quiet")
+	changes := read(func(n *Node) uint64 { return n.loop.stats.leaderChanges })
+
+	tc.faults[f].PauseLoop()
+	time.Sleep(2 * tc.config(f).electionTimeout()) // the stall itself is the condition under test
+	tc.faults[f].Resume()
+	require.Eventually(t, func() bool { return tc.nodes[f].Leader() == lead }, 5*time.Second, 10*time.Millisecond)
+	// Give a spurious pre-vote, had there been one, time to show.
+	require.Never(t, func() bool {
+		return read(func(n *Node) uint64 { return n.loop.stats.leaderChanges }) != changes
+	}, tc.config(f).electionTimeout(), 20*time.Millisecond, "the stalled follower campaigned against a live leader")
+	require.Equal(t, lead, tc.leader())
+}
