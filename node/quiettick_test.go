@@ -8,45 +8,46 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestQuietFollowersDoNotTick: an idle follower that hears its leader wakes
-// its loop for no raft tick (quiettick.go), while the calm leader ticks once
-// per heartbeat interval (HeartbeatTicks raft ticks at a time); when the
-// leader crashes, the followers leave the
-// quiet mode and elect a new leader (L1), and a lock taken before is still
-// served by the new one. The timings are production's shape (heartbeat
-// every 2 ticks, quiet for 2 heartbeats) at a 50 ms tick, so that a loaded
-// machine's scheduling does not end the quiet spells.
-func TestQuietFollowersDoNotTick(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
+// quietCluster is a 3-node cluster with production's timing shape
+// (heartbeat every 2 ticks, quiet for 2 heartbeats) at a 50 ms tick, so
+// that a loaded machine's scheduling does not end the quiet spells.
+func quietCluster(t *testing.T) *testCluster {
+	return newTestCluster(t, 3, func(c *Config) {
 		c.TickInterval = 50 * time.Millisecond
 		c.ElectionTicks = 20
 		c.HeartbeatTicks = 2
 		c.SessionTTL = 6 * time.Second
 		c.KeepaliveInterval = time.Second
 	})
+}
+
+// loopValue reads a value inside node id's loop.
+func loopValue[T any](t *testing.T, tc *testCluster, id uint64, get func(n *Node) T) T {
+	var v T
+	inLoop(t, tc.nodes[id], func() { v = get(tc.nodes[id]) })
+	return v
+}
+
+func isQuiet(n *Node) bool         { return n.loop.tick.quiet }
+func tickWakes(n *Node) uint64     { return n.loop.stats.tickWakes }
+func leaderChanges(n *Node) uint64 { return n.loop.stats.leaderChanges }
+
+// TestQuietFollowersDoNotTick: an idle follower that hears its leader wakes
+// its loop for no raft tick (quiettick.go), while the calm leader ticks once
+// per heartbeat interval (HeartbeatTicks raft ticks at a time); when the
+// leader crashes, the followers leave the quiet mode and elect a new
+// leader (L1), and a lock taken before is still served by the new one.
+func TestQuietFollowersDoNotTick(t *testing.T) {
+	tc := quietCluster(t)
 	lead := tc.leader()
 	ctx := ctxT(t, 30*time.Second)
 	f := otherThan(tc, lead)
 	h, err := tc.nodes[f].Acquire(ctx, "q", "f", true, 0)
 	require.NoError(t, err)
 
-	wakes := func(id uint64) uint64 {
-		var v uint64
-		done := make(chan struct{})
-		require.NoError(t, tc.nodes[id].do(ctx, func() { v = tc.nodes[id].loop.stats.tickWakes; close(done) }))
-		<-done
-		return v
-	}
-	quiet := func(id uint64) bool {
-		var q bool
-		done := make(chan struct{})
-		require.NoError(t, tc.nodes[id].do(ctx, func() { q = tc.nodes[id].loop.tick.quiet; close(done) }))
-		<-done
-		return q
-	}
 	require.Eventually(t, func() bool {
 		for id := range tc.nodes {
-			if id != lead && !quiet(id) {
+			if id != lead && !loopValue(t, tc, id, isQuiet) {
 				return false
 			}
 		}
@@ -56,11 +57,11 @@ func TestQuietFollowersDoNotTick(t *testing.T) {
 	const window = 3 * time.Second // 60 ticks
 	before := map[uint64]uint64{}
 	for id := range tc.nodes {
-		before[id] = wakes(id)
+		before[id] = loopValue(t, tc, id, tickWakes)
 	}
 	time.Sleep(window) // the quantity measured is what happens over a span of time
 	for id := range tc.nodes {
-		got := wakes(id) - before[id]
+		got := loopValue(t, tc, id, tickWakes) - before[id]
 		t.Logf("node %d (leader %v): %d tick wake-ups in %v", id, id == lead, got, window)
 		if id == lead {
 			// A calm leader ticks once per heartbeat: 30 here, not 60.
@@ -90,40 +91,19 @@ func TestQuietFollowersDoNotTick(t *testing.T) {
 // counted: a pre-vote would make it leaderless and then count the leader
 // anew.
 func TestStalledQuietFollowerDoesNotCampaign(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
-		c.TickInterval = 50 * time.Millisecond
-		c.ElectionTicks = 20
-		c.HeartbeatTicks = 2
-		c.SessionTTL = 6 * time.Second
-		c.KeepaliveInterval = time.Second
-	})
+	tc := quietCluster(t)
 	lead := tc.leader()
 	f := otherThan(tc, lead)
-	ctx := ctxT(t, 30*time.Second)
-	read := func(get func(n *Node) uint64) uint64 {
-		var v uint64
-		done := make(chan struct{})
-		require.NoError(t, tc.nodes[f].do(ctx, func() { v = get(tc.nodes[f]); close(done) }))
-		<-done
-		return v
-	}
-	require.Eventually(t, func() bool {
-		return read(func(n *Node) uint64 {
-			if n.loop.tick.quiet {
-				return 1
-			}
-			return 0
-		}) == 1
-	}, 10*time.Second, 20*time.Millisecond, "the follower should become quiet")
-	changes := read(func(n *Node) uint64 { return n.loop.stats.leaderChanges })
+	require.Eventually(t, func() bool { return loopValue(t, tc, f, isQuiet) }, 10*time.Second, 20*time.Millisecond,
+		"the follower should become quiet")
+	changes := loopValue(t, tc, f, leaderChanges)
 
 	tc.faults[f].PauseLoop()
 	time.Sleep(2 * tc.config(f).electionTimeout()) // the stall itself is the condition under test
 	tc.faults[f].Resume()
 	require.Eventually(t, func() bool { return tc.nodes[f].Leader() == lead }, 5*time.Second, 10*time.Millisecond)
 	// Give a spurious pre-vote, had there been one, time to show.
-	require.Never(t, func() bool {
-		return read(func(n *Node) uint64 { return n.loop.stats.leaderChanges }) != changes
-	}, tc.config(f).electionTimeout(), 20*time.Millisecond, "the stalled follower campaigned against a live leader")
+	require.Never(t, func() bool { return loopValue(t, tc, f, leaderChanges) != changes },
+		tc.config(f).electionTimeout(), 20*time.Millisecond, "the stalled follower campaigned against a live leader")
 	require.Equal(t, lead, tc.leader())
 }
