@@ -6,8 +6,10 @@ import "time"
 //
 // A follower's raft tick only counts toward its election timeout, and a
 // follower that hears its leader every heartbeat has that count reset each
-// time: ten wake-ups a second that decide nothing, about a sixth of an idle
-// voter's (bench/cmd/embedcost). So while a follower (or learner) is quiet —
+// time: ten wake-ups a second that decide nothing, each costing the runtime
+// several context switches; without them an idle follower of a 10-member
+// fleet wakes half as often (211 → 111 context switches a second,
+// 0.6 → 0.34 % of a core: bench/cmd/embedcost). So while a follower (or learner) is quiet —
 // it hears its leader, has nothing in flight and nothing left to commit to
 // the lock table — its ticks are counted from the clock instead: at every
 // wake-up, before anything is stepped, raft is ticked once per whole tick
