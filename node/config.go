@@ -385,13 +385,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// electionTimeout is the base election timeout.
 // defaultHeartbeatTicks: a heartbeat every 2 ticks (five per election
 // timeout at the default 10) when the election timeout is at least 10
 // ticks, else every tick. Every heartbeat wakes every follower, and with
 // the keepalives' confirmation rounds riding on them (confirm.go) they are
-// most of an idle replica's wake-ups: a beat per tick made an idle voter
-// cost about a third more CPU (bench/cmd/embedcost). Five beats per timeout
+// most of an idle replica's wake-ups: with a beat per tick a 3-member
+// cluster's idle followers cost about a fifth more CPU (bench/cmd/embedcost). Five beats per timeout
 // still leave a follower four lost heartbeats before it campaigns.
 func defaultHeartbeatTicks(electionTicks int) int {
 	if electionTicks >= 10 {
@@ -405,6 +404,7 @@ func (c Config) heartbeatInterval() time.Duration {
 	return time.Duration(c.HeartbeatTicks) * c.TickInterval
 }
 
+// electionTimeout is the base election timeout.
 func (c Config) electionTimeout() time.Duration {
 	return time.Duration(c.ElectionTicks) * c.TickInterval
 }
@@ -452,10 +452,10 @@ func (c Config) defaultKeepaliveInterval() time.Duration {
 func failoverBudget(election time.Duration) time.Duration { return 9 * election / 2 }
 
 // MinSessionTTL is the shortest SessionTTL Validate accepts for an election
-// timeout (ElectionTicks × TickInterval) with the default KeepaliveInterval
-// (SessionTTL/10 at that TTL), DriftRatio and TickInterval (election/10): 5.4 election
-// timeouts, enough for a healthy session to survive two back-to-back leader
-// failovers.
+// timeout (ElectionTicks × TickInterval) with a KeepaliveInterval of
+// SessionTTL/10 (the shortest the default ever is), the default DriftRatio
+// and TickInterval (election/10): 5.4 election timeouts, enough for a
+// healthy session to survive two back-to-back leader failovers.
 func MinSessionTTL(election time.Duration) time.Duration {
 	// TTL·(1 − 2·DefaultDriftRatio) − election/10 − TTL/10 ≥ 4.5·election
 	f := 1 - 2*DefaultDriftRatio - 0.1
