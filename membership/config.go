@@ -281,6 +281,12 @@ func (c *Config) memberlistConfig(logger *slog.Logger, refused *refuse.Log) *mem
 	mc.TCPTimeout = t.TCPTimeout
 	mc.GossipToTheDeadTime = t.GossipToTheDeadTime
 	mc.DeadNodeReclaimTime = t.DeadNodeReclaimTime
+	// No compression: every message memberlist sends (a probe, an ack, a
+	// gossip packet of a few hundred bytes) was LZW-compressed through a
+	// freshly allocated writer, most of an idle member's allocations and so
+	// of its garbage collections (bench/cmd/embedcost). Members that
+	// compress still interoperate: a receiver decodes either form.
+	mc.EnableCompression = false
 	mc.Logger = newStdLogger(logger, refused)
 	mc.LogOutput = nil
 	return mc

@@ -87,8 +87,17 @@ func Start(cfg Config) (*Membership, error) {
 	mc.Events = d
 	mc.Alive = d
 	mc.Merge = d
+	tr, err := newNetTransport(mc.BindAddr, mc.BindPort, m.log)
+	if err != nil {
+		return nil, fmt.Errorf("membership: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+	}
+	mc.Transport = tr
+	if mc.BindPort == 0 { // memberlist completes port-less seeds with it
+		mc.BindPort = tr.port
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		tr.Shutdown()
 		return nil, fmt.Errorf("membership: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
 	m.ml = ml
