@@ -68,6 +68,7 @@ var (
 	flagName   = flag.String("name", "", "")
 	flagHB     = flag.Int("heartbeat-ticks", 0, "raft heartbeat interval in ticks (0: lockraft's default); for experiments")
 	flagGI     = flag.Duration("gossip-interval", 0, "memberlist's gossip interval (0: LANGossipTiming's); for experiments")
+	flagPI     = flag.Duration("probe-interval", 0, "memberlist's probe interval (0: LANGossipTiming's); for experiments")
 )
 
 func main() {
@@ -104,6 +105,9 @@ func child() error {
 		if *flagGI > 0 {
 			timing.GossipInterval = *flagGI
 		}
+		if *flagPI > 0 {
+			timing.ProbeInterval = *flagPI
+		}
 		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(lockraft.Gossip{
 			Name: *flagName, Founders: founders, Timing: timing,
 			Voters: lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
@@ -120,6 +124,7 @@ func child() error {
 	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler()))
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // diagnosis: which goroutines wake an idle replica
+	mux.Handle("/debug/pprof/allocs", pprof.Handler("allocs")) // diagnosis: what an idle replica allocates (GC cost)
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
 	})
@@ -300,7 +305,7 @@ func measureFleet(self, kind string) error {
 	}()
 	start := time.Now()
 	for i := range size {
-		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String()}
+		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String()}
 		if gossip {
 			args = append(args, "-gossip", "-expect", fmt.Sprint(expect), "-name", fmt.Sprintf("m%d", i))
 			if i > 0 {
