@@ -143,6 +143,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithInitialWindowSize(cfg.streamWindow()),
 		grpc.WithInitialConnWindowSize(connWindows*cfg.streamWindow()),
+		grpc.WithIdleTimeout(cfg.IdleTimeout),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                10 * time.Second,
 			Timeout:             5 * time.Second,

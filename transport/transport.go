@@ -91,6 +91,12 @@ const (
 	DefaultQueueSize   = 4096
 	DefaultMaxMsgSize  = 4 << 20
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultIdleTimeout: a connection to a peer that carried no call and no
+	// stream for a minute is closed (and dialled again on the next call).
+	// An idle connection still woke both ends every 10 s for gRPC's
+	// keepalive ping: a light member keeps a few of them from its formation
+	// and a fleet's leader one per member it ever called.
+	DefaultIdleTimeout = time.Minute
 	// DefaultMaxSnapshotSize bounds a received snapshot file (1 GiB, about
 	// ten million held locks).
 	DefaultMaxSnapshotSize = 1 << 30
@@ -218,6 +224,10 @@ type Config struct {
 	RefuseEvery time.Duration
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
+	// IdleTimeout closes a peer connection after this long without a call
+	// or a stream (default DefaultIdleTimeout); the next call dials again.
+	// Raft's message streams keep a raft peer's connection open.
+	IdleTimeout time.Duration
 	// Formation is this node's formation id: the identity of the formed
 	// cluster it belongs to, "" if none yet (see formation.go). Carried by
 	// every RPC and checked on every incoming one.
@@ -301,6 +311,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: MaxMsgSize %d < 0", ErrInvalidConfig, c.MaxMsgSize)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: DialTimeout %v < 0", ErrInvalidConfig, c.DialTimeout)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("%w: IdleTimeout %v < 0", ErrInvalidConfig, c.IdleTimeout)
 	case c.MaxSnapshotSize < 0:
 		return fmt.Errorf("%w: MaxSnapshotSize %d < 0", ErrInvalidConfig, c.MaxSnapshotSize)
 	case ReservedID(c.LocalID):
@@ -322,6 +334,9 @@ func (c *Config) validate() error {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
