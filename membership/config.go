@@ -117,18 +117,18 @@ type Timing struct {
 }
 
 // LANTiming is memberlist.DefaultLANConfig's timing (probe 1 s / 500 ms,
-// suspicion ×4, push/pull 30 s), but for gossip every 500 ms to 3 (memberlist's
-// LAN gossips every 200 ms, its WAN every 500 ms: each gossip tick wakes an
-// idle embedding process, lockraft.LANGossipTiming says what it costs), plus
-// this package's defaults: dead names reclaimable after 30 s, seeds retried
-// from 1 s, failed and left members forgotten after 72 h.
+// suspicion ×4, push/pull 30 s), but for gossip every second to 3
+// (memberlist's LAN gossips every 200 ms, its WAN every 500 ms: each gossip
+// tick wakes an idle embedding process, lockraft.LANGossipTiming says what
+// it costs), plus this package's defaults: dead names reclaimable after
+// 30 s, seeds retried from 1 s, failed and left members forgotten after 72 h.
 func LANTiming() Timing {
 	c := memberlist.DefaultLANConfig()
 	return Timing{
 		ProbeInterval:       c.ProbeInterval,
 		ProbeTimeout:        c.ProbeTimeout,
 		SuspicionMult:       c.SuspicionMult,
-		GossipInterval:      500 * time.Millisecond,
+		GossipInterval:      time.Second,
 		GossipNodes:         c.GossipNodes,
 		RetransmitMult:      c.RetransmitMult,
 		PushPullInterval:    c.PushPullInterval,
