@@ -123,7 +123,7 @@ func child() error {
 	mux := http.NewServeMux()
 	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler()))
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // diagnosis: which goroutines wake an idle replica
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)          // diagnosis: which goroutines wake an idle replica
 	mux.Handle("/debug/pprof/allocs", pprof.Handler("allocs")) // diagnosis: what an idle replica allocates (GC cost)
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
