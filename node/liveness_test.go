@@ -292,8 +292,12 @@ func TestReviveBeforeAck(t *testing.T) {
 			tc.heal()
 			require.Eventually(t, func() bool { return holder.lastAcked.Load().After(healed) },
 				5*time.Second, time.Millisecond, "no keepalive acknowledged after the heal")
-			// Stay a while (keepalives acknowledged), then go at once.
-			stay := time.Now().Add(500 * time.Millisecond)
+			// Stay a while (keepalives acknowledged), then go at once. The
+			// planted ReviveAsSilenceZero grants early by about this stay,
+			// less the expiry's commit: a second keeps that margin above a
+			// loaded machine's commit delay (a 500 ms stay once lost it to a
+			// 450 ms commit under CI, and the check of the checker failed).
+			stay := time.Now().Add(time.Second)
 			require.Eventually(t, func() bool { return holder.lastAcked.Load().After(stay) },
 				5*time.Second, time.Millisecond, "no keepalive acknowledged while staying")
 
