@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -186,6 +187,11 @@ func (c *Config) Validate() error {
 		default:
 			return &KeyLengthError{Len: len(k)}
 		}
+	}
+	if c.BindAddr != "" && net.ParseIP(c.BindAddr) == nil {
+		// memberlist's own transport bound every interface for a name it
+		// could not parse; this package's binds what it is told or refuses.
+		return bad("bind address %q is not an IP address", c.BindAddr)
 	}
 	if c.BindPort < 0 || c.BindPort > 65535 {
 		return bad("bind port %d out of range", c.BindPort)

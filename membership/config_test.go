@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		"no cluster id":  func(c *Config) { c.Meta.ClusterID = "" },
 		"meta too large": func(c *Config) { c.Meta.Version = strings.Repeat("v", 600) },
 		"bind port":      func(c *Config) { c.BindPort = 70000 },
+		"bind name":      func(c *Config) { c.BindAddr = "localhost" },
 		"advertise port": func(c *Config) { c.AdvertisePort = -1 },
 		"long label":     func(c *Config) { c.Label = strings.Repeat("l", 256) },
 		"empty seed":     func(c *Config) { c.Seeds = []string{""} },
