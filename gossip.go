@@ -34,8 +34,9 @@ type Gossip struct {
 	// single-node development mode: this member founds a cluster of its own.
 	BootstrapExpect int
 
-	// BindAddr and BindPort are where gossip listens (UDP and TCP). Default
-	// 127.0.0.1 and a free port; deployments set a port (memberlist's
+	// BindAddr and BindPort are where gossip listens (UDP and TCP). BindAddr
+	// is an IP address (a name: ErrInvalidConfig). Default 127.0.0.1 and a
+	// free port; deployments set a port (memberlist's
 	// conventional one is 7946). AdvertiseAddr and AdvertisePort are what the
 	// others dial: default the bound ones. A wildcard BindAddr (0.0.0.0, ::)
 	// needs an advertise address: AdvertiseAddr, or WithAdvertiseAddr whose
