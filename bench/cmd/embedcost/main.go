@@ -50,7 +50,7 @@ import (
 )
 
 var (
-	flagFleets  = flag.String("fleets", "3,50", "fleets to measure: 3 (static), 3g (gossip), 50 (gossip, 5 voters)")
+	flagFleets  = flag.String("fleets", "3,50", "fleets to measure: 3 (static), 3g (gossip), 10 and 50 (gossip, 5 voters, 2 learners, the rest light); floors (floor.go): 7 (5 voters, 2 learners, no light), 50m (the gossip layer alone)")
 	flagIdle    = flag.Duration("idle", 60*time.Second, "idle measurement window")
 	flagSettle  = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed and ready, before measuring")
 	flagPairs   = flag.Int("pairs", 6400, "Lock+Unlock pairs of the S2 load (over all callers)")
@@ -66,15 +66,19 @@ var (
 	flagSeeds  = flag.String("seeds", "", "")
 	flagExpect = flag.Int("expect", 0, "")
 	flagName   = flag.String("name", "", "")
+	flagBare   = flag.Bool("bare", false, "")
 	flagHB     = flag.Int("heartbeat-ticks", 0, "raft heartbeat interval in ticks (0: lockraft's default); for experiments")
 	flagGI     = flag.Duration("gossip-interval", 0, "memberlist's gossip interval (0: LANGossipTiming's); for experiments")
 	flagPI     = flag.Duration("probe-interval", 0, "memberlist's probe interval (0: LANGossipTiming's); for experiments")
+	flagKA     = flag.Duration("keepalive", 0, "session keepalive interval (0: lockraft's default, TTL/4); for experiments")
 )
 
 func main() {
 	flag.Parse()
 	var err error
-	if *flagChild {
+	if *flagChild && *flagBare {
+		err = bareChild()
+	} else if *flagChild {
 		err = child()
 	} else {
 		err = parent()
@@ -89,8 +93,8 @@ func main() {
 
 func child() error {
 	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID("embedcost")}
-	if *flagHB > 0 {
-		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{HeartbeatTicks: *flagHB}))
+	if *flagHB > 0 || *flagKA > 0 {
+		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{HeartbeatTicks: *flagHB, KeepaliveInterval: *flagKA}))
 	}
 	var peers []string
 	if *flagGossip {
@@ -248,8 +252,12 @@ func parent() error {
 }
 
 func measureFleet(self, kind string) error {
-	size, gossip := 0, false
+	size, gossip, bare := 0, false, false
 	switch kind {
+	case "7":
+		size, gossip = 7, true
+	case "50m":
+		size, gossip, bare = 50, true, true
 	case "3":
 		size = 3
 	case "3g":
@@ -305,9 +313,12 @@ func measureFleet(self, kind string) error {
 	}()
 	start := time.Now()
 	for i := range size {
-		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String()}
+		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String(), "-keepalive", flagKA.String()}
 		if gossip {
 			args = append(args, "-gossip", "-expect", fmt.Sprint(expect), "-name", fmt.Sprintf("m%d", i))
+			if bare {
+				args = append(args, "-bare", "-expect", fmt.Sprint(size)) // the last -expect wins: ready when all are seen
+			}
 			if i > 0 {
 				args = append(args, "-seeds", seed)
 			}
@@ -357,7 +368,7 @@ func measureFleet(self, kind string) error {
 				break
 			}
 		}
-		if ok && gossip {
+		if ok && gossip && !bare {
 			var mv lockraft.MembersView
 			if code, body := get(procs[0].url + "/lockraft/members"); code == 200 && json.Unmarshal([]byte(body), &mv) == nil {
 				roles := map[string]int{}
@@ -440,6 +451,16 @@ func measureFleet(self, kind string) error {
 	}
 	load1 := loadavg()
 	idleEntries := applied() - commit0
+	if bare {
+		fmt.Printf("\n== 50 members of the gossip layer alone (LAN timing; no raft, no session): formed in %v; idle window %v; load average %s before, %s after\n",
+			formed.Round(100*time.Millisecond), window.Round(time.Second), load0, load1)
+		cpu := func(r row) float64 { return r.cpuPct }
+		wakes := func(r row) float64 { return r.wakes }
+		rss := func(r row) float64 { return r.rssMiB }
+		fmt.Printf("gossip-only n=%d idle-cpu%% median %.3f max %.3f | wakes/s median %.0f | rss-MiB median %.1f\n",
+			len(rows), median(rows, cpu), maxOf(rows, cpu), median(rows, wakes), median(rows, rss))
+		return nil
+	}
 
 	// S2 load.
 	callers := *flagCallers
@@ -482,7 +503,7 @@ func measureFleet(self, kind string) error {
 
 	// Report.
 	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster",
-		"10": "fleet of 10 (gossip: 5 voters, 2 learners, 3 light)", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
+		"10": "fleet of 10 (gossip: 5 voters, 2 learners, 3 light)", "7": "fleet of 7 (gossip: 5 voters, 2 learners, no light)", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
 	fmt.Printf("\n== %s: formed and ready in %v; idle window %v (raft entries committed meanwhile: %d); load average %s before, %s after\n",
 		name, formed.Round(100*time.Millisecond), window.Round(time.Second), idleEntries, load0, load1)
 	fmt.Printf("%-6s %-9s %10s %8s %11s %5s %8s\n", "proc", "role", "idle-cpu%", "rss-MiB", "goroutines", "fds", "wakes/s")
