@@ -180,8 +180,13 @@ func (m *Membership) Refusals(kind string) uint64 { return m.refused.Count(kind)
 // Dropped returns how many events were dropped because Config.Events was full.
 func (m *Membership) Dropped() uint64 { return m.dropped.Load() }
 
+// ErrShutdown: the member has been shut down.
+var ErrShutdown = errors.New("membership: shut down")
+
 // UpdateMeta replaces this member's metadata and gossips it, waiting up to
-// Timing.TCPTimeout for the broadcast to go out. RaftID and ClusterID cannot
+// Timing.TCPTimeout for the broadcast to go out, or until Shutdown: after
+// Shutdown it returns ErrShutdown at once (a stopped member gossips
+// nothing, so the wait could only time out). RaftID and ClusterID cannot
 // change (ErrInvalidMeta); a Meta over MaxMetaSize fails with ErrMetaTooLarge.
 // Typical use: set HasData once raft state exists.
 func (m *Membership) UpdateMeta(meta Meta) error {
@@ -199,10 +204,27 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 	}
 	m.meta = meta
 	m.mu.Unlock()
-	if err := m.ml.UpdateNode(m.timing.TCPTimeout); err != nil {
-		return fmt.Errorf("membership: update metadata: %w", err)
+	select {
+	case <-m.stop:
+		return fmt.Errorf("membership: update metadata: %w", ErrShutdown)
+	default:
 	}
-	return nil
+	// memberlist waits for the broadcast with no way to cut the wait short,
+	// and a shut-down memberlist never sends it: wait beside it, so that a
+	// Shutdown meanwhile ends the call (the goroutine ends with memberlist's
+	// timeout). Node.Close used to wait out TCPTimeout here, and again for
+	// each further metadata change its gossip goroutine tried while closing.
+	res := make(chan error, 1)
+	go func() { res <- m.ml.UpdateNode(m.timing.TCPTimeout) }()
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("membership: update metadata: %w", err)
+		}
+		return nil
+	case <-m.stop:
+		return fmt.Errorf("membership: update metadata: %w", ErrShutdown)
+	}
 }
 
 // ErrNoKeyring is returned by the key methods of a member started without

@@ -230,3 +230,40 @@ func TestConvergence20(t *testing.T) {
 	}, 30*time.Second, tick)
 	t.Logf("%d members converged in %v", n, time.Since(start))
 }
+
+// TestUpdateMetaEndsAtShutdown: memberlist waits for a metadata broadcast
+// to go out, and a shut-down member never sends one, so UpdateMeta must
+// end at Shutdown rather than wait out TCPTimeout. Node.Close waits for its
+// gossip goroutine, which may be announcing metadata as the node closes:
+// the example's formation tests took up to 115 s to stop, mostly in such
+// 10 s waits. Here the broadcast cannot go out at all (no probe or gossip
+// tick for an hour), so the call is still waiting when Shutdown comes.
+func TestUpdateMetaEndsAtShutdown(t *testing.T) {
+	quiet := FastTiming()
+	quiet.ProbeInterval, quiet.GossipInterval, quiet.TCPTimeout = time.Hour, time.Hour, time.Minute
+	cfgA := testConfig(1, "c1")
+	cfgA.Timing = quiet
+	a := startNode(t, cfgA)
+	cfgB := testConfig(2, "c1")
+	cfgB.Timing, cfgB.Seeds = quiet, []string{a.addr()}
+	startNode(t, cfgB)
+	require.Eventually(t, func() bool { return len(aliveIDs(a)) == 2 }, 5*time.Second, tick)
+
+	meta := cfgA.Meta
+	meta.HasData = true
+	res := make(chan error, 1)
+	go func() { res <- a.m.UpdateMeta(meta) }()
+	select {
+	case err := <-res:
+		t.Fatalf("UpdateMeta returned before Shutdown although its broadcast cannot go out: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, a.m.Shutdown())
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, ErrShutdown)
+	case <-time.After(10 * time.Second):
+		t.Fatal("UpdateMeta still waiting 10 s after Shutdown (memberlist's wait is TCPTimeout, 1 min here)")
+	}
+	require.ErrorIs(t, a.m.UpdateMeta(meta), ErrShutdown, "after Shutdown: at once")
+}

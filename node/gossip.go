@@ -364,6 +364,14 @@ func (n *Node) gossipLoop() {
 			}
 		case <-tick:
 		}
+		// A closing node stops here, whichever other case was also ready:
+		// select picks among ready cases at random, and each further turn
+		// could start a metadata broadcast that nothing will send.
+		select {
+		case <-n.stopc:
+			return
+		default:
+		}
 		meta := n.localMeta()
 		if meta != announced {
 			// Raft data or a formation id: tell the others.
