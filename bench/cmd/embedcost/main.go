@@ -11,16 +11,25 @@
 //     by the pairs done.
 //
 // Fleets: "3" is a 3-member static cluster (the quick start); "3g" the same
-// formed by gossip; "10" a gossip fleet of 10; "50" a gossip fleet of 50 (5 voters, 2 learners, the
-// rest light members). Production timings throughout (100 ms ticks, 10 s
-// session TTL, 1 s keepalives, memberlist's LAN timing).
+// formed by gossip; "10" a gossip fleet of 10; "50" a gossip fleet of 50 (5
+// voters, 2 learners, the rest light members). Production timings
+// throughout (100 ms ticks, heartbeats every 200 ms, 10 s session TTL,
+// keepalives every 2.5 s, memberlist's LAN timing with gossip every second).
+// Two floors say what lockraft adds to what it stands on (floor.go): "7",
+// 5 voters and 2 learners and no light member (a fleet's leader before any
+// light member's keepalive), and "50m", 50 members of the gossip layer
+// alone (a light member before lockraft's session).
 //
 //	go run ./cmd/embedcost                      # from bench/: fleets 3 and 50
 //	go run ./cmd/embedcost -fleets 3g -idle 30s
+//	go run ./cmd/embedcost -fleets 50m,7,50     # the floors beside the fleet
 //
 // The machine's load average is printed with the figures: idle CPU is only
-// meaningful on a quiet machine. -heartbeat-ticks and -gossip-interval
-// change those timings on every replica, to measure what they cost:
+// meaningful on a quiet machine. A fleet of 50 gossips its full state
+// (push/pull) once a minute per member, in waves after it starts: measure
+// over a whole minute. -heartbeat-ticks, -gossip-interval, -probe-interval
+// and -keepalive change those timings on every replica, to measure what
+// they cost:
 //
 //	go run ./cmd/embedcost -fleets 10 -idle 30s -gossip-interval 1s
 package main
