@@ -324,10 +324,12 @@ func measureFleet(self, kind string) error {
 	for i := range size {
 		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String(), "-keepalive", flagKA.String()}
 		if gossip {
-			args = append(args, "-gossip", "-expect", fmt.Sprint(expect), "-name", fmt.Sprintf("m%d", i))
+			exp := expect // founders
 			if bare {
-				args = append(args, "-bare", "-expect", fmt.Sprint(size)) // the last -expect wins: ready when all are seen
+				exp = size // ready when it sees every member alive
+				args = append(args, "-bare")
 			}
+			args = append(args, "-gossip", "-expect", fmt.Sprint(exp), "-name", fmt.Sprintf("m%d", i))
 			if i > 0 {
 				args = append(args, "-seeds", seed)
 			}
