@@ -192,7 +192,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 // idle one sends heartbeats of a few dozen bytes, so it kept each of them —
 // the bytes and a replay entry, about 300 bytes of heap apiece — for the
 // first half hour or more of the stream: MiBs per follower (a fleet's leader
-// grew from 34 to 45 MiB RSS in its first five idle minutes), and every
+// grew from 33 to 45 MiB RSS in its first six idle minutes), and every
 // reconnect started over. With a zero buffer the stream commits at its first message: a
 // failure to open it is still retried, a broken stream is reopened by
 // writeLoop as before.
