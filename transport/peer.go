@@ -224,9 +224,9 @@ func (p *peer) raftSide() bool {
 // the bytes and a replay entry, about 300 bytes of heap apiece — for the
 // first half hour or more of the stream: MiBs per follower (a fleet's leader
 // grew from 33 to 45 MiB RSS in its first six idle minutes), and every
-// reconnect started over. With a zero buffer the stream commits at its first message: a
-// failure to open it is still retried, a broken stream is reopened by
-// writeLoop as before.
+// reconnect started over. With a zero buffer the stream commits at its
+// first message: a failure to open it is still retried, a broken stream is
+// reopened by writeLoop as before.
 var noReplay = grpc.MaxRetryRPCBufferSize(0)
 
 // outgoing adds the cluster, sender and formation headers to ctx. The
@@ -251,7 +251,8 @@ func (p *peer) stop() {
 	_ = p.conn.Close()
 }
 
-// enqueue adds one batch without blocking; false means the queue is full.
+// enqueue adds one batch without blocking; false means the queue is full
+// or the peer is stopping.
 func (p *peer) enqueue(batch []wireMsg) bool {
 	if !p.raftSide() {
 		return false
