@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -38,9 +37,14 @@ func bareChild() error {
 		timing.ProbeInterval = *flagPI
 	}
 	id := uint64(time.Now().UnixNano())<<8 | uint64(os.Getpid()&0xff) | 1
+	var seeds []string // membership retries them in the background until one answers
+	if *flagSeeds != "" {
+		seeds = strings.Split(*flagSeeds, ",")
+	}
 	m, err := membership.Start(membership.Config{
 		NodeName: *flagName,
 		BindAddr: "127.0.0.1",
+		Seeds:    seeds,
 		Meta:     membership.Meta{RaftID: id, RaftAddr: "127.0.0.1:1", ClusterID: "embedcost"},
 		Timing:   timing,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -49,18 +53,6 @@ func bareChild() error {
 		return err
 	}
 	defer m.Shutdown()
-	if *flagSeeds != "" {
-		seeds := strings.Split(*flagSeeds, ",")
-		for range 50 {
-			if _, err = m.Join(seeds); err == nil {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if err != nil {
-			return err
-		}
-	}
 	mux := http.NewServeMux()
 	// The parent's readiness: every member of the fleet seen alive.
 	mux.HandleFunc("/lockraft/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -79,9 +71,7 @@ func bareChild() error {
 	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
-	})
+	mux.HandleFunc("/stats", serveStats)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

@@ -138,9 +138,7 @@ func child() error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)          // diagnosis: which goroutines wake an idle replica
 	mux.Handle("/debug/pprof/allocs", pprof.Handler("allocs")) // diagnosis: what an idle replica allocates (GC cost)
-	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
-	})
+	mux.HandleFunc("/stats", serveStats)
 	mux.HandleFunc("/load", func(w http.ResponseWriter, r *http.Request) {
 		callers, _ := strconv.Atoi(r.URL.Query().Get("callers"))
 		pairs, _ := strconv.Atoi(r.URL.Query().Get("pairs"))
@@ -203,6 +201,11 @@ func ctxSwitches(pid int) int64 {
 		}
 	}
 	return sum
+}
+
+// serveStats is a child's /stats: its goroutines and its CPU time so far.
+func serveStats(w http.ResponseWriter, _ *http.Request) {
+	json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
 }
 
 func selfCPU() time.Duration {
