@@ -49,3 +49,32 @@ func TestAlignedTickersShareWakeUps(t *testing.T) {
 	case <-time.After(3 * d):
 	}
 }
+
+// TestTickOriginIsSharedAcrossProcesses: the tick origin is the last whole
+// hour of wall time, so two processes started at different moments (or on
+// machines whose clocks agree) tick at the same instants for every period
+// that divides an hour — the keepalive interval among them — and their
+// tickers' wake-ups fall together (clock.go). The origin keeps the
+// monotonic reading of the time it was taken from, so ticks and deadlines
+// measured from it are unaffected by a later wall-clock step.
+func TestTickOriginIsSharedAcrossProcesses(t *testing.T) {
+	now := time.Now()
+	o := lastWholeHour(now)
+	require.Zero(t, o.UnixNano()%int64(time.Hour), "origin %v is not a whole hour", o)
+	require.False(t, o.After(now))
+	require.Less(t, now.Sub(o), time.Hour)
+	require.Equal(t, now.Round(0).Sub(o.Round(0)), now.Sub(o), "wall and monotonic offsets differ")
+	require.NotEqual(t, o.String(), o.Round(0).String(), "the origin lost its monotonic reading")
+
+	// Two "processes": one started 37 min 12.345 s after the other.
+	later := now.Add(37*time.Minute + 12345*time.Millisecond)
+	o2 := lastWholeHour(later)
+	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second} {
+		at := later.Add(time.Minute)
+		require.Equal(t, at.Sub(o)%d, at.Sub(o2)%d, "period %v: the two processes' ticks fall at different phases", d)
+	}
+	// A ticker's first tick lands on a multiple of its period in wall time.
+	d := 2500 * time.Millisecond
+	first := later.Add(d - later.Sub(o2)%d)
+	require.Zero(t, first.UnixNano()%int64(d))
+}
