@@ -95,6 +95,9 @@ func Start(cfg Config) (*Membership, error) {
 	if mc.BindPort == 0 { // memberlist completes port-less seeds with it
 		mc.BindPort = tr.port
 	}
+	// memberlist's probe and gossip tickers start in Create: start them on
+	// the phase the node's tickers keep (phase.go).
+	time.Sleep(untilPhase(time.Now(), m.timing.ProbeInterval))
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		tr.Shutdown()
