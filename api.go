@@ -114,7 +114,10 @@ type Node struct {
 // form the cluster once they all see each other (never two clusters, see
 // Gossip.Founders), and the leader adds, promotes and replaces
 // voters by itself. The raft id is random, made on first start and kept in
-// the data directory.
+// the data directory. Join then blocks up to one gossip probe interval (1 s
+// with LANGossipTiming; none above 2 s) so that gossip probes on the
+// fleet's common phase: an idle member's probes, keepalive and ticks share
+// their wake-ups (README, "Cost of embedding").
 //
 // Without it, peers is the static list of every founding member's gRPC
 // address, identical and in the same order on every replica; this replica

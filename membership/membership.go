@@ -52,8 +52,10 @@ type Membership struct {
 // Start validates cfg, starts gossip and joins cfg.Seeds. If no seed answers,
 // Start still returns the running member (alone) and keeps retrying the seeds
 // in the background, with doubling delays, until one answers or Shutdown;
-// call Join to try other addresses. Errors: wrapping ErrInvalidConfig, or a
-// failure to bind or create the memberlist.
+// call Join to try other addresses. It blocks up to one probe interval (for
+// intervals up to 2 s) to start probing on the phase every member keeps
+// (phase.go). Errors: wrapping ErrInvalidConfig, or a failure to bind or
+// create the memberlist.
 func Start(cfg Config) (*Membership, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
