@@ -46,7 +46,8 @@
 // failed for DeadVoterAfter (only with a ready learner or a surplus of
 // voters, never below a healthy quorum), promote a learner that has been
 // healthy and caught up for StabilizeFor up to TargetVoters (3, 5, at most 7,
-// odd), and keep MaxLearners warm standbys.
+// odd), and keep MaxLearners warm standbys (negative: none; a learner is
+// then added only to grow the voters or replace a failed one).
 //
 // # Fleet scale
 //

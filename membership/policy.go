@@ -37,8 +37,12 @@ type Thresholds struct {
 	// MaxLag: a member whose Match trails the leader's last index by more than
 	// this is not caught up (not healthy for promotion, not counted healthy).
 	MaxLag uint64
-	// MaxLearners: warm standbys kept as raft learners. The rest of the fleet
-	// stays out of the raft configuration (light members).
+	// MaxLearners: warm standbys kept as raft learners (0: the default, 2).
+	// The rest of the fleet stays out of the raft configuration (light
+	// members). Negative: none. A learner is then added only while the
+	// voters are below their target or one of them has failed, and promoted
+	// in its place once ready: replacing a failed voter then waits for the
+	// new learner to catch up, where a standby would already have.
 	MaxLearners int
 	// MaxVoters: 3, 5 or 7; see TargetVoters.
 	MaxVoters int
@@ -71,7 +75,7 @@ func (t Thresholds) withDefaults() Thresholds {
 	if t.MaxLag == 0 {
 		t.MaxLag = d.MaxLag
 	}
-	if t.MaxLearners <= 0 {
+	if t.MaxLearners == 0 {
 		t.MaxLearners = d.MaxLearners
 	}
 	if t.MaxVoters <= 0 {
@@ -155,15 +159,17 @@ type Plan struct {
 // PlanVoters advises at most one configuration change, by priority:
 //
 //  1. RemoveLearner: a learner Left, or failed for DeadLearnerAfter, or
-//     beyond MaxLearners.
+//     beyond MaxLearners (with none, beyond the one a voter set below its
+//     target or with a failed voter needs).
 //  2. RemoveVoter: a voter not RecentActive, not Alive in gossip, for
 //     DeadVoterAfter — both signals must agree — and only when a ready
 //     learner can take its place or voters exceed the target, and only if the
 //     healthy voters still form a quorum of the smaller configuration.
 //  3. PromoteLearner: fewer voters than TargetVoters and a learner healthy
 //     and caught up for StabilizeFor (longest-stable first, then lowest ID).
-//  4. AddLearner: fewer learners than MaxLearners and a non-member Alive for
-//     StabilizeFor, without raft data, never removed before.
+//  4. AddLearner: fewer learners than MaxLearners (with none: no learner,
+//     and voters below their target or one failed) and a non-member Alive
+//     for StabilizeFor, without raft data, never removed before.
 //
 // Healthy voters are never removed, and the leader never is. It is a pure
 // function: no clock, no I/O.
@@ -220,39 +226,6 @@ func PlanVoters(in PlanInput) Plan {
 		return ids
 	}
 	target := TargetVoters(live, t.MaxVoters)
-
-	// 1. Learners go eagerly.
-	for _, id := range slices.Sorted(slices.Values(in.Learners)) {
-		h, ok := health[id]
-		if !ok {
-			continue
-		}
-		if h.Gossip == StateLeft {
-			return Plan{RemoveLearner, id, fmt.Sprintf("learner %016x left gossip", id)}
-		}
-		if !healthy(id) && h.Gossip != StateAlive && h.UnhealthyFor >= t.DeadLearnerAfter {
-			return Plan{RemoveLearner, id, fmt.Sprintf("learner %016x failed for %v (>= %v)", id, h.UnhealthyFor, t.DeadLearnerAfter)}
-		}
-	}
-	if len(in.Learners) > t.MaxLearners {
-		ids := byStability(in.Learners)
-		id := ids[len(ids)-1]
-		return Plan{RemoveLearner, id, fmt.Sprintf("%d learners, at most %d: removing the least stable", len(in.Learners), t.MaxLearners)}
-	}
-
-	// 2. Replace a failed voter.
-	var readyLearners []uint64
-	for _, id := range byStability(in.Learners) {
-		if ready(id) {
-			readyLearners = append(readyLearners, id)
-		}
-	}
-	healthyVoters := 0
-	for _, id := range in.Voters {
-		if healthy(id) {
-			healthyVoters++
-		}
-	}
 	var failed []uint64
 	for _, id := range in.Voters {
 		h, ok := health[id]
@@ -277,6 +250,45 @@ func PlanVoters(in PlanInput) Plan {
 		}
 		return 0
 	})
+	// Learners allowed: the standbys, or with none the one that grows the
+	// voters to their target or replaces a failed one.
+	allowed := max(t.MaxLearners, 0)
+	if allowed == 0 && (len(in.Voters) < target || len(failed) > 0) {
+		allowed = 1
+	}
+
+	// 1. Learners go eagerly.
+	for _, id := range slices.Sorted(slices.Values(in.Learners)) {
+		h, ok := health[id]
+		if !ok {
+			continue
+		}
+		if h.Gossip == StateLeft {
+			return Plan{RemoveLearner, id, fmt.Sprintf("learner %016x left gossip", id)}
+		}
+		if !healthy(id) && h.Gossip != StateAlive && h.UnhealthyFor >= t.DeadLearnerAfter {
+			return Plan{RemoveLearner, id, fmt.Sprintf("learner %016x failed for %v (>= %v)", id, h.UnhealthyFor, t.DeadLearnerAfter)}
+		}
+	}
+	if len(in.Learners) > allowed {
+		ids := byStability(in.Learners)
+		id := ids[len(ids)-1]
+		return Plan{RemoveLearner, id, fmt.Sprintf("%d learners, at most %d: removing the least stable", len(in.Learners), allowed)}
+	}
+
+	// 2. Replace a failed voter.
+	var readyLearners []uint64
+	for _, id := range byStability(in.Learners) {
+		if ready(id) {
+			readyLearners = append(readyLearners, id)
+		}
+	}
+	healthyVoters := 0
+	for _, id := range in.Voters {
+		if healthy(id) {
+			healthyVoters++
+		}
+	}
 	if len(failed) > 0 {
 		id := failed[0]
 		after := len(in.Voters) - 1
@@ -300,7 +312,7 @@ func PlanVoters(in PlanInput) Plan {
 	}
 
 	// 4. Keep warm standbys.
-	if len(in.Learners) < t.MaxLearners {
+	if len(in.Learners) < allowed {
 		removed := make(map[uint64]bool, len(in.Removed))
 		for _, id := range in.Removed {
 			removed[id] = true
@@ -314,7 +326,7 @@ func PlanVoters(in PlanInput) Plan {
 		if len(cands) > 0 {
 			id := byStability(cands)[0]
 			return Plan{AddLearner, id, fmt.Sprintf("%d learners < %d; member %016x alive for %v",
-				len(in.Learners), t.MaxLearners, id, health[id].HealthyFor)}
+				len(in.Learners), allowed, id, health[id].HealthyFor)}
 		}
 	}
 	if len(failed) > 0 {

@@ -130,11 +130,15 @@ func TestPlanVoters(t *testing.T) {
 type cluster struct {
 	voters, learners, removed []uint64
 	health                    map[uint64]*MemberHealth
+	th                        *Thresholds // nil: th
 }
 
 func (c *cluster) input() PlanInput {
 	in := PlanInput{LeaderID: 1, Voters: slices.Clone(c.voters), Learners: slices.Clone(c.learners), LastIndex: 1000,
 		Removed: slices.Clone(c.removed), Thresholds: th}
+	if c.th != nil {
+		in.Thresholds = *c.th
+	}
 	for _, h := range c.health {
 		in.Members = append(in.Members, *h)
 	}
@@ -239,4 +243,65 @@ func kinds(ps []Plan) []ChangeKind {
 		out = append(out, p.Change)
 	}
 	return out
+}
+
+// TestPlanWithoutStandbys: MaxLearners negative keeps no warm standby — a
+// fleet of 5 voters and the rest light members, as a leader's idle cost
+// wants (each learner is one more follower to heartbeat) — yet the voters
+// still grow to their target and a failed voter is still replaced, through
+// one learner added for the purpose and promoted at once. Zero still means
+// the default two.
+func TestPlanWithoutStandbys(t *testing.T) {
+	none := th
+	none.MaxLearners = -1
+	c := &cluster{voters: []uint64{1, 2, 3}, health: map[uint64]*MemberHealth{}, th: &none}
+	for id := uint64(1); id <= 3; id++ {
+		h := ok(id)
+		c.health[id] = &h
+	}
+	require.Empty(t, c.run(t))
+
+	// A 4th member stays light: 3 voters is the target for 4 members.
+	h := newcomer(4, time.Hour)
+	c.health[4] = &h
+	require.Empty(t, c.run(t))
+
+	// A 5th: the target is 5, reached through one learner at a time.
+	h5 := newcomer(5, time.Hour)
+	c.health[5] = &h5
+	plans := c.run(t)
+	require.Equal(t, []ChangeKind{AddLearner, PromoteLearner, AddLearner, PromoteLearner}, kinds(plans))
+	require.ElementsMatch(t, []uint64{1, 2, 3, 4, 5}, c.voters)
+	require.Empty(t, c.learners)
+
+	// The fleet grows to 10: all light.
+	for id := uint64(6); id <= 10; id++ {
+		h := newcomer(id, time.Hour)
+		c.health[id] = &h
+	}
+	require.Empty(t, c.run(t))
+	require.Empty(t, c.learners)
+
+	// A voter dies: kept until the threshold, then a learner is added,
+	// replaces it and is promoted; no learner is left.
+	*c.health[3] = dead(3, 30*time.Second)
+	require.Empty(t, c.run(t))
+	c.health[3].UnhealthyFor = time.Minute
+	plans = c.run(t)
+	require.Equal(t, []ChangeKind{AddLearner, RemoveVoter, PromoteLearner}, kinds(plans))
+	require.NotContains(t, c.voters, uint64(3))
+	require.Len(t, c.voters, 5)
+	require.Empty(t, c.learners)
+
+	// A learner beyond what is needed is removed.
+	in := c.input()
+	in.Learners = []uint64{7}
+	require.Equal(t, RemoveLearner, PlanVoters(in).Change)
+
+	// Zero is the default: two standbys.
+	zero := th
+	zero.MaxLearners = 0
+	require.Equal(t, 2, zero.withDefaults().MaxLearners)
+	in.Thresholds, in.Learners = zero, nil
+	require.Equal(t, AddLearner, PlanVoters(in).Change)
 }

@@ -12,7 +12,8 @@
 //
 // Fleets: "3" is a 3-member static cluster (the quick start); "3g" the same
 // formed by gossip; "10" a gossip fleet of 10; "50" a gossip fleet of 50 (5
-// voters, 2 learners, the rest light members). Production timings
+// voters, 2 learners — the default standbys, -learners sets how many — the
+// rest light members). Production timings
 // throughout (100 ms ticks, heartbeats every 200 ms, 10 s session TTL,
 // keepalives every 2.5 s, memberlist's LAN timing with gossip every second).
 // Two floors say what lockraft adds to what it stands on (floor.go): "7",
@@ -59,7 +60,7 @@ import (
 )
 
 var (
-	flagFleets  = flag.String("fleets", "3,50", "fleets to measure: 3 (static), 3g (gossip), 10 and 50 (gossip, 5 voters, 2 learners, the rest light); floors (floor.go): 7 (5 voters, 2 learners, no light), 50m (the gossip layer alone)")
+	flagFleets  = flag.String("fleets", "3,50", "fleets to measure: 3 (static), 3g (gossip), 10 and 50 (gossip, 5 voters, -learners learners, the rest light); floors (floor.go): 7 (5 voters, 2 learners, no light), 50m (the gossip layer alone)")
 	flagIdle    = flag.Duration("idle", 60*time.Second, "idle measurement window")
 	flagSettle  = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed and ready, before measuring")
 	flagPairs   = flag.Int("pairs", 6400, "Lock+Unlock pairs of the S2 load (over all callers)")
@@ -80,6 +81,7 @@ var (
 	flagGI     = flag.Duration("gossip-interval", 0, "memberlist's gossip interval (0: LANGossipTiming's); for experiments")
 	flagPI     = flag.Duration("probe-interval", 0, "memberlist's probe interval (0: LANGossipTiming's); for experiments")
 	flagKA     = flag.Duration("keepalive", 0, "session keepalive interval (0: lockraft's default, TTL/4); for experiments")
+	flagLearn  = flag.Int("learners", 2, "warm standby learners of a gossip fleet (VoterPolicy.MaxLearners; 0: none, the rest of the fleet light)")
 )
 
 func main() {
@@ -123,7 +125,7 @@ func child() error {
 		}
 		opts = append(opts, lockraft.WithListenAddr(*flagListen), lockraft.WithGossip(lockraft.Gossip{
 			Name: *flagName, Founders: founders, Timing: timing,
-			Voters: lockraft.VoterPolicy{MaxVoters: 5, StabilizeFor: 2 * time.Second},
+			Voters: lockraft.VoterPolicy{MaxVoters: 5, MaxLearners: maxLearners(*flagLearn), StabilizeFor: 2 * time.Second},
 		}))
 	} else {
 		peers = strings.Split(*flagPeers, ",")
@@ -325,7 +327,7 @@ func measureFleet(self, kind string) error {
 	}()
 	start := time.Now()
 	for i := range size {
-		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String(), "-keepalive", flagKA.String()}
+		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String(), "-keepalive", flagKA.String(), "-learners", fmt.Sprint(*flagLearn)}
 		if gossip {
 			exp := expect // founders
 			if bare {
@@ -369,7 +371,7 @@ func measureFleet(self, kind string) error {
 		}
 	}
 	// Ready (session and leader) everywhere, and for a gossip fleet the
-	// configuration at its target: 5 voters (or 3), 2 learners.
+	// configuration at its target: 5 voters (or 3), the learners asked for.
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if time.Now().After(deadline) {
@@ -389,7 +391,7 @@ func measureFleet(self, kind string) error {
 				for _, m := range mv.Members {
 					roles[m.Role]++
 				}
-				ok = roles[lockraft.RoleVoter] == expect && roles[lockraft.RoleLearner] == min(2, size-expect)
+				ok = roles[lockraft.RoleVoter] == expect && roles[lockraft.RoleLearner] == min(max(*flagLearn, 0), size-expect)
 			} else {
 				ok = false
 			}
@@ -516,8 +518,11 @@ func measureFleet(self, kind string) error {
 	pairs := per * callers
 
 	// Report.
-	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster",
-		"10": "fleet of 10 (gossip: 5 voters, 2 learners, 3 light)", "7": "fleet of 7 (gossip: 5 voters, 2 learners, no light)", "50": "fleet of 50 (gossip: 5 voters, 2 learners, 43 light)"}[kind]
+	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster"}[kind]
+	if name == "" {
+		learners := min(max(*flagLearn, 0), size-expect)
+		name = fmt.Sprintf("fleet of %d (gossip: %d voters, %d learners, %d light)", size, expect, learners, size-expect-learners)
+	}
 	fmt.Printf("\n== %s: formed and ready in %v; idle window %v (raft entries committed meanwhile: %d); load average %s before, %s after\n",
 		name, formed.Round(100*time.Millisecond), window.Round(time.Second), idleEntries, load0, load1)
 	fmt.Printf("%-6s %-9s %10s %8s %11s %5s %8s\n", "proc", "role", "idle-cpu%", "rss-MiB", "goroutines", "fds", "wakes/s")
@@ -617,4 +622,13 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// maxLearners maps -learners to VoterPolicy.MaxLearners, whose zero is the
+// default (2) and whose negative is none.
+func maxLearners(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
