@@ -35,7 +35,7 @@ type SystemClock struct{}
 func (SystemClock) Now() time.Time { return time.Now() }
 
 // NewTicker is a time.Ticker; from a tenth of a second up its ticks fall
-// on multiples of d from a process-wide origin (alignedTicker).
+// on multiples of d from an origin every process shares (alignedTicker).
 func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 	if d >= alignFrom {
 		return alignedTicker(d)
