@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -209,20 +210,7 @@ func PlanVoters(in PlanInput) Plan {
 	ready := func(id uint64) bool { return healthy(id) && health[id].HealthyFor >= t.StabilizeFor }
 	byStability := func(ids []uint64) []uint64 {
 		ids = slices.Clone(ids)
-		slices.SortFunc(ids, func(a, b uint64) int {
-			ha, hb := health[a].HealthyFor, health[b].HealthyFor
-			switch {
-			case ha > hb:
-				return -1
-			case ha < hb:
-				return 1
-			case a < b:
-				return -1
-			case a > b:
-				return 1
-			}
-			return 0
-		})
+		longestFirst(ids, health, func(h MemberHealth) time.Duration { return h.HealthyFor })
 		return ids
 	}
 	target := TargetVoters(live, t.MaxVoters)
@@ -236,20 +224,7 @@ func PlanVoters(in PlanInput) Plan {
 			failed = append(failed, id)
 		}
 	}
-	slices.SortFunc(failed, func(a, b uint64) int { // longest failed first
-		ua, ub := health[a].UnhealthyFor, health[b].UnhealthyFor
-		switch {
-		case ua > ub:
-			return -1
-		case ua < ub:
-			return 1
-		case a < b:
-			return -1
-		case a > b:
-			return 1
-		}
-		return 0
-	})
+	longestFirst(failed, health, func(h MemberHealth) time.Duration { return h.UnhealthyFor })
 	// Learners allowed: the standbys, or with none the one that grows the
 	// voters to their target or replaces a failed one.
 	allowed := max(t.MaxLearners, 0)
@@ -334,4 +309,15 @@ func PlanVoters(in PlanInput) Plan {
 			failed[0], healthyVoters, len(in.Voters), target, len(readyLearners))}
 	}
 	return Plan{Reason: "configuration matches policy"}
+}
+
+// longestFirst sorts ids by the duration d reads from their health, longest
+// first, then by lowest id.
+func longestFirst(ids []uint64, health map[uint64]MemberHealth, d func(MemberHealth) time.Duration) {
+	slices.SortFunc(ids, func(a, b uint64) int {
+		if c := cmp.Compare(d(health[b]), d(health[a])); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
 }

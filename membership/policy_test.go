@@ -193,13 +193,20 @@ func (c *cluster) run(t *testing.T) []Plan {
 	return nil
 }
 
-func TestPlanGrowthAndReplacementSequence(t *testing.T) {
-	c := &cluster{voters: []uint64{1, 2, 3}, health: map[uint64]*MemberHealth{}}
+// threeVoters is a steady cluster of voters 1, 2, 3 under thresholds th
+// (nil: the package's th).
+func threeVoters(t *testing.T, th *Thresholds) *cluster {
+	c := &cluster{voters: []uint64{1, 2, 3}, health: map[uint64]*MemberHealth{}, th: th}
 	for id := uint64(1); id <= 3; id++ {
 		h := ok(id)
 		c.health[id] = &h
 	}
 	require.Empty(t, c.run(t))
+	return c
+}
+
+func TestPlanGrowthAndReplacementSequence(t *testing.T) {
+	c := threeVoters(t, nil)
 
 	// A 4th member: one warm learner, still 3 voters.
 	h := newcomer(4, time.Hour)
@@ -227,14 +234,21 @@ func TestPlanGrowthAndReplacementSequence(t *testing.T) {
 
 	// A voter dies: kept until the threshold, then replaced by a learner and
 	// a new standby is added.
-	*c.health[3] = dead(3, 30*time.Second)
-	require.Empty(t, c.run(t))
-	c.health[3].UnhealthyFor = time.Minute
-	plans = c.run(t)
+	plans = c.voterDies(t, 3)
 	require.Equal(t, []ChangeKind{RemoveVoter, PromoteLearner, AddLearner}, kinds(plans))
 	require.NotContains(t, c.voters, uint64(3))
 	require.Len(t, c.voters, 5)
 	require.Len(t, c.learners, 2)
+}
+
+// voterDies fails voter id: nothing changes before DeadVoterAfter (th's
+// minute); the plans that follow it are returned.
+func (c *cluster) voterDies(t *testing.T, id uint64) []Plan {
+	t.Helper()
+	*c.health[id] = dead(id, 30*time.Second)
+	require.Empty(t, c.run(t), "voter %d replaced before the threshold", id)
+	c.health[id].UnhealthyFor = time.Minute
+	return c.run(t)
 }
 
 func kinds(ps []Plan) []ChangeKind {
@@ -254,12 +268,7 @@ func kinds(ps []Plan) []ChangeKind {
 func TestPlanWithoutStandbys(t *testing.T) {
 	none := th
 	none.MaxLearners = -1
-	c := &cluster{voters: []uint64{1, 2, 3}, health: map[uint64]*MemberHealth{}, th: &none}
-	for id := uint64(1); id <= 3; id++ {
-		h := ok(id)
-		c.health[id] = &h
-	}
-	require.Empty(t, c.run(t))
+	c := threeVoters(t, &none)
 
 	// A 4th member stays light: 3 voters is the target for 4 members.
 	h := newcomer(4, time.Hour)
@@ -284,10 +293,7 @@ func TestPlanWithoutStandbys(t *testing.T) {
 
 	// A voter dies: kept until the threshold, then a learner is added,
 	// replaces it and is promoted; no learner is left.
-	*c.health[3] = dead(3, 30*time.Second)
-	require.Empty(t, c.run(t))
-	c.health[3].UnhealthyFor = time.Minute
-	plans = c.run(t)
+	plans = c.voterDies(t, 3)
 	require.Equal(t, []ChangeKind{AddLearner, RemoveVoter, PromoteLearner}, kinds(plans))
 	require.NotContains(t, c.voters, uint64(3))
 	require.Len(t, c.voters, 5)
