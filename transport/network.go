@@ -1,0 +1,73 @@
+package transport
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// Network is what a node needs of its transport: raft message streams and
+// snapshot transfers (Send), the typed calls to its peers (Caller), where its
+// peers listen, and what it refused. *Transport implements it over gRPC. The
+// node's tests plug in others beneath the same Handler: an in-memory network
+// and a wrapper that injects faults. Implementations are safe for concurrent
+// use, and none of their methods blocks on a slow peer except the calls,
+// which honour their ctx.
+type Network interface {
+	Caller
+	// Addr is the address this node's peers reach it at.
+	Addr() string
+	// AddPeer makes peer id reachable at addr (idempotent; a new addr
+	// replaces the old one).
+	AddPeer(id uint64, addr string)
+	// Send queues raft messages for their destinations and returns at once.
+	// A message that cannot be queued is dropped and its destination
+	// reported to the Handler (ReportUnreachable; for MsgSnap,
+	// ReportSnapshot). Send owns msgs after the call.
+	Send(msgs []*raftpb.Message)
+	// SetFormation sets this node's formation id once it has adopted one.
+	SetFormation(id string) error
+	// PeerVersion is the software version peer last announced.
+	PeerVersion(peer uint64) (version string, seen bool)
+	// Refuse and Note record a refusal of the node's own in the transport's
+	// rate-limited refusal log (Note at Info level); Refusals counts the
+	// refusals of a kind.
+	Refuse(kind, source string, attrs ...any)
+	Note(kind, source string, attrs ...any)
+	Refusals(kind string) uint64
+	// Close stops every stream and call and releases the listener.
+	Close() error
+}
+
+// Caller makes the typed node-to-node calls, the client side of Calls. See
+// calls.go for the errors each returns.
+type Caller interface {
+	Keepalive(ctx context.Context, to uint64, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error)
+	Renew(ctx context.Context, to uint64, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error)
+	Removed(ctx context.Context, to uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error)
+	Leave(ctx context.Context, to uint64, req *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error)
+	FwdOpen(ctx context.Context, to uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error)
+	FwdPropose(ctx context.Context, to uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error)
+	FwdPush(ctx context.Context, to uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error)
+	FwdStatus(ctx context.Context, to uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error)
+	Inspect(ctx context.Context, to uint64, req *transportpb.InspectRequest) (*transportpb.InspectResponse, error)
+	Form(ctx context.Context, to uint64, req *transportpb.FormRequest) (*transportpb.FormResponse, error)
+	VersionGate(ctx context.Context, to uint64, req *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error)
+	Observe(ctx context.Context, to uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error)
+}
+
+// NewNetwork starts a node's Network from its Config, as New does.
+type NewNetwork func(Config) (Network, error)
+
+// Start is the NewNetwork of gRPC transports: New.
+func Start(cfg Config) (Network, error) {
+	t, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+var _ Network = (*Transport)(nil)
