@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/internal/faults"
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -30,7 +32,7 @@ type opsCluster struct {
 	dirs   []string
 	nodes  []*lockraft.Node
 	regs   []*prometheus.Registry
-	faults []*node.Faults
+	faults []*faults.Faults
 }
 
 func newOpsCluster(t *testing.T, start ...int) *opsCluster {
@@ -43,7 +45,7 @@ func newOpsCluster(t *testing.T, start ...int) *opsCluster {
 		c.peers = append(c.peers, ln.Addr().String())
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint(i)))
 		c.regs = append(c.regs, prometheus.NewRegistry())
-		c.faults = append(c.faults, &node.Faults{})
+		c.faults = append(c.faults, &faults.Faults{})
 	}
 	if len(start) == 0 {
 		start = []int{0, 1, 2}
@@ -72,7 +74,7 @@ func (c *opsCluster) start(i int) {
 	f := c.faults[i]
 	n, err := lockraft.Join(c.peers, lockraft.WithDataDir(c.dirs[i]), lockraft.WithListener(c.lns[i]),
 		lockraft.WithListenAddr(c.peers[i]), lockraft.WithMetrics(c.regs[i]), fast(),
-		lockraft.WithNodeConfig(func(cfg *node.Config) { cfg.Faults = f }))
+		lockraft.WithNodeConfig(func(cfg *node.Config) { knobs.Plant(cfg, f.Knobs(nil)) }))
 	require.NoError(c.t, err)
 	c.nodes[i] = n
 }

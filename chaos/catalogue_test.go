@@ -1,8 +1,6 @@
 package chaos
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,48 +45,6 @@ func checkEveryPrimitive(t *testing.T, rep *Report) {
 	}
 	if rep.Observed == 0 {
 		t.Error("the observers saw no election change")
-	}
-}
-
-// runPlanted runs prims' workload with lockfsm's planted bug h and returns
-// the report.
-func runPlanted(t *testing.T, h lockfsm.TestHooks, prims ...string) *Report {
-	t.Helper()
-	restore := lockfsm.SetTestHooks(h)
-	defer restore()
-	wl := catalogueWorkload(prims...)
-	wl.MaxHold = 40 * time.Millisecond
-	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: 3 * time.Second, BaseDir: t.TempDir(),
-		Workload: wl, SkipDurability: true, CheckTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("porcupine=%s live=%d accepted=%d ops=%v violations: %s", rep.Linearizable, rep.Live, rep.Accepted,
-		rep.OpsByPrim, strings.Join(rep.Violations, "; "))
-	return rep
-}
-
-// Planted in lockfsm, one per primitive; each must be reported as a
-// violation (porcupine finds the history illegal under the primitive's
-// model, or the store sees two conflicting live sections).
-func TestPlantedCatalogueBugsCaught(t *testing.T) {
-	cases := []struct {
-		name  string
-		hooks lockfsm.TestHooks
-		prim  string
-	}{
-		{"reader beside a writer", lockfsm.TestHooks{ReaderBesideWriter: true}, PrimRW},
-		{"a permit over N", lockfsm.TestHooks{PermitOverN: true}, PrimSemaphore},
-		{"two leaders with live Contexts", lockfsm.TestHooks{GrantWhileHeld: true}, PrimElection},
-		{"a multi-name grant that takes only some names", lockfsm.TestHooks{PartialMultiGrant: true}, PrimMulti},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rep := runPlanted(t, c.hooks, c.prim)
-			if len(rep.Violations) == 0 || (rep.Linearizable != porcupine.Illegal && rep.Live == 0) {
-				t.Fatalf("%s not caught: porcupine=%s live=%d", c.name, rep.Linearizable, rep.Live)
-			}
-		})
 	}
 }
 

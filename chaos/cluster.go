@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/faults"
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -28,17 +30,18 @@ type Options struct {
 	Seed    uint64
 	Logger  *slog.Logger
 	Tune    func(*node.Config) // after the fast defaults
+	Plant   func(*knobs.Node)  // planted bugs, on every node
 }
 
 // Cluster is N real lockraft nodes with per-node fault knobs: network
-// blocks (node.Faults), pause, a skewable clock and a degraded listener.
+// blocks (faults.Faults), pause, a skewable clock and a degraded listener.
 type Cluster struct {
 	opts    Options
 	ids     []uint64
 	dirs    map[uint64]string
 	addrs   map[uint64]string
 	members []node.Member
-	faults  map[uint64]*node.Faults
+	faults  map[uint64]*faults.Faults
 	clocks  map[uint64]*SkewClock
 	netems  map[uint64]*netem
 	Applied *AppliedLog
@@ -76,7 +79,7 @@ func NewCluster(opts Options, logf func(string, ...any)) (*Cluster, error) {
 	}
 	c := &Cluster{
 		opts: opts, dirs: map[uint64]string{}, addrs: map[uint64]string{},
-		faults: map[uint64]*node.Faults{}, clocks: map[uint64]*SkewClock{}, netems: map[uint64]*netem{},
+		faults: map[uint64]*faults.Faults{}, clocks: map[uint64]*SkewClock{}, netems: map[uint64]*netem{},
 		nodes: map[uint64]*node.Node{}, paused: map[uint64]chan struct{}{}, incarn: map[uint64]int{},
 		disk:    map[uint64]bool{},
 		Applied: NewAppliedLog(), logf: logf,
@@ -93,7 +96,7 @@ func NewCluster(opts Options, logf func(string, ...any)) (*Cluster, error) {
 		c.addrs[id] = ln.Addr().String()
 		c.dirs[id] = filepath.Join(opts.BaseDir, fmt.Sprintf("n%d", id))
 		c.members = append(c.members, node.Member{ID: id, Addr: c.addrs[id]})
-		c.faults[id] = &node.Faults{}
+		c.faults[id] = &faults.Faults{}
 		c.clocks[id] = NewSkewClock()
 		c.netems[id] = newNetem(opts.Seed*31 + id)
 	}
@@ -120,7 +123,7 @@ func (c *Cluster) start(id uint64, ln net.Listener) error {
 	cfg := node.Config{
 		ID: id, ClusterID: "chaos", DataDir: c.dirs[id], Members: c.members,
 		Listener: netemListener{ln, c.netems[id]},
-		Clock:    c.clocks[id], Faults: c.faults[id],
+		Clock:    c.clocks[id],
 		Logger:   c.opts.Logger.With("n", id, "inc", inc),
 		Observer: func(r node.ApplyRecord) { c.Applied.Observe(id, inc, r) },
 	}
@@ -128,6 +131,11 @@ func (c *Cluster) start(id uint64, ln net.Listener) error {
 	if c.opts.Tune != nil {
 		c.opts.Tune(&cfg)
 	}
+	k := c.faults[id].Knobs(nil)
+	if c.opts.Plant != nil {
+		c.opts.Plant(k)
+	}
+	knobs.Plant(&cfg, k)
 	c.mu.Lock()
 	c.drift, c.ttl = cfg.DriftRatio, cfg.SessionTTL
 	if c.drift == 0 {
@@ -279,14 +287,14 @@ func (c *Cluster) Bridge(bridge uint64) {
 func (c *Cluster) Heal() {
 	for _, id := range c.ids {
 		c.faults[id].Heal()
-		c.faults[id].SetMessagePolicy(node.MessagePolicy{})
+		c.faults[id].SetMessagePolicy(faults.MessagePolicy{})
 		c.netems[id].set(0, 0)
 	}
 }
 
 // SetMessagePolicy drops, duplicates and delays single messages and calls
 // that node id sends.
-func (c *Cluster) SetMessagePolicy(id uint64, p node.MessagePolicy) {
+func (c *Cluster) SetMessagePolicy(id uint64, p faults.MessagePolicy) {
 	c.faults[id].SetMessagePolicy(p)
 	c.logf("messages from n%d: drop=%.2f dup=%.2f delay=%.2f up to %v", id, p.DropRate, p.DupRate, p.DelayRate, p.DelayMax)
 }

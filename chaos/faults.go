@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockraft/lockraft/node"
+	"github.com/lockraft/lockraft/internal/faults"
 )
 
 // Fault kinds a schedule can inject.
@@ -201,7 +201,7 @@ func (s *Schedule) Run(ctx context.Context) {
 			}
 		case FaultMessages:
 			for _, id := range ids {
-				p := node.MessagePolicy{Seed: s.RNG.Uint64(), DropRate: 0.3 * s.RNG.Float64(),
+				p := faults.MessagePolicy{Seed: s.RNG.Uint64(), DropRate: 0.3 * s.RNG.Float64(),
 					DupRate: 0.3 * s.RNG.Float64(), DelayRate: s.RNG.Float64(),
 					DelayMax: s.dur(time.Millisecond, 60*time.Millisecond)}
 				s.C.SetMessagePolicy(id, p)

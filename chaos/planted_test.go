@@ -10,6 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -128,26 +129,6 @@ func TestPlantedClientIgnoresFailedLock(t *testing.T) {
 	}
 }
 
-// Planted in lockfsm: an acquire granted while another owner holds the name.
-func TestPlantedGrantWhileHeldCaught(t *testing.T) {
-	restore := lockfsm.SetTestHooks(lockfsm.TestHooks{GrantWhileHeld: true})
-	defer restore()
-	wl := DefaultWorkload()
-	wl.Names = []string{"a"}
-	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: 2 * time.Second, BaseDir: t.TempDir(),
-		Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("porcupine=%s live=%d violations: %s", rep.Linearizable, rep.Live, strings.Join(rep.Violations, "; "))
-	// Caught means reported as a violation: porcupine finds the history
-	// illegal, or (when the doubled grants happen not to conflict with
-	// completed operations) the live-overlap check does.
-	if len(rep.Violations) == 0 || (rep.Linearizable != porcupine.Illegal && rep.Live == 0) {
-		t.Fatalf("grant without the holder check not caught: porcupine=%s live=%d", rep.Linearizable, rep.Live)
-	}
-}
-
 // Planted in node: followers expire other nodes' sessions on their own
 // clock, with deadlines no keepalive moves. A holder cut off from the
 // majority (isolate/partition faults) is then expired before its own
@@ -163,7 +144,7 @@ func TestPlantedFollowerExpiryCaught(t *testing.T) {
 		rep, err := Run(context.Background(), RunConfig{Seed: seed(t) + try, Duration: 6 * time.Second, BaseDir: t.TempDir(),
 			Faults:   []string{FaultIsolateLeader, FaultPartitionMajority},
 			Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second,
-			Tune: func(c *node.Config) { c.TestHooks.FollowerExpiry = true }})
+			Plant: func(k *knobs.Node) { k.FollowerExpiry = true }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +171,7 @@ func TestPlantedAckBeforeFsyncCaught(t *testing.T) {
 
 func ackBeforeFsync(t *testing.T, buggy bool) {
 	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t),
-		Tune: func(c *node.Config) { c.TestHooks.AckBeforeFsync = buggy }}, t.Logf)
+		Plant: func(k *knobs.Node) { k.AckBeforeFsync = buggy }}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +270,7 @@ func ackBeforeFsync(t *testing.T, buggy bool) {
 }
 
 // Planted in node: holder-side deadlines compared on the wall clock
-// (TestHooks.WallClockDeadline: what storing them as UnixNano and rebuilding
+// (knobs.Node.WallClockDeadline: what storing them as UnixNano and rebuilding
 // them with time.Unix did). Under wall-back faults a node's wall clock steps
 // back and, half the time, the node is cut off for 1.5–2.5 TTLs; a holder in
 // one of its long critical sections still believes it holds when the other side
@@ -297,7 +278,7 @@ func ackBeforeFsync(t *testing.T, buggy bool) {
 // S5 violation (wall steps are not S5-exempt). Up to three seeds are tried.
 // The correct node under the same workload and faults: TestWallSteps.
 func TestPlantedWallClockDeadlineCaught(t *testing.T) {
-	planted := func(c *node.Config) { c.TestHooks.WallClockDeadline = true }
+	planted := func(k *knobs.Node) { k.WallClockDeadline = true }
 	// Scripted first (TestS5WallStepDoesNotKeepHolderLive's scenario): the
 	// holder's wall clock steps back 60 s, it is cut off, the waiter enters.
 	if live, cause := wallStepTakeover(t, false, -60*time.Second, planted); live == 0 {
@@ -307,7 +288,7 @@ func TestPlantedWallClockDeadlineCaught(t *testing.T) {
 	for try := uint64(0); try < 3; try++ {
 		rep, err := Run(context.Background(), RunConfig{Seed: seed(t) + try, Duration: 20 * time.Second, BaseDir: t.TempDir(),
 			Faults: []string{FaultWallBack}, Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second,
-			Tune: planted})
+			Plant: planted})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +306,7 @@ func TestPlantedWallClockDeadlineCaught(t *testing.T) {
 func TestPlantedRestartDeadlinesOnFailoverCaught(t *testing.T) {
 	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: runDur(), Faults: []string{FaultLeaderChurn},
 		BaseDir: t.TempDir(), Logf: t.Logf, CheckTimeout: 20 * time.Second, SkipDurability: true,
-		Tune: func(c *node.Config) { c.TestHooks.RestartDeadlinesOnFailover = true }})
+		Plant: func(k *knobs.Node) { k.RestartDeadlinesOnFailover = true }})
 	if err != nil {
 		t.Fatal(err)
 	}

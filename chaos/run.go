@@ -12,6 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -33,8 +34,10 @@ type RunConfig struct {
 	SkipDurability bool
 	// Store, if set, is used instead of a correct one (planted bugs).
 	Store *FencedStore
-	// Tune, if set, adjusts every node's Config (planted bugs).
-	Tune func(*node.Config)
+	// Tune, if set, adjusts every node's Config; Plant plants bugs in every
+	// node's knobs.
+	Tune  func(*node.Config)
+	Plant func(*knobs.Node)
 	// ExtraProbeSlack widens the L3 bound the leader-churn probes are judged
 	// by (never the S5 side: a grant before the holder's deadline is always
 	// a violation). For go test, where every package runs under the race
@@ -118,7 +121,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
 	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
-	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger, Tune: rc.Tune}, rc.Logf)
+	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger, Tune: rc.Tune, Plant: rc.Plant}, rc.Logf)
 	if err != nil {
 		return nil, err
 	}

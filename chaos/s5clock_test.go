@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockraft/lockraft/node"
+	"github.com/lockraft/lockraft/internal/knobs"
 )
 
 // TestS5WallStepDoesNotKeepHolderLive (S5, review finding 2): a holder whose
@@ -42,8 +42,8 @@ func TestS5WallStepDoesNotKeepHolderLive(t *testing.T) {
 // steps by step, the holder is isolated, a waiter on the other follower is
 // granted "x" and enters. It returns the store's live overlaps and the
 // holder's Context cause at that moment.
-func wallStepTakeover(t *testing.T, onLeader bool, step time.Duration, tune func(*node.Config)) (int64, error) {
-	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t), Tune: tune}, t.Logf)
+func wallStepTakeover(t *testing.T, onLeader bool, step time.Duration, plant func(*knobs.Node)) (int64, error) {
+	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t), Plant: plant}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/internal/knobs"
 )
 
 // appender is raft's LocalAppendThread (raft.Config.AsyncStorageWrites): a
@@ -83,7 +85,7 @@ func (n *Node) appendLoop() {
 		}
 		for {
 			// A paused process (fault injection) does not write either.
-			n.cfg.Faults.waitIfPaused(n.stopc)
+			n.paused()
 			batch := a.take()
 			if len(batch) == 0 {
 				break
@@ -169,9 +171,9 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 			}
 		}
 	}
-	if n.cfg.TestHooks.AckBeforeFsync {
+	if n.k.AckBeforeFsync {
 		// Planted bug (tests only): acknowledge before the entries are durable.
-		n.tr.Send(n.cfg.Faults.filterOut(remote, n.tr.Send))
+		n.tr.Send(remote)
 		remote = nil
 	}
 	mustSync := snap != nil || len(ents) > 0 ||
@@ -179,9 +181,6 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 	if !mustSync {
 		a.pendingHS = hs
 	} else {
-		if err := n.cfg.Faults.writeError(); err != nil {
-			return nil, err
-		}
 		var t0 time.Time
 		if m := n.cfg.Metrics; m != nil && m.Fsync != nil {
 			t0 = time.Now()
@@ -193,10 +192,10 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 			n.cfg.Metrics.Fsync(time.Since(t0))
 		}
 		a.pendingHS = nil
-		if p := n.cfg.TestHooks.Stages; p != nil {
+		if p := n.k.Stages; p != nil {
 			now := time.Now()
 			for _, e := range ents {
-				p.stamp(n.id, e.GetIndex(), stageDurable, now)
+				p.Stamp(n.id, e.GetIndex(), knobs.StageDurable, now)
 			}
 		}
 		if hs != nil {
@@ -204,7 +203,7 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 		}
 	}
 	if len(remote) > 0 {
-		n.tr.Send(n.cfg.Faults.filterOut(coalesceAppResps(remote), n.tr.Send))
+		n.tr.Send(coalesceAppResps(remote))
 	}
 	return local, nil
 }

@@ -78,7 +78,7 @@ var (
 // authorise decides whether member from may have the leader propose cmd
 // (loop, leader).
 func (n *Node) authorise(from uint64, cmd *lockfsm.Command) error {
-	return authoriseCommand(from, cmd, n.sessionOwner, n.cfg.TestHooks.FollowerExpiry)
+	return authoriseCommand(from, cmd, n.sessionOwner, n.k.FollowerExpiry)
 }
 
 // authoriseCommand is authorise on a given view of the sessions (owner says

@@ -309,7 +309,7 @@ func BenchmarkLeaderFailover(b *testing.B) {
 // distinct names (S1 and S2 of the bench), and 16 on one name (S3: each its
 // own owner; the table then includes the Acquires' time in the queue, and
 // the order check below matters). Every node stamps each log entry as it
-// passes each stage (TestHooks.Stages); p50/p90 per step are printed, and per
+// passes each stage (knobs.Node.Stages); p50/p90 per step are printed, and per
 // node how often the log order of its commands differs from the order their
 // callers called and from the order it proposed them.
 //
@@ -325,7 +325,7 @@ func BenchmarkStages(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			probe := NewStageProbe(4*b.N + 4096)
-			nodes, _ := benchClusterWith(b, func(c *Config) { c.TestHooks.Stages = probe })
+			nodes, _ := benchClusterWith(b, func(c *Config) { knobsOfConfig(c).Stages = probe })
 			runCallerPairs(b, nodes, v.callers, func(g int, i int64) (string, string) {
 				if v.hot {
 					return "st/hot", fmt.Sprintf("o%d", g)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/faults"
 )
 
 // testCluster is N real nodes: real bbolt files in t.TempDir(), real gRPC on
@@ -22,7 +24,7 @@ type testCluster struct {
 	addrs   map[uint64]string
 	members []Member
 	nodes   map[uint64]*Node
-	faults  map[uint64]*Faults
+	faults  map[uint64]*faults.Faults
 	tune    func(*Config)
 	logs    *logSink // every node's log lines, besides t.Log
 }
@@ -42,7 +44,7 @@ func fastConfig(c *Config) {
 func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, dirs: map[uint64]string{}, addrs: map[uint64]string{}, nodes: map[uint64]*Node{},
-		faults: map[uint64]*Faults{}, logs: &logSink{}}
+		faults: map[uint64]*faults.Faults{}, logs: &logSink{}}
 	tc.tune = func(c *Config) {
 		fastConfig(c)
 		for _, f := range tune {
@@ -57,7 +59,7 @@ func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster 
 		lns[id] = ln
 		tc.addrs[id] = ln.Addr().String()
 		tc.dirs[id] = t.TempDir()
-		tc.faults[id] = &Faults{}
+		tc.faults[id] = &faults.Faults{}
 		tc.members = append(tc.members, Member{ID: id, Addr: tc.addrs[id]})
 	}
 	for id := uint64(1); id <= uint64(size); id++ {
@@ -78,7 +80,7 @@ func (tc *testCluster) config(id uint64) Config {
 		Members:   tc.members,
 		Logger:    testLoggerTo(tc.t, id, tc.logs),
 		ClusterID: "test",
-		Faults:    tc.faults[id],
+		knobs:     tc.faults[id].Knobs(nil),
 	}
 	tc.tune(&cfg)
 	return cfg

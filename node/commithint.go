@@ -106,7 +106,7 @@ func (n *Node) onDurable(m *raftpb.Message) {
 	default:
 		return
 	}
-	if n.cfg.TestHooks.NoCommitHints {
+	if n.cfg.NoCommitHints {
 		return
 	}
 	if n.loop.isLeader {
@@ -179,7 +179,7 @@ func (h *commitHints) rideAlong(out []*raftpb.Message) []*raftpb.Message {
 // it allows.
 func (n *Node) onCommitHint(m *raftpb.Message) {
 	h := &n.loop.hints
-	if m.GetType() != raftpb.MessageType_MsgHeartbeat || n.cfg.TestHooks.NoCommitHints {
+	if m.GetType() != raftpb.MessageType_MsgHeartbeat || n.cfg.NoCommitHints {
 		return
 	}
 	if st := n.rn.BasicStatus(); m.GetFrom() != st.Lead || m.GetTerm() != st.GetTerm() {

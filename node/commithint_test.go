@@ -105,7 +105,7 @@ func TestFollowersCommitOnLeaderHints(t *testing.T) {
 		require.Positive(t, used)
 	})
 	t.Run("hints off", func(t *testing.T) {
-		tc := newTestCluster(t, 3, func(c *Config) { c.TestHooks.NoCommitHints = true })
+		tc := newTestCluster(t, 3, func(c *Config) { c.NoCommitHints = true })
 		sent, used := loadFollowers(t, tc, 320)
 		require.Zero(t, sent)
 		require.Zero(t, used)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -167,57 +168,13 @@ type Config struct {
 	// check per use. See MetricsHooks.
 	Metrics *MetricsHooks
 
-	// Faults, if set, injects network faults around the transport (tests
-	// and the fault checker).
-	Faults *Faults
-
-	// TestHooks plants bugs on purpose. Tests only: the fault checker turns
-	// them on to show that it catches each one. Never set in production.
-	TestHooks TestHooks
-}
-
-// TestHooks are planted bugs, for tests only (see Config.TestHooks). The zero
-// value is the correct behaviour.
-type TestHooks struct {
-	// AckBeforeFsync sends this node's acknowledgements (MsgAppResp, votes)
-	// before the Ready's entries and HardState are written.
-	AckBeforeFsync bool
-	// FollowerExpiry makes followers expire other nodes' sessions on their
-	// own clock: they arm a TTL deadline when they apply a session's opening
-	// and propose its expiry when it passes, though keepalives only reach
-	// the leader.
-	FollowerExpiry bool
-	// LockLoopThread pins the node loop to its own OS thread so that the
-	// thread's CPU time (LoopCPU) is the loop's alone: for measuring.
-	LockLoopThread bool
-	// Stages, if set (the same probe on every node of a cluster), records
-	// when each log entry passed each stage on each node: for measuring
-	// where an operation's time goes (BenchmarkStages).
-	Stages *StageProbe
 	// NoCommitHints turns commit hints off (commithint.go): followers learn
 	// commits only from the leader's commit index, as in plain Raft.
 	NoCommitHints bool
-	// WallClockDeadline compares the holder-side deadlines (session and
-	// lease) without their monotonic reading, i.e. on the wall clock, as
-	// deadlines stored as UnixNano and rebuilt with time.Unix would: a
-	// holder whose wall clock steps back learns of its loss too late.
-	WallClockDeadline bool
-	// AckWhileMarked breaks rule (R) of silence.go: the leader acknowledges
-	// keepalives of a session it marked silent without a revive first.
-	AckWhileMarked bool
-	// ReviveAsSilenceZero gives a revive the meaning "silent 0 ms at its
-	// apply time" (a later leader arms the session from when it applied the
-	// revive) instead of "no bound in the log": see silence.go.
-	ReviveAsSilenceZero bool
-	// RestartDeadlinesOnFailover is the behaviour before session
-	// checkpoints and contact reports (and etcd's and Consul's): each new
-	// leader restarts every session deadline from its first entry.
-	RestartDeadlinesOnFailover bool
-	// ClaimVersion, if set, is the version this node tells its peers (gossip
-	// metadata, transport header) instead of Version ("-": none at all, as a
-	// version older than the header): an older member of a cluster in a
-	// rolling upgrade, for the version gate's tests (versiongate.go).
-	ClaimVersion string
+
+	// knobs are this node's testing knobs (internal/knobs): planted bugs,
+	// the network and log seams, observers. nil in production.
+	knobs *knobs.Node
 }
 
 // ApplyRecord is one applied lock command as an Observer sees it.

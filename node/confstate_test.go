@@ -108,7 +108,7 @@ func TestS1RestartKeepsLatestConfiguration(t *testing.T) {
 // configuration than the one it had applied.
 func TestS3FailedConfStateWriteStopsNode(t *testing.T) {
 	f := newGossipFleet(t, "confwrite", 3)
-	f.tune = func(c *Config) { c.Faults = new(Faults) }
+	f.tune = func(c *Config) { withFaults(c) }
 	f.start(1)
 	f.start(2, f.nodes[1].GossipAddr())
 	f.start(3, f.nodes[1].GossipAddr())
@@ -120,7 +120,7 @@ func TestS3FailedConfStateWriteStopsNode(t *testing.T) {
 			x = n
 		}
 	}
-	x.cfg.Faults.FailConfStates(errors.New("disk full"))
+	faultsOf(x).FailConfStates(errors.New("disk full"))
 	f.start(4, f.nodes[1].GossipAddr()) // the leader adds it as a learner: a configuration change
 	f.waitConf(30*time.Second, "learner added", func(v, l []uint64) bool { return len(l) == 1 })
 	require.Eventually(t, func() bool { return errors.Is(x.err(), ErrStorage) }, 10*time.Second, 5*time.Millisecond,

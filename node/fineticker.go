@@ -28,7 +28,7 @@ func (n *Node) fineInterval() time.Duration { return max(n.cfg.TickInterval/10, 
 // syncFineTicker starts or stops the fine ticker after a loop turn.
 func (n *Node) syncFineTicker() {
 	f := &n.loop.fine
-	on := n.cfg.TestHooks.FollowerExpiry ||
+	on := n.k.FollowerExpiry ||
 		(n.loop.isLeader && (f.wanted || len(n.loop.fwd.replies) > 0))
 	switch {
 	case on && f.c == nil:
@@ -53,7 +53,7 @@ func (n *Node) onFineTick() {
 		now := n.clock.Now()
 		n.loop.lead.tick(n, now)
 		n.fwdExpireReplies(now, false)
-	} else if n.cfg.TestHooks.FollowerExpiry {
+	} else if n.k.FollowerExpiry {
 		n.followerExpiry()
 	}
 }

@@ -31,7 +31,7 @@ import (
 //     at 100 Hz, so a few percent of noise. Not included: the calling
 //     goroutines of the leader's own share of the workload (1/size of it).
 //   - leader-loop-cpu-ms/1kops: the leader's raft loop alone, every node
-//     loop being pinned to its own OS thread (TestHooks.LockLoopThread) and
+//     loop being pinned to its own OS thread (pinLoopThread) and
 //     read from the kernel (/proc/self/task/TID/schedstat): the serial
 //     bottleneck, exact.
 //
@@ -50,7 +50,7 @@ func BenchmarkLeaderCPUPerThousandOps(b *testing.B) {
 				if os.Getenv("FLEET_BENCH_LOG") == "" {
 					c.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
 				}
-				c.TestHooks.LockLoopThread = true
+				pinLoopThread(c)
 			})
 			nodes := f.running()
 			lead := f.leader(10 * time.Second)
@@ -59,7 +59,7 @@ func BenchmarkLeaderCPUPerThousandOps(b *testing.B) {
 			runPairs(b, nodes, len(nodes))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				cpu0, ok := lead.LoopCPU()
+				cpu0, ok := loopCPU(lead)
 				if !ok {
 					b.Skip("loop thread CPU time not available on this platform")
 				}
@@ -72,7 +72,7 @@ func BenchmarkLeaderCPUPerThousandOps(b *testing.B) {
 				if profiling {
 					pprof.StopCPUProfile()
 				}
-				cpu1, _ := lead.LoopCPU()
+				cpu1, _ := loopCPU(lead)
 				proc1 := processCPU()
 				if lead.Leader() != lead.ID() {
 					b.Fatal("leader changed during the run")

@@ -261,9 +261,6 @@ func (n *Node) formCluster(plan membership.FormationPlan) error {
 // Form serves a formation candidate's request (the typed call).
 func (h *transportHandler) Form(ctx context.Context, from uint64, in *transportpb.FormRequest) (*transportpb.FormResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	req, err := formationRequestFrom(in)
 	if err != nil {
 		return nil, n.refuseCall(from, "Form", fmt.Errorf("%w: %v", transport.ErrInvalidRequest, err))

@@ -570,7 +570,7 @@ func (n *Node) serveFwdPropose(ctx context.Context, from uint64, req *transportp
 // serveFwdPush serves results and events pushed to this light member; only the
 // leader it follows may push (see below for a member looking for its leader).
 func (n *Node) serveFwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
-	if n.dropPushes.Load() {
+	if n.dropPushes() {
 		return nil, errors.New("lockraft: push dropped (test)")
 	}
 	// From the leader this member follows; while it knows none (a call

@@ -113,11 +113,11 @@ func TestLightMemberCatalogue(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		proclaim(i)
 	}
-	a.dropPushes.Store(true) // these changes are lost on the way
+	faultsOf(a).DropPushes(true) // these changes are lost on the way
 	for i := 6; i <= 10; i++ {
 		proclaim(i)
 	}
-	a.dropPushes.Store(false)
+	faultsOf(a).DropPushes(false)
 	for i := 11; i <= 15; i++ {
 		proclaim(i)
 	}

@@ -186,7 +186,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	// From now on no push (and no result in a reply) reaches the light
 	// member: the grant must be re-learned with fwd-status from the new
 	// leader.
-	a.dropPushes.Store(true)
+	faultsOf(a).DropPushes(true)
 	for i, n := range f.nodes {
 		if n == lead {
 			f.crash(i)
@@ -200,7 +200,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 		require.Greater(t, hh.Token(), h.Token())
 		t.Logf("light now: %v, relearned %d", a.light(), a.relearned.Load())
 		require.Positive(t, a.relearned.Load(), "granted through fwd-status")
-		a.dropPushes.Store(false)
+		faultsOf(a).DropPushes(false)
 		require.NoError(t, hh.Release(ctx))
 	case <-ctx.Done():
 		t.Fatal("light waiter never granted after the leader change")

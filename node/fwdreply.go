@@ -182,7 +182,7 @@ func (n *Node) fwdExpireReplies(now time.Time, all bool) {
 // fwdReplyItems hands the items of a FwdPropose reply to the loop (member
 // side, from the calling goroutine).
 func (n *Node) fwdReplyItems(items []*transportpb.PushItem) {
-	if len(items) == 0 || n.dropPushes.Load() {
+	if len(items) == 0 || n.dropPushes() {
 		return
 	}
 	_ = n.do(context.Background(), func() { n.onPush(items) })

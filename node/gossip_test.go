@@ -93,6 +93,7 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 		},
 	}
 	fastConfig(&cfg)
+	withFaults(&cfg) // every fleet member can be cut off (faultsOf)
 	if f.tune != nil {
 		f.tune(&cfg)
 	}
@@ -506,7 +507,6 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	f := newGossipFleet(t, "closegrant", 3)
-	f.tune = func(c *Config) { c.Faults = new(Faults) }
 	f.start(1)
 	for i := 2; i <= 4; i++ {
 		f.start(i, f.nodes[1].GossipAddr())
@@ -549,7 +549,7 @@ func TestCloseHandsOutNoLiveHold(t *testing.T) {
 			peers = append(peers, n.ID())
 		}
 	}
-	a.cfg.Faults.BlockIn(peers...)
+	faultsOf(a).BlockIn(peers...)
 	lock("inflight")
 	require.Eventually(t, func() bool { return lead.holderOf("inflight") == "closing" }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, h.Release(ctx))
@@ -559,7 +559,7 @@ func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- a.Close(ctx) }()
 	require.Eventually(t, a.closing.Load, 5*time.Second, time.Millisecond, "Close began")
-	a.cfg.Faults.Heal()
+	faultsOf(a).Heal()
 
 	for range 2 {
 		select {

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -22,9 +23,6 @@ type transportHandler Node
 // it (guard.go).
 func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	n := (*Node)(h)
-	if msgs = n.cfg.Faults.filterIn(msgs); len(msgs) == 0 {
-		return
-	}
 	if from := msgs[0].GetFrom(); !n.members.allows(from) {
 		// One batch is one peer's (transport: From == the stream's peer).
 		// At Info: a member removed a moment ago, or one gossip has not
@@ -33,10 +31,10 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 			"msgs", len(msgs))
 		return
 	}
-	if p := n.cfg.TestHooks.Stages; p != nil {
+	if n.k.Stages != nil {
 		for _, m := range msgs {
 			if m.GetType() == raftpb.MessageType_MsgApp {
-				p.entries(n.id, stageReceived, m)
+				n.stampEntries(knobs.StageReceived, m)
 			}
 		}
 	}
@@ -101,20 +99,9 @@ func (h *transportHandler) ReportSnapshot(id uint64, failed bool) {
 	}
 }
 
-// callIn fails calls that fault injection blocks.
-func (n *Node) callIn(from uint64) error {
-	if !n.cfg.Faults.allowsIn(from) {
-		return fmt.Errorf("lockraft: call from %d blocked by fault injection", from)
-	}
-	return nil
-}
-
 // Keepalive serves a member's keepalive for one of its own sessions (leader).
 func (h *transportHandler) Keepalive(ctx context.Context, from uint64, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	st := n.awaitConfirmed(ctx, keepaliveWaiter{session: req.GetSession(), from: from})
 	if st == keepaliveDenied {
 		return nil, n.refuseCall(from, "Keepalive", fmt.Errorf("%w: session %d", errNotYours, req.GetSession()))
@@ -125,9 +112,6 @@ func (h *transportHandler) Keepalive(ctx context.Context, from uint64, req *tran
 // Renew serves a member's lease renewal of one of its own holds (leader).
 func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	st := n.awaitConfirmed(ctx, keepaliveWaiter{name: req.GetName(), token: req.GetToken(), session: req.GetSession(),
 		owner: string(req.GetOwner()), renew: true, from: from})
 	if st == keepaliveDenied {
@@ -140,9 +124,6 @@ func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transpor
 // configuration; judgeRemoved decides whether to believe it.
 func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	res := make(chan error, 1)
 	verdict, err := awaitLoop(ctx, n, res, func() { res <- n.judgeRemoved(from, req) })
 	if err != nil {
@@ -158,9 +139,6 @@ func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transp
 // member removed is always the caller itself.
 func (h *transportHandler) Leave(ctx context.Context, from uint64, _ *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	if err := n.handleLeave(ctx, from); err != nil {
 		return nil, err
 	}
@@ -169,33 +147,21 @@ func (h *transportHandler) Leave(ctx context.Context, from uint64, _ *transportp
 
 func (h *transportHandler) FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	return n.serveFwdOpen(ctx, from, req)
 }
 
 func (h *transportHandler) FwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	return n.serveFwdPropose(ctx, from, req)
 }
 
 func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	return n.serveFwdPush(ctx, from, req)
 }
 
 func (h *transportHandler) FwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	return n.serveFwdStatus(ctx, from, req)
 }
 
@@ -203,9 +169,6 @@ func (h *transportHandler) FwdStatus(ctx context.Context, from uint64, req *tran
 // open (versiongate.go). Read-only: any member may ask.
 func (h *transportHandler) VersionGate(ctx context.Context, from uint64, _ *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	return n.handleVersionGate(ctx)
 }
 
@@ -213,9 +176,6 @@ func (h *transportHandler) VersionGate(ctx context.Context, from uint64, _ *tran
 // Read-only: it reveals what every member's lock table holds anyway.
 func (h *transportHandler) Observe(ctx context.Context, from uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	return n.handleObserve(ctx, from, req)
 }
 

@@ -71,7 +71,7 @@ func (l *laterTime) Advance(t time.Time) {
 // on the monotonic clock; with the planted bug TestHooks.WallClockDeadline,
 // d without its monotonic reading, so comparisons use the wall clock.
 func (n *Node) deadlineOn(d time.Time) time.Time {
-	if n.cfg.TestHooks.WallClockDeadline {
+	if n.k.WallClockDeadline {
 		return d.Round(0)
 	}
 	return d

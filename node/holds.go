@@ -212,7 +212,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 		done: done,
 		hold: &holdRequest{lease: lease},
 	}
-	if n.cfg.TestHooks.Stages != nil {
+	if n.k.Stages != nil {
 		o.calledAt = time.Now()
 	}
 	if err := n.do(ctx, func() {
@@ -223,7 +223,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	}
 	select {
 	case out := <-done:
-		n.cfg.TestHooks.Stages.returned(n.id, o)
+		n.stageReturned(o)
 		return out.hold, out.err
 	case <-ctx.Done():
 	}
@@ -370,7 +370,7 @@ func (h *Hold) Release(ctx context.Context) error {
 		cmd:  h.releaseCommand(),
 		done: done,
 	}
-	if n.cfg.TestHooks.Stages != nil {
+	if n.k.Stages != nil {
 		o.calledAt = time.Now()
 	}
 	if err := n.do(ctx, func() {
@@ -381,7 +381,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	select {
 	case out := <-done:
-		n.cfg.TestHooks.Stages.returned(n.id, o)
+		n.stageReturned(o)
 		if out.err != nil {
 			return out.err
 		}
@@ -438,7 +438,7 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 	n.fwdOnEvent(ev)
 	n.noteEvent(ev)
 	n.loop.lead.onEvent(n, ev)
-	if n.cfg.TestHooks.FollowerExpiry {
+	if n.k.FollowerExpiry {
 		n.loop.local.onEvent(n, ev)
 	}
 	if ev.Kind == lockfsm.EventSessionOpened {

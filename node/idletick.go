@@ -42,7 +42,7 @@ func (n *Node) lightIdleTick() time.Duration {
 // lightIdle reports whether this node is a light member with nothing in
 // flight that the tick retries (loop).
 func (n *Node) lightIdle() bool {
-	if !n.light() || n.cfg.TestHooks.FollowerExpiry {
+	if !n.light() || n.k.FollowerExpiry {
 		return false
 	}
 	return n.loop.leader != 0 && n.nothingInFlight()

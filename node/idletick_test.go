@@ -24,7 +24,7 @@ func (n *Node) tickPeriod() time.Duration {
 // it (the holder deadline has its own timer), and once healed it works
 // again (L1).
 func TestIdleLightMemberTicksSlowly(t *testing.T) {
-	f, lights := lightFleet(t, "idletick", 6, func(c *Config) { c.Faults = new(Faults) })
+	f, lights := lightFleet(t, "idletick", 6, func(c *Config) { withFaults(c) })
 	a := lights[0]
 	require.Greater(t, a.lightIdleTick(), a.cfg.TickInterval, "the test needs a slower idle tick than the raft tick")
 	require.Eventually(t, func() bool { return a.tickPeriod() == a.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
@@ -57,8 +57,8 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 			peers = append(peers, n.ID())
 		}
 	}
-	a.cfg.Faults.BlockOut(peers...)
-	a.cfg.Faults.BlockIn(peers...)
+	faultsOf(a).BlockOut(peers...)
+	faultsOf(a).BlockIn(peers...)
 	h2 := <-got
 	require.NotNil(t, h2)
 	require.False(t, lost().IsZero(), "the idle light holder was not told before the lock was granted elsewhere")
@@ -68,7 +68,7 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	require.Greater(t, h2.Token(), h.Token())
 	require.NoError(t, h2.Release(ctx))
 
-	a.cfg.Faults.Heal()
+	faultsOf(a).Heal()
 	h3, err := a.Acquire(ctx, "after-heal", "a", true, 0)
 	require.NoError(t, err)
 	require.NoError(t, h3.Release(ctx))

@@ -71,9 +71,6 @@ var inspectOps = map[string]transportpb.InspectOp{
 // reads as a local caller would.
 func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
 	n := (*Node)(h)
-	if err := n.callIn(from); err != nil {
-		return nil, err
-	}
 	b, err := n.serveInspect(ctx, in)
 	if err != nil {
 		return nil, err

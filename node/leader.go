@@ -187,12 +187,12 @@ func (l *leaderDuties) ready(n *Node) {
 	for _, s := range n.fsm.Sessions() {
 		ttl := time.Duration(s.TTLMillis) * time.Millisecond
 		t := &sessionTimer{deadline: deadline{ttl: ttl}, base: now}
-		if n.cfg.TestHooks.RestartDeadlinesOnFailover {
+		if n.k.RestartDeadlinesOnFailover {
 			t.at = now.Add(ttl) // planted: the old behaviour
 			l.sessions[s.Session] = t
 			continue
 		}
-		if b, ok := n.loop.marks[s.Session]; ok && !s.Silent && n.cfg.TestHooks.ReviveAsSilenceZero {
+		if b, ok := n.loop.marks[s.Session]; ok && !s.Silent && n.k.ReviveAsSilenceZero {
 			t.base, t.ck = b, ckInherited // planted: see TestHooks.ReviveAsSilenceZero
 		}
 		if s.Silent {
@@ -230,7 +230,7 @@ func (l *leaderDuties) ready(n *Node) {
 	}
 	n.log.Info("leader ready: expiry timers armed", "term", l.term, "sessions", len(l.sessions),
 		"checkpointed", inherited)
-	if !l.planted && !n.cfg.TestHooks.RestartDeadlinesOnFailover {
+	if !l.planted && !n.k.RestartDeadlinesOnFailover {
 		l.startReports(n, now)
 	}
 	early := l.early
@@ -398,7 +398,7 @@ func (n *Node) onCheckpointApplied(cmd *lockfsm.Command) {
 	l := &n.loop.lead
 	mine := l.active && n.loop.isLeader && cmd.Token == l.term
 	for _, m := range cmd.Checkpoints {
-		if m.Live && n.cfg.TestHooks.ReviveAsSilenceZero && n.fsm.HasSession(m.Session) {
+		if m.Live && n.k.ReviveAsSilenceZero && n.fsm.HasSession(m.Session) {
 			n.loop.marks[m.Session] = now // planted: the revive as a mark of 0 ms
 		} else if m.Live {
 			delete(n.loop.marks, m.Session)
@@ -607,7 +607,7 @@ func (l *leaderDuties) keepalive(n *Node, w keepaliveWaiter) {
 		return
 	}
 	t.hear(w.recv)
-	if t.ackable(w.recv) || n.cfg.TestHooks.AckWhileMarked {
+	if t.ackable(w.recv) || n.k.AckWhileMarked {
 		w.reply <- keepaliveOK
 		return
 	}

@@ -127,10 +127,10 @@ func (tc *testCluster) unisolate(id, keep uint64) {
 		if other == id || other == keep {
 			continue
 		}
-		f.set(&f.out, []uint64{id}, false)
-		f.set(&f.in, []uint64{id}, false)
-		tc.faults[id].set(&tc.faults[id].out, []uint64{other}, false)
-		tc.faults[id].set(&tc.faults[id].in, []uint64{other}, false)
+		f.UnblockOut(id)
+		f.UnblockIn(id)
+		tc.faults[id].UnblockOut(other)
+		tc.faults[id].UnblockIn(other)
 	}
 }
 
@@ -267,8 +267,8 @@ func TestReviveBeforeAck(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			tc := newTestCluster(t, 5, func(c *Config) {
-				c.TestHooks.AckWhileMarked = planted == "AckWhileMarked"
-				c.TestHooks.ReviveAsSilenceZero = planted == "ReviveAsSilenceZero"
+				knobsOfConfig(c).AckWhileMarked = planted == "AckWhileMarked"
+				knobsOfConfig(c).ReviveAsSilenceZero = planted == "ReviveAsSilenceZero"
 			})
 			lead := tc.leader()
 			a := otherThan(tc, lead)

@@ -218,7 +218,7 @@ type MetricsSnapshot struct {
 	Peers  []PeerProgress    // leader only: every other voter and learner
 	Gossip map[string]int    // members by gossip state (nil without gossip)
 	Roles  map[string]int    // members by role, as this node's configuration and gossip say
-	Extra  map[string]uint64 // batching counters: appends_sent, entries_sent, commit_hints_sent, commit_hints_used
+	Extra  map[string]uint64 // batching and forwarding counters: appends_sent, entries_sent, commit_hints_sent, commit_hints_used, status_served, observe_gaps, observe_lags
 }
 
 // MetricsSnapshot reads the node's counters and gauges. Cost: one loop turn
@@ -270,7 +270,9 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 		SessionsExpired: c.sessionsExpired, LeasesExpired: c.leasesExpired,
 		PushesSent: c.pushesSent, PushesReceived: c.pushesReceived, Relearned: n.relearned.Load(),
 		Extra: map[string]uint64{"appends_sent": n.loop.appendsSent, "entries_sent": n.loop.entriesSent,
-			"commit_hints_sent": n.loop.hints.sent, "commit_hints_used": n.loop.hints.used},
+			"commit_hints_sent": n.loop.hints.sent, "commit_hints_used": n.loop.hints.used,
+			"status_served": n.statusServed.Load(), "observe_gaps": n.observeGaps.Load(),
+			"observe_lags": n.observeLags.Load()},
 	}
 	bs := n.rn.BasicStatus()
 	s.Term, s.Commit = bs.GetTerm(), bs.GetCommit()

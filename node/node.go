@@ -28,6 +28,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/raftlog"
@@ -37,6 +38,7 @@ import (
 // Node is one replica. Its methods are safe for concurrent use.
 type Node struct {
 	cfg     Config
+	k       *knobs.Node // testing knobs (knobs.go); never nil
 	log     *slog.Logger
 	id      uint64
 	clock   Clock
@@ -44,7 +46,7 @@ type Node struct {
 
 	storage raftlog.Log
 	fsm     *lockfsm.FSM
-	tr      *transport.Transport
+	tr      transport.Network
 	addr    string        // the advertised gRPC address (advertise.go)
 	static  staticCheck   // members on another static list (staticlist.go)
 	rn      *raft.RawNode // owned by the loop goroutine
@@ -88,12 +90,10 @@ type Node struct {
 	// catalogue (versiongate.go); once set, it stays set.
 	catalogueOpen atomic.Bool
 
-	dropPushes        atomic.Bool   // tests: refuse every fwd-push and ignore results in fwd-propose replies, so only fwd-status informs
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
-	statusServed      atomic.Uint64 // fwd-status calls this node answered (tests)
-	observeGaps       atomic.Uint64 // light member: pushed election changes that did not follow the last one (tests)
-	observeLags       atomic.Uint64 // observations ended with ErrObserveLagged because changes could not be shown (tests)
-	loopTID           atomic.Int64  // OS thread of the loop (TestHooks.LockLoopThread)
+	statusServed      atomic.Uint64 // fwd-status calls this node answered
+	observeGaps       atomic.Uint64 // light member: pushed election changes that did not follow the last one
+	observeLags       atomic.Uint64 // observations ended with ErrObserveLagged because changes could not be shown
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
 
@@ -219,6 +219,7 @@ const LogKeyNode = "lockraft_node"
 func start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
+		k:       knobsOf(&cfg),
 		log:     cfg.Logger.With(LogKeyNode, cfg.ID),
 		id:      cfg.ID,
 		clock:   cfg.Clock,
@@ -231,6 +232,9 @@ func start(cfg Config) (*Node, error) {
 		fsmDone: make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
+	}
+	if err := checkKnobs(n.k); err != nil {
+		return nil, err
 	}
 	if err := mkdirAllSync(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
@@ -256,8 +260,9 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
+	n.storage = n.wrapLog(n.storage)
 	n.log.Debug("raft log opened", "engine", engine)
-	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), lockfsm.Options{})
+	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), fsmOptions(n.k.FSM))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
@@ -327,7 +332,7 @@ func start(cfg Config) (*Node, error) {
 	} else {
 		adopt, detail, onForeign = n.adoptStaticFormation, staticDetail(cfg.Members), n.onForeignStaticPeer
 	}
-	n.tr, err = transport.New(transport.Config{
+	n.tr, err = n.startNetwork(transport.Config{
 		Formation:       n.formationID,
 		AdoptFormation:  adopt,
 		FormationDetail: detail,
@@ -463,8 +468,8 @@ func (n *Node) do(ctx context.Context, f func()) error {
 func (n *Node) run() {
 	defer close(n.donec)
 	defer n.recoverLoop()
-	if n.cfg.TestHooks.LockLoopThread {
-		n.lockLoopThread()
+	if f := n.k.OnLoopStart; f != nil {
+		f()
 	}
 	n.syncTick()
 	defer n.stopTick()
@@ -523,7 +528,7 @@ func (n *Node) run() {
 		case <-n.stopc:
 			return
 		}
-		n.cfg.Faults.waitLoop(n.stopc)
+		n.beforeTurn()
 		// Let the goroutines the last turn woke (callers whose results it
 		// applied, stream handlers) run first and queue their work, so it
 		// shares this turn: one MsgProp, one Ready, one MsgApp per peer.
@@ -585,8 +590,8 @@ func (n *Node) drainInputs() {
 // stepRemote admitted.
 func (n *Node) step(msgs []*raftpb.Message) {
 	for _, m := range msgs {
-		if n.loop.isLeader {
-			n.cfg.TestHooks.Stages.ack(m)
+		if s := n.k.Stages; s != nil && n.loop.isLeader {
+			s.Ack(m)
 		}
 		if isCommitHint(m) {
 			n.onCommitHint(m)

@@ -123,11 +123,11 @@ func TestObserveNoSilentGap(t *testing.T) {
 	// 1. The election leaves the table twice while pushes are lost.
 	x := campaign("x")
 	until("x")
-	a.dropPushes.Store(true)
+	faultsOf(a).DropPushes(true)
 	require.NoError(t, x.Release(ctx))
 	y := campaign("y")
 	require.NoError(t, y.Release(ctx))
-	a.dropPushes.Store(false)
+	faultsOf(a).DropPushes(false)
 	z := campaign("z")
 	until("z")
 	require.Equal(t, applied(first.Index), seen, "part 1: the light member observed exactly the applied changes")
@@ -135,7 +135,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 
 	// 2. Promotion of the light member to learner (a snapshot restore) with
 	// changes it never got.
-	a.dropPushes.Store(true)
+	faultsOf(a).DropPushes(true)
 	for i := 1; i <= 5; i++ {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := z.Proclaim(pctx, fmt.Sprintf("p%d", i)); err != nil {
@@ -157,7 +157,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	require.True(t, crashed)
 	require.Eventually(t, func() bool { return !a.light() }, 60*time.Second, 20*time.Millisecond,
 		"the light member is promoted to learner")
-	a.dropPushes.Store(false)
+	faultsOf(a).DropPushes(false)
 	require.NoError(t, z.Release(ctx))
 	fin := campaign("final")
 	var end error

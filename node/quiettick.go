@@ -41,7 +41,7 @@ func (c Config) quietFor() time.Duration {
 // quiet reports whether this node is a quiet follower (loop).
 func (n *Node) quiet(now time.Time) bool {
 	q := n.cfg.quietFor()
-	if q == 0 || n.light() || n.loop.isLeader || n.loop.leader == 0 || n.cfg.TestHooks.FollowerExpiry {
+	if q == 0 || n.light() || n.loop.isLeader || n.loop.leader == 0 || n.k.FollowerExpiry {
 		return false
 	}
 	if now.Sub(n.loop.tick.heard) >= q || n.loop.fsmBusy || n.fsm.DurableIndex() != n.fsm.AppliedIndex() {
@@ -133,7 +133,7 @@ func (n *Node) syncQuiet(now time.Time) {
 
 // calmLeader reports whether this node leads and is calm (loop).
 func (n *Node) calmLeader() bool {
-	if !n.loop.isLeader || n.cfg.HeartbeatTicks < 2 || n.cfg.TestHooks.FollowerExpiry {
+	if !n.loop.isLeader || n.cfg.HeartbeatTicks < 2 || n.k.FollowerExpiry {
 		return false
 	}
 	if n.loop.fine.c != nil || n.loop.fine.wanted || n.loop.fsmBusy || n.fsm.DurableIndex() != n.fsm.AppliedIndex() {

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -84,7 +85,7 @@ func (n *Node) handleReady() error {
 			n.loop.entriesSent += uint64(k)
 		}
 	}
-	n.tr.Send(n.cfg.Faults.filterOut(out, n.tr.Send))
+	n.tr.Send(out)
 	for _, m := range applies {
 		if err := n.apply(m.GetEntries()); err != nil {
 			return err
@@ -102,7 +103,7 @@ func (n *Node) handleReady() error {
 
 // appendToLog hands a raft log write to the appender.
 func (n *Node) appendToLog(m *raftpb.Message) {
-	n.cfg.TestHooks.Stages.entries(n.id, stageAppended, m)
+	n.stampEntries(knobs.StageAppended, m)
 	n.loop.hints.noteAppended(m)
 	n.app.enqueue(m)
 }
@@ -161,8 +162,8 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				}
 				continue
 			}
-			if n.cfg.TestHooks.Stages != nil {
-				n.cfg.TestHooks.Stages.stamp(n.id, idx, stageApplied, time.Now())
+			if s := n.k.Stages; s != nil {
+				s.Stamp(n.id, idx, knobs.StageApplied, time.Now())
 			}
 			if idx <= n.fsm.AppliedIndex() {
 				continue // replayed after a restart; already in the table
@@ -248,11 +249,7 @@ func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
 	n.members.setConf(n.loop.confState)
-	err := n.cfg.Faults.confStateError()
-	if err == nil {
-		err = n.storage.SetConfState(n.loop.confState, idx)
-	}
-	if err != nil {
+	if err := n.storage.SetConfState(n.loop.confState, idx); err != nil {
 		return fmt.Errorf("persist the configuration applied at %d: %w", idx, err)
 	}
 	n.onConfChangeApplied(cc)
@@ -274,7 +271,7 @@ func (n *Node) maybeCommitFSM() error {
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
 		return nil
 	}
-	if err := n.cfg.Faults.commitError(); err != nil {
+	if err := n.fsmCommitError(); err != nil {
 		return err
 	}
 	n.sendFSMJob(&fsmJob{batch: n.fsm.PrepareCommit()})

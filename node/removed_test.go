@@ -26,8 +26,8 @@ import (
 func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 	f := newGossipFleet(t, "lagging", 3)
 	f.tune = func(c *Config) {
-		c.Faults = new(Faults)
-		c.TestHooks.NoCommitHints = true // commits reach C only through the leader's commit index
+		withFaults(c)
+		c.NoCommitHints = true // commits reach C only through the leader's commit index
 	}
 	f.start(1)
 	f.start(2, f.nodes[1].GossipAddr())
@@ -67,7 +67,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 	}
 	first, _ := status(c)
 	frozen.Store(first)
-	c.cfg.Faults.RewriteIn(clamp)
+	faultsOf(c).RewriteIn(clamp)
 	// A commit index that arrived before the clamp took effect stays.
 	now, _ := status(c)
 	frozen.Store(max(first, now))
@@ -88,7 +88,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 
 	// C leads, and cannot commit an entry of its term: its followers'
 	// acknowledgements are lost.
-	c.cfg.Faults.RewriteIn(func(m *raftpb.Message) *raftpb.Message {
+	faultsOf(c).RewriteIn(func(m *raftpb.Message) *raftpb.Message {
 		if m.GetType() == raftpb.MessageType_MsgAppResp {
 			return nil
 		}
@@ -114,7 +114,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 		"X was told it was removed by a leader whose configuration lagged")
 
 	// C may commit again: it applies c and X is in its configuration.
-	c.cfg.Faults.RewriteIn(nil)
+	faultsOf(c).RewriteIn(nil)
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

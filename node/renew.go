@@ -49,14 +49,6 @@ func (h *Hold) Renew(ctx context.Context) error {
 	var st keepaliveStatus
 	if lead == n.id {
 		st = n.localRenew(ctx, r)
-	} else if !n.cfg.Faults.allowsOut(lead) {
-		return ErrUnavailable
-	} else if !n.cfg.Faults.callFault(ctx, lead, func() {
-		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
-		defer cancel()
-		_, _ = n.tr.Renew(dctx, lead, req)
-	}) {
-		return ErrUnavailable
 	} else {
 		resp, err := n.tr.Renew(ctx, lead, req)
 		if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/faults"
+
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -353,14 +355,14 @@ func TestKeepalivesSurviveSlowConfirmation(t *testing.T) {
 	tick := tc.config(a).TickInterval
 	for id, f := range tc.faults {
 		if id != lead {
-			f.SetMessagePolicy(MessagePolicy{Seed: 1, Peers: []uint64{lead}, DelayRate: 1, DelayMin: 3 * tick, DelayMax: 4 * tick})
+			f.SetMessagePolicy(faults.MessagePolicy{Seed: 1, Peers: []uint64{lead}, DelayRate: 1, DelayMin: 3 * tick, DelayMax: 4 * tick})
 		}
 	}
 	ttl := tc.config(a).SessionTTL
 	require.Never(t, func() bool { return ha.Context().Err() != nil || hl.Context().Err() != nil },
 		ttl+ttl/2, 10*time.Millisecond, "a hold was given up on a slow but healthy cluster")
 	for _, f := range tc.faults {
-		f.SetMessagePolicy(MessagePolicy{})
+		f.SetMessagePolicy(faults.MessagePolicy{})
 	}
 	require.NoError(t, ha.Release(ctx))
 	require.NoError(t, hl.Release(ctx))

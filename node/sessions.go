@@ -240,7 +240,7 @@ func (n *Node) keepaliveLoop() {
 			epochCtx, cancelEpoch = context.WithCancel(base)
 			unwatch = context.AfterFunc(ctxDone(epoch), cancelEpoch)
 		}
-		n.cfg.Faults.waitIfPaused(n.stopc)
+		n.paused()
 		sess, lead := n.sess.Load(), n.lead.Load()
 		if sess == 0 || lead == 0 {
 			continue
@@ -282,19 +282,7 @@ func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveSt
 	if lead == n.id {
 		return n.localKeepalive(ctx, sess)
 	}
-	if !n.cfg.Faults.allowsOut(lead) {
-		<-ctx.Done()
-		return keepaliveFailed
-	}
 	req := &transportpb.KeepaliveRequest{Session: sess}
-	if !n.cfg.Faults.callFault(ctx, lead, func() {
-		dctx, cancel := context.WithTimeout(context.Background(), n.cfg.KeepaliveInterval)
-		defer cancel()
-		_, _ = n.tr.Keepalive(dctx, lead, req)
-	}) {
-		<-ctx.Done()
-		return keepaliveFailed
-	}
 	resp, err := n.tr.Keepalive(ctx, lead, req)
 	if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {
 		return keepaliveFailed

@@ -63,7 +63,7 @@ func (n *Node) maybeSnapshot() error {
 	if idx == 0 {
 		return nil
 	}
-	if err := n.cfg.Faults.commitError(); err != nil {
+	if err := n.fsmCommitError(); err != nil {
 		return err
 	}
 	n.loop.sinceSnap = 0
@@ -79,7 +79,7 @@ func (n *Node) maybeSnapshot() error {
 // writeSnapshot runs steps 2 to 4 for j, once its batch is committed. It
 // runs on the committer goroutine.
 func (n *Node) writeSnapshot(j *snapJob) error {
-	n.cfg.Faults.snapshotStall(n.stopc)
+	n.snapshotStall()
 	path := transport.SnapshotPath(n.snapDir, j.index)
 	var applied uint64
 	if err := writeSnapshotFile(path, func(w *bufio.Writer) (err error) {
@@ -217,7 +217,7 @@ func (n *Node) startRestore() {
 // locks.db with it. It runs on the committer goroutine and does not touch
 // the in-memory lock table, which the loop may be reading.
 func (n *Node) restoreOnCommitter(j *restoreJob) error {
-	n.cfg.Faults.snapshotStall(n.stopc)
+	n.snapshotStall()
 	f, err := os.Open(transport.SnapshotPath(n.snapDir, j.index))
 	if err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/knobs"
 )
 
 // Every command made through a node of a probed cluster gets every stage
@@ -14,7 +16,7 @@ import (
 // caller.
 func TestStageProbeStampsEveryStage(t *testing.T) {
 	probe := NewStageProbe(1 << 12)
-	tc := newTestCluster(t, 3, func(c *Config) { c.TestHooks.Stages = probe })
+	tc := newTestCluster(t, 3, func(c *Config) { knobsOfConfig(c).Stages = probe })
 	lead := tc.leader()
 	ctx := ctxT(t, 10*time.Second)
 	for _, id := range []uint64{lead, tc.follower()} {
@@ -31,7 +33,7 @@ func TestStageProbeStampsEveryStage(t *testing.T) {
 			continue
 		}
 		seen[o]++
-		at := func(node uint64, s int) time.Duration { return probe.get(node, i, s) }
+		at := func(node uint64, s knobs.Stage) time.Duration { return probe.get(node, i, s) }
 		// Causal order: caller → its loop → the leader's log → the leader's
 		// disk → the leader's apply; the caller's node applies after the
 		// leader appended and before the caller returns.

@@ -55,13 +55,14 @@ const Version = "lockraft/0.2"
 
 // version is the version this node tells its peers.
 func (c *Config) version() string {
-	switch c.TestHooks.ClaimVersion {
+	claim := knobsOf(c).ClaimVersion
+	switch claim {
 	case "":
 		return Version
 	case "-":
 		return ""
 	}
-	return c.TestHooks.ClaimVersion
+	return claim
 }
 
 // Gate states.

@@ -28,7 +28,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			old := uint64(3)
 			tc := newTestCluster(t, 3, func(c *Config) {
 				if c.ID == old {
-					c.TestHooks.ClaimVersion = claim
+					knobsOfConfig(c).ClaimVersion = claim
 				}
 			})
 			lead := tc.leader()
@@ -166,7 +166,7 @@ func TestCheckpointsWaitForTheGate(t *testing.T) {
 			checkpoints := 0
 			tc := newTestCluster(t, 3, func(c *Config) {
 				if c.ID == old {
-					c.TestHooks.ClaimVersion = claim
+					knobsOfConfig(c).ClaimVersion = claim
 				}
 				c.Observer = func(r ApplyRecord) {
 					if r.Command.Kind == lockfsm.KindCheckpoint {

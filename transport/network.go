@@ -27,7 +27,9 @@ type Network interface {
 	// reported to the Handler (ReportUnreachable; for MsgSnap,
 	// ReportSnapshot). Send owns msgs after the call.
 	Send(msgs []*raftpb.Message)
-	// SetFormation sets this node's formation id once it has adopted one.
+	// Formation is this node's formation id ("" if none yet); SetFormation
+	// sets it once the node has adopted one.
+	Formation() string
 	SetFormation(id string) error
 	// PeerVersion is the software version peer last announced.
 	PeerVersion(peer uint64) (version string, seen bool)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/internal/knobs"
 )
 
 // StageProbe records when each raft entry passed each stage of its way
@@ -16,7 +18,7 @@ import (
 // operation's time goes (BenchmarkStages): forwarding, the leader's and a
 // follower's fsync, each network hop, the commit notice, the caller's
 // wake-up. Give every node of one cluster the same probe
-// (Config.TestHooks.Stages). It records indexes below its capacity and nodes
+// (knobs.Node.Stages). It records indexes below its capacity and nodes
 // with ids 1..maxStageNodes; stamps are lock-free atomics. With no probe set
 // each stage costs a nil check.
 type StageProbe struct {
@@ -33,52 +35,45 @@ const maxStageNodes = 4
 // the node whose caller made the command; acked is stamped by the leader at
 // the follower's slot when that follower's acknowledgement arrives.
 const (
-	stageCalled   = iota // the caller's Acquire/Release began
-	stageProposed        // its loop proposed the command
-	stageAppended        // the loop handed the entry to the appender
-	stageReceived        // a follower's transport handler got the MsgApp
-	stageDurable         // the appender's fdatasync returned
-	stageAcked           // the leader got this follower's acknowledgement
-	stageApplied         // the loop applied the entry
-	stageReturned        // the caller got its result
-	numStages
+	stageCalled   = knobs.StageCalled
+	stageProposed = knobs.StageProposed
+	stageAppended = knobs.StageAppended
+	stageReceived = knobs.StageReceived
+	stageDurable  = knobs.StageDurable
+	stageAcked    = knobs.StageAcked
+	stageApplied  = knobs.StageApplied
+	stageReturned = knobs.StageReturned
+	numStages     = knobs.NumStages
 )
+
+var _ knobs.Stages = (*StageProbe)(nil)
 
 // NewStageProbe returns a probe for raft indexes below capacity.
 func NewStageProbe(capacity int) *StageProbe {
 	return &StageProbe{
 		base:  time.Now(),
 		cap:   uint64(capacity),
-		at:    make([]atomic.Int64, capacity*maxStageNodes*numStages),
+		at:    make([]atomic.Int64, capacity*maxStageNodes*int(numStages)),
 		owner: make([]atomic.Uint64, capacity),
 	}
 }
 
-func (p *StageProbe) stamp(node, index uint64, stage int, t time.Time) {
+// Stamp records that entry index passed stage on node at t.
+func (p *StageProbe) Stamp(node, index uint64, stage knobs.Stage, t time.Time) {
 	if p == nil || index >= p.cap || node == 0 || node > maxStageNodes {
 		return
 	}
 	v := max(int64(t.Sub(p.base)), 1)
-	p.at[(index*maxStageNodes+node-1)*numStages+uint64(stage)].CompareAndSwap(0, v)
+	p.at[(index*maxStageNodes+node-1)*uint64(numStages)+uint64(stage)].CompareAndSwap(0, v)
 }
 
-func (p *StageProbe) get(node, index uint64, stage int) time.Duration {
-	return time.Duration(p.at[(index*maxStageNodes+node-1)*numStages+uint64(stage)].Load())
+func (p *StageProbe) get(node, index uint64, stage knobs.Stage) time.Duration {
+	return time.Duration(p.at[(index*maxStageNodes+node-1)*uint64(numStages)+uint64(stage)].Load())
 }
 
-func (p *StageProbe) entries(node uint64, stage int, m *raftpb.Message) {
-	if p == nil {
-		return
-	}
-	now := time.Now()
-	for _, e := range m.GetEntries() {
-		p.stamp(node, e.GetIndex(), stage, now)
-	}
-}
-
-// ack stamps the entries a follower's acknowledgement covers (leader's loop
+// Ack stamps the entries a follower's acknowledgement covers (leader's loop
 // only).
-func (p *StageProbe) ack(m *raftpb.Message) {
+func (p *StageProbe) Ack(m *raftpb.Message) {
 	if p == nil || m.GetType() != raftpb.MessageType_MsgAppResp || m.GetReject() {
 		return
 	}
@@ -88,21 +83,21 @@ func (p *StageProbe) ack(m *raftpb.Message) {
 	}
 	now := time.Now()
 	for i := p.acked[f] + 1; i <= m.GetIndex() && i < p.cap; i++ {
-		p.stamp(f, i, stageAcked, now)
+		p.Stamp(f, i, stageAcked, now)
 	}
 	p.acked[f] = max(p.acked[f], m.GetIndex())
 }
 
-// returned stamps a caller's command once its result is back (caller's
+// Returned stamps a caller's command once its result is back (caller's
 // goroutine; o's fields were set by the loop before it sent the result).
-func (p *StageProbe) returned(node uint64, o *op) {
-	if p == nil || o.index == 0 || o.index >= p.cap {
+func (p *StageProbe) Returned(node, index uint64, called, proposed time.Time) {
+	if p == nil || index == 0 || index >= p.cap {
 		return
 	}
-	p.owner[o.index].Store(node)
-	p.stamp(node, o.index, stageCalled, o.calledAt)
-	p.stamp(node, o.index, stageProposed, o.firstProposed)
-	p.stamp(node, o.index, stageReturned, time.Now())
+	p.owner[index].Store(node)
+	p.Stamp(node, index, stageCalled, called)
+	p.Stamp(node, index, stageProposed, proposed)
+	p.Stamp(node, index, stageReturned, time.Now())
 }
 
 // Report writes, for the commands of callers on the leader and on followers

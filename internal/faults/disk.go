@@ -1,20 +1,50 @@
-package node
+package faults
 
 import (
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/raftlog"
 )
 
-// storeFaults is the part of Faults that stalls snapshot writes, fails
-// configuration-state writes and rewrites incoming raft messages. The zero
-// value injects nothing.
+// storeFaults stalls snapshot writes, fails configuration-state writes and
+// rewrites incoming raft messages. The zero value injects nothing.
 type storeFaults struct {
 	mu        sync.Mutex
 	stall     chan struct{} // non-nil: snapshot writes wait until it is closed
 	stalled   chan struct{} // closed when a snapshot write reaches the stall
 	confState error         // non-nil: every SetConfState fails with it
 	rewrite   func(*raftpb.Message) *raftpb.Message
+}
+
+// FailWrites makes every following raft log write fail with err (nil heals),
+// as a full or failing disk would. The node must stop serving rather than
+// acknowledge anything it could not make durable.
+func (f *Faults) FailWrites(err error) {
+	f.mu.Lock()
+	f.disk = err
+	f.mu.Unlock()
+}
+
+func (f *Faults) writeError() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.disk
+}
+
+// FailCommits makes every following lock-table commit (the periodic write
+// of lockfsm's dirty records to locks.db) fail with err (nil heals).
+func (f *Faults) FailCommits(err error) {
+	f.mu.Lock()
+	f.commit = err
+	f.mu.Unlock()
+}
+
+func (f *Faults) commitError() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.commit
 }
 
 // StallSnapshots makes the disk work of every following lock-table snapshot
@@ -44,9 +74,6 @@ func (f *Faults) ReleaseSnapshots() {
 
 // snapshotStall blocks while snapshots are stalled (or until stop closes).
 func (f *Faults) snapshotStall(stop <-chan struct{}) {
-	if f == nil {
-		return
-	}
 	s := &f.store
 	s.mu.Lock()
 	stall, stalled := s.stall, s.stalled
@@ -76,9 +103,6 @@ func (f *Faults) FailConfStates(err error) {
 }
 
 func (f *Faults) confStateError() error {
-	if f == nil {
-		return nil
-	}
 	f.store.mu.Lock()
 	defer f.store.mu.Unlock()
 	return f.store.confState
@@ -108,4 +132,27 @@ func (s *storeFaults) rewriteIn(msgs []*raftpb.Message) []*raftpb.Message {
 		}
 	}
 	return kept
+}
+
+// faultyLog is a raft log whose writes fail on demand (FailWrites,
+// FailConfStates).
+type faultyLog struct {
+	raftlog.Log
+	f *Faults
+}
+
+func (f *Faults) wrapLog(l raftlog.Log) raftlog.Log { return &faultyLog{Log: l, f: f} }
+
+func (l *faultyLog) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
+	if err := l.f.writeError(); err != nil {
+		return err
+	}
+	return l.Log.Save(snap, hs, ents)
+}
+
+func (l *faultyLog) SetConfState(cs *raftpb.ConfState, index uint64) error {
+	if err := l.f.confStateError(); err != nil {
+		return err
+	}
+	return l.Log.SetConfState(cs, index)
 }
