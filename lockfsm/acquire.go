@@ -160,14 +160,14 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	bug := false
 	if l == nil {
 		l = f.newLock(own(c.Name), prim, c.Limit)
-	} else if testHookGrantWhileHeld && !l.delayed && prim != PrimSemaphore && mode == ModeExclusive {
+	} else if f.k.grantWhileHeld && !l.delayed && prim != PrimSemaphore && mode == ModeExclusive {
 		// Planted bug: the holder check is skipped (the old holder is overwritten).
 		for len(l.holds) > 0 {
 			l.removeHold(0)
 		}
 		bug = true
 	}
-	if !l.delayed && (bug || len(l.waiters) == 0 && l.fits(mode, permits)) {
+	if !l.delayed && (bug || len(l.waiters) == 0 && l.fits(mode, permits, &f.k)) {
 		value := ""
 		if prim == PrimElection {
 			value = own(c.Value)

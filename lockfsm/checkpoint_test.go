@@ -197,7 +197,7 @@ func oldSnapshot(t *testing.T, f *FSM) []byte {
 		b = append(b, rec...)
 	}
 	for _, name := range sortedKeys(nil, f.locks) {
-		rec := appendLock(nil, f.locks[name])
+		rec := appendLock(nil, f.locks[name], &f.k)
 		b = append(b, tagLock)
 		b = appendString(b, name)
 		b = protowire.AppendVarint(b, uint64(len(rec)))

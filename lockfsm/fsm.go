@@ -46,6 +46,8 @@ type FSM struct {
 	// and goes (the common acquire-release) costs no allocation. An entry is reused only from the next
 	// apply on, so no pointer held during the apply that dropped it can see it change.
 	dead, spare []*lock
+
+	k knobs // bugs planted on purpose (knobs.go); the zero value, always, outside tests
 }
 
 // maxSpareLocks bounds the entries kept for reuse (about 160 bytes each).

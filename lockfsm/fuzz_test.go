@@ -22,15 +22,18 @@ func snapshotBytes(t testing.TB, f *FSM) []byte {
 }
 
 // memFSM is an FSM without a file, for tests that only Apply and WriteSnapshot (neither touches bbolt).
-func memFSM() *FSM {
+func memFSM() *FSM { return plantedMemFSM(knobs{}) }
+
+// plantedMemFSM is memFSM with the bugs of k planted.
+func plantedMemFSM(k knobs) *FSM {
 	sessions, locks := newState()
 	return &FSM{path: "(memory)", sessions: sessions, locks: locks, dirtySessions: make(map[uint64]struct{}),
-		dirtyLocks: make(map[string]struct{})}
+		dirtyLocks: make(map[string]struct{}), k: k}
 }
 
 // fuzzRestoreTarget is one bbolt-backed FSM per fuzz process, reused by every FuzzApply input: Restore
-// replaces all of its state, and creating a bbolt file per input (an fdatasync even with NoSync, plus a
-// temporary directory) made fuzzing crawl.
+// replaces all of its state (each user sets its knobs), and creating a bbolt file per input (an fdatasync
+// even with NoSync, plus a temporary directory) made fuzzing crawl.
 var fuzzRestoreTarget struct {
 	once sync.Once
 	f    *FSM
@@ -85,8 +88,8 @@ func runStream(t testing.TB, f *FSM, cmds []Command) ([][]byte, error) {
 // checkStream is FuzzApply's body: decoding data never panics and classifies its error; the command stream
 // made from data keeps every invariant of the checker at every step (S1, S2, S4, S6, L2, L4); a second
 // replica applying the same entries ends with byte-identical snapshots, and so does one restored from a
-// snapshot taken half-way that replays the rest (S7).
-func checkStream(t testing.TB, data []byte) error {
+// snapshot taken half-way that replays the rest (S7). Every state machine involved has the bugs of k planted.
+func checkStream(t testing.TB, data []byte, k knobs) error {
 	// Decoding garbage never panics, and what decodes re-encodes to something that decodes the same.
 	if c, err := DecodeCommand(data); err == nil {
 		c2, err := DecodeCommand(c.AppendEncode(nil))
@@ -96,36 +99,38 @@ func checkStream(t testing.TB, data []byte) error {
 	} else if errors.Is(err, ErrBadCommand) == errors.Is(err, ErrNewerFormat) {
 		return fmt.Errorf("decode error %v is not exactly one of ErrBadCommand and ErrNewerFormat", err)
 	}
-	_, entries, err := genApply(data, memFSM(), newChecker())
+	_, entries, err := genApply(data, plantedMemFSM(k), newChecker())
 	if err != nil {
 		return err
 	}
-	return checkReplicas(t, entries)
+	return checkReplicas(t, entries, k)
 }
 
 // checkReplicas applies entries to one replica, to a second one, and to a third restored from a snapshot
-// of the first half then replaying the rest: all three end with byte-identical snapshots (S7).
-func checkReplicas(t testing.TB, entries [][]byte) error {
-	a := memFSM()
+// of the first half then replaying the rest: all three end with byte-identical snapshots (S7). Every
+// replica has the bugs of k planted.
+func checkReplicas(t testing.TB, entries [][]byte, k knobs) error {
+	a := plantedMemFSM(k)
 	for i, e := range entries {
 		a.Apply(uint64(i+1), e, nil)
 	}
 	full := snapshotBytes(t, a)
 	// Same stream, second replica: byte-identical.
-	b := memFSM()
+	b := plantedMemFSM(k)
 	for i, e := range entries {
 		b.Apply(uint64(i+1), e, nil)
 	}
 	if !bytes.Equal(full, snapshotBytes(t, b)) {
 		return errors.New("S7: two replicas of the same stream differ")
 	}
-	// Snapshot at k, restore into another FSM, replay the rest: identical to the full replay.
+	// Snapshot at kk, restore into another FSM, replay the rest: identical to the full replay.
 	kk := len(entries) / 2
-	c := memFSM()
+	c := plantedMemFSM(k)
 	for i, e := range entries[:kk] {
 		c.Apply(uint64(i+1), e, nil)
 	}
 	d := restoreTarget(t)
+	d.k = k
 	if err := d.Restore(bytes.NewReader(snapshotBytes(t, c))); err != nil {
 		return err
 	}
@@ -169,59 +174,59 @@ func FuzzApply(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := checkStream(t, data); err != nil {
+		if err := checkStream(t, data, knobs{}); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
-// plantedBugs are the bugs planted in the state machine, one per invariant the checker holds it to, each
-// with a stream that shows it (hand-made) and the words the report must contain.
+// plantedBugs are the bugs planted in the state machine (knobs), one per invariant the checker holds it
+// to, each with a stream that shows it (hand-made) and the words the report must contain.
 var plantedBugs = []struct {
 	name   string
-	hook   *bool
+	plant  knobs
 	stream []Command
 	want   string
 }{
-	{"FIFO: a release grants the queue's tail", &testHookGrantTail, []Command{
+	{"FIFO: a release grants the queue's tail", knobs{grantTail: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "h"},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "a", Owner: "w1", Wait: true},
 		{Kind: KindAcquire, Session: 2, Seq: 2, Name: "a", Owner: "w2", Wait: true},
 		{Kind: KindRelease, Session: 1, Seq: 2, Name: "a", Owner: "h"},
 	}, "FIFO violated"},
-	{"S1: a mutex granted while held", &testHookGrantWhileHeld, []Command{
+	{"S1: a mutex granted while held", knobs{grantWhileHeld: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "h"},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "a", Owner: "x"},
 	}, "S1: a held exclusively"},
-	{"S1: two leaders of an election", &testHookGrantWhileHeld, []Command{
+	{"S1: two leaders of an election", knobs{grantWhileHeld: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "e", Owner: "h", Primitive: PrimElection},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "e", Owner: "x", Primitive: PrimElection},
 	}, "S1: e held exclusively"},
-	{"S1: a reader granted beside a writer", &testHookReaderBesideWriter, []Command{
+	{"S1: a reader granted beside a writer", knobs{readerBesideWriter: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "r", Owner: "w", Primitive: PrimRW},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "r", Owner: "x", Primitive: PrimRW, Mode: ModeShared},
 	}, "beside writer"},
-	{"S1: a permit over N", &testHookPermitOverN, []Command{
+	{"S1: a permit over N", knobs{permitOverN: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "s", Owner: "a", Primitive: PrimSemaphore, Limit: 2, Permits: 2},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "s", Owner: "b", Primitive: PrimSemaphore, Limit: 2},
 	}, "permits in use, limit 2"},
-	{"S1: a multi-name grant that takes only some names", &testHookPartialMulti, []Command{
+	{"S1: a multi-name grant that takes only some names", knobs{partialMulti: true}, []Command{
 		{Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "m", ExtraNames: []string{"b"}},
 	}, "is missing on b"},
-	{"S2: a grant from a queue stamped with its enqueue index", &testHookEnqueueToken, []Command{
+	{"S2: a grant from a queue stamped with its enqueue index", knobs{enqueueToken: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "r", Owner: "w", Primitive: PrimRW},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "r", Owner: "x", Primitive: PrimRW, Mode: ModeShared, Wait: true},
 		{Kind: KindAcquire, Session: 1, Seq: 2, Name: "r", Owner: "w", Primitive: PrimRW, Mode: ModeShared},
 		{Kind: KindRelease, Session: 1, Seq: 3, Name: "r", Owner: "w", Primitive: PrimRW},
 	}, "S2: token of r went from 5 to 4"},
-	{"FIFO: a smaller semaphore request overtakes the head", &testHookSemaphoreBarge, []Command{
+	{"FIFO: a smaller semaphore request overtakes the head", knobs{semaphoreBarge: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "s", Owner: "a", Primitive: PrimSemaphore, Limit: 3},
 		{Kind: KindAcquire, Session: 1, Seq: 2, Name: "s", Owner: "a", Primitive: PrimSemaphore, Limit: 3, Permits: 2},
@@ -229,14 +234,14 @@ var plantedBugs = []struct {
 		{Kind: KindAcquire, Session: 2, Seq: 2, Name: "s", Owner: "c", Primitive: PrimSemaphore, Limit: 3, Wait: true},
 		{Kind: KindRelease, Session: 1, Seq: 3, Name: "s", Owner: "a", Primitive: PrimSemaphore, Token: 3},
 	}, "FIFO violated on s"},
-	{"L4: a cancelled writer leaves the readers behind it waiting", &testHookNoSettleOnCancel, []Command{
+	{"L4: a cancelled writer leaves the readers behind it waiting", knobs{noSettleOnCancel: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "r", Owner: "a", Primitive: PrimRW, Mode: ModeShared},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "r", Owner: "w", Primitive: PrimRW, Wait: true},
 		{Kind: KindAcquire, Session: 2, Seq: 2, Name: "r", Owner: "b", Primitive: PrimRW, Mode: ModeShared, Wait: true},
 		{Kind: KindCancel, Session: 2, Seq: 3, Name: "r", Owner: "w", Target: 1},
 	}, "L4: lock r"},
-	{"S7: snapshots drop waiters' election values", &testHookSnapshotNoValue, []Command{
+	{"S7: snapshots drop waiters' election values", knobs{snapshotNoValue: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "e", Owner: "a", Primitive: PrimElection, Value: "va"},
 		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "e", Owner: "b", Primitive: PrimElection, Value: "vb", Wait: true},
@@ -251,21 +256,19 @@ var plantedBugs = []struct {
 // words, with the bug planted. A phantom waiter (a session ended in the model but still queued in the
 // table) is reported too.
 func TestCheckerCatchesPlantedBugs(t *testing.T) {
-	check := func(stream []Command) error {
-		entries, err := runStream(t, memFSM(), stream)
+	check := func(stream []Command, k knobs) error {
+		entries, err := runStream(t, plantedMemFSM(k), stream)
 		if err != nil {
 			return err
 		}
-		return checkReplicas(t, entries)
+		return checkReplicas(t, entries, k)
 	}
 	for _, b := range plantedBugs {
 		t.Run(b.name, func(t *testing.T) {
-			if err := check(b.stream); err != nil {
+			if err := check(b.stream, knobs{}); err != nil {
 				t.Fatalf("correct FSM reported: %v", err)
 			}
-			*b.hook = true
-			err := check(b.stream)
-			*b.hook = false
+			err := check(b.stream, b.plant)
 			if err == nil || !strings.Contains(err.Error(), b.want) {
 				t.Fatalf("planted bug not caught: %v (want %q)", err, b.want)
 			}
@@ -298,22 +301,20 @@ func TestFuzzFindsPlantedBugs(t *testing.T) {
 	}
 	base := uint64(time.Now().UnixNano())
 	t.Logf("base seed %d", base)
-	seen := map[*bool]bool{}
+	seen := map[knobs]bool{}
 	for _, b := range plantedBugs {
-		if seen[b.hook] {
-			continue // one search per hook
+		if seen[b.plant] {
+			continue // one search per bug
 		}
-		seen[b.hook] = true
+		seen[b.plant] = true
 		t.Run(b.name, func(t *testing.T) {
-			*b.hook = true
-			defer func() { *b.hook = false }()
 			for i := range uint64(3000) {
 				r := rand.New(rand.NewPCG(base+i, 11))
 				data := make([]byte, 1200)
 				for j := range data {
 					data[j] = byte(r.IntN(256))
 				}
-				if err := checkStream(t, data); err != nil {
+				if err := checkStream(t, data, b.plant); err != nil {
 					t.Logf("caught by stream %d (seed %d, 11): %v", i+1, base+i, err)
 					return
 				}

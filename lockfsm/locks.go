@@ -172,15 +172,15 @@ func (l *lock) hasWriter() bool {
 }
 
 // fits says whether a new hold in mode with permits could join the current holds (the queue and the
-// delay aside).
-func (l *lock) fits(mode Mode, permits uint32) bool {
+// delay aside), by the rules with the bugs planted in k (the FSM's knobs).
+func (l *lock) fits(mode Mode, permits uint32, k *knobs) bool {
 	switch l.prim {
 	case PrimRW:
 		if mode == ModeShared {
-			return !l.hasWriter() || testHookReaderBesideWriter
+			return !l.hasWriter() || k.readerBesideWriter
 		}
 	case PrimSemaphore:
-		if testHookPermitOverN {
+		if k.permitOverN {
 			return l.used()+permits <= l.limit()+1
 		}
 		return l.used()+permits <= l.limit()
@@ -188,10 +188,10 @@ func (l *lock) fits(mode Mode, permits uint32) bool {
 	return len(l.holds) == 0
 }
 
-// firstFitting is the first waiter that fits beside the holds, or -1 (for testHookSemaphoreBarge).
-func (l *lock) firstFitting() int {
+// firstFitting is the first waiter that fits beside the holds, or -1 (for the planted bug semaphoreBarge).
+func (l *lock) firstFitting(k *knobs) int {
 	for i := range l.waiters {
-		if l.fits(l.waiters[i].mode, l.waiters[i].permits) {
+		if l.fits(l.waiters[i].mode, l.waiters[i].permits, k) {
 			return i
 		}
 	}
@@ -271,7 +271,7 @@ func (f *FSM) endHold(l *lock, i int, reason Reason, ev []Event) []Event {
 	for _, n := range names {
 		m := f.locks[n]
 		if m == nil {
-			continue // only with testHookPartialMulti
+			continue // only with the planted bug partialMulti
 		}
 		if j := m.findToken(h.session, h.owner, h.token); j >= 0 {
 			m.removeHold(j)
@@ -326,7 +326,7 @@ func (f *FSM) settle(l *lock, index uint64, ended bool, ev []Event) []Event {
 func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 	for !l.delayed && len(l.waiters) > 0 {
 		i := 0
-		if testHookGrantTail && len(l.waiters) > 1 {
+		if f.k.grantTail && len(l.waiters) > 1 {
 			i = len(l.waiters) - 1
 		}
 		w := &l.waiters[i]
@@ -337,13 +337,13 @@ func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 			ev = f.grantMultiFromQueue(*w, index, ev)
 			continue
 		}
-		if !l.fits(w.mode, w.permits) {
-			if testHookSemaphoreBarge && l.prim == PrimSemaphore {
-				if j := l.firstFitting(); j > 0 {
+		if !l.fits(w.mode, w.permits, &f.k) {
+			if f.k.semaphoreBarge && l.prim == PrimSemaphore {
+				if j := l.firstFitting(&f.k); j > 0 {
 					i, w = j, &l.waiters[j]
 				}
 			}
-			if !l.fits(w.mode, w.permits) {
+			if !l.fits(w.mode, w.permits, &f.k) {
 				return ev
 			}
 		}
@@ -353,7 +353,7 @@ func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 		s.dropWait(l.name)
 		f.markGranted(s, wv.seq, index)
 		token := index
-		if testHookEnqueueToken {
+		if f.k.enqueueToken {
 			token = wv.enqueued
 		}
 		ev = f.grant(l, s, hold{session: s.id, owner: wv.owner, token: token, grantSeq: wv.seq, lease: wv.lease,
@@ -369,16 +369,6 @@ func (f *FSM) markGranted(s *session, seq, index uint64) {
 		f.dirtySessions[s.id] = struct{}{}
 	}
 }
-
-// Planted bugs, for tests that show the invariant checkers catch them (see testhooks.go for those the
-// fault checker may plant too).
-var (
-	testHookGrantTail        = false // FIFO: a release grants the queue's tail
-	testHookEnqueueToken     = false // S2: a grant from a queue is stamped with its enqueue index
-	testHookSemaphoreBarge   = false // FIFO: a smaller later semaphore request overtakes the head
-	testHookNoSettleOnCancel = false // L4: a cancelled waiter's removal grants nobody behind it
-	testHookSnapshotNoValue  = false // S7: lock records drop waiters' election values
-)
 
 // release applies KindRelease: one hold level of (Session, Owner) — in Mode for a read-write lock, the
 // hold with Token for a semaphore. For every primitive but the mutex, a nonzero Token must be the hold's.
@@ -515,7 +505,7 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 }
 
 func (f *FSM) settleAfterCancel(l *lock, index uint64, ev []Event) []Event {
-	if testHookNoSettleOnCancel {
+	if f.k.noSettleOnCancel {
 		f.touchLock(l)
 		return ev
 	}

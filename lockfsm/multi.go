@@ -142,7 +142,7 @@ func (f *FSM) grantMulti(s *session, owner string, x *extra, seq, index, lease u
 	names := x.names
 	h := hold{session: s.id, owner: owner, token: index, grantSeq: seq, lease: lease, count: 1, x: x}
 	for i, n := range names {
-		if testHookPartialMulti && i > 0 {
+		if f.k.partialMulti && i > 0 {
 			continue
 		}
 		l := f.locks[n]

@@ -21,6 +21,8 @@ type Options struct {
 	LockTimeout time.Duration
 	// NoSync skips fsync on Commit. Unsafe (a crash can corrupt the file): for benchmarks only.
 	NoSync bool
+
+	knobs knobs // bugs to plant in the FSM (knobs.go): set only by lockfsm's tests and Plant
 }
 
 // Bucket and key names inside the bbolt file.
@@ -65,7 +67,8 @@ func Open(path string, opts Options) (f *FSM, err error) {
 		}
 		return nil, fmt.Errorf("lockfsm: open %s: %w: %v", path, ErrCorrupt, err)
 	}
-	f = &FSM{path: path, db: db, dirtySessions: make(map[uint64]struct{}), dirtyLocks: make(map[string]struct{})}
+	f = &FSM{path: path, db: db, dirtySessions: make(map[uint64]struct{}), dirtyLocks: make(map[string]struct{}),
+		k: opts.knobs}
 	if err := f.initFile(); err != nil {
 		return nil, err
 	}
@@ -241,7 +244,7 @@ func (f *FSM) prepare(arena *[]byte) *CommitBatch {
 	for _, name := range f.names {
 		x := kv{k: put(func(buf []byte) []byte { return append(buf, name...) })}
 		if l := f.locks[name]; l != nil {
-			x.v = put(func(buf []byte) []byte { return appendLock(buf, l) })
+			x.v = put(func(buf []byte) []byte { return appendLock(buf, l, &f.k) })
 		}
 		b.locks = append(b.locks, x)
 	}

@@ -55,8 +55,9 @@ func appendSession(b []byte, s *session) []byte {
 //	uvarint waiters, each: uvarint session, string owner, uvarint seq, uvarint enqueued, uvarint lease,
 //	    mode, uvarint permits, string value, names
 //
-// where names is a uvarint count and that many strings (0 for a single-name hold or waiter).
-func appendLock(b []byte, l *lock) []byte {
+// where names is a uvarint count and that many strings (0 for a single-name hold or waiter). k is the
+// encoding FSM's knobs (the planted bug snapshotNoValue).
+func appendLock(b []byte, l *lock, k *knobs) []byte {
 	b = append(b, lockRecordVersion)
 	var flags byte
 	if l.delayed {
@@ -89,7 +90,7 @@ func appendLock(b []byte, l *lock) []byte {
 		b = protowire.AppendVarint(b, w.lease)
 		b = append(b, byte(w.mode))
 		b = protowire.AppendVarint(b, uint64(w.permits))
-		if testHookSnapshotNoValue {
+		if k.snapshotNoValue {
 			b = appendString(b, "")
 		} else {
 			b = appendString(b, w.value())
@@ -316,7 +317,9 @@ func decodeLockV3(name string, b []byte) (*lock, bool) {
 	}
 	bad = bad || d.bad || len(d.b) != 0 || (!l.held() && !l.delayed && len(l.waiters) == 0)
 	if !bad && !l.delayed && len(l.waiters) > 0 && l.waiters[0].names() == nil {
-		bad = l.fits(l.waiters[0].mode, l.waiters[0].permits) // unsettled: the head could be granted
+		// Unsettled: the head could be granted (by the correct rules: a record is checked whatever the
+		// knobs of the FSM that reads it).
+		bad = l.fits(l.waiters[0].mode, l.waiters[0].permits, &knobs{})
 	}
 	if bad {
 		return nil, false

@@ -19,7 +19,7 @@ func FuzzLockRecord(f *testing.F) {
 		m := memFSM()
 		genApply(b, m, nil)
 		for _, l := range m.locks {
-			f.Add(l.name, appendLock(nil, l))
+			f.Add(l.name, appendLock(nil, l, &knobs{}))
 		}
 	}
 	f.Add("a", []byte{lockRecordV2, 1, 0, 0, 0, 5, 0, 0, 9, 0})
@@ -28,12 +28,12 @@ func FuzzLockRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again := appendLock(nil, l)
+		again := appendLock(nil, l, &knobs{})
 		l2, err := decodeLock(name, again, lockRecordVersion)
 		if err != nil {
 			t.Fatalf("re-decode of %x: %v", again, err)
 		}
-		if !bytes.Equal(again, appendLock(nil, l2)) {
+		if !bytes.Equal(again, appendLock(nil, l2, &knobs{})) {
 			t.Fatalf("not canonical: %x", again)
 		}
 	})

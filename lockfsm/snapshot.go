@@ -52,7 +52,7 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 		sw.session(id, rec)
 	}
 	for _, name := range sortedKeys(nil, f.locks) {
-		rec = appendLock(rec[:0], f.locks[name])
+		rec = appendLock(rec[:0], f.locks[name], &f.k)
 		sw.lock(name, rec)
 	}
 	return sw.end()
@@ -99,7 +99,7 @@ func (f *FSM) WriteDurableSnapshot(w io.Writer) (uint64, error) {
 			if err != nil {
 				return err
 			}
-			rec = appendLock(rec[:0], l)
+			rec = appendLock(rec[:0], l, &f.k)
 			sw.lock(name, rec)
 			return sw.err
 		}); err != nil {
@@ -270,7 +270,7 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 			}
 		}
 		for name, l := range rs.locks {
-			if err := lb.Put([]byte(name), appendLock(nil, l)); err != nil {
+			if err := lb.Put([]byte(name), appendLock(nil, l, &f.k)); err != nil {
 				return err
 			}
 		}
