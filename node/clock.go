@@ -35,10 +35,10 @@ type SystemClock struct{}
 func (SystemClock) Now() time.Time { return time.Now() }
 
 // NewTicker is a time.Ticker; from a tenth of a second up its ticks fall
-// on multiples of d from an origin every process shares (alignedTicker).
+// on multiples of d in wall time (alignedTicker).
 func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 	if d >= alignFrom {
-		return alignedTicker(d)
+		return alignedTicker(time.Now(), d)
 	}
 	t := time.NewTicker(d)
 	return t.C, t.Stop
@@ -49,41 +49,41 @@ func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 // thread, a spinning thread, sysmon) whatever it runs. Tickers that fall due
 // at the same instant share one. So the node's periodic tickers (the raft
 // tick, the keepalive sender, the gossip goroutine, an idle light member's
-// tick) tick on multiples of their period counted from one origin: a 1 s
-// ticker fires together with every tenth 100 ms tick, and three 1 s tickers
-// cost one wake-up instead of three. Only the phase moves; the period is
-// d, and the first tick comes within 2d.
+// tick) tick on multiples of their period in wall time (counted from the
+// Unix epoch): a 1 s ticker fires together with every tenth 100 ms tick,
+// and three 1 s tickers cost one wake-up instead of three. Only the phase
+// moves; the period is d, and the first tick comes within 2d.
 //
-// The origin is the same in every process: the last whole hour of wall time
-// when the process started (lastWholeHour), so replicas whose clocks agree
-// tick together too, for every period that divides an hour. That matters at
-// a leader: its light members' keepalives (one each per KeepaliveInterval)
-// used to arrive one at a time, each waking it on its own; now they arrive
-// together, one burst per interval, and share its wake-ups (a fleet of 50's
-// leader: 1.62 → 0.94 % of a core, 305 → 180 wake-ups a second). A burst is
-// small (a keepalive is one short call); machines whose clocks disagree by a
-// few milliseconds spread it over those milliseconds. The wall clock is read
-// once, for the phase only: the ticks themselves run on the monotonic clock,
-// and no deadline depends on when they fall.
+// The phase is the same in every process whose wall clock agrees, and for
+// every ticker whenever it was made. That matters at a leader: its light
+// members' keepalives (one each per KeepaliveInterval) used to arrive one at
+// a time, each waking it on its own; now they arrive together, one burst per
+// interval, and share its wake-ups (a fleet of 50's leader: 1.62 → 0.94 % of
+// a core, 305 → 180 wake-ups a second). A burst is small (a keepalive is one
+// short call); machines whose clocks disagree by a few milliseconds spread
+// it over those milliseconds. The wall clock is read once per ticker, for
+// the phase only: the ticks themselves run on the monotonic clock, and no
+// deadline depends on when they fall. A Clock other than SystemClock (a
+// test's, the simulation's) decides its own phases.
 const alignFrom = 100 * time.Millisecond
 
-var tickOrigin = lastWholeHour(time.Now())
-
-// lastWholeHour is the latest whole hour of wall time at or before now, as a
-// Time that keeps now's monotonic reading (Add moves both).
-func lastWholeHour(now time.Time) time.Time {
-	return now.Add(-time.Duration(now.UnixNano() % int64(time.Hour)))
+// untilAligned is how long from now until the next multiple of d in wall
+// time: in (0, d].
+func untilAligned(now time.Time, d time.Duration) time.Duration {
+	return d - time.Duration(now.UnixNano()%int64(d))
 }
 
-func alignedTicker(d time.Duration) (<-chan time.Time, func()) {
+// alignedTicker ticks every d, on multiples of d in wall time from the
+// first one after now on.
+func alignedTicker(now time.Time, d time.Duration) (<-chan time.Time, func()) {
 	t := time.NewTicker(d)
 	var mu sync.Mutex
 	stopped := false
-	align := time.AfterFunc(d-time.Since(tickOrigin)%d, func() {
+	align := time.AfterFunc(untilAligned(now, d), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped {
-			t.Reset(d) // from now on: origin + k·d
+			t.Reset(d) // from now on: multiples of d
 		}
 	})
 	return t.C, func() {

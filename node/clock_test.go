@@ -16,11 +16,11 @@ import (
 func TestAlignedTickersShareWakeUps(t *testing.T) {
 	const d = 200 * time.Millisecond
 	const late = 60 * time.Millisecond
-	a, stopA := alignedTicker(d)
+	a, stopA := alignedTicker(time.Now(), d)
 	time.Sleep(d / 3) // a different phase at creation
-	b, stopB := alignedTicker(d)
+	b, stopB := alignedTicker(time.Now(), d)
 	defer stopB()
-	phase := func(at time.Time) time.Duration { return at.Sub(tickOrigin) % d }
+	phase := func(at time.Time) time.Duration { return time.Duration(at.UnixNano() % int64(d)) }
 	aligned := 0
 	for i := 0; i < 6; i++ {
 		var at time.Time
@@ -50,31 +50,24 @@ func TestAlignedTickersShareWakeUps(t *testing.T) {
 	}
 }
 
-// TestTickOriginIsSharedAcrossProcesses: the tick origin is the last whole
-// hour of wall time, so two processes started at different moments (or on
-// machines whose clocks agree) tick at the same instants for every period
-// that divides an hour — the keepalive interval among them — and their
-// tickers' wake-ups fall together (clock.go). The origin keeps the
-// monotonic reading of the time it was taken from, so ticks and deadlines
-// measured from it are unaffected by a later wall-clock step.
-func TestTickOriginIsSharedAcrossProcesses(t *testing.T) {
+// TestTickPhaseIsSharedAcrossProcesses: a ticker's first tick falls on a
+// multiple of its period in wall time, so two processes started at
+// different moments (or on machines whose clocks agree) tick at the same
+// instants, and their tickers' wake-ups fall together (clock.go).
+func TestTickPhaseIsSharedAcrossProcesses(t *testing.T) {
 	now := time.Now()
-	o := lastWholeHour(now)
-	require.Zero(t, o.UnixNano()%int64(time.Hour), "origin %v is not a whole hour", o)
-	require.False(t, o.After(now))
-	require.Less(t, now.Sub(o), time.Hour)
-	require.Equal(t, now.Round(0).Sub(o.Round(0)), now.Sub(o), "wall and monotonic offsets differ")
-	require.NotEqual(t, o.String(), o.Round(0).String(), "the origin lost its monotonic reading")
-
 	// Two "processes": one started 37 min 12.345 s after the other.
 	later := now.Add(37*time.Minute + 12345*time.Millisecond)
-	o2 := lastWholeHour(later)
-	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second} {
-		at := later.Add(time.Minute)
-		require.Equal(t, at.Sub(o)%d, at.Sub(o2)%d, "period %v: the two processes' ticks fall at different phases", d)
+	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 700 * time.Millisecond,
+		time.Second, 2500 * time.Millisecond, 5 * time.Second} {
+		for _, start := range []time.Time{now, later} {
+			w := untilAligned(start, d)
+			require.True(t, w > 0 && w <= d, "period %v: first tick after %v", d, w)
+			first := start.Add(w)
+			require.Zero(t, first.UnixNano()%int64(d), "period %v: the first tick is off the phase", d)
+		}
 	}
-	// A ticker's first tick lands on a multiple of its period in wall time.
-	d := 2500 * time.Millisecond
-	first := later.Add(d - later.Sub(o2)%d)
-	require.Zero(t, first.UnixNano()%int64(d))
+	// On a whole multiple the next tick is a full period away, not now.
+	at := time.Unix(0, 0).Add(1000 * time.Second)
+	require.Equal(t, time.Second, untilAligned(at, time.Second))
 }

@@ -323,12 +323,12 @@ func (n *Node) gossipLoop() {
 		}
 		if t != tickP {
 			stopTick()
-			tick, stopTick = alignedTicker(t)
+			tick, stopTick = n.clock.NewTicker(t)
 			tickP = t
 		}
 		if r != reconP {
 			stopRecon()
-			recon, stopRecon = alignedTicker(r)
+			recon, stopRecon = n.clock.NewTicker(r)
 			reconP = r
 		}
 	}
