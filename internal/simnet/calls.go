@@ -213,7 +213,12 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
 	resp, err := c.serve(ctx, dst.cfg.Handler, ev.from)
-	if err != nil {
+	switch {
+	case dst.ctx.Err() != nil:
+		// The server closed: its connections went first, as a stopped gRPC
+		// server's do, and the handler's answer with them.
+		resp, err = nil, status.Error(codes.Unavailable, "simnet: the server closed")
+	case err != nil:
 		err = callError(err)
 	}
 	n.answer(ev, resp, err)

@@ -70,6 +70,12 @@ func (r *recorder) ReceiveSnapshot(ctx context.Context, m *raftpb.Message, file 
 	if r.receiveSnap != nil {
 		return r.receiveSnap(ctx, m, file)
 	}
+	return r.takeSnapshot(m, file)
+}
+
+// takeSnapshot is what ReceiveSnapshot does by default: rename the file to
+// the snapshot of its index and record the MsgSnap as a batch.
+func (r *recorder) takeSnapshot(m *raftpb.Message, file string) error {
 	dst := transport.SnapshotPath(filepath.Dir(file), m.GetSnapshot().GetMetadata().GetIndex())
 	if err := os.Rename(file, dst); err != nil {
 		return err
