@@ -210,7 +210,13 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 		ctx, cancelDL = context.WithDeadline(ctx, dl)
 		defer cancelDL()
 	}
-	stop := context.AfterFunc(c.ctx, cancel)
+	// A caller that gives up cancels the server's context; a deadline
+	// ends it by the server's own copy, with DeadlineExceeded.
+	stop := context.AfterFunc(c.ctx, func() {
+		if !errors.Is(c.ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
 	defer stop()
 	resp, err := c.serve(ctx, dst.cfg.Handler, ev.from)
 	switch {

@@ -12,10 +12,12 @@ import (
 
 // Raft messages arriving
 //
-// A raft message crosses its link only if the link is up both when it is
-// sent and when it arrives, its sender's endpoint is still open, and an
-// endpoint is open under its destination id when it arrives (a restarted
-// node gets what is in flight to its id). A message lost to a cut link, a
+// A raft message crosses its link if, when it arrives, the link is up, its
+// sender's endpoint is still open, and an endpoint is open under its
+// destination id (a restarted node gets what is in flight to its id). The
+// link is judged when the message arrives, not when it is sent, because
+// arrivals happen when the bubble is quiet: a Partition made at the instant
+// a message is sent cannot race with it. A message lost to a cut link, a
 // missing endpoint or a wrong address is reported to its sender
 // (ReportUnreachable, once per batch), as transport does for a broken
 // stream; one lost to the policy's Drop is not, and neither is one whose

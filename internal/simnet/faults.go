@@ -97,6 +97,12 @@ func (n *Network) SetLinkPolicy(from, to uint64, p Policy) {
 	n.faults.links[[2]uint64{from, to}] = p
 }
 
+// Cuts (Partition, Isolate, Block, Heal) are judged when something
+// arrives, so they take effect for everything on the way, deterministically
+// even when made at the instant a message is sent. A policy is applied
+// when something is sent: a policy change at the very instant a goroutine
+// sends on the link races with the send.
+
 // Partition cuts the links between groups, both ways, replacing the
 // previous partition. Ids named in no group form one more group together.
 // Partition() with no groups ends the partition (as Heal does, but leaving

@@ -96,6 +96,13 @@ func (r *recorder) ReportSnapshot(id uint64, failed bool) {
 	r.snapReports = append(r.snapReports, snapReport{id: id, failed: failed, at: time.Now()})
 }
 
+// batchList returns the batches received, in order.
+func (r *recorder) batchList() []batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.batches)
+}
+
 // received returns every message received, in order.
 func (r *recorder) received() []*raftpb.Message {
 	r.mu.Lock()

@@ -349,7 +349,7 @@ func TestPausedEndpointGetsEverythingOnResume(t *testing.T) {
 				t.Fatalf("after resume, from %d: %v", from, got)
 			}
 		}
-		for _, b := range nodes[2].rec.batches {
+		for _, b := range nodes[2].rec.batchList() {
 			if b.at.Before(resumed) {
 				t.Fatalf("a batch arrived at %v, before the resume at %v", b.at, resumed)
 			}
