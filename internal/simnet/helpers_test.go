@@ -27,6 +27,8 @@ type recorder struct {
 	snapReports []snapReport
 	calls       []callRecord
 
+	// onReceive, if set, sees every batch after it is recorded.
+	onReceive func(msgs []*raftpb.Message)
 	// accept decides AcceptSnapshot (nil accepts).
 	accept func(from uint64, m *raftpb.Message) error
 	// receiveSnap serves ReceiveSnapshot (nil renames the file to its
@@ -55,8 +57,30 @@ type callRecord struct {
 
 func (r *recorder) Receive(msgs []*raftpb.Message) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.batches = append(r.batches, batch{at: time.Now(), msgs: msgs})
+	f := r.onReceive
+	r.mu.Unlock()
+	if f != nil {
+		f(msgs)
+	}
+}
+
+// counter returns an onReceive that closes the returned channel once want
+// messages have been received.
+func counter(want int) (func([]*raftpb.Message), <-chan struct{}) {
+	var (
+		mu   sync.Mutex
+		got  int
+		done = make(chan struct{})
+	)
+	return func(msgs []*raftpb.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got < want && got+len(msgs) >= want {
+			close(done)
+		}
+		got += len(msgs)
+	}, done
 }
 
 func (r *recorder) AcceptSnapshot(from uint64, m *raftpb.Message) error {
