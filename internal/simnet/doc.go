@@ -35,6 +35,8 @@
 //     one-way blocks, a Policy of drop, duplicate, reorder and delay for
 //     every link or one (faults.go); paused endpoints, whose deliveries
 //     wait; closed endpoints and endpoints restarted under the same id.
+//     Cuts are judged when something arrives (what is on the way when a
+//     link is cut is lost), a policy when something is sent.
 //
 // # What it does not model
 //

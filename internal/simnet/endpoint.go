@@ -19,10 +19,11 @@ import (
 )
 
 // Endpoint is one node's place on a Network: a transport.Network. Its
-// Handler's Receive, AcceptSnapshot, ReportUnreachable and ReportSnapshot
-// run on the network's delivery goroutine, one at a time across the whole
-// network, so they must not wait for the network (as the Handler contract
-// says, they may not block for long); ReceiveSnapshot and the Calls run on
+// Handler's Receive, AcceptSnapshot, ReportUnreachable and ReportSnapshot,
+// and its Config's AdoptFormation and OnForeignPeer, run on the network's
+// delivery goroutine, one at a time across the whole network, so they must
+// not wait for the network (as the Handler contract says, they may not
+// block for long; they may Send); ReceiveSnapshot and the Calls run on
 // goroutines of their own, as on a gRPC server.
 type Endpoint struct {
 	n       *Network

@@ -138,20 +138,18 @@ func (n *Network) Close() error {
 		<-n.loopDone
 		return nil
 	}
+	n.closed = true // from now on nothing is queued and nothing starts
 	open := make([]*Endpoint, 0, len(n.endpoints))
 	for _, e := range n.endpoints {
 		open = append(open, e)
 	}
-	n.mu.Unlock()
-	for _, e := range open {
-		_ = e.Close()
-	}
-	n.mu.Lock()
-	n.closed = true
 	n.queue = nil
 	n.held = make(map[uint64][]*event)
 	n.mu.Unlock()
 	close(n.done)
+	for _, e := range open {
+		_ = e.Close()
+	}
 	<-n.loopDone
 	return nil
 }
