@@ -60,8 +60,10 @@ func WithPolicy(p Policy) Option {
 }
 
 // WithTrace calls f with every event the network executes, in execution
-// order, from the network's goroutine (see Event). f must not block on the
-// network's progress; it may call the Network's methods.
+// order, from the network's goroutine (see Event), possibly while a Handler
+// method of the event's endpoint is running. f must not block on the
+// network's progress nor close an endpoint or the Network; it may call the
+// Network's other methods.
 func WithTrace(f func(Event)) Option {
 	return func(n *Network) { n.hook = f }
 }
