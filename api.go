@@ -11,7 +11,7 @@
 //	defer l.Unlock(ctx)
 //	doWork(l.Context(), l.Token())           // Context ends if the lock is lost; Token fences
 //
-// Promises (see README): at most one owner holds a name at any log index;
+// Promises (docs/promises.md): at most one owner holds a name at any log index;
 // tokens strictly increase per name; an acknowledged Lock or Unlock survives
 // the loss of a minority and a full-cluster restart; a Lock that fails leaves
 // nothing behind; a holder's Context ends before the cluster could grant the
@@ -117,7 +117,7 @@ type Node struct {
 // the data directory. Join then blocks up to one gossip probe interval (1 s
 // with LANGossipTiming; none above 2 s) so that gossip probes on the
 // fleet's common phase: an idle member's probes, keepalive and ticks share
-// their wake-ups (README, "Cost of embedding").
+// their wake-ups (docs/operations-cost.md).
 //
 // Without it, peers is the static list of every founding member's gRPC
 // address, identical and in the same order on every replica; this replica

@@ -2,57 +2,62 @@ package lockraft_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
 	"net"
 	"os"
 	"time"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/node"
 )
 
-// exampleNode starts a one-member cluster in a temporary directory; in a
-// service, every replica calls lockraft.Join with the others as peers.
-func exampleNode() (*lockraft.Node, func()) {
+// A read-write lock: readers share it, a writer has it alone, and a
+// writer's token is above every reader's before it, so a resource can fence
+// writers against stale readers too.
+func ExampleNode_RLock() {
+	// A cluster of one, on loopback, in a temporary directory.
 	dir, err := os.MkdirTemp("", "lockraft-example-")
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
+	defer os.RemoveAll(dir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	n, err := lockraft.Join(nil, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithStaticMembers(1, map[uint64]string{1: ln.Addr().String()}),
-		lockraft.WithNodeConfig(func(c *node.Config) {
-			c.TickInterval = 20 * time.Millisecond
-			c.SessionTTL = 2 * time.Second
-			c.KeepaliveInterval = 100 * time.Millisecond
-		}))
+	addr := ln.Addr().String()
+	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	return n, func() { n.Close(context.Background()); os.RemoveAll(dir) }
-}
+	defer node.Close(context.Background())
 
-// A read-write lock: readers share it, a writer has it alone, and a writer
-// is fenced above every reader before it.
-func ExampleNode_RLock() {
-	n, stop := exampleNode()
-	defer stop()
-	ctx := context.Background()
-
-	r1, _ := n.RLock(ctx, "catalog")
-	r2, _ := n.RLock(ctx, "catalog") // readers share the lock
-	_, err := n.TryWLock(ctx, "catalog")
-	fmt.Println("writer while readers hold:", err != nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r1, err := node.RLock(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := node.RLock(ctx, "catalog") // readers share the lock
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("two readers granted:", r1.Shared() && r2.Shared())
+	_, err = node.TryWLock(ctx, "catalog")
+	fmt.Println("writer while readers hold:", errors.Is(err, lockraft.ErrLocked))
 	r1.Unlock(ctx)
 	r2.Unlock(ctx)
 
-	w, _ := n.WLock(ctx, "catalog")
+	w, err := node.WLock(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("writer token above the readers':", w.Token() > r2.Token())
 	w.Unlock(ctx)
 	// Output:
+	// two readers granted: true
 	// writer while readers hold: true
 	// writer token above the readers': true
 }
@@ -60,17 +65,42 @@ func ExampleNode_RLock() {
 // A semaphore of 3 permits: acquisitions of 2 and 1 fill it; a third waits
 // (or a try fails) until permits come back.
 func ExampleSemaphore_Acquire() {
-	n, stop := exampleNode()
-	defer stop()
-	ctx := context.Background()
-	pool := n.Semaphore("db-connections", 3)
+	dir, err := os.MkdirTemp("", "lockraft-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close(context.Background())
 
-	a, _ := pool.Acquire(ctx, 2)
-	b, _ := pool.Acquire(ctx, 1)
-	_, err := pool.TryAcquire(ctx, 1)
-	fmt.Println("full:", err != nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool := node.Semaphore("db-connections", 3) // the same size on every replica
+	a, err := pool.Acquire(ctx, 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := pool.Acquire(ctx, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = pool.TryAcquire(ctx, 1)
+	fmt.Println("full:", errors.Is(err, lockraft.ErrLocked))
+
 	a.Release(ctx)
-	c, _ := pool.TryAcquire(ctx, 2)
+	c, err := pool.TryAcquire(ctx, 2)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("acquired", c.Permits(), "after a release")
 	b.Release(ctx)
 	c.Release(ctx)
@@ -79,53 +109,101 @@ func ExampleSemaphore_Acquire() {
 	// acquired 2 after a release
 }
 
-// Leader election: Campaign blocks until this caller leads; the leadership's
-// Context ends before anyone else could lead; Proclaim announces a new value.
+// Leader election: Campaign blocks until this caller leads, in FIFO order
+// among the campaigners. The leadership's Context ends before anyone else
+// can lead, and its Token is the term, higher for every new leader.
 func ExampleNode_Campaign() {
-	n, stop := exampleNode()
-	defer stop()
-	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "lockraft-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close(context.Background())
 
-	l, _ := n.Campaign(ctx, "scheduler", "10.0.0.7:8080")
-	fmt.Println("leading, term > 0:", l.Token() > 0)
-	l.Proclaim(ctx, "10.0.0.7:9090")
-	// Run the leader's work until l.Context() ends; then:
-	l.Resign(ctx)
-	fmt.Println("resigned:", l.Context().Err() != nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := node.Campaign(ctx, "scheduler", "10.0.0.7:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leading:", first.Context().Err() == nil)
+
+	// A second campaigner waits until the first resigns.
+	second := make(chan *lockraft.Leadership)
+	go func() {
+		l, err := node.Campaign(ctx, "scheduler", "10.0.0.8:8080")
+		if err != nil {
+			log.Fatal(err)
+		}
+		second <- l
+	}()
+	// Run the leader's work with first.Context() until it ends; then:
+	if err := first.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	next := <-second
+	fmt.Println("first resigned:", errors.Is(context.Cause(first.Context()), lockraft.ErrReleased))
+	fmt.Println("next term is higher:", next.Token() > first.Token())
+	next.Resign(ctx)
 	// Output:
-	// leading, term > 0: true
-	// resigned: true
+	// leading: true
+	// first resigned: true
+	// next term is higher: true
 }
 
-// Observe yields the current leader first, then every change in log order.
+// Observe yields the election's current leader first, then every change of
+// leader or value, in log order.
 func ExampleNode_Observe() {
-	n, stop := exampleNode()
-	defer stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	dir, err := os.MkdirTemp("", "lockraft-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close(context.Background())
 
-	changes := n.Observe(ctx, "scheduler")
-	go func() {
-		l, _ := n.Campaign(context.Background(), "scheduler", "10.0.0.7:8080")
-		l.Proclaim(context.Background(), "10.0.0.7:9090")
-		l.Resign(context.Background())
-	}()
-	seen := 0
-	for l, err := range changes {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := node.Campaign(ctx, "scheduler", "10.0.0.7:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for leader, err := range node.Observe(ctx, "scheduler") {
 		if err != nil {
+			log.Fatal(err)
+		}
+		if !leader.Leading() {
+			fmt.Println("nobody leads")
 			break
 		}
-		if l.Leading() {
-			fmt.Println("leader:", l.Value)
+		fmt.Println("leader:", leader.Value)
+		// Act as the leader would, to see the changes come in.
+		if leader.Value == "10.0.0.7:8080" {
+			l.Proclaim(ctx, "10.0.0.7:9090") // a new value, same leader
 		} else {
-			fmt.Println("nobody leads")
-		}
-		if seen++; seen == 4 {
-			cancel()
+			l.Resign(ctx)
 		}
 	}
 	// Output:
-	// nobody leads
 	// leader: 10.0.0.7:8080
 	// leader: 10.0.0.7:9090
 	// nobody leads
@@ -134,14 +212,32 @@ func ExampleNode_Observe() {
 // LockAll takes several names in one log entry, all or none: callers that
 // name them in any order never deadlock.
 func ExampleNode_LockAll() {
-	n, stop := exampleNode()
-	defer stop()
-	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "lockraft-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close(context.Background())
 
-	l, _ := n.LockAll(ctx, []string{"account/17", "account/42"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := node.LockAll(ctx, []string{"account/17", "account/42"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("holding", l.Names())
-	_, err := n.TryLock(ctx, "account/42")
-	fmt.Println("one of them, alone:", err != nil)
+	_, err = node.TryLock(ctx, "account/42")
+	fmt.Println("one of them, alone:", errors.Is(err, lockraft.ErrLocked))
 	l.Unlock(ctx) // releases both
 	// Output:
 	// holding [account/17 account/42]
@@ -151,9 +247,24 @@ func ExampleNode_LockAll() {
 // Locker adapts a mutex to sync.Locker, for code that takes one; see Locker
 // for what it cannot do (no context, no token, no loss notice).
 func ExampleNode_Locker() {
-	n, stop := exampleNode()
-	defer stop()
-	mu := n.Locker("report/daily")
+	dir, err := os.MkdirTemp("", "lockraft-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close(context.Background())
+
+	mu := node.Locker("report/daily")
 	mu.Lock()
 	fmt.Println("in the critical section")
 	mu.Unlock()

@@ -120,8 +120,8 @@ type VoterPolicy struct {
 	// MaxLearners: warm standbys kept as raft learners (0: the default, 2).
 	// The rest of the fleet stays out of the raft configuration (light
 	// members). Negative: none — the leader then heartbeats only the voters
-	// (each learner costs it about as much idle CPU as a voter: README,
-	// "Cost of embedding"), and a learner is added only to grow the voters to
+	// (each learner costs it about as much idle CPU as a voter:
+	// docs/operations-cost.md), and a learner is added only to grow the voters to
 	// their target or to replace a failed voter, so a replacement waits for
 	// it to catch up where a standby would already have.
 	MaxLearners int

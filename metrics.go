@@ -22,7 +22,7 @@ import (
 // name or an owner). To run several nodes in one process on one registry,
 // give each its own labels with prometheus.WrapRegistererWith. Join fails
 // with ErrInvalidConfig if a metric cannot be registered (for example twice
-// on the same registry). The metrics are listed in README "Operations".
+// on the same registry). The metrics are listed in docs/operations.md.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return func(o *options) { o.ops.metrics = reg }
 }
