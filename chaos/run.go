@@ -13,6 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/simnet"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -44,6 +45,11 @@ type RunConfig struct {
 	// detector beside the others on two cores; the soak keeps the tight
 	// bound.
 	ExtraProbeSlack time.Duration
+	// Sim runs the cluster on the in-memory network: call Run inside
+	// RunSim (sim.go) for a deterministic, seed-replayable run.
+	Sim bool
+	// SimTrace, if set, is told every event of the simulation's network.
+	SimTrace func(simnet.Event)
 	// HistoryFile, if set, receives the run's history (gob, SavedHistory)
 	// before the end checks, to study the checker offline.
 	HistoryFile string
@@ -65,7 +71,10 @@ type Report struct {
 	OpsByPrim      map[string]int // completed client operations per primitive
 	Observed       int            // election changes observers saw
 	Violations     []string       // must be empty
-	Notes          []string       // informational
+	// Trace is the simulation's network trace hash (0 over gRPC): the same
+	// seed gives the same one.
+	Trace uint64
+	Notes []string // informational
 }
 
 // S5Exempt: faults under which the holder cannot learn first by design: a
@@ -121,16 +130,19 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
 	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
-	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Logger: rc.Logger, Tune: rc.Tune, Plant: rc.Plant}, rc.Logf)
+	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Sim: rc.Sim, SimTrace: rc.SimTrace, Logger: rc.Logger, Tune: rc.Tune, Plant: rc.Plant}, rc.Logf)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Stop()
+	defer c.Close()
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	_, err = c.WaitLeader(wctx)
 	wcancel()
 	if err != nil {
 		return nil, err
+	}
+	if rc.Sim {
+		rc.Workload.Jitter = true
 	}
 	w := NewWorkload(c, rc.Seed, rc.Workload)
 	if rc.Store != nil {
@@ -229,6 +241,10 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}
 	checkObservations(rep, w, c.Applied, viol)
+	if nw := c.Net(); nw != nil {
+		c.Stop()
+		rep.Trace = nw.TraceHash()
+	}
 	return rep, nil
 }
 

@@ -44,6 +44,11 @@ type WorkloadOptions struct {
 	// (default: the mutex alone, on Names). The catalogue's use names of
 	// their own (catworkload.go).
 	Primitives []string
+	// Jitter makes each client wait a seeded 1–997 µs before each
+	// operation, so that no two clients call at the same instant: in the
+	// simulation the order in which goroutines woken together run is the
+	// one thing the seed does not decide (sim.go).
+	Jitter bool
 }
 
 // DefaultWorkload: 3 clients per node on 3 names.
@@ -108,6 +113,13 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// jitter waits a seeded moment (WorkloadOptions.Jitter).
+func (w *Workload) jitter(ctx context.Context, rng *rand.Rand) {
+	if w.opts.Jitter {
+		sleepCtx(ctx, time.Duration(1+rng.IntN(997))*time.Microsecond)
+	}
+}
+
 func (w *Workload) waitUnpaused(ctx context.Context, id uint64) {
 	if g := w.c.PauseGate(id); g != nil {
 		select {
@@ -121,6 +133,7 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 	rng := rand.New(rand.NewPCG(w.seed, uint64(client)+1))
 	var lastToken uint64
 	for seq := 0; ctx.Err() == nil; seq++ {
+		w.jitter(ctx, rng)
 		w.waitUnpaused(ctx, id)
 		n := w.c.Node(id)
 		if n == nil {

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
@@ -53,6 +55,7 @@ type opRegistry struct {
 	ackedBelow uint64
 	// unsessioned: ops submitted before the session was open.
 	unsessioned []*op
+	scratch     []*op // inSeqOrder's result, reused
 }
 
 func (r *opRegistry) init() {
@@ -60,6 +63,21 @@ func (r *opRegistry) init() {
 	r.queued = map[uint64]*op{}
 	r.nextSeq = 1
 	r.ackedBelow = 1
+}
+
+// inSeqOrder returns the in-flight ops that want, in the order they were
+// called (their seq): re-proposed in that order, a node's commands reach
+// the log as its callers made them, whatever the map's order (and a
+// simulation's run does not depend on it).
+func (r *opRegistry) inSeqOrder(want func(*op) bool) []*op {
+	r.scratch = r.scratch[:0]
+	for _, o := range r.inflight {
+		if want(o) {
+			r.scratch = append(r.scratch, o)
+		}
+	}
+	slices.SortFunc(r.scratch, func(a, b *op) int { return cmp.Compare(a.cmd.Seq, b.cmd.Seq) })
+	return r.scratch
 }
 
 func (r *opRegistry) complete(o *op, out opResult) {
@@ -138,13 +156,10 @@ func (n *Node) propose(o *op) {
 
 // retryProposals re-proposes ops whose result is overdue.
 func (n *Node) retryProposals(now time.Time) {
-	for _, o := range n.loop.ops.inflight {
-		if o.parked {
-			continue
-		}
-		if o.proposedAt.IsZero() || now.Sub(o.proposedAt) >= n.cfg.RetryInterval {
-			n.propose(o)
-		}
+	for _, o := range n.loop.ops.inSeqOrder(func(o *op) bool {
+		return !o.parked && (o.proposedAt.IsZero() || now.Sub(o.proposedAt) >= n.cfg.RetryInterval)
+	}) {
+		n.propose(o)
 	}
 	n.retrySessionOpen(now)
 	n.loop.lead.retry(n, now)
@@ -158,10 +173,8 @@ func (n *Node) reproposeAll() {
 	if n.loop.leader == 0 {
 		return
 	}
-	for _, o := range n.loop.ops.inflight {
-		if !o.parked {
-			n.propose(o)
-		}
+	for _, o := range n.loop.ops.inSeqOrder(func(o *op) bool { return !o.parked }) {
+		n.propose(o)
 	}
 	n.retrySessionOpen(time.Time{})
 }

@@ -2,7 +2,8 @@ package node
 
 import (
 	"context"
-	"math/rand/v2"
+	"crypto/rand"
+	"encoding/binary"
 	"time"
 
 	"github.com/lockraft/lockraft/lockfsm"
@@ -45,7 +46,7 @@ func (n *Node) retrySessionOpen(now time.Time) {
 		return
 	}
 	if s.nonce == 0 {
-		s.nonce = rand.Uint64() | 1
+		s.nonce = sessionNonce()
 		s.openSentAt = time.Time{}
 	}
 	// Earlier incarnations' sessions end first, in the same batch.
@@ -375,4 +376,12 @@ func grantedTo(li lockfsm.LockInfo, session uint64, owner string, seq uint64) ui
 		}
 	}
 	return 0
+}
+
+// sessionNonce tells this node's OpenSession apart from any other: random,
+// odd (never 0). From crypto/rand, which a simulation seeds (cryptotest).
+func sessionNonce() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand.Read)
+	return binary.LittleEndian.Uint64(b[:]) | 1
 }

@@ -279,7 +279,7 @@ func (e *Endpoint) Send(msgs []*raftpb.Message) {
 			n.sendSnapshotLocked(now, e, m, addr, files[i])
 			continue
 		}
-		for _, ev := range n.scheduleRaftLocked(now, e.id, to) {
+		for _, ev := range n.scheduleRaftLocked(now, e.id, to, raftChannel(m.GetType())) {
 			ev.src, ev.env = e, env
 			ev.msg = proto.Clone(m).(*raftpb.Message)
 			if ev.lost == "" && addr != Addr(to) {

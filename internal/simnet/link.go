@@ -3,6 +3,8 @@ package simnet
 import (
 	"math/rand/v2"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Links and their randomness
@@ -17,12 +19,18 @@ import (
 // nor on policy changes of other links. Who sends on one link, in which
 // order, is the caller's business.
 
-// channel separates the kinds of traffic of a pair of ids. The last three
-// only order reports and replies (they draw nothing).
+// channel separates the kinds of traffic of a pair of ids. Raft messages
+// travel on two: the acknowledgements of durable writes (MsgAppResp and
+// votes, which a node sends from the goroutine that writes its log) on
+// chAck, everything else (sent from its raft loop) on chRaft, so that the
+// order in which a node's two goroutines happen to send never changes what
+// the network does with either. The last three only order reports and
+// replies (they draw nothing).
 type channel uint8
 
 const (
 	chRaft channel = iota
+	chAck
 	chSnap
 	chCall
 	chReply
@@ -92,8 +100,8 @@ func (l *link) drawRPC() rpcDraws {
 // scheduleRaftLocked decides the fate of one raft message sent now on
 // from→to and returns its events: one, or two with a duplicate; a lost one
 // (dropped by the policy) is marked and still executed, for the trace. n.mu held.
-func (n *Network) scheduleRaftLocked(now time.Time, from, to uint64) []*event {
-	l := n.linkLocked(from, to, chRaft)
+func (n *Network) scheduleRaftLocked(now time.Time, from, to uint64, ch channel) []*event {
+	l := n.linkLocked(from, to, ch)
 	d := l.drawRaft()
 	p := n.faults.policyOf(from, to)
 	inOrder := d.reorder >= p.Reorder
@@ -107,7 +115,7 @@ func (n *Network) scheduleRaftLocked(now time.Time, from, to uint64) []*event {
 		}
 		return t
 	}
-	ev := &event{at: at(d.delay), from: from, to: to, ch: chRaft, seq: l.next(), kind: evRaft}
+	ev := &event{at: at(d.delay), from: from, to: to, ch: ch, seq: l.next(), kind: evRaft}
 	if d.drop < p.Drop {
 		ev.lost = lostPolicy
 		return []*event{ev}
@@ -115,6 +123,15 @@ func (n *Network) scheduleRaftLocked(now time.Time, from, to uint64) []*event {
 	if d.dup >= p.Duplicate {
 		return []*event{ev}
 	}
-	dup := &event{at: at(d.dupDelay), from: from, to: to, ch: chRaft, seq: l.next(), kind: evRaft}
+	dup := &event{at: at(d.dupDelay), from: from, to: to, ch: ch, seq: l.next(), kind: evRaft}
 	return []*event{ev, dup}
+}
+
+// raftChannel is the channel a raft message travels on (see channel).
+func raftChannel(t raftpb.MessageType) channel {
+	switch t {
+	case raftpb.MessageType_MsgAppResp, raftpb.MessageType_MsgVoteResp, raftpb.MessageType_MsgPreVoteResp:
+		return chAck
+	}
+	return chRaft
 }

@@ -1,4 +1,4 @@
-package chaos
+package cluster
 
 import (
 	"fmt"
@@ -232,4 +232,59 @@ func stepWall(t time.Time, d time.Duration) time.Time {
 			"(stepping %v by %v gave %v): SkewClock cannot model wall steps on this Go release", t, d, u))
 	}
 	return u
+}
+
+// Clock is a member's clock, as node.Clock is.
+type Clock interface {
+	Now() time.Time
+	NewTicker(d time.Duration) (<-chan time.Time, func())
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// PhasedClock is the simulation's clock: the (fake) system time, with each
+// ticker's ticks on multiples of its period plus an offset — the member's
+// phase plus a few microseconds that depend on the period — so that no two
+// tickers of different periods or members fire at the same instant, and a
+// run's order of events depends only on its seed (not on which of a
+// member's goroutines made its ticker first).
+type PhasedClock struct {
+	phase time.Duration
+}
+
+// NewPhasedClock returns a clock whose tickers are offset by phase.
+func NewPhasedClock(phase time.Duration) *PhasedClock { return &PhasedClock{phase: phase} }
+
+// Now is time.Now.
+func (c *PhasedClock) Now() time.Time { return time.Now() }
+
+// AfterFunc is time.AfterFunc.
+func (c *PhasedClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
+
+// NewTicker ticks every d on its own phase. Like time.Ticker it drops ticks
+// a slow receiver misses.
+func (c *PhasedClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	off := c.phase + time.Duration(uint64(d)*0x9e3779b97f4a7c15>>54)*time.Microsecond
+	ch := make(chan time.Time, 1)
+	stop := make(chan struct{})
+	go func() {
+		now := time.Now()
+		tm := time.NewTimer(d - time.Duration(now.UnixNano()%int64(d)) + off%d)
+		defer tm.Stop()
+		for {
+			select {
+			case at := <-tm.C:
+				select {
+				case ch <- at:
+				default:
+				}
+				tm.Reset(d)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(stop) }) }
 }

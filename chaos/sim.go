@@ -1,0 +1,35 @@
+package chaos
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"testing/cryptotest"
+	"testing/synctest"
+)
+
+// RunSim runs rc as a deterministic simulation: every node on the in-memory
+// network (internal/simnet) inside a testing/synctest bubble, whose fake
+// clock advances only when every goroutine waits, with crypto/rand (raft's
+// election timeouts) seeded from rc.Seed and one P. The same seed gives the
+// same schedule and the same outcome; its network trace (Report.Trace) says
+// so. The race detector randomises scheduling, so under -race a run is a
+// valid run but not a replay.
+//
+// It changes GOMAXPROCS for its duration and must not run in parallel with
+// other tests.
+func RunSim(t *testing.T, rc RunConfig) (*Report, error) {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	var rep *Report
+	var err error
+	synctest.Test(t, func(t *testing.T) {
+		cryptotest.SetGlobalRandom(t, rc.Seed)
+		rc.Sim = true
+		if rc.BaseDir == "" {
+			rc.BaseDir = t.TempDir()
+		}
+		rep, err = Run(context.Background(), rc)
+	})
+	return rep, err
+}

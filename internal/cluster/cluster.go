@@ -1,0 +1,406 @@
+// Package cluster is lockraft's one cluster harness: N members with real
+// bbolt files in their own data directories, over either real gRPC on
+// loopback or the in-memory network of internal/simnet, with faults
+// injected through each member's seams (internal/faults): partitions,
+// one-way cuts, bridges, message loss, duplication and delay, a paused
+// process, failing disks, crash (kill -9) and restart, and clocks whose
+// rate, monotonic and wall readings can be faulted apart.
+//
+// The harness does not know what a member is: the caller's Start function
+// turns a Spec into a running member (a *node.Node, a *lockraft.Node, …).
+// node's tests, the root package's tests and the fault checker all start
+// their members through it.
+//
+// On the in-memory network and inside testing/synctest, with a seeded
+// crypto/rand (testing/cryptotest) and one P (GOMAXPROCS=1), a run is
+// deterministic: the same seed gives the same schedule and the same outcome
+// (see Sim).
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lockraft/lockraft/internal/faults"
+	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/simnet"
+	"github.com/lockraft/lockraft/transport"
+)
+
+// Member is what the harness needs of a running member.
+type Member interface {
+	// Leader is the leader's raft id as the member last saw it (0: none).
+	Leader() uint64
+	// Crash stops the member without any cleanup, as kill -9 would.
+	Crash()
+}
+
+// Peer is one founding member: its raft id and the address it listens on.
+type Peer struct {
+	ID   uint64
+	Addr string
+}
+
+// Spec is what one incarnation of a member is started with.
+type Spec struct {
+	ID          uint64
+	Incarnation int    // 1 for the first start, then one more per restart
+	Dir         string // its data directory (kept across restarts)
+	Peers       []Peer // every founding member, itself included
+	Addr        string // the address its peers reach it at
+	// Listener is the bound gRPC listener on Addr (nil on the in-memory
+	// network). The member owns it.
+	Listener net.Listener
+	// Clock is its clock: a SkewClock over real time, or a PhasedClock in
+	// the simulation.
+	Clock Clock
+	// Knobs carry its network (gRPC or in-memory) and disk seams, already
+	// wrapped by its Faults; the Start function may plant bugs in them.
+	Knobs *knobs.Node
+	// Logger is the harness's logger for this incarnation.
+	Logger *slog.Logger
+}
+
+// Options configure a Cluster.
+type Options[M Member] struct {
+	Size int    // members (default 3)
+	Dir  string // base directory; each member gets Dir/n<id>. Required.
+	Seed uint64 // seeds the simulation's network and the listeners' degradation
+	// Sim runs the members on one in-memory network (internal/simnet)
+	// instead of gRPC on loopback. SimPolicy is its default link policy.
+	Sim       bool
+	SimPolicy simnet.Policy
+	// SimTrace, if set, is told every event of the simulation's network
+	// (simnet.WithTrace): for finding where two runs of a seed part.
+	SimTrace func(simnet.Event)
+	// Start starts one incarnation of a member. Required.
+	Start func(Spec) (M, error)
+	// Logger receives the harness's own lines and is given to members
+	// (default: discarded).
+	Logger *slog.Logger
+}
+
+// Cluster is N members and their faults. Safe for concurrent use.
+type Cluster[M Member] struct {
+	opts   Options[M]
+	ids    []uint64
+	dirs   map[uint64]string
+	addrs  map[uint64]string
+	peers  []Peer
+	faults map[uint64]*faults.Faults
+	clocks map[uint64]Clock
+	netems map[uint64]*netem
+	net    *simnet.Network // nil over gRPC
+
+	mu      sync.Mutex
+	members map[uint64]M
+	running map[uint64]bool
+	paused  map[uint64]chan struct{}
+	disk    map[uint64]bool // disk faults injected (FailDisk) not yet repaired
+	incarn  map[uint64]int
+	log     *slog.Logger
+}
+
+// Start binds a listener per member first (over gRPC), then starts every
+// member. On an error every member started so far is crashed.
+func Start[M Member](opts Options[M]) (*Cluster[M], error) {
+	if opts.Size == 0 {
+		opts.Size = 3
+	}
+	if opts.Dir == "" || opts.Start == nil {
+		return nil, errors.New("cluster: Options.Dir and Options.Start are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster[M]{
+		opts: opts, dirs: map[uint64]string{}, addrs: map[uint64]string{},
+		faults: map[uint64]*faults.Faults{}, clocks: map[uint64]Clock{}, netems: map[uint64]*netem{},
+		members: map[uint64]M{}, running: map[uint64]bool{}, paused: map[uint64]chan struct{}{},
+		disk: map[uint64]bool{}, incarn: map[uint64]int{}, log: opts.Logger,
+	}
+	if opts.Sim {
+		sopts := []simnet.Option{simnet.WithPolicy(opts.SimPolicy)}
+		if opts.SimTrace != nil {
+			sopts = append(sopts, simnet.WithTrace(opts.SimTrace))
+		}
+		c.net = simnet.New(opts.Seed, sopts...)
+	}
+	lns := map[uint64]net.Listener{}
+	for i := 1; i <= opts.Size; i++ {
+		id := uint64(i)
+		c.ids = append(c.ids, id)
+		c.dirs[id] = filepath.Join(opts.Dir, fmt.Sprintf("n%d", id))
+		c.faults[id] = &faults.Faults{}
+		if opts.Sim {
+			c.addrs[id] = simnet.Addr(id)
+			c.clocks[id] = NewPhasedClock(phaseOf(opts.Seed, id))
+		} else {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				for _, l := range lns {
+					l.Close()
+				}
+				return nil, err
+			}
+			lns[id] = ln
+			c.addrs[id] = ln.Addr().String()
+			c.clocks[id] = NewSkewClock()
+			c.netems[id] = newNetem(opts.Seed*31 + id)
+		}
+		c.peers = append(c.peers, Peer{ID: id, Addr: c.addrs[id]})
+	}
+	for _, id := range c.ids {
+		if err := c.start(id, lns[id]); err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			c.Stop()
+			return nil, err
+		}
+		delete(lns, id)
+	}
+	return c, nil
+}
+
+// phaseOf is a member's tick phase in the simulation: distinct per member
+// and seed, so that no two members' tickers fire at the same instant.
+func phaseOf(seed, id uint64) time.Duration {
+	x := seed*0x9e3779b97f4a7c15 + id*0xbf58476d1ce4e5b9
+	x ^= x >> 31
+	return time.Duration(id)*time.Millisecond + time.Duration(x%997)*time.Microsecond
+}
+
+// IDs lists the members' ids.
+func (c *Cluster[M]) IDs() []uint64 { return slices.Clone(c.ids) }
+
+// Dir is a member's data directory.
+func (c *Cluster[M]) Dir(id uint64) string { return c.dirs[id] }
+
+// Addr is the address a member is reached at.
+func (c *Cluster[M]) Addr(id uint64) string { return c.addrs[id] }
+
+// Peers lists every member's id and address.
+func (c *Cluster[M]) Peers() []Peer { return slices.Clone(c.peers) }
+
+// Faults is a member's fault state (network blocks, message policy over
+// gRPC, pause, disk).
+func (c *Cluster[M]) Faults(id uint64) *faults.Faults { return c.faults[id] }
+
+// Clock is a member's clock.
+func (c *Cluster[M]) Clock(id uint64) Clock { return c.clocks[id] }
+
+// Net is the simulation's network (nil over gRPC).
+func (c *Cluster[M]) Net() *simnet.Network { return c.net }
+
+// Sim reports whether the members run on the in-memory network.
+func (c *Cluster[M]) Sim() bool { return c.net != nil }
+
+func (c *Cluster[M]) start(id uint64, ln net.Listener) error {
+	c.mu.Lock()
+	c.incarn[id]++
+	inc := c.incarn[id]
+	c.mu.Unlock()
+	inner := transport.Start
+	if c.net != nil {
+		inner = c.net.Start
+	}
+	spec := Spec{
+		ID: id, Incarnation: inc, Dir: c.dirs[id], Peers: slices.Clone(c.peers), Addr: c.addrs[id],
+		Clock: c.clocks[id], Knobs: c.faults[id].Knobs(&knobs.Node{Network: inner}),
+		Logger: c.log.With("n", id, "inc", inc),
+	}
+	if ln != nil {
+		spec.Listener = netemListener{ln, c.netems[id]}
+	}
+	m, err := c.opts.Start(spec)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return fmt.Errorf("start member %d: %w", id, err)
+	}
+	c.mu.Lock()
+	c.members[id] = m
+	c.running[id] = true
+	c.mu.Unlock()
+	return nil
+}
+
+// Node returns the running incarnation of member id and whether it runs.
+func (c *Cluster[M]) Node(id uint64) (M, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[id], c.running[id]
+}
+
+// Running lists the ids of the members that run.
+func (c *Cluster[M]) Running() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []uint64
+	for _, id := range c.ids {
+		if c.running[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// Incarnation counts the starts of member id.
+func (c *Cluster[M]) Incarnation(id uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.incarn[id]
+}
+
+// Crash kills a member without cleanup (kill -9).
+func (c *Cluster[M]) Crash(id uint64) {
+	c.mu.Lock()
+	m, ok := c.members[id], c.running[id]
+	c.running[id] = false
+	c.mu.Unlock()
+	if ok {
+		c.log.Info("crash", "n", id)
+		m.Crash()
+	}
+}
+
+// Crashed reports whether member id is down.
+func (c *Cluster[M]) Crashed(id uint64) bool {
+	_, ok := c.Node(id)
+	return !ok
+}
+
+// Stopped marks member id as down after the caller stopped it another way
+// (Close, Leave), so that Restart starts it again.
+func (c *Cluster[M]) Stopped(id uint64) {
+	c.mu.Lock()
+	c.running[id] = false
+	c.mu.Unlock()
+}
+
+// Restart starts a crashed member again from its data directory, on its
+// old address.
+func (c *Cluster[M]) Restart(id uint64) error {
+	if !c.Crashed(id) {
+		return nil
+	}
+	var ln net.Listener
+	if c.net == nil {
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if ln, err = net.Listen("tcp", c.addrs[id]); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("rebind %s: %w", c.addrs[id], err)
+		}
+	}
+	c.log.Info("restart", "n", id)
+	return c.start(id, ln)
+}
+
+// WipeLockTable deletes a crashed member's lock-table file so that its
+// restart rebuilds the table by replaying the raft log.
+func (c *Cluster[M]) WipeLockTable(id uint64) error {
+	if !c.Crashed(id) {
+		return fmt.Errorf("member %d is running", id)
+	}
+	return os.Remove(filepath.Join(c.dirs[id], "locks.db"))
+}
+
+// Leader returns a leader id that a running member reports (0 if none).
+func (c *Cluster[M]) Leader() uint64 {
+	for _, id := range c.ids {
+		if m, ok := c.Node(id); ok {
+			if l := m.Leader(); l != 0 {
+				return l
+			}
+		}
+	}
+	return 0
+}
+
+// WaitLeader waits until every running member agrees on a running leader.
+func (c *Cluster[M]) WaitLeader(ctx context.Context) (uint64, error) {
+	for {
+		if lead := c.agreedLeader(); lead != 0 {
+			return lead, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("no agreed leader: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster[M]) agreedLeader() uint64 {
+	var lead uint64
+	for _, id := range c.ids {
+		m, ok := c.Node(id)
+		if !ok {
+			continue
+		}
+		l := m.Leader()
+		if l == 0 || (lead != 0 && l != lead) {
+			return 0
+		}
+		lead = l
+	}
+	if lead == 0 || c.Crashed(lead) {
+		return 0
+	}
+	return lead
+}
+
+// HealAll ends every fault (network, pauses, clock rates, disks) and
+// restarts crashed members.
+func (c *Cluster[M]) HealAll() error {
+	c.Heal()
+	for _, id := range c.ids {
+		c.Resume(id)
+		if sc, ok := c.clocks[id].(*SkewClock); ok {
+			sc.SetRate(1)
+		}
+	}
+	for _, id := range c.ids {
+		if err := c.RepairDisk(id); err != nil {
+			return err
+		}
+		if err := c.Restart(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop crashes every member (end of a run); over the in-memory network it
+// then closes the network, so that no goroutine is left.
+func (c *Cluster[M]) Stop() {
+	for _, id := range c.ids {
+		c.Resume(id)
+		c.Crash(id)
+	}
+}
+
+// Close is Stop, and closes the in-memory network for good.
+func (c *Cluster[M]) Close() {
+	c.Stop()
+	if c.net != nil {
+		c.net.Close()
+	}
+}
+
+// LANPolicy is a simulated LAN: every message and call takes 0.1–2 ms.
+var LANPolicy = simnet.Policy{MinDelay: 100 * time.Microsecond, MaxDelay: 2 * time.Millisecond}
