@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/internal/cluster"
 )
 
 // runInProcess runs three nodes in this process, each with its own
@@ -27,24 +26,29 @@ func runInProcess() error {
 		return err
 	}
 
-	var lns []net.Listener
-	var peers []string
-	for range flagNodes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		lns = append(lns, ln)
-		peers = append(peers, ln.Addr().String())
+	// The module's cluster harness binds a listener per node and starts
+	// each one with lockraft.Join, as a service would.
+	c, err := cluster.Start(cluster.Options[*lockraft.Node]{Size: flagNodes, Dir: tmp,
+		Start: func(s cluster.Spec) (*lockraft.Node, error) {
+			var peers []string
+			for _, p := range s.Peers {
+				peers = append(peers, p.Addr)
+			}
+			opts := append(nodeOptions(s.ID, s.Dir, certs), lockraft.WithListener(s.Listener), lockraft.WithListenAddr(s.Addr))
+			n, err := lockraft.Join(peers, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("join node %d: %w", s.ID, err)
+			}
+			return n, nil
+		}})
+	if err != nil {
+		return err
 	}
 	nodes := make([]*lockraft.Node, flagNodes)
-	for i := range nodes {
-		id := uint64(i + 1)
-		opts := append(nodeOptions(id, filepath.Join(tmp, fmt.Sprintf("n%d", id)), certs),
-			lockraft.WithListener(lns[i]), lockraft.WithListenAddr(peers[i]))
-		if nodes[i], err = lockraft.Join(peers, opts...); err != nil {
-			return fmt.Errorf("join node %d: %w", id, err)
-		}
+	var peers []string
+	for i, id := range c.IDs() {
+		nodes[i], _ = c.Node(id)
+		peers = append(peers, c.Addr(id))
 	}
 	defer func() { // in parallel: the last ones alone would have no quorum for a graceful Close
 		var wg sync.WaitGroup

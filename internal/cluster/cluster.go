@@ -35,12 +35,30 @@ import (
 	"github.com/lockraft/lockraft/transport"
 )
 
-// Member is what the harness needs of a running member.
+// Member is what the harness needs of a running member: the leader's raft
+// id as the member last saw it (0: none). To stop it the harness calls its
+// Crash() if it has one (no cleanup, as kill -9), else its
+// Close(context.Context) error.
 type Member interface {
-	// Leader is the leader's raft id as the member last saw it (0: none).
 	Leader() uint64
-	// Crash stops the member without any cleanup, as kill -9 would.
-	Crash()
+}
+
+type crasher interface{ Crash() }
+
+type closer interface {
+	Close(context.Context) error
+}
+
+// kill stops m: Crash if it can, else Close.
+func kill(m Member) {
+	switch m := m.(type) {
+	case crasher:
+		m.Crash()
+	case closer:
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
+	}
 }
 
 // Peer is one founding member: its raft id and the address it listens on.
@@ -270,7 +288,7 @@ func (c *Cluster[M]) Crash(id uint64) {
 	c.mu.Unlock()
 	if ok {
 		c.log.Info("crash", "n", id)
-		m.Crash()
+		kill(m)
 	}
 }
 
