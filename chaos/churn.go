@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/lockraft/lockraft/internal/cluster"
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node"
 )
@@ -34,21 +35,16 @@ func ChurnThresholds() membership.Thresholds {
 		DeadLearnerAfter: time.Second}
 }
 
-// GossipCluster is a fleet of gossip-mode nodes in slots 1..Slots. A slot
-// holds at most one running node; a slot restarted "fresh" gets a new data
-// directory, i.e. a new member with a new raft id.
+// GossipCluster is a fleet of gossip-mode nodes in slots 1..Slots of the
+// cluster harness. A slot holds at most one running node; a slot restarted
+// "fresh" gets a new data directory, i.e. a new member with a new raft id.
 type GossipCluster struct {
+	*cluster.Cluster[*node.Node]
 	Applied *AppliedLog
-	slots   []uint64
-	base    string
-	logger  *slog.Logger
 	logf    func(string, ...any)
 
 	mu     sync.Mutex
-	nodes  map[uint64]*node.Node
-	dirs   map[uint64]string
-	gen    map[uint64]int
-	incarn map[uint64]int
+	fresh  map[uint64]bool   // the slot's next start is fresh (its member left for good)
 	raftID map[uint64]uint64 // slot -> raft id of its current data dir
 }
 
@@ -58,78 +54,23 @@ type GossipCluster struct {
 // form). A founder slot restarted fresh keeps its name, as a pod whose
 // volume was replaced does.
 func NewGossipCluster(base string, initial, slots int, logger *slog.Logger, logf func(string, ...any)) (*GossipCluster, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	c := &GossipCluster{Applied: NewAppliedLog(), logf: logf, fresh: map[uint64]bool{}, raftID: map[uint64]uint64{}}
+	cl, err := cluster.Start(cluster.Options[*node.Node]{Size: slots, Initial: initial, Dir: base, Gossip: true,
+		Logger: logger, Start: c.startSlot})
+	if err != nil {
+		return nil, err
 	}
-	c := &GossipCluster{Applied: NewAppliedLog(), base: base, logger: logger, logf: logf,
-		nodes: map[uint64]*node.Node{}, dirs: map[uint64]string{}, gen: map[uint64]int{}, incarn: map[uint64]int{},
-		raftID: map[uint64]uint64{}}
-	for i := 1; i <= slots; i++ {
-		c.slots = append(c.slots, uint64(i))
-	}
-	for i := 1; i <= initial; i++ {
-		if err := c.Start(uint64(i), true); err != nil {
-			c.Stop()
-			return nil, err
-		}
-	}
+	c.Cluster = cl
 	return c, nil
 }
 
-// IDs lists the slots.
-func (c *GossipCluster) IDs() []uint64 { return slices.Clone(c.slots) }
-
-// Node is the running node in a slot (nil if none).
-func (c *GossipCluster) Node(slot uint64) *node.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[slot]
-}
-
-// PauseGate: churn pauses nothing.
-func (c *GossipCluster) PauseGate(uint64) <-chan struct{} { return nil }
-
-// Running lists the slots with a running node.
-func (c *GossipCluster) Running() []uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []uint64
-	for _, s := range c.slots {
-		if c.nodes[s] != nil {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Start starts a node in an empty slot: from its data directory, or with a
-// fresh one (a new member).
-func (c *GossipCluster) Start(slot uint64, fresh bool) error {
-	c.mu.Lock()
-	if c.nodes[slot] != nil {
-		c.mu.Unlock()
-		return nil
-	}
-	if fresh || c.dirs[slot] == "" {
-		c.gen[slot]++
-		c.dirs[slot] = filepath.Join(c.base, fmt.Sprintf("s%d-g%d", slot, c.gen[slot]))
-	}
-	c.incarn[slot]++
-	inc := c.incarn[slot]
-	dir := c.dirs[slot]
-	var seeds []string
-	for _, n := range c.nodes {
-		if n != nil {
-			seeds = append(seeds, n.GossipAddr())
-		}
-	}
-	c.mu.Unlock()
-	slices.Sort(seeds)
+func (c *GossipCluster) startSlot(s cluster.Spec) (*node.Node, error) {
+	slot, inc := s.ID, s.Incarnation
 	cfg := node.Config{
-		ClusterID: "churn", DataDir: dir,
-		Logger:   c.logger.With("slot", slot, "inc", inc),
+		ClusterID: "churn", DataDir: s.Dir, Clock: s.Clock,
+		Logger:   s.Logger.With("slot", slot),
 		Observer: func(r node.ApplyRecord) { c.Applied.Observe(slot, inc, r) },
-		Gossip: &node.GossipConfig{Seeds: seeds, Name: fmt.Sprintf("slot-%d", slot), Founders: churnFounders,
+		Gossip: &node.GossipConfig{Seeds: s.Seeds, Name: fmt.Sprintf("slot-%d", slot), Founders: churnFounders,
 			Timing: membership.FastTiming(), Thresholds: ChurnThresholds(), ReconcileEvery: 100 * time.Millisecond},
 	}
 	FastConfig(&cfg)
@@ -140,52 +81,83 @@ func (c *GossipCluster) Start(slot uint64, fresh bool) error {
 	// replica that restores a snapshot leaves no gap in them.
 	cfg.SnapshotEvery = 10000 // the default
 	cfg.CompactKeep = 50
+	knobs.Plant(&cfg, s.Knobs)
 	n, err := node.Start(cfg)
 	if err != nil {
-		return fmt.Errorf("start slot %d: %w", slot, err)
+		return nil, fmt.Errorf("start slot %d: %w", slot, err)
 	}
 	c.mu.Lock()
-	c.nodes[slot] = n
 	c.raftID[slot] = n.ID()
 	c.mu.Unlock()
-	c.logf("start slot %d (fresh=%v) raft id %x", slot, fresh, n.ID())
-	return nil
+	if c.logf != nil {
+		c.logf("start slot %d (dir %s) raft id %x", slot, s.Dir, n.ID())
+	}
+	return n, nil
+}
+
+// Node is the running node in a slot (nil if none).
+func (c *GossipCluster) Node(slot uint64) *node.Node {
+	n, ok := c.Cluster.Node(slot)
+	if !ok {
+		return nil
+	}
+	return n
+}
+
+// PauseGate: churn pauses nothing.
+func (c *GossipCluster) PauseGate(uint64) <-chan struct{} { return nil }
+
+// Start starts a node in an empty slot: from its data directory, or with a
+// fresh one (a new member).
+func (c *GossipCluster) Start(slot uint64, fresh bool) error {
+	if !c.Crashed(slot) {
+		return nil
+	}
+	c.mu.Lock()
+	fresh = fresh || c.fresh[slot]
+	delete(c.fresh, slot)
+	c.mu.Unlock()
+	if fresh {
+		return c.StartFresh(slot)
+	}
+	return c.Restart(slot)
+}
+
+// forget drops a slot's data directory: its next start is fresh.
+func (c *GossipCluster) forget(slot uint64) {
+	c.mu.Lock()
+	c.fresh[slot] = true
+	c.mu.Unlock()
 }
 
 // Crash kills the node in a slot without cleanup.
 func (c *GossipCluster) Crash(slot uint64) {
-	c.mu.Lock()
-	n := c.nodes[slot]
-	delete(c.nodes, slot)
-	c.mu.Unlock()
-	if n != nil {
+	if n := c.Node(slot); n != nil && c.logf != nil {
 		c.logf("crash slot %d (raft id %x)", slot, n.ID())
-		n.Crash()
 	}
+	c.Cluster.Crash(slot)
 }
 
 // Leave takes the node in a slot away for good (node.Leave): it leaves the
 // configuration. The slot's data directory is dropped (the next start there
 // is fresh).
 func (c *GossipCluster) Leave(ctx context.Context, slot uint64) error {
-	c.mu.Lock()
-	n := c.nodes[slot]
-	delete(c.nodes, slot)
-	c.dirs[slot] = ""
-	c.mu.Unlock()
+	n := c.Node(slot)
+	c.Stopped(slot)
+	c.forget(slot)
 	if n == nil {
 		return nil
 	}
-	c.logf("leave slot %d (raft id %x)", slot, n.ID())
+	if c.logf != nil {
+		c.logf("leave slot %d (raft id %x)", slot, n.ID())
+	}
 	return n.Leave(ctx)
 }
 
 // SlotOf returns the slot running raft id (0 if none).
 func (c *GossipCluster) SlotOf(id uint64) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for s, n := range c.nodes {
-		if n != nil && n.ID() == id {
+	for _, s := range c.Running() {
+		if n := c.Node(s); n != nil && n.ID() == id {
 			return s
 		}
 	}
@@ -249,13 +221,6 @@ func (c *GossipCluster) WaitLeader(ctx context.Context) (uint64, error) {
 			return 0, fmt.Errorf("no agreed leader: %w", ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
-	}
-}
-
-// Stop crashes every node.
-func (c *GossipCluster) Stop() {
-	for _, s := range c.slots {
-		c.Crash(s)
 	}
 }
 
@@ -354,9 +319,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			if time.Since(killed) < ChurnThresholds().DeadVoterAfter {
 				viol("churn: voter %x replaced after %v, before the %v threshold", victim, time.Since(killed), ChurnThresholds().DeadVoterAfter)
 			}
-			c.mu.Lock()
-			c.dirs[s] = "" // gone for good: the slot's next start is fresh
-			c.mu.Unlock()
+			c.forget(s) // gone for good: the slot's next start is fresh
 		case 2: // kill -9 any member and restart it from disk soon after
 			s := running[rng.IntN(len(running))]
 			applied["kill-restart"]++
@@ -370,9 +333,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 				logf("slot %d was removed while down (ErrRemoved); rejoining with a fresh data dir", s)
 				applied["rejoin-fresh"]++
 				c.Crash(s)
-				c.mu.Lock()
-				c.dirs[s] = ""
-				c.mu.Unlock()
+				c.forget(s)
 				if err := c.Start(s, true); err != nil {
 					logf("rejoin slot %d: %v", s, err)
 				}
@@ -637,9 +598,7 @@ func (c *GossipCluster) rejoinRemoved(ctx context.Context, injected map[string]i
 		logf("slot %d (raft id %x) stopped with ErrRemoved; rejoining it with a fresh data dir", s, n.ID())
 		injected["rejoin-fresh"]++
 		c.Crash(s)
-		c.mu.Lock()
-		c.dirs[s] = ""
-		c.mu.Unlock()
+		c.forget(s)
 		if err := c.Start(s, true); err != nil {
 			logf("rejoin slot %d: %v", s, err)
 		}

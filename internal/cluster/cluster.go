@@ -72,8 +72,12 @@ type Spec struct {
 	ID          uint64
 	Incarnation int    // 1 for the first start, then one more per restart
 	Dir         string // its data directory (kept across restarts)
-	Peers       []Peer // every founding member, itself included
-	Addr        string // the address its peers reach it at
+	Peers       []Peer // every founding member, itself included (not with Options.Gossip)
+	Addr        string // the address its peers reach it at ("" with Options.Gossip)
+	// Seeds are the gossip addresses of the members running now, for a
+	// gossip-mode member to join through (Options.Gossip; members that
+	// have a GossipAddr() string method).
+	Seeds []string
 	// Listener is the bound gRPC listener on Addr (nil on the in-memory
 	// network). The member owns it.
 	Listener net.Listener
@@ -99,6 +103,13 @@ type Options[M Member] struct {
 	// SimTrace, if set, is told every event of the simulation's network
 	// (simnet.WithTrace): for finding where two runs of a seed part.
 	SimTrace func(simnet.Event)
+	// Gossip: members find each other by gossip, so the harness binds no
+	// listener for them (a member listens where it chooses) and gives each
+	// start the running members' gossip addresses (Spec.Seeds).
+	Gossip bool
+	// Initial is how many members (ids 1..Initial) Start starts; the others
+	// wait for StartMember (default Size).
+	Initial int
 	// Start starts one incarnation of a member. Required.
 	Start func(Spec) (M, error)
 	// Logger receives the harness's own lines and is given to members
@@ -124,6 +135,7 @@ type Cluster[M Member] struct {
 	paused  map[uint64]chan struct{}
 	disk    map[uint64]bool // disk faults injected (FailDisk) not yet repaired
 	incarn  map[uint64]int
+	gen     map[uint64]int // data directory generation (StartFresh)
 	log     *slog.Logger
 }
 
@@ -143,7 +155,11 @@ func Start[M Member](opts Options[M]) (*Cluster[M], error) {
 		opts: opts, dirs: map[uint64]string{}, addrs: map[uint64]string{},
 		faults: map[uint64]*faults.Faults{}, clocks: map[uint64]Clock{}, netems: map[uint64]*netem{},
 		members: map[uint64]M{}, running: map[uint64]bool{}, paused: map[uint64]chan struct{}{},
-		disk: map[uint64]bool{}, incarn: map[uint64]int{}, log: opts.Logger,
+		disk: map[uint64]bool{}, incarn: map[uint64]int{}, gen: map[uint64]int{}, log: opts.Logger,
+	}
+	if opts.Initial == 0 {
+		opts.Initial = opts.Size
+		c.opts.Initial = opts.Size
 	}
 	if opts.Sim {
 		sopts := []simnet.Option{simnet.WithPolicy(opts.SimPolicy)}
@@ -158,10 +174,13 @@ func Start[M Member](opts Options[M]) (*Cluster[M], error) {
 		c.ids = append(c.ids, id)
 		c.dirs[id] = filepath.Join(opts.Dir, fmt.Sprintf("n%d", id))
 		c.faults[id] = &faults.Faults{}
-		if opts.Sim {
+		switch {
+		case opts.Sim:
 			c.addrs[id] = simnet.Addr(id)
 			c.clocks[id] = NewPhasedClock(phaseOf(opts.Seed, id))
-		} else {
+		case opts.Gossip:
+			c.clocks[id] = NewSkewClock()
+		default:
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				for _, l := range lns {
@@ -176,7 +195,7 @@ func Start[M Member](opts Options[M]) (*Cluster[M], error) {
 		}
 		c.peers = append(c.peers, Peer{ID: id, Addr: c.addrs[id]})
 	}
-	for _, id := range c.ids {
+	for _, id := range c.ids[:opts.Initial] {
 		if err := c.start(id, lns[id]); err != nil {
 			for _, l := range lns {
 				l.Close()
@@ -185,6 +204,9 @@ func Start[M Member](opts Options[M]) (*Cluster[M], error) {
 			return nil, err
 		}
 		delete(lns, id)
+	}
+	for _, l := range lns { // members that wait for StartMember bind again then
+		l.Close()
 	}
 	return c, nil
 }
@@ -200,8 +222,12 @@ func phaseOf(seed, id uint64) time.Duration {
 // IDs lists the members' ids.
 func (c *Cluster[M]) IDs() []uint64 { return slices.Clone(c.ids) }
 
-// Dir is a member's data directory.
-func (c *Cluster[M]) Dir(id uint64) string { return c.dirs[id] }
+// Dir is a member's data directory (its current one: see StartFresh).
+func (c *Cluster[M]) Dir(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dirs[id]
+}
 
 // Addr is the address a member is reached at.
 func (c *Cluster[M]) Addr(id uint64) string { return c.addrs[id] }
@@ -232,7 +258,7 @@ func (c *Cluster[M]) start(id uint64, ln net.Listener) error {
 		inner = c.net.Start
 	}
 	spec := Spec{
-		ID: id, Incarnation: inc, Dir: c.dirs[id], Peers: slices.Clone(c.peers), Addr: c.addrs[id],
+		ID: id, Incarnation: inc, Dir: c.Dir(id), Peers: slices.Clone(c.peers), Addr: c.addrs[id], Seeds: c.seeds(),
 		Clock: c.clocks[id], Knobs: c.faults[id].Knobs(&knobs.Node{Network: inner}),
 		Logger: c.log.With("n", id, "inc", inc),
 	}
@@ -306,14 +332,42 @@ func (c *Cluster[M]) Stopped(id uint64) {
 	c.mu.Unlock()
 }
 
+// seeds are the gossip addresses of the running members.
+func (c *Cluster[M]) seeds() []string {
+	if !c.opts.Gossip {
+		return nil
+	}
+	var out []string
+	for _, id := range c.Running() {
+		m, _ := c.Node(id)
+		if g, ok := any(m).(interface{ GossipAddr() string }); ok {
+			out = append(out, g.GossipAddr())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// StartFresh starts member id with a new, empty data directory: a new
+// member in the same slot (a pod whose volume was replaced). It crashes a
+// running incarnation first.
+func (c *Cluster[M]) StartFresh(id uint64) error {
+	c.Crash(id)
+	c.mu.Lock()
+	c.gen[id]++
+	c.dirs[id] = filepath.Join(c.opts.Dir, fmt.Sprintf("n%d-g%d", id, c.gen[id]))
+	c.mu.Unlock()
+	return c.Restart(id)
+}
+
 // Restart starts a crashed member again from its data directory, on its
-// old address.
+// old address. (StartMember is the same, for a member not started yet.)
 func (c *Cluster[M]) Restart(id uint64) error {
 	if !c.Crashed(id) {
 		return nil
 	}
 	var ln net.Listener
-	if c.net == nil {
+	if c.net == nil && !c.opts.Gossip {
 		var err error
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if ln, err = net.Listen("tcp", c.addrs[id]); err == nil {
@@ -327,6 +381,10 @@ func (c *Cluster[M]) Restart(id uint64) error {
 	c.log.Info("restart", "n", id)
 	return c.start(id, ln)
 }
+
+// StartMember starts a member that Options.Initial left out (or restarts
+// one).
+func (c *Cluster[M]) StartMember(id uint64) error { return c.Restart(id) }
 
 // WipeLockTable deletes a crashed member's lock-table file so that its
 // restart rebuilds the table by replaying the raft log.
