@@ -15,9 +15,9 @@ import (
 // the in-memory network, under every fault kind it models, in fake time.
 // go test runs a few seeds; a search runs many:
 //
-//	go test ./chaos/ -run '^TestSimulation$' -count=1 -sim.seeds 10000
+//	go test ./chaos/ -run '^TestSimulation$' -count=1 -args -sim.seeds 10000
 //
-// and a failing seed is replayed with -sim.from SEED -sim.seeds 1 -v.
+// and a failing seed is replayed with -args -sim.from SEED -sim.seeds 1 -test.v.
 var (
 	simSeeds    = flag.Int("sim.seeds", 6, "simulation: how many seeds TestSimulation runs")
 	simFrom     = flag.Uint64("sim.from", 1, "simulation: the first seed")
@@ -31,7 +31,9 @@ var (
 var SimFaults = []string{FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash,
 	FaultPause, FaultMessages, FaultDisk}
 
-// simConfig is one seed's run: every primitive, every modelled fault.
+// simConfig is one seed's run: every primitive, every modelled fault on 3
+// nodes; every fourth seed the leader-churn schedule on 5 (leader kills and
+// isolations every 0.5–2 election timeouts, with crashed-holder probes).
 func simConfig(t *testing.T, seed uint64) RunConfig {
 	dir := ""
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -43,8 +45,12 @@ func simConfig(t *testing.T, seed uint64) RunConfig {
 			dir = d
 		}
 	}
-	return RunConfig{Seed: seed, Duration: *simDuration, Faults: SimFaults, BaseDir: dir,
+	rc := RunConfig{Seed: seed, Duration: *simDuration, Faults: SimFaults, BaseDir: dir,
 		Workload: catalogueWorkload(append([]string{PrimMutex}, AllPrimitives...)...)}
+	if seed%4 == 0 {
+		rc.Faults = []string{FaultLeaderChurn}
+	}
+	return rc
 }
 
 // TestSimulation (S1–S7 under every modelled fault, every primitive): each
@@ -59,7 +65,7 @@ func TestSimulation(t *testing.T) {
 		}
 		ops += rep.Ops
 		if len(rep.Violations) > 0 {
-			t.Errorf("seed %d: %s\n  replay: go test ./chaos/ -run '^TestSimulation$' -count=1 -sim.from %d -sim.seeds 1 -v",
+			t.Errorf("seed %d: %s\n  replay: go test ./chaos/ -run '^TestSimulation$' -count=1 -v -args -sim.from %d -sim.seeds 1",
 				seed, strings.Join(rep.Violations, "; "), seed)
 		}
 		if *simSeeds <= 10 || testing.Verbose() {
