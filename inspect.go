@@ -3,6 +3,7 @@ package lockraft
 import (
 	"context"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -23,12 +24,13 @@ import (
 // nothing changed.
 var (
 	// ErrNotLeader: the action needs the leader; the message names it.
-	ErrNotLeader = node.ErrNotLeader
-	// ErrNotMember: no voter or learner with that id.
-	ErrNotMember = node.ErrNotMember
+	ErrNotLeader = lockerr.ErrNotLeader
+	// ErrNotMember: no voter or learner with that id (for a transfer: no
+	// voter).
+	ErrNotMember = lockerr.ErrNotMember
 	// ErrRefused: the action would remove the leader itself or leave fewer
 	// healthy voters than a quorum.
-	ErrRefused = node.ErrRefused
+	ErrRefused = lockerr.ErrRefused
 )
 
 // InspectOption configures one inspection read.

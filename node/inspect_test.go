@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -131,7 +132,7 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 	}
 	require.Equal(t, []string{"stock/sku-a", "stock/sku-b", "stock/sku-c", "stock/sku-d", "stock/sku-e", "stock/sku-f"}, names)
 	_, err = tc.nodes[fol].InspectLocks(ctx, "", "", MaxPageLimit+1, ReadOptions{})
-	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorIs(t, err, lockerr.ErrInvalidConfig)
 
 	require.NoError(t, h.Release(ctx))
 	for range waiters {

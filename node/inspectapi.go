@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 )
@@ -162,7 +163,7 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 		limit = 100
 	}
 	if limit < 0 || limit > MaxPageLimit {
-		return LocksPage{}, fmt.Errorf("%w: limit %d outside [1, %d]", ErrInvalidConfig, limit, MaxPageLimit)
+		return LocksPage{}, fmt.Errorf("%w: limit %d outside [1, %d]", lockerr.ErrInvalidConfig, limit, MaxPageLimit)
 	}
 	if n.light() {
 		var out LocksPage
@@ -207,7 +208,7 @@ func (n *Node) stoppedErr() error {
 	if err := n.err(); err != nil {
 		return err
 	}
-	return ErrClosed
+	return lockerr.ErrClosed
 }
 
 // sessionNodes maps every open session to its node (loop).
@@ -463,7 +464,7 @@ func ParseID(s string) (ID, error) {
 	s = strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
 	v, err := strconv.ParseUint(s, 16, 64)
 	if err != nil || s == "" {
-		return 0, fmt.Errorf("%w: bad member id %q (want hex, as lockraftctl members shows)", ErrInvalidConfig, s)
+		return 0, fmt.Errorf("%w: bad member id %q (want hex, as lockraftctl members shows)", lockerr.ErrInvalidConfig, s)
 	}
 	return ID(v), nil
 }
