@@ -16,6 +16,12 @@
 // the loss of a minority and a full-cluster restart; a Lock that fails leaves
 // nothing behind; a holder's Context ends before the cluster could grant the
 // lock to someone else by expiry; waiters are granted in enqueue order.
+//
+// The inspection views (LockView, LocksPage, MembersView and the types they
+// hold) and MemberID are declared in an internal package and named here by
+// type aliases; go doc prints their fields with
+//
+//	go doc -all github.com/lockraft/lockraft/internal/views
 package lockraft
 
 import (

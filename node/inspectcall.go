@@ -15,6 +15,7 @@ import (
 	"fmt"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -30,8 +31,8 @@ type inspectRequest struct {
 }
 
 type inspectLockReply struct {
-	View  LockView `json:"view"`
-	Found bool     `json:"found"`
+	View  views.LockView `json:"view"`
+	Found bool           `json:"found"`
 }
 
 // askLeader sends req to the leader this node knows (on a light member,
