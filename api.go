@@ -238,25 +238,7 @@ func (n *Node) TryLock(ctx context.Context, name string, opts ...LockOption) (*L
 }
 
 func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
-	var lo lockOptions
-	for _, opt := range opts {
-		opt(&lo)
-	}
-	if lo.owner == "" {
-		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
-	}
-	var start time.Time
-	if n.m != nil {
-		start = time.Now()
-	}
-	h, err := n.n.Acquire(ctx, name, lo.owner, wait, lo.lease)
-	if n.m != nil {
-		kind := opLock
-		if !wait {
-			kind = opTryLock
-		}
-		n.m.observe(primMutex, kind, start, err)
-	}
+	h, err := n.acquireWith(ctx, primMutex, node.Request{Name: name, Wait: wait}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -40,8 +40,9 @@ var (
 	ErrOlderMembers = lockerr.ErrOlderMembers
 )
 
-// acquireWith runs one acquisition of any kind for the caller's options,
-// counted under primitive prim (metrics.go).
+// acquireWith runs one acquisition of any kind, the plain mutex included
+// (acquire), for the caller's options, counted under primitive prim
+// (metrics.go).
 func (n *Node) acquireWith(ctx context.Context, prim int, r node.Request, opts []LockOption) (*node.Hold, error) {
 	var lo lockOptions
 	for _, opt := range opts {
