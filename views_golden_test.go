@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,11 @@ func TestViewsJSONGolden(t *testing.T) {
 	}
 	want, err := os.ReadFile(path)
 	require.NoError(t, err)
+	wantBlocks, gotBlocks := strings.Split(string(want), "\n\n"), strings.Split(got.String(), "\n\n")
+	for i := range min(len(wantBlocks), len(gotBlocks)) {
+		name, _, _ := strings.Cut(wantBlocks[i], "\n")
+		require.Equal(t, wantBlocks[i], gotBlocks[i], "sample %d (%s)", i, name)
+	}
 	require.Equal(t, string(want), got.String())
 	// Independently of the golden file: ids print as 16 hex digits.
 	require.Contains(t, got.String(), `"member":"000000001234abcd"`)
