@@ -16,6 +16,12 @@
 // the loss of a minority and a full-cluster restart; a Lock that fails leaves
 // nothing behind; a holder's Context ends before the cluster could grant the
 // lock to someone else by expiry; waiters are granted in enqueue order.
+//
+// The inspection views (LockView, LocksPage, MembersView and the types they
+// hold) and MemberID are declared in an internal package and named here by
+// type aliases; go doc prints their fields with
+//
+//	go doc -all github.com/lockraft/lockraft/internal/views
 package lockraft
 
 import (
@@ -29,64 +35,90 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 )
 
-// Errors. Compare with errors.Is. Each says whether the outcome is known.
+// Errors. Compare with errors.Is; each is one value whichever package
+// returned it. Each says what happened, whether the outcome of the call is
+// known, and whether retrying is worth it (IsRetryable).
 var (
-	// ErrLocked: TryLock found the name held by another owner. Nothing
-	// changed; safe to retry.
-	ErrLocked = node.ErrLocked
-	// ErrNotHeld: Unlock of a lock this handle no longer holds (unlocked
-	// already, lease or session expired). Nothing changed.
-	ErrNotHeld = node.ErrNotHeld
-	// ErrClosed: the node is closed or closing. A Lock that returns it left
-	// nothing behind once the session closes.
-	ErrClosed = node.ErrClosed
-	// ErrInvalidName: empty, over 512 bytes, or not UTF-8. Nothing proposed.
-	ErrInvalidName = node.ErrInvalidName
-	// ErrInvalidOwner: empty, over 256 bytes, or not UTF-8. Nothing proposed.
-	ErrInvalidOwner = node.ErrInvalidOwner
-	// ErrInvalidConfig: an option is out of range; the message names it.
-	ErrInvalidConfig = node.ErrInvalidConfig
-	// ErrTooManyHolds: a reentrant Lock past the hold limit. Nothing changed.
-	ErrTooManyHolds = node.ErrTooManyHolds
+	// ErrLocked: TryLock (or another call that does not wait) found the
+	// name held by another owner, waiters ahead of it, no permits free, or
+	// the name in its lock-delay; the message names the holder when there
+	// is one. Nothing is held or queued; safe to retry.
+	ErrLocked = lockerr.ErrLocked
+	// ErrNotHeld: Unlock or Renew of a lock this handle no longer holds
+	// (unlocked already, released by its lease's or its session's expiry).
+	// Nothing changed.
+	ErrNotHeld = lockerr.ErrNotHeld
+	// ErrClosed: the node is closed or closing. A Lock that returns it
+	// leaves nothing behind once the node's session is closed or expires.
+	// Not worth retrying on this node.
+	ErrClosed = lockerr.ErrClosed
+	// ErrInvalidName: the lock name is empty, longer than 512 bytes, or not
+	// valid UTF-8. Nothing was proposed.
+	ErrInvalidName = lockerr.ErrInvalidName
+	// ErrInvalidOwner: the owner (WithOwner) is empty, longer than 256
+	// bytes, or not valid UTF-8. Nothing was proposed.
+	ErrInvalidOwner = lockerr.ErrInvalidOwner
+	// ErrInvalidConfig: an option or argument is out of range (a Join
+	// option, a negative lease, a page limit, a malformed member id); the
+	// message names it. Nothing was proposed.
+	ErrInvalidConfig = lockerr.ErrInvalidConfig
+	// ErrTooManyHolds: a reentrant Lock past the hold limit
+	// (WithMaxHolds). Nothing changed; the existing holds remain.
+	ErrTooManyHolds = lockerr.ErrTooManyHolds
 	// ErrAlreadyWaiting: the same explicit owner is already waiting for
-	// this name. Nothing changed.
-	ErrAlreadyWaiting = node.ErrAlreadyWaiting
-	// ErrReleased is a handle's Context cause after its Unlock.
-	ErrReleased = node.ErrReleased
-	// ErrLeaseExpired is a handle's Context cause when its own lease ran out.
-	ErrLeaseExpired = node.ErrLeaseExpired
+	// this name (two concurrent Locks with one WithOwner). Nothing changed.
+	ErrAlreadyWaiting = lockerr.ErrAlreadyWaiting
+	// ErrReleased is a handle's Context cause after its Unlock released
+	// the last hold.
+	ErrReleased = lockerr.ErrReleased
+	// ErrLeaseExpired is a handle's Context cause when its own lease
+	// (WithLease) ran out; the cluster may grant the lock to another owner.
+	ErrLeaseExpired = lockerr.ErrLeaseExpired
 	// ErrSessionExpired: the node's session expired or could not be kept
-	// alive (see WithSessionTTL). A handle's Context cause: the lock is lost.
-	// A waiting Lock's error: nothing held or queued; safe to retry (the node
-	// opens a new session). Unlock's error: the lock goes with the session
-	// (at once or at the cluster's expiry); nothing to retry.
-	ErrSessionExpired = node.ErrSessionExpired
+	// alive (see WithSessionTTL); the cluster may grant its locks to other
+	// owners.
+	//   - A handle's Context cause: the lock is lost.
+	//   - A waiting Lock's error: nothing is held or queued for it. Safe to
+	//     retry: the node opens a new session, and the retry waits for it
+	//     (bounded by its context).
+	//   - Unlock's error: the session ended while the release was on its
+	//     way (or before: the error then also wraps ErrNotHeld). The lock
+	//     goes with the session, at once if the node closed it, else at the
+	//     cluster's expiry: nothing to retry.
+	ErrSessionExpired = lockerr.ErrSessionExpired
 	// ErrUnavailable: no working leader could be reached in time (a majority
 	// of voters unreachable). From TryLock (after two election timeouts) and
 	// from a Lock or Ready whose ctx ended without a leader (wrapping ctx's
 	// cause): nothing held or queued, retry later. From Unlock: outcome
 	// unknown, the node keeps retrying the release. From Close: the session
 	// could not be closed; its locks are released by session expiry.
-	ErrUnavailable = node.ErrUnavailable
-	// ErrStorage: a disk write failed; the node stopped serving.
-	ErrStorage = node.ErrStorage
-	// ErrRemoved: the cluster removed this member while it was away; it
-	// stopped serving. Restart it with a fresh data directory to rejoin.
-	ErrRemoved = node.ErrRemoved
-	// ErrDataDir: the data directory is corrupt, locked, or belongs to
-	// another node or cluster; the message says which.
-	ErrDataDir = node.ErrDataDir
-	// ErrNewerVersion: the log holds an entry from a newer lockraft version;
-	// this member stopped applying there and stopped serving. Upgrade it and
-	// restart it on the same data directory.
-	ErrNewerVersion = node.ErrNewerVersion
+	ErrUnavailable = lockerr.ErrUnavailable
+	// ErrStorage: a disk write failed. The node stopped serving rather than
+	// acknowledge anything it could not make durable.
+	ErrStorage = lockerr.ErrStorage
+	// ErrRemoved: the cluster removed this member from its configuration
+	// while it was away (for example down past the dead-member threshold);
+	// it stopped serving and holds nothing. Restart it with a fresh data
+	// directory to rejoin as a new member.
+	ErrRemoved = lockerr.ErrRemoved
+	// ErrDataDir: the data directory is corrupt, locked by another process,
+	// or belongs to another node or cluster; the message says which.
+	ErrDataDir = lockerr.ErrDataDir
+	// ErrNewerVersion: the log holds an entry from a newer lockraft version.
+	// This member stopped applying there (nothing past it was applied:
+	// skipping it would make its lock table differ from the other
+	// replicas') and stopped serving. Upgrade it and restart it on the same
+	// data directory.
+	ErrNewerVersion = lockerr.ErrNewerVersion
 	// ErrInternal: the node hit a broken invariant and stopped serving
-	// rather than go on with state it cannot trust; its locks expire. A bug:
-	// the message says what happened. Restart the node.
-	ErrInternal = node.ErrInternal
+	// rather than go on with state it cannot trust; its session expires and
+	// its locks move on. A bug: the message says what happened; report it.
+	// Restart the node.
+	ErrInternal = lockerr.ErrInternal
 )
 
 // IsRetryable reports whether err is worth retrying as is: the cluster was
@@ -206,25 +238,7 @@ func (n *Node) TryLock(ctx context.Context, name string, opts ...LockOption) (*L
 }
 
 func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
-	var lo lockOptions
-	for _, opt := range opts {
-		opt(&lo)
-	}
-	if lo.owner == "" {
-		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
-	}
-	var start time.Time
-	if n.m != nil {
-		start = time.Now()
-	}
-	h, err := n.n.Acquire(ctx, name, lo.owner, wait, lo.lease)
-	if n.m != nil {
-		kind := opLock
-		if !wait {
-			kind = opTryLock
-		}
-		n.m.observe(primMutex, kind, start, err)
-	}
+	h, err := n.acquireWith(ctx, primMutex, node.Request{Name: name, Wait: wait}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -26,21 +27,22 @@ var (
 	// ErrWrongKind: the name is in use as another kind of lock (a mutex
 	// taken as a semaphore, a read-write lock locked as a mutex, a
 	// multi-name lock naming an election, ...).
-	ErrWrongKind = node.ErrWrongKind
+	ErrWrongKind = lockerr.ErrWrongKind
 	// ErrHoldConflict: the owner already holds the name in a way this
 	// request cannot extend: one name of a multi-name lock taken singly (or
 	// another set), a campaign by the current leader, a semaphore request
 	// only the owner's own release could satisfy.
-	ErrHoldConflict = node.ErrHoldConflict
-	// ErrOlderMembers: a member of the cluster runs an older lockraft
-	// version, without the catalogue (a rolling upgrade is under way);
-	// nothing was proposed. Retry once every member is upgraded. The mutex
-	// is never affected.
-	ErrOlderMembers = node.ErrOlderMembers
+	ErrHoldConflict = lockerr.ErrHoldConflict
+	// ErrOlderMembers: a member of the cluster's configuration runs (or may
+	// run) an older lockraft version, without the catalogue (a rolling
+	// upgrade is under way); nothing was proposed. Retry once every member
+	// is upgraded. The mutex is never affected.
+	ErrOlderMembers = lockerr.ErrOlderMembers
 )
 
-// acquireWith runs one acquisition of any kind for the caller's options,
-// counted under primitive prim (metrics.go).
+// acquireWith runs one acquisition of any kind, the plain mutex included
+// (acquire), for the caller's options, counted under primitive prim
+// (metrics.go).
 func (n *Node) acquireWith(ctx context.Context, prim int, r node.Request, opts []LockOption) (*node.Hold, error) {
 	var lo lockOptions
 	for _, opt := range opts {

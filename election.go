@@ -5,6 +5,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -30,14 +31,14 @@ const MaxValueLen = node.MaxValueLen
 var (
 	// ErrInvalidValue: an election value longer than MaxValueLen bytes.
 	// Nothing was proposed.
-	ErrInvalidValue = node.ErrInvalidValue
+	ErrInvalidValue = lockerr.ErrInvalidValue
 	// ErrObserveLagged ends an Observe that cannot be given every change:
 	// its loop fell node.MaxObserveBacklog changes behind, or its node
 	// missed changes it cannot replay (its lock table was restored from a
 	// snapshot; on a light member, the leader's records do not reach back).
 	// Rather than skip one, the observation stops. Observe again to resume
 	// from the current leader.
-	ErrObserveLagged = node.ErrObserveLagged
+	ErrObserveLagged = lockerr.ErrObserveLagged
 )
 
 // Campaign blocks until this call leads the election name, announcing

@@ -3,6 +3,7 @@ package lockraft
 import (
 	"context"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -23,12 +24,13 @@ import (
 // nothing changed.
 var (
 	// ErrNotLeader: the action needs the leader; the message names it.
-	ErrNotLeader = node.ErrNotLeader
-	// ErrNotMember: no voter or learner with that id.
-	ErrNotMember = node.ErrNotMember
+	ErrNotLeader = lockerr.ErrNotLeader
+	// ErrNotMember: no voter or learner with that id (for a transfer: no
+	// voter).
+	ErrNotMember = lockerr.ErrNotMember
 	// ErrRefused: the action would remove the leader itself or leave fewer
 	// healthy voters than a quorum.
-	ErrRefused = node.ErrRefused
+	ErrRefused = lockerr.ErrRefused
 )
 
 // InspectOption configures one inspection read.
@@ -56,8 +58,7 @@ func readOpts(opts []InspectOption) node.ReadOptions {
 // linearizable read waits for a leader until ctx ends). Safe for concurrent
 // use.
 func (n *Node) InspectLock(ctx context.Context, name string, opts ...InspectOption) (v LockView, found bool, err error) {
-	nv, found, err := n.n.InspectLock(ctx, name, readOpts(opts))
-	return lockView(nv), found, err
+	return n.n.InspectLock(ctx, name, readOpts(opts))
 }
 
 // InspectLocks lists the names starting with prefix in name order, at most
@@ -65,8 +66,7 @@ func (n *Node) InspectLock(ctx context.Context, name string, opts ...InspectOpti
 // ("" for the first page; then the previous page's Next). Errors as
 // InspectLock, and ErrInvalidConfig for a limit out of range.
 func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int, opts ...InspectOption) (LocksPage, error) {
-	p, err := n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
-	return locksPage(p), err
+	return n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
 }
 
 // InspectMembers returns every member with its role (voter, learner, light),
@@ -75,8 +75,7 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 // Stale, it answers from its own view (FromLeader false). Errors: ErrClosed,
 // ctx's cause.
 func (n *Node) InspectMembers(ctx context.Context, opts ...InspectOption) (MembersView, error) {
-	v, err := n.n.InspectMembers(ctx, readOpts(opts))
-	return membersView(v), err
+	return n.n.InspectMembers(ctx, readOpts(opts))
 }
 
 // TransferLeader hands leadership to voter to (0: the most caught-up other

@@ -91,7 +91,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	for _, r := range []string{node.RoleVoter, node.RoleLearner, node.RoleLight} {
+	for _, r := range []string{RoleVoter, RoleLearner, RoleLight} {
 		gauge(dRole, b(s.Role == r), r)
 	}
 	gauge(dHasSession, b(s.Session != 0))
@@ -110,9 +110,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dCommit, float64(s.Commit))
 	gauge(dApplied, float64(s.Applied))
 	for _, p := range s.Peers {
-		role, id := node.RoleVoter, fmt.Sprintf("%016x", p.ID)
+		role, id := RoleVoter, fmt.Sprintf("%016x", p.ID)
 		if p.Learner {
-			role = node.RoleLearner
+			role = RoleLearner
 		}
 		gauge(dPeerLag, float64(p.Lag), id, role)
 		gauge(dPeerActive, b(p.Active), id, role)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -25,9 +26,9 @@ const MaxMultiNames = node.MaxMultiNames
 var (
 	// ErrTooManyNames: LockAll of more than MaxMultiNames names. Nothing
 	// was proposed.
-	ErrTooManyNames = node.ErrTooManyNames
+	ErrTooManyNames = lockerr.ErrTooManyNames
 	// ErrDuplicateName: LockAll naming a name twice. Nothing was proposed.
-	ErrDuplicateName = node.ErrDuplicateName
+	ErrDuplicateName = lockerr.ErrDuplicateName
 )
 
 // LockAll blocks until every one of names is granted to this call in one

@@ -3,6 +3,7 @@ package lockraft
 import (
 	"context"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -25,7 +26,7 @@ import (
 // ErrUpgrade: WLock by an owner that holds the read side of the same lock.
 // Refused rather than queued, since it could only wait for itself: Unlock
 // the read side first. Nothing changed.
-var ErrUpgrade = node.ErrUpgrade
+var ErrUpgrade = lockerr.ErrUpgrade
 
 // RLock blocks until the read side of the read-write lock name is granted
 // to this call, in FIFO order, or until ctx is done. It returns a handle

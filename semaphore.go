@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -31,10 +32,10 @@ var (
 	// ErrBadPermits: a semaphore size below 1 or above MaxPermits, or a
 	// request for fewer than 1 or more than size permits. Nothing was
 	// proposed.
-	ErrBadPermits = node.ErrBadPermits
+	ErrBadPermits = lockerr.ErrBadPermits
 	// ErrPermitsMismatch: the name is in use as a semaphore of another size.
 	// Nothing changed.
-	ErrPermitsMismatch = node.ErrPermitsMismatch
+	ErrPermitsMismatch = lockerr.ErrPermitsMismatch
 )
 
 // Semaphore is the counting semaphore name with size permits, as seen from

@@ -6,6 +6,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -162,7 +163,7 @@ func TestCheckObservationsCatches(t *testing.T) {
 	if bad := CheckObservations([]*Observation{good}, l); len(bad) != 0 {
 		t.Fatalf("a correct observation flagged: %v", bad)
 	}
-	lagged := &Observation{Node: 1, Name: "e", Changes: []node.LeaderChange{first, log[1]}, End: node.ErrObserveLagged.Error()}
+	lagged := &Observation{Node: 1, Name: "e", Changes: []node.LeaderChange{first, log[1]}, End: lockerr.ErrObserveLagged.Error()}
 	if bad := CheckObservations([]*Observation{lagged}, l); len(bad) != 0 {
 		t.Fatalf("an observation ended with ErrObserveLagged flagged: %v", bad)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -127,13 +128,13 @@ func (w *Workload) catalogueOp(ctx context.Context, rng *rand.Rand, client int, 
 	switch {
 	case err == nil:
 		w.H.End(rec, OK, h.Token(), nil)
-	case !wait && errors.Is(err, node.ErrLocked):
+	case !wait && errors.Is(err, lockerr.ErrLocked):
 		w.H.End(rec, Locked, 0, err)
 	default:
 		w.H.End(rec, Unknown, 0, err)
 	}
 	if err != nil {
-		if !errors.Is(err, node.ErrLocked) {
+		if !errors.Is(err, lockerr.ErrLocked) {
 			sleepCtx(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
 		}
 		return
@@ -214,7 +215,7 @@ func (w *Workload) catalogueSection(ctx context.Context, rng *rand.Rand, id uint
 // the rest are exactly the changes the log applied after it, in order, none
 // missed, repeated or folded into another. An observation may stop short
 // (its node crashed or stopped, the run ended, or it ended with
-// node.ErrObserveLagged: told, not silent); nothing else is accepted.
+// lockerr.ErrObserveLagged: told, not silent); nothing else is accepted.
 func CheckObservations(obs []*Observation, applied *AppliedLog) []string {
 	var bad []string
 	byName := map[string][]node.LeaderChange{}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockraft/lockraft/node"
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // seed is CHAOS_SEED or a fixed default, logged so a failure can be rerun.
@@ -179,7 +179,7 @@ func storageFailure(t *testing.T, raftLog bool) {
 	// The next write on bad fails: its own next proposal's entry (raft log)
 	// or the lock-table commit after applying it.
 	_, err = c.Node(bad).Acquire(ctx, "y", "after", true, 0)
-	if raftLog && !errors.Is(err, node.ErrStorage) {
+	if raftLog && !errors.Is(err, lockerr.ErrStorage) {
 		t.Fatalf("Acquire on a node whose log writes fail: %v, want ErrStorage", err)
 	}
 	select {
@@ -187,10 +187,10 @@ func storageFailure(t *testing.T, raftLog bool) {
 	case <-ctx.Done():
 		t.Fatal("hold on the failed node did not end")
 	}
-	if cause := context.Cause(h.Context()); !errors.Is(cause, node.ErrStorage) {
+	if cause := context.Cause(h.Context()); !errors.Is(cause, lockerr.ErrStorage) {
 		t.Fatalf("hold ended with %v, want ErrStorage", cause)
 	}
-	if _, err := c.Node(bad).Acquire(ctx, "z", "later", false, 0); !errors.Is(err, node.ErrStorage) {
+	if _, err := c.Node(bad).Acquire(ctx, "z", "later", false, 0); !errors.Is(err, lockerr.ErrStorage) {
 		t.Fatalf("Acquire after the failure: %v, want ErrStorage", err)
 	}
 	// The rest carries on: x moves on once the failed node's session expires.

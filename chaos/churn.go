@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node"
 )
@@ -577,7 +578,7 @@ func finishReport(rep *Report, ops []Op, end int64, h *History, applied *Applied
 }
 
 // rejoinRemoved restarts, with a fresh data directory (a new member), every
-// running member that stopped with node.ErrRemoved: the leader removed it
+// running member that stopped with lockerr.ErrRemoved: the leader removed it
 // from the configuration (it was down, or gossip counted it as failed, past
 // the threshold) and it learned so from the leader's notice. That is what
 // ErrRemoved asks of an operator; here the harness is the operator. The
@@ -592,7 +593,7 @@ func (c *GossipCluster) rejoinRemoved(ctx context.Context, injected map[string]i
 		qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		_, err := n.Status(qctx)
 		cancel()
-		if !errors.Is(err, node.ErrRemoved) {
+		if !errors.Is(err, lockerr.ErrRemoved) {
 			continue
 		}
 		logf("slot %d (raft id %x) stopped with ErrRemoved; rejoining it with a fresh data dir", s, n.ID())
@@ -660,7 +661,7 @@ func (c *GossipCluster) settle(ctx context.Context, injected map[string]int, log
 }
 
 // removedWhileAway reports whether the node in slot stopped with
-// node.ErrRemoved shortly after its restart (it was removed from the
+// lockerr.ErrRemoved shortly after its restart (it was removed from the
 // configuration while it was down).
 func (c *GossipCluster) removedWhileAway(ctx context.Context, slot uint64) bool {
 	n := c.Node(slot)
@@ -672,7 +673,7 @@ func (c *GossipCluster) removedWhileAway(ctx context.Context, slot uint64) bool 
 		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		_, err := n.Status(sctx)
 		cancel()
-		if errors.Is(err, node.ErrRemoved) {
+		if errors.Is(err, lockerr.ErrRemoved) {
 			return true
 		}
 		if err == nil {

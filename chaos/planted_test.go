@@ -11,6 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node"
 )
@@ -252,7 +253,7 @@ func ackBeforeFsync(t *testing.T, buggy bool) {
 	var h2 *node.Hold
 	for ctx.Err() == nil {
 		h2, err = c.Node(cut).Acquire(ctx, "x", "second", false, 0)
-		if err == nil || errors.Is(err, node.ErrLocked) {
+		if err == nil || errors.Is(err, lockerr.ErrLocked) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node"
@@ -364,13 +365,13 @@ func (c *child) client(ctx context.Context, k int) {
 		switch {
 		case err == nil:
 			granted = c.end(op, OK, h.Token(), nil)
-		case !wait && errors.Is(err, node.ErrLocked):
+		case !wait && errors.Is(err, lockerr.ErrLocked):
 			c.end(op, Locked, 0, err)
 		default:
 			c.end(op, Unknown, 0, err)
 		}
 		if err != nil {
-			if !errors.Is(err, node.ErrLocked) {
+			if !errors.Is(err, lockerr.ErrLocked) {
 				sleepCtx(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
 			}
 			continue

@@ -13,6 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/simnet"
 	"github.com/lockraft/lockraft/node"
 )
@@ -255,7 +256,7 @@ func checkObservations(rep *Report, w *Workload, applied *AppliedLog, viol func(
 	lagged := 0
 	for _, o := range obs {
 		rep.Observed += len(o.Changes)
-		if o.End == node.ErrObserveLagged.Error() {
+		if o.End == lockerr.ErrObserveLagged.Error() {
 			lagged++
 		}
 	}

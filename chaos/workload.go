@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 )
 
@@ -165,7 +166,7 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 		switch {
 		case err == nil:
 			w.H.End(op, OK, h.Token(), nil)
-		case !wait && errors.Is(err, node.ErrLocked):
+		case !wait && errors.Is(err, lockerr.ErrLocked):
 			w.H.End(op, Locked, 0, err)
 		default:
 			w.H.End(op, Unknown, 0, err)
@@ -178,7 +179,7 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 				w.Store.Write(sec)
 				w.Store.Exit(sec)
 			}
-			if !errors.Is(err, node.ErrLocked) {
+			if !errors.Is(err, lockerr.ErrLocked) {
 				sleepCtx(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
 			}
 			continue

@@ -17,7 +17,8 @@ var (
 	ErrUnsupported = errors.New("lockfsm: unsupported lock mode, permits or multi-name acquire")
 	// ErrInvalidName: the lock name is empty, longer than MaxNameLen bytes or not valid UTF-8. Nothing changes.
 	ErrInvalidName = errors.New("lockfsm: invalid lock name")
-	// ErrInvalidOwner: the owner is empty or longer than MaxOwnerLen bytes. Nothing changes.
+	// ErrInvalidOwner: the owner is empty or longer than MaxOwnerLen bytes (unlike a name's, an owner's
+	// bytes are not checked for UTF-8). Nothing changes.
 	ErrInvalidOwner = errors.New("lockfsm: invalid owner")
 	// ErrNoSession: the command names a session that was never opened or has been closed or expired.
 	// Nothing changes and nothing is recorded for deduplication.

@@ -9,23 +9,12 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 )
 
 // Operator actions (the admin handler's opt-in): hand leadership to another
 // voter, remove a member from the raft configuration.
-
-var (
-	// ErrNotLeader: an action only the leader can take was asked of another
-	// node; the message names the leader. Nothing changed; ask the leader.
-	ErrNotLeader = errors.New("lockraft: not the leader")
-	// ErrNotMember: the id is not a voter or learner (for a transfer: not a
-	// voter). Nothing changed.
-	ErrNotMember = errors.New("lockraft: not a member")
-	// ErrRefused: the action would hurt the cluster (remove the leader
-	// itself, or leave fewer healthy voters than a quorum). Nothing changed.
-	ErrRefused = errors.New("lockraft: refused")
-)
 
 // TransferLeader hands leadership to voter to, or with to 0 to the most
 // caught-up other voter the leader heard from recently, and waits (bounded
@@ -74,7 +63,7 @@ func (n *Node) TransferLeader(ctx context.Context, to uint64) (uint64, error) {
 			if ctx.Err() != nil {
 				return 0, context.Cause(ctx)
 			}
-			return 0, fmt.Errorf("%w: leadership did not move within two election timeouts", ErrUnavailable)
+			return 0, fmt.Errorf("%w: leadership did not move within two election timeouts", lockerr.ErrUnavailable)
 		case <-n.donec:
 			return 0, n.stoppedErr()
 		case <-t.C:
@@ -85,7 +74,7 @@ func (n *Node) TransferLeader(ctx context.Context, to uint64) (uint64, error) {
 // startTransfer picks the transferee and starts the transfer (loop).
 func (n *Node) startTransfer(to uint64) error {
 	if !n.loop.isLeader {
-		return fmt.Errorf("%w: leader is %016x", ErrNotLeader, n.loop.leader)
+		return fmt.Errorf("%w: leader is %016x", lockerr.ErrNotLeader, n.loop.leader)
 	}
 	st := n.rn.Status()
 	if to == 0 {
@@ -99,14 +88,14 @@ func (n *Node) startTransfer(to uint64) error {
 			}
 		}
 		if to == 0 {
-			return fmt.Errorf("%w: no other voter was heard from recently", ErrUnavailable)
+			return fmt.Errorf("%w: no other voter was heard from recently", lockerr.ErrUnavailable)
 		}
 	}
 	if to == n.id {
 		return nil // already leads; TransferLeader waits for a change that never comes: refuse instead
 	}
 	if !slices.Contains(n.loop.confState.GetVoters(), to) {
-		return fmt.Errorf("%w: %016x is not a voter", ErrNotMember, to)
+		return fmt.Errorf("%w: %016x is not a voter", lockerr.ErrNotMember, to)
 	}
 	n.flushProposals() // raft drops proposals while a transfer is in progress
 	n.rn.TransferLeader(to)
@@ -152,7 +141,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return fmt.Errorf("%w: removal of %016x not applied within five election timeouts", ErrUnavailable, id)
+			return fmt.Errorf("%w: removal of %016x not applied within five election timeouts", lockerr.ErrUnavailable, id)
 		case <-n.donec:
 			return n.stoppedErr()
 		case <-t.C:
@@ -163,17 +152,17 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 // proposeOperatorRemoval checks and proposes the removal (loop).
 func (n *Node) proposeOperatorRemoval(id uint64) error {
 	if !n.loop.isLeader {
-		return fmt.Errorf("%w: leader is %016x", ErrNotLeader, n.loop.leader)
+		return fmt.Errorf("%w: leader is %016x", lockerr.ErrNotLeader, n.loop.leader)
 	}
 	cs := n.loop.confState
 	isVoter, isLearner := slices.Contains(cs.GetVoters(), id), slices.Contains(cs.GetLearners(), id)
 	switch {
 	case id == n.id:
-		return fmt.Errorf("%w: %016x is the leader; transfer leadership first", ErrRefused, id)
+		return fmt.Errorf("%w: %016x is the leader; transfer leadership first", lockerr.ErrRefused, id)
 	case !isVoter && !isLearner:
-		return fmt.Errorf("%w: %016x is not a voter or learner", ErrNotMember, id)
+		return fmt.Errorf("%w: %016x is not a voter or learner", lockerr.ErrNotMember, id)
 	case len(cs.GetVotersOutgoing()) > 0:
-		return fmt.Errorf("%w: a configuration change is in progress; retry", ErrUnavailable)
+		return fmt.Errorf("%w: a configuration change is in progress; retry", lockerr.ErrUnavailable)
 	}
 	if isVoter {
 		st := n.rn.Status()
@@ -185,12 +174,12 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 		}
 		remaining := len(cs.GetVoters()) - 1
 		if healthy < remaining/2+1 {
-			return fmt.Errorf("%w: removing %016x would leave %d healthy of %d voters, below a quorum", ErrRefused, id, healthy, remaining)
+			return fmt.Errorf("%w: removing %016x would leave %d healthy of %d voters, below a quorum", lockerr.ErrRefused, id, healthy, remaining)
 		}
 	}
 	if gs := &n.loop.gossip; n.cfg.Gossip != nil {
 		if gs.pending != nil && time.Since(gs.pending.at) < 5*n.cfg.electionTimeout() {
-			return fmt.Errorf("%w: another configuration change is pending; retry", ErrUnavailable)
+			return fmt.Errorf("%w: another configuration change is pending; retry", lockerr.ErrUnavailable)
 		}
 		kind := membership.RemoveVoter
 		if isLearner {
@@ -201,7 +190,7 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
 	n.flushProposals()
 	if err := n.rn.ProposeConfChange(cc); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", lockerr.ErrUnavailable, err)
 	}
 	n.log.Info("operator removal proposed", "id", id)
 	return nil
@@ -224,12 +213,12 @@ func adminErrorCode(err error) string {
 	return ""
 }
 
-var adminErrors = map[string]error{"not_leader": ErrNotLeader, "not_member": ErrNotMember, "refused": ErrRefused,
-	"unavailable": ErrUnavailable}
+var adminErrors = map[string]error{"not_leader": lockerr.ErrNotLeader, "not_member": lockerr.ErrNotMember, "refused": lockerr.ErrRefused,
+	"unavailable": lockerr.ErrUnavailable}
 
 func remoteAdminError(code, msg string) error {
 	if e, ok := adminErrors[code]; ok {
 		return fmt.Errorf("%w: leader said: %s", e, msg)
 	}
-	return fmt.Errorf("%w: leader said: %s", ErrUnavailable, msg)
+	return fmt.Errorf("%w: leader said: %s", lockerr.ErrUnavailable, msg)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // Advertised addresses.
@@ -35,7 +37,7 @@ func isUnspecified(addr string) bool {
 // checkAdvertise validates the advertise addresses against the binds.
 func (c Config) checkAdvertise() error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", lockerr.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	if a := c.AdvertiseAddr; a != "" {
 		host, port, err := net.SplitHostPort(a)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -86,7 +87,7 @@ func (r *Request) command(maxHolds uint32) (lockfsm.Command, error) {
 		return c, err
 	}
 	if r.Lease < 0 {
-		return c, fmt.Errorf("%w: negative lease %v", ErrInvalidConfig, r.Lease)
+		return c, fmt.Errorf("%w: negative lease %v", lockerr.ErrInvalidConfig, r.Lease)
 	}
 	c = lockfsm.Command{Kind: lockfsm.KindAcquire, Name: r.Name, Owner: r.Owner, Wait: r.Wait,
 		LeaseMillis: uint64(r.Lease.Milliseconds()), MaxHolds: maxHolds, Primitive: r.Primitive}
@@ -97,32 +98,32 @@ func (r *Request) command(maxHolds uint32) (lockfsm.Command, error) {
 		return lockfsm.Command{}, fmt.Errorf("%w: %s", err, fmt.Sprintf(format, a...))
 	}
 	if r.Shared && r.Primitive != lockfsm.PrimRW {
-		return bad(ErrInvalidConfig, "only a read-write lock has a shared side")
+		return bad(lockerr.ErrInvalidConfig, "only a read-write lock has a shared side")
 	}
 	if (r.Permits != 0 || r.Limit != 0) && r.Primitive != lockfsm.PrimSemaphore {
-		return bad(ErrInvalidConfig, "only a semaphore has permits")
+		return bad(lockerr.ErrInvalidConfig, "only a semaphore has permits")
 	}
 	if r.Value != "" && r.Primitive != lockfsm.PrimElection {
-		return bad(ErrInvalidConfig, "only an election campaign carries a value")
+		return bad(lockerr.ErrInvalidConfig, "only an election campaign carries a value")
 	}
 	if len(r.ExtraNames) > 0 && r.Primitive != lockfsm.PrimMutex {
-		return bad(ErrInvalidConfig, "only mutexes can be taken together (multi-name lock)")
+		return bad(lockerr.ErrInvalidConfig, "only mutexes can be taken together (multi-name lock)")
 	}
 	switch r.Primitive {
 	case lockfsm.PrimMutex:
 		if len(r.ExtraNames)+1 > MaxMultiNames {
-			return bad(ErrTooManyNames, "%d names (at most %d)", len(r.ExtraNames)+1, MaxMultiNames)
+			return bad(lockerr.ErrTooManyNames, "%d names (at most %d)", len(r.ExtraNames)+1, MaxMultiNames)
 		}
 		for i, x := range r.ExtraNames {
 			if err := validName(x); err != nil {
 				return lockfsm.Command{}, err
 			}
 			if x == r.Name {
-				return bad(ErrDuplicateName, "%q", truncate(x))
+				return bad(lockerr.ErrDuplicateName, "%q", truncate(x))
 			}
 			for _, y := range r.ExtraNames[:i] {
 				if x == y {
-					return bad(ErrDuplicateName, "%q", truncate(x))
+					return bad(lockerr.ErrDuplicateName, "%q", truncate(x))
 				}
 			}
 		}
@@ -135,19 +136,19 @@ func (r *Request) command(maxHolds uint32) (lockfsm.Command, error) {
 		}
 	case lockfsm.PrimSemaphore:
 		if r.Limit == 0 || r.Limit > MaxPermits {
-			return bad(ErrBadPermits, "semaphore size %d (1..%d)", r.Limit, MaxPermits)
+			return bad(lockerr.ErrBadPermits, "semaphore size %d (1..%d)", r.Limit, MaxPermits)
 		}
 		if r.Permits == 0 || r.Permits > r.Limit {
-			return bad(ErrBadPermits, "%d permits of %d", r.Permits, r.Limit)
+			return bad(lockerr.ErrBadPermits, "%d permits of %d", r.Permits, r.Limit)
 		}
 		c.Permits, c.Limit = r.Permits, r.Limit
 	case lockfsm.PrimElection:
 		if len(r.Value) > MaxValueLen {
-			return bad(ErrInvalidValue, "%d bytes (at most %d)", len(r.Value), MaxValueLen)
+			return bad(lockerr.ErrInvalidValue, "%d bytes (at most %d)", len(r.Value), MaxValueLen)
 		}
 		c.Value = r.Value
 	default:
-		return bad(ErrInvalidConfig, "unknown lock kind %d", r.Primitive)
+		return bad(lockerr.ErrInvalidConfig, "unknown lock kind %d", r.Primitive)
 	}
 	return c, nil
 }
@@ -165,13 +166,13 @@ func catalogueCommand(c *lockfsm.Command) bool {
 // outcome is unknown (retrying with the same value is harmless).
 func (h *Hold) Proclaim(ctx context.Context, value string) error {
 	if h.prim != lockfsm.PrimElection {
-		return fmt.Errorf("%w: Proclaim on a %v", ErrWrongKind, h.prim)
+		return fmt.Errorf("%w: Proclaim on a %v", lockerr.ErrWrongKind, h.prim)
 	}
 	if len(value) > MaxValueLen {
-		return fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidValue, len(value), MaxValueLen)
+		return fmt.Errorf("%w: %d bytes (at most %d)", lockerr.ErrInvalidValue, len(value), MaxValueLen)
 	}
 	if h.released.Load() || h.ctx.Err() != nil {
-		return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(h.ctx))
+		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
 	}
 	n := h.n
 	done := make(chan opResult, 1)
@@ -190,7 +191,7 @@ func (h *Hold) Proclaim(ctx context.Context, value string) error {
 		}
 		if out.res.Err != nil {
 			if cause := context.Cause(h.ctx); cause != nil {
-				return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+				return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 			}
 			return n.mapFSMError(out.res, h.name)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -113,11 +114,11 @@ func TestRWLock(t *testing.T) {
 	require.Equal(t, r1.Token(), r1again.Token())
 
 	_, err = n3.AcquireWith(ctx, rwReq("rw", "w-try", false, false))
-	require.ErrorIs(t, err, ErrLocked, "a writer's try while readers hold")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "a writer's try while readers hold")
 	w := acquireAsync(ctx, n3, rwReq("rw", "w", false, true))
 	requireWaiters(t, n1, "rw", 1)
 	_, err = n1.AcquireWith(ctx, rwReq("rw", "late-reader", true, false))
-	require.ErrorIs(t, err, ErrLocked, "a reader after a waiting writer must not barge")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "a reader after a waiting writer must not barge")
 	late := acquireAsync(ctx, n2, rwReq("rw", "late", true, true))
 	late2 := acquireAsync(ctx, n1, rwReq("rw", "late2", true, true))
 	requireWaiters(t, n1, "rw", 3)
@@ -145,22 +146,22 @@ func TestRWLock(t *testing.T) {
 
 	// Upgrade refused, try and wait.
 	_, err = n2.AcquireWith(ctx, rwReq("rw", "late", false, false))
-	require.ErrorIs(t, err, ErrUpgrade)
+	require.ErrorIs(t, err, lockerr.ErrUpgrade)
 	_, err = n2.AcquireWith(ctx, rwReq("rw", "late", false, true))
-	require.ErrorIs(t, err, ErrUpgrade)
+	require.ErrorIs(t, err, lockerr.ErrUpgrade)
 
 	// Other kinds on a read-write name.
 	before := applied(t, n1)
 	_, err = n1.Acquire(ctx, "rw", "mutex", false, 0)
-	require.ErrorIs(t, err, ErrWrongKind)
+	require.ErrorIs(t, err, lockerr.ErrWrongKind)
 	_, err = n1.AcquireWith(ctx, semReq("rw", "sem", 1, 2, false))
-	require.ErrorIs(t, err, ErrWrongKind)
+	require.ErrorIs(t, err, lockerr.ErrWrongKind)
 	require.Greater(t, applied(t, n1), before, "the cluster refused them (proposed, nothing changed)")
 	require.Len(t, lockInfo(t, n1, "rw").Holds, 3, "nothing changed")
 
 	for _, h := range []*Hold{wr, lh, l2h} {
 		require.NoError(t, h.Release(ctx))
-		require.ErrorIs(t, h.Release(ctx), ErrNotHeld)
+		require.ErrorIs(t, h.Release(ctx), lockerr.ErrNotHeld)
 	}
 	h, err := n1.Acquire(ctx, "rw", "mutex-now", false, 0)
 	require.NoError(t, err, "a free name is forgotten: any kind may take it")
@@ -187,7 +188,7 @@ func TestSemaphore(t *testing.T) {
 	require.EqualValues(t, 3, li.PermitsInUse)
 	require.EqualValues(t, 3, li.Permits)
 	_, err = n3.AcquireWith(ctx, semReq("pool", "c", 1, 3, false))
-	require.ErrorIs(t, err, ErrLocked, "no permit free: a try fails")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "no permit free: a try fails")
 
 	d := acquireAsync(ctx, n3, semReq("pool", "d", 2, 3, true))
 	requireWaiters(t, n1, "pool", 1)
@@ -200,7 +201,7 @@ func TestSemaphore(t *testing.T) {
 	requireWaiters(t, n2, "pool", 2)
 	require.False(t, d.done() || e.done())
 	_, err = n2.AcquireWith(ctx, semReq("pool", "f", 1, 3, false))
-	require.ErrorIs(t, err, ErrLocked, "a try does not overtake the queue either")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "a try does not overtake the queue either")
 
 	require.NoError(t, a.Release(ctx))
 	dh, eh := d.wait(t), e.wait(t)
@@ -208,17 +209,17 @@ func TestSemaphore(t *testing.T) {
 	require.Greater(t, dh.Token(), a.Token())
 
 	_, err = n2.AcquireWith(ctx, semReq("pool", "g", 1, 4, false))
-	require.ErrorIs(t, err, ErrPermitsMismatch)
+	require.ErrorIs(t, err, lockerr.ErrPermitsMismatch)
 	_, err = n3.AcquireWith(ctx, semReq("pool", "d", 2, 3, false))
-	require.ErrorIs(t, err, ErrHoldConflict, "d would wait for its own permits")
+	require.ErrorIs(t, err, lockerr.ErrHoldConflict, "d would wait for its own permits")
 	_, err = n1.Acquire(ctx, "pool", "m", false, 0)
-	require.ErrorIs(t, err, ErrWrongKind)
+	require.ErrorIs(t, err, lockerr.ErrWrongKind)
 
 	before := applied(t, n1)
 	for _, r := range []Request{semReq("x", "o", 0, 3, true), semReq("x", "o", 4, 3, true),
 		semReq("x", "o", 1, 0, true), semReq("x", "o", 1, MaxPermits+1, true)} {
 		_, err := n1.AcquireWith(ctx, r)
-		require.ErrorIs(t, err, ErrBadPermits, "%d of %d", r.Permits, r.Limit)
+		require.ErrorIs(t, err, lockerr.ErrBadPermits, "%d of %d", r.Permits, r.Limit)
 	}
 	require.Equal(t, before, applied(t, n1), "bad input: nothing proposed")
 
@@ -279,7 +280,7 @@ func TestSemaphoreLeasePerPermit(t *testing.T) {
 			rctx, cancel := context.WithTimeout(ctx, lease/2)
 			err := yh.Renew(rctx)
 			cancel()
-			if err != nil && !errors.Is(err, ErrUnavailable) {
+			if err != nil && !errors.Is(err, lockerr.ErrUnavailable) {
 				renewErr = err
 				return
 			}
@@ -290,7 +291,7 @@ func TestSemaphoreLeasePerPermit(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the unrenewed permit's lease never ended")
 	}
-	require.ErrorIs(t, context.Cause(xh.Context()), ErrLeaseExpired)
+	require.ErrorIs(t, context.Cause(xh.Context()), lockerr.ErrLeaseExpired)
 	require.Eventually(t, func() bool { return lockInfo(t, n1, "lp").PermitsInUse == 1 }, 5*time.Second, 5*time.Millisecond,
 		"the cluster takes the expired permit back")
 	// The renewed one outlives several of its lease periods.
@@ -398,7 +399,7 @@ func TestElection(t *testing.T) {
 	c := next()
 	require.Equal(t, LeaderChange{Name: "leader", Index: l1.Token(), Session: c.Session, Owner: "n1", Token: l1.Token(), Value: "addr-1"}, c)
 	_, err = n1.AcquireWith(ctx, campaignReq("leader", "n1", "again"))
-	require.ErrorIs(t, err, ErrHoldConflict, "the leader campaigning again")
+	require.ErrorIs(t, err, lockerr.ErrHoldConflict, "the leader campaigning again")
 
 	p2 := acquireAsync(ctx, n2, campaignReq("leader", "n2", "addr-2"))
 	requireWaiters(t, n1, "leader", 1)
@@ -427,8 +428,8 @@ func TestElection(t *testing.T) {
 	o2.Close()
 
 	require.NoError(t, l1.Release(ctx)) // resign
-	require.ErrorIs(t, context.Cause(l1.Context()), ErrReleased)
-	require.ErrorIs(t, l1.Proclaim(ctx, "late"), ErrNotHeld)
+	require.ErrorIs(t, context.Cause(l1.Context()), lockerr.ErrReleased)
+	require.ErrorIs(t, l1.Proclaim(ctx, "late"), lockerr.ErrNotHeld)
 	l2 := p2.wait(t)
 	require.Greater(t, l2.Token(), l1.Token(), "S2: terms strictly increase")
 	c = next()
@@ -440,7 +441,7 @@ func TestElection(t *testing.T) {
 	require.False(t, c.Leading())
 
 	_, err = n1.AcquireWith(ctx, campaignReq("leader", "x", strings.Repeat("v", MaxValueLen+1)))
-	require.ErrorIs(t, err, ErrInvalidValue)
+	require.ErrorIs(t, err, lockerr.ErrInvalidValue)
 
 	// What the observer got is exactly what the log applied (on another
 	// replica), after its first item.
@@ -465,7 +466,7 @@ func TestMultiNameLock(t *testing.T) {
 	b, err := n1.Acquire(ctx, "b", "holder-b", true, 0)
 	require.NoError(t, err)
 	_, err = n2.AcquireWith(ctx, multiReq("try", false, "a", "b", "c"))
-	require.ErrorIs(t, err, ErrLocked, "a try takes none when one name is held")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "a try takes none when one name is held")
 	require.Empty(t, lockInfo(t, n2, "a").Holds, "none taken")
 
 	abc := acquireAsync(ctx, n2, multiReq("abc", true, "a", "b", "c"))
@@ -474,7 +475,7 @@ func TestMultiNameLock(t *testing.T) {
 	require.Empty(t, lockInfo(t, n1, "a").Holds, "a waiting multi-name lock holds nothing")
 	// a is free but the multi-name waiter heads its queue: no barging.
 	_, err = n3.Acquire(ctx, "a", "barger", false, 0)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, lockerr.ErrLocked)
 	single := acquireAsync(ctx, n3, Request{Name: "a", Owner: "single", Wait: true})
 	requireWaiters(t, n1, "a", 2)
 
@@ -490,7 +491,7 @@ func TestMultiNameLock(t *testing.T) {
 	require.Greater(t, g.Token(), b.Token())
 	require.False(t, single.done(), "the single waiter on a is behind the group")
 	_, err = n2.Acquire(ctx, "b", "abc", false, 0)
-	require.ErrorIs(t, err, ErrHoldConflict, "a name held as part of a group, singly")
+	require.ErrorIs(t, err, lockerr.ErrHoldConflict, "a name held as part of a group, singly")
 	again, err := n2.AcquireWith(ctx, multiReq("abc", true, "c", "a", "b"))
 	require.NoError(t, err, "the same set again, any order: reentrant")
 	require.Equal(t, g.Token(), again.Token())
@@ -532,17 +533,17 @@ func TestMultiNameLock(t *testing.T) {
 		many[i] = fmt.Sprintf("m%d", i)
 	}
 	_, err = n1.AcquireWith(ctx, multiReq("o", true, many...))
-	require.ErrorIs(t, err, ErrTooManyNames)
+	require.ErrorIs(t, err, lockerr.ErrTooManyNames)
 	_, err = n1.AcquireWith(ctx, multiReq("o", true, "p", "q", "p"))
-	require.ErrorIs(t, err, ErrDuplicateName)
+	require.ErrorIs(t, err, lockerr.ErrDuplicateName)
 	_, err = n1.AcquireWith(ctx, multiReq("o", true, "p", ""))
-	require.ErrorIs(t, err, ErrInvalidName)
+	require.ErrorIs(t, err, lockerr.ErrInvalidName)
 	require.Equal(t, before, applied(t, n1), "bad input: nothing proposed")
 
 	sem, err := n1.AcquireWith(ctx, semReq("s", "o", 1, 2, true))
 	require.NoError(t, err)
 	_, err = n1.AcquireWith(ctx, multiReq("o2", false, "p", "s"))
-	require.ErrorIs(t, err, ErrWrongKind, "a multi-name lock naming a semaphore")
+	require.ErrorIs(t, err, lockerr.ErrWrongKind, "a multi-name lock naming a semaphore")
 	require.Empty(t, lockInfo(t, n1, "p").Holds, "nothing changed")
 	require.NoError(t, sem.Release(ctx))
 }
@@ -732,7 +733,7 @@ func TestMultiNameReentrantOtherOrder(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, lease/2)
 		err := h2.Renew(rctx)
 		cancel()
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, lockerr.ErrUnavailable) {
 			require.NoError(t, err, "renewing through the handle that listed the names in another order")
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // closeSessionFor closes this node's session through the log, for Close and
@@ -44,7 +46,7 @@ var errNoQuorum = errors.New("no quorum answered")
 
 // closeFailed explains a session that Close could not close.
 func (n *Node) closeFailed(ctx context.Context, cause error, start time.Time) error {
-	if err := n.err(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := n.err(); err != nil && !errors.Is(err, lockerr.ErrClosed) {
 		return err // it stopped serving (a storage failure, removed)
 	}
 	waited := n.clock.Now().Sub(start).Round(time.Millisecond)
@@ -52,7 +54,7 @@ func (n *Node) closeFailed(ctx context.Context, cause error, start time.Time) er
 		n.log.Info("could not close the session: no quorum reachable; its locks will be released by session expiry",
 			"waited", waited, "ttl", n.cfg.SessionTTL)
 		return fmt.Errorf("%w: could not close the session (no quorum reachable in %v): its locks are released when the cluster expires it, %v after this node's last acknowledged keepalive",
-			ErrUnavailable, waited, n.cfg.SessionTTL)
+			lockerr.ErrUnavailable, waited, n.cfg.SessionTTL)
 	}
 	return fmt.Errorf("lockraft: close interrupted before the session was closed (%w): its locks are released when the cluster expires it, %v after this node's last acknowledged keepalive",
 		cause, n.cfg.SessionTTL)

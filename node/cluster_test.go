@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft/internal/faults"
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // testCluster is N real nodes: real bbolt files in t.TempDir(), real gRPC on
@@ -213,7 +214,7 @@ func TestClusterLockUnlock(t *testing.T) {
 		require.Greater(t, h.Token(), last, "tokens strictly increase")
 		last = h.Token()
 		require.NoError(t, h.Release(ctx))
-		require.ErrorIs(t, context.Cause(h.Context()), ErrReleased)
-		require.ErrorIs(t, h.Release(ctx), ErrNotHeld)
+		require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrReleased)
+		require.ErrorIs(t, h.Release(ctx), lockerr.ErrNotHeld)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -252,7 +253,7 @@ func (c Config) Validate() error {
 	clusterSet := c.ClusterID != ""
 	c = c.withDefaults()
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", lockerr.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	if c.DataDir == "" {
 		return bad("DataDir is required")

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/raftlog"
 )
 
@@ -123,10 +124,10 @@ func TestS3FailedConfStateWriteStopsNode(t *testing.T) {
 	faultsOf(x).FailConfStates(errors.New("disk full"))
 	f.start(4, f.nodes[1].GossipAddr()) // the leader adds it as a learner: a configuration change
 	f.waitConf(30*time.Second, "learner added", func(v, l []uint64) bool { return len(l) == 1 })
-	require.Eventually(t, func() bool { return errors.Is(x.err(), ErrStorage) }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return errors.Is(x.err(), lockerr.ErrStorage) }, 10*time.Second, 5*time.Millisecond,
 		"the voter whose configuration write failed kept serving (err %v)", x.err())
 	require.ErrorContains(t, x.err(), "disk full")
 	ctx := ctxT(t, 10*time.Second)
 	_, err := x.Acquire(ctx, "x", "o", true, 0)
-	require.ErrorIs(t, err, ErrStorage)
+	require.ErrorIs(t, err, lockerr.ErrStorage)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -245,9 +246,9 @@ func TestCloseReleasesEverything(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("waiter not granted after Close")
 	}
-	require.ErrorIs(t, context.Cause(ha.Context()), ErrClosed)
+	require.ErrorIs(t, context.Cause(ha.Context()), lockerr.ErrClosed)
 	_, err = a.Acquire(ctx, "z", "a", true, 0)
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, lockerr.ErrClosed)
 	require.NoError(t, a.Close(ctx), "Close is idempotent")
 }
 
@@ -264,10 +265,10 @@ func TestDiskFailureStopsServing(t *testing.T) {
 	require.NoError(t, err)
 	tc.faults[a].FailWrites(errors.New("injected: no space left on device"))
 	_, err = tc.nodes[a].Acquire(ctx, "other", "a", true, 0)
-	require.ErrorIs(t, err, ErrStorage)
-	require.ErrorIs(t, context.Cause(h.Context()), ErrStorage)
+	require.ErrorIs(t, err, lockerr.ErrStorage)
+	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrStorage)
 	_, err = tc.nodes[a].Acquire(ctx, "again", "a", true, 0)
-	require.ErrorIs(t, err, ErrStorage, "a failed node keeps refusing")
+	require.ErrorIs(t, err, lockerr.ErrStorage, "a failed node keeps refusing")
 	// The others still serve, and a's lock moves on once its session expires.
 	b := otherThan(tc, lead, a)
 	h2, err := tc.nodes[b].Acquire(ctx, "disk", "b", true, 0)

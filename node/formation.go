@@ -85,6 +85,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -254,7 +255,7 @@ func (n *Node) formCluster(plan membership.FormationPlan) error {
 	case err := <-res:
 		return err
 	case <-n.stopc:
-		return ErrClosed
+		return lockerr.ErrClosed
 	}
 }
 

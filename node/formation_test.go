@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 )
 
@@ -233,7 +234,7 @@ func TestS1FormedClustersWithOneIDNeverMerge(t *testing.T) {
 func lockUnlock(t *testing.T, ctx context.Context, n *Node, name string) {
 	t.Helper()
 	settling := func(err error) bool {
-		return (errors.Is(err, ErrSessionExpired) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotHeld)) && ctx.Err() == nil
+		return (errors.Is(err, lockerr.ErrSessionExpired) || errors.Is(err, lockerr.ErrUnavailable) || errors.Is(err, lockerr.ErrNotHeld)) && ctx.Err() == nil
 	}
 	for {
 		h, err := n.Acquire(ctx, name, n.gossipName(), true, 0)
@@ -323,7 +324,7 @@ func TestFormationConfigErrors(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorIs(t, err, lockerr.ErrInvalidConfig)
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -47,6 +47,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
@@ -618,7 +619,7 @@ func awaitLoop[T any](ctx context.Context, n *Node, reply chan T, f func()) (T, 
 	case <-ctx.Done():
 		return zero, context.Cause(ctx)
 	case <-n.donec:
-		return zero, ErrClosed
+		return zero, lockerr.ErrClosed
 	}
 }
 
@@ -686,7 +687,7 @@ func (n *Node) fwdStatusOnLeader(from uint64, req *transportpb.FwdStatusRequest)
 const codeOlderMembers = 254
 
 func errCode(err error) uint32 {
-	if errors.Is(err, ErrOlderMembers) {
+	if errors.Is(err, lockerr.ErrOlderMembers) {
 		return codeOlderMembers
 	}
 	return uint32(lockfsm.ErrorCode(err))
@@ -696,7 +697,7 @@ var errForwarded = errors.New("lockraft: forwarded command failed")
 
 func codeErr(c uint32) error {
 	if c == codeOlderMembers {
-		return ErrOlderMembers
+		return lockerr.ErrOlderMembers
 	}
 	if c > 255 {
 		return errForwarded

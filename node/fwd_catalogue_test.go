@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -66,7 +67,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	wh := w.wait(t)
 	require.Greater(t, wh.Token(), r2.Token())
 	_, err = voter.AcquireWith(ctx, rwReq("rw", "voter-r2", true, false))
-	require.ErrorIs(t, err, ErrLocked, "no reader beside the light member's writer")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "no reader beside the light member's writer")
 	require.NoError(t, wh.Release(ctx))
 
 	// Semaphore: the light member's request waits for a permit and is
@@ -76,7 +77,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	sp := acquireAsync(ctx, a, semReq("sem", "light", 1, 2, true))
 	require.Eventually(t, func() bool { return lead.waiters("sem") == 1 }, 5*time.Second, 5*time.Millisecond)
 	_, err = a.AcquireWith(ctx, semReq("sem", "light2", 1, 3, false))
-	require.ErrorIs(t, err, ErrPermitsMismatch, "an error code of the catalogue, forwarded")
+	require.ErrorIs(t, err, lockerr.ErrPermitsMismatch, "an error code of the catalogue, forwarded")
 	require.NoError(t, s1.Release(ctx))
 	sh := sp.wait(t)
 	require.EqualValues(t, 1, sh.Permits())
@@ -187,7 +188,7 @@ func TestPushEventCatalogueFields(t *testing.T) {
 	}
 	for _, err := range []error{lockfsm.ErrWrongKind, lockfsm.ErrUpgrade, lockfsm.ErrHoldConflict, lockfsm.ErrBadPermits,
 		lockfsm.ErrPermitsMismatch, lockfsm.ErrTooManyNames, lockfsm.ErrDuplicateName, lockfsm.ErrInvalidValue,
-		lockfsm.ErrNewerFormat, ErrOlderMembers, nil} {
+		lockfsm.ErrNewerFormat, lockerr.ErrOlderMembers, nil} {
 		require.ErrorIs(t, codeErr(errCode(err)), err)
 	}
 	require.ErrorIs(t, codeErr(200), errForwarded)
@@ -251,7 +252,7 @@ func TestLargestLockAllForwarded(t *testing.T) {
 			var err error
 			h, err = n.AcquireWith(actx, r)
 			cancel()
-			if errors.Is(err, ErrSessionExpired) && ctx.Err() == nil {
+			if errors.Is(err, lockerr.ErrSessionExpired) && ctx.Err() == nil {
 				t.Logf("light=%v: %v; again", n.light(), err)
 				continue
 			}
@@ -262,7 +263,7 @@ func TestLargestLockAllForwarded(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			// Lost with a session that expired on a starved machine: the
 			// hold ended with it; the command's size was shown above.
-			require.ErrorIs(t, err, ErrSessionExpired, "light=%v", n.light())
+			require.ErrorIs(t, err, lockerr.ErrSessionExpired, "light=%v", n.light())
 		}
 	}
 }

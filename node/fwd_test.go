@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // lightFleet starts n instances with 3 voters and 2 learners at most; the
@@ -71,9 +73,9 @@ func TestLightMemberLockUnlock(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, h1.Token(), h2.Token())
 	_, err = b.Acquire(ctx, "x", "bob", false, 0)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, lockerr.ErrLocked)
 	_, err = lead.Acquire(ctx, "x", "carol", false, 0)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, lockerr.ErrLocked)
 
 	// FIFO across light and raft members: bob (light) queues, then carol
 	// (leader), then dave (light a).
@@ -117,7 +119,7 @@ func TestLightMemberLockUnlock(t *testing.T) {
 		require.NoError(t, g.h.Release(ctx))
 	}
 	wg.Wait()
-	require.ErrorIs(t, h1.Release(ctx), ErrNotHeld)
+	require.ErrorIs(t, h1.Release(ctx), lockerr.ErrNotHeld)
 }
 
 // waiters is how many waiters the named lock has in n's lock table (tests).

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -106,43 +107,43 @@ func (g *GossipConfig) withDefaults() GossipConfig {
 
 func (g *GossipConfig) validate() error {
 	if g.BootstrapExpect < 0 {
-		return fmt.Errorf("%w: Gossip.BootstrapExpect %d is negative", ErrInvalidConfig, g.BootstrapExpect)
+		return fmt.Errorf("%w: Gossip.BootstrapExpect %d is negative", lockerr.ErrInvalidConfig, g.BootstrapExpect)
 	}
 	if len(g.Keys) > 0 && len(g.SecretKey) > 0 {
-		return fmt.Errorf("%w: Gossip.Keys and Gossip.SecretKey are mutually exclusive", ErrInvalidConfig)
+		return fmt.Errorf("%w: Gossip.Keys and Gossip.SecretKey are mutually exclusive", lockerr.ErrInvalidConfig)
 	}
 	if len(g.Name) > 256 {
-		return fmt.Errorf("%w: Gossip.Name is longer than 256 bytes", ErrInvalidConfig)
+		return fmt.Errorf("%w: Gossip.Name is longer than 256 bytes", lockerr.ErrInvalidConfig)
 	}
 	switch {
 	case len(g.Founders) == 0 && g.BootstrapExpect == 1:
 		// The development mode: this member founds alone.
 	case len(g.Founders) == 0:
 		return fmt.Errorf("%w: Gossip.Founders is required: name the members (gossip names, the same list on every member) "+
-			"that form the cluster together; BootstrapExpect 1 without Founders is the single-node development mode", ErrInvalidConfig)
+			"that form the cluster together; BootstrapExpect 1 without Founders is the single-node development mode", lockerr.ErrInvalidConfig)
 	case g.BootstrapExpect != 0 && g.BootstrapExpect != len(g.Founders):
-		return fmt.Errorf("%w: Gossip.BootstrapExpect is %d but %d Founders are named", ErrInvalidConfig, g.BootstrapExpect, len(g.Founders))
+		return fmt.Errorf("%w: Gossip.BootstrapExpect is %d but %d Founders are named", lockerr.ErrInvalidConfig, g.BootstrapExpect, len(g.Founders))
 	}
 	seen := map[string]bool{}
 	for _, f := range g.Founders {
 		if f == "" || len(f) > 256 {
-			return fmt.Errorf("%w: Gossip.Founders: a name is empty or longer than 256 bytes", ErrInvalidConfig)
+			return fmt.Errorf("%w: Gossip.Founders: a name is empty or longer than 256 bytes", lockerr.ErrInvalidConfig)
 		}
 		if seen[f] {
-			return fmt.Errorf("%w: Gossip.Founders: %q is listed twice", ErrInvalidConfig, f)
+			return fmt.Errorf("%w: Gossip.Founders: %q is listed twice", lockerr.ErrInvalidConfig, f)
 		}
 		seen[f] = true
 	}
 	switch len(g.SecretKey) {
 	case 0, 16, 24, 32:
 	default:
-		return fmt.Errorf("%w: Gossip.SecretKey is %d bytes, want 16, 24 or 32", ErrInvalidConfig, len(g.SecretKey))
+		return fmt.Errorf("%w: Gossip.SecretKey is %d bytes, want 16, 24 or 32", lockerr.ErrInvalidConfig, len(g.SecretKey))
 	}
 	for i, k := range g.Keys {
 		switch len(k) {
 		case 16, 24, 32:
 		default:
-			return fmt.Errorf("%w: Gossip.Keys[%d] is %d bytes, want 16, 24 or 32", ErrInvalidConfig, i, len(k))
+			return fmt.Errorf("%w: Gossip.Keys[%d] is %d bytes, want 16, 24 or 32", lockerr.ErrInvalidConfig, i, len(k))
 		}
 	}
 	return nil
@@ -236,7 +237,7 @@ func (n *Node) startGossip() error {
 		Events:        n.gevents,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %v", lockerr.ErrInvalidConfig, err)
 	}
 	n.ml = m
 	n.bgwg.Add(1)
@@ -286,7 +287,7 @@ func (n *Node) ConfState(ctx context.Context) (voters, learners []uint64, err er
 	case <-ctx.Done():
 		return nil, nil, context.Cause(ctx)
 	case <-n.donec:
-		return nil, nil, ErrClosed
+		return nil, nil, lockerr.ErrClosed
 	}
 	slices.Sort(voters)
 	slices.Sort(learners)
@@ -689,7 +690,7 @@ func (n *Node) handleLeave(ctx context.Context, from uint64) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-n.donec:
-		return ErrClosed
+		return lockerr.ErrClosed
 	}
 }
 
@@ -697,7 +698,7 @@ func (n *Node) handleLeave(ctx context.Context, from uint64) error {
 // of the applied configuration.
 func (n *Node) proposeRemoval(id uint64, res chan error) {
 	if !n.loop.isLeader {
-		res <- ErrUnavailable
+		res <- lockerr.ErrUnavailable
 		return
 	}
 	cs := n.loop.confState
@@ -708,7 +709,7 @@ func (n *Node) proposeRemoval(id uint64, res chan error) {
 	gs := &n.loop.gossip
 	if gs.pending == nil || gs.pending.id != id || gs.pending.kind != membership.RemoveVoter {
 		if gs.pending != nil && time.Since(gs.pending.at) < 5*n.cfg.electionTimeout() {
-			res <- ErrUnavailable // another change in flight; the caller retries
+			res <- lockerr.ErrUnavailable // another change in flight; the caller retries
 			return
 		}
 		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
@@ -825,7 +826,7 @@ func (n *Node) judgeRemoved(from uint64, req *transportpb.RemovedRequest) error 
 		// One ERROR line for this event: stopServing's, with ErrRemoved.
 		n.log.Info("removed from the cluster while away: stopping", "told_by", from)
 	}
-	n.loop.stopWith = ErrRemoved
+	n.loop.stopWith = lockerr.ErrRemoved
 	return nil
 }
 
@@ -887,7 +888,7 @@ func (n *Node) gossipKey(key []byte, f func(*membership.Membership, []byte) erro
 		return ErrNoGossip
 	}
 	if err := f(n.ml, key); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %v", lockerr.ErrInvalidConfig, err)
 	}
 	return nil
 }

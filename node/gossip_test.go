@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 )
 
@@ -310,7 +311,7 @@ func TestGossipRestartRejoins(t *testing.T) {
 	require.Equal(t, voters, after)
 	// It serves locks in the old cluster: the name held before is still held.
 	_, err = n.Acquire(ctx, "before", "other", false, 0)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, lockerr.ErrLocked)
 	require.NoError(t, h.Release(ctx))
 	h2, err := n.Acquire(ctx, "before", "other", true, 0)
 	require.NoError(t, err)
@@ -460,12 +461,12 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 		if h != nil {
 			h.Release(ctx)
 		}
-		return errors.Is(err, ErrRemoved)
+		return errors.Is(err, lockerr.ErrRemoved)
 	}, 20*time.Second, 50*time.Millisecond, "never told it was removed (last error %v)", err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err = back.Acquire(ctx, "y", "o", false, 0)
-	require.ErrorIs(t, err, ErrRemoved, "it keeps refusing")
+	require.ErrorIs(t, err, lockerr.ErrRemoved, "it keeps refusing")
 }
 
 // TestSessionOpenedLateIsKept: a member that starts more than a TTL before
@@ -569,7 +570,7 @@ func TestCloseHandsOutNoLiveHold(t *testing.T) {
 					"commits, another node may be granted the lock before this one applies the close",
 					r.name, r.h.Token(), r.h.Context().Err())
 			}
-			require.ErrorIs(t, r.err, ErrClosed, r.name)
+			require.ErrorIs(t, r.err, lockerr.ErrClosed, r.name)
 		case <-ctx.Done():
 			t.Fatal("the closing node's Lock calls never returned")
 		}

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -467,7 +468,7 @@ func (n *Node) recoverLoop() {
 	if r == nil {
 		return
 	}
-	err := fmt.Errorf("%w: %v", ErrInternal, r)
+	err := fmt.Errorf("%w: %v", lockerr.ErrInternal, r)
 	n.log.Error("raft loop panicked; node stopped", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 	n.stopServing(err)
 }

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -77,7 +78,7 @@ func (h *transportHandler) ReceiveSnapshot(ctx context.Context, m *raftpb.Messag
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-n.stopc:
-		return ErrClosed
+		return lockerr.ErrClosed
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // The holder side of S5 ("holder knows first"): a Hold's Context ends no
@@ -99,7 +101,7 @@ func (n *Node) watchOwnSession() {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s.ctx, s.cancel = ctx, cancel
 	(&deadlineWatch{n: n, ctx: ctx, deadline: n.holderDeadline,
-		expire: func() { cancel(ErrSessionExpired) }}).start()
+		expire: func() { cancel(lockerr.ErrSessionExpired) }}).start()
 }
 
 // endSessionCtx ends the session's context: it was given up, reset or closed.
@@ -168,20 +170,20 @@ func (n *Node) checkOwnSession(now time.Time) {
 	if s.id != 0 && !s.closing && (now.After(n.holderDeadline()) || (s.ctx != nil && s.ctx.Err() != nil)) {
 		n.log.Warn("session keepalives unacknowledged for too long; treating locks as lost",
 			"session", s.id, "last_acked_send", n.lastAcked.Load())
-		n.resetSession(ErrSessionExpired)
+		n.resetSession(lockerr.ErrSessionExpired)
 		return
 	}
 	kept := s.leased[:0]
 	for _, g := range s.leased {
 		if g.ctx.Err() == nil && now.After(g.deadline()) {
-			g.cancel(ErrLeaseExpired)
+			g.cancel(lockerr.ErrLeaseExpired)
 		}
 		if g.ctx.Err() == nil {
 			kept = append(kept, g)
 			continue
 		}
 		if hl := n.loop.holds.held[g.key]; hl != nil && hl.lease == g {
-			n.loop.holds.lose(g.key, ErrLeaseExpired)
+			n.loop.holds.lose(g.key, lockerr.ErrLeaseExpired)
 		}
 	}
 	clear(s.leased[len(kept):])
@@ -228,7 +230,7 @@ func (n *Node) startLease(g *grantLease) {
 	g.watchStarted = true
 	n.loop.own.leased = append(n.loop.own.leased, g)
 	(&deadlineWatch{n: n, ctx: g.ctx, deadline: g.deadline,
-		expire: func() { g.cancel(ErrLeaseExpired) }}).start()
+		expire: func() { g.cancel(lockerr.ErrLeaseExpired) }}).start()
 }
 
 // leaseDeadline is the Hold's lease deadline (zero without a lease).
@@ -308,11 +310,11 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 		err = errors.New("lease ran out before the grant could be handed out")
 	}
 	n.log.Warn("leased grant could not be confirmed; giving it back", "name", h.name, "err", err)
-	h.lease.cancel(ErrLeaseExpired)
+	h.lease.cancel(lockerr.ErrLeaseExpired)
 	done := o.done
 	n.abandon(o) // proposes the Cancel that releases this grant
-	n.loop.holds.lose(h.key(), ErrLeaseExpired)
+	n.loop.holds.lose(h.key(), lockerr.ErrLeaseExpired)
 	if done != nil {
-		done <- opResult{err: fmt.Errorf("%w: %v", ErrLeaseExpired, err)}
+		done <- opResult{err: fmt.Errorf("%w: %v", lockerr.ErrLeaseExpired, err)}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -164,14 +165,14 @@ type holdRequest struct {
 
 func validName(name string) error {
 	if name == "" || len(name) > MaxNameLen || !utf8.ValidString(name) {
-		return fmt.Errorf("%w: %q", ErrInvalidName, truncate(name))
+		return fmt.Errorf("%w: %q", lockerr.ErrInvalidName, truncate(name))
 	}
 	return nil
 }
 
 func validOwner(owner string) error {
 	if owner == "" || len(owner) > MaxOwnerLen || !utf8.ValidString(owner) {
-		return fmt.Errorf("%w: %q", ErrInvalidOwner, truncate(owner))
+		return fmt.Errorf("%w: %q", lockerr.ErrInvalidOwner, truncate(owner))
 	}
 	return nil
 }
@@ -202,7 +203,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 		return nil, context.Cause(ctx)
 	}
 	if n.closing.Load() {
-		return nil, ErrClosed
+		return nil, lockerr.ErrClosed
 	}
 	ctx, cancel := n.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
 	defer cancel()
@@ -257,7 +258,7 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 		// the CloseSession that releases this grant (or this waiter) too:
 		// once it commits, another node may be granted the lock before this
 		// one applies it, so no live hold may be handed out now (S5).
-		r.complete(o, opResult{err: ErrClosed})
+		r.complete(o, opResult{err: lockerr.ErrClosed})
 	case res.Status == lockfsm.Queued:
 		o.queued = true
 		r.queued[o.cmd.Seq] = o
@@ -278,7 +279,7 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	s := &n.loop.own
 	if s.ctx == nil || s.ctx.Err() != nil || n.clock.Now().After(n.holderDeadline()) {
-		return nil, false, ErrSessionExpired
+		return nil, false, lockerr.ErrSessionExpired
 	}
 	h = &Hold{n: n, name: o.cmd.Name, owner: o.cmd.Owner, token: token, prim: o.cmd.Primitive, mode: o.cmd.Mode,
 		extra: o.cmd.ExtraNames}
@@ -291,7 +292,7 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 		// lease per lock, started by the first grant.
 		h.lease = hl.lease
 		if h.lease != nil && n.clock.Now().After(h.lease.deadline()) {
-			h.lease.cancel(ErrLeaseExpired)
+			h.lease.cancel(lockerr.ErrLeaseExpired)
 		}
 	} else if o.hold != nil && o.hold.lease > 0 {
 		// Counted from the Acquire's first send, which is before the
@@ -314,37 +315,37 @@ func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
 	switch {
 	case errors.Is(res.Err, lockfsm.ErrLocked):
 		if res.Holder.Owner == "" {
-			return fmt.Errorf("%w: %q (no permits free, waiters ahead, or in its lock-delay)", ErrLocked, name)
+			return fmt.Errorf("%w: %q (no permits free, waiters ahead, or in its lock-delay)", lockerr.ErrLocked, name)
 		}
-		return fmt.Errorf("%w: %q held by owner %q", ErrLocked, name, res.Holder.Owner)
+		return fmt.Errorf("%w: %q held by owner %q", lockerr.ErrLocked, name, res.Holder.Owner)
 	case errors.Is(res.Err, lockfsm.ErrNotHolder):
-		return ErrNotHeld
+		return lockerr.ErrNotHeld
 	case errors.Is(res.Err, lockfsm.ErrTooManyHolds):
-		return ErrTooManyHolds
+		return lockerr.ErrTooManyHolds
 	case errors.Is(res.Err, lockfsm.ErrAlreadyWaiting):
-		return ErrAlreadyWaiting
+		return lockerr.ErrAlreadyWaiting
 	case errors.Is(res.Err, lockfsm.ErrNoSession):
-		return ErrSessionExpired
+		return lockerr.ErrSessionExpired
 	case errors.Is(res.Err, lockfsm.ErrInvalidName):
-		return ErrInvalidName
+		return lockerr.ErrInvalidName
 	case errors.Is(res.Err, lockfsm.ErrInvalidOwner):
-		return ErrInvalidOwner
+		return lockerr.ErrInvalidOwner
 	case errors.Is(res.Err, lockfsm.ErrWrongKind):
-		return fmt.Errorf("%w: %q", ErrWrongKind, name)
+		return fmt.Errorf("%w: %q", lockerr.ErrWrongKind, name)
 	case errors.Is(res.Err, lockfsm.ErrUpgrade):
-		return fmt.Errorf("%w: %q", ErrUpgrade, name)
+		return fmt.Errorf("%w: %q", lockerr.ErrUpgrade, name)
 	case errors.Is(res.Err, lockfsm.ErrHoldConflict):
-		return fmt.Errorf("%w: %q", ErrHoldConflict, name)
+		return fmt.Errorf("%w: %q", lockerr.ErrHoldConflict, name)
 	case errors.Is(res.Err, lockfsm.ErrBadPermits):
-		return fmt.Errorf("%w: %q", ErrBadPermits, name)
+		return fmt.Errorf("%w: %q", lockerr.ErrBadPermits, name)
 	case errors.Is(res.Err, lockfsm.ErrPermitsMismatch):
-		return fmt.Errorf("%w: %q", ErrPermitsMismatch, name)
+		return fmt.Errorf("%w: %q", lockerr.ErrPermitsMismatch, name)
 	case errors.Is(res.Err, lockfsm.ErrTooManyNames):
-		return ErrTooManyNames
+		return lockerr.ErrTooManyNames
 	case errors.Is(res.Err, lockfsm.ErrDuplicateName):
-		return ErrDuplicateName
+		return lockerr.ErrDuplicateName
 	case errors.Is(res.Err, lockfsm.ErrInvalidValue):
-		return ErrInvalidValue
+		return lockerr.ErrInvalidValue
 	}
 	return res.Err
 }
@@ -356,13 +357,13 @@ func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
 // the release until it is applied.
 func (h *Hold) Release(ctx context.Context) error {
 	if !h.released.CompareAndSwap(false, true) {
-		return ErrNotHeld
+		return lockerr.ErrNotHeld
 	}
-	if cause := context.Cause(h.ctx); errors.Is(cause, ErrSessionExpired) || errors.Is(cause, ErrClosed) {
+	if cause := context.Cause(h.ctx); errors.Is(cause, lockerr.ErrSessionExpired) || errors.Is(cause, lockerr.ErrClosed) {
 		// Lost with its session, whose end (or the close this node
 		// proposes for it) releases it: nothing to propose, and no new
 		// session to wait for (a node cut off would wait for ever).
-		return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 	}
 	n := h.n
 	done := make(chan opResult, 1)
@@ -386,12 +387,12 @@ func (h *Hold) Release(ctx context.Context) error {
 			return out.err
 		}
 		if out.res.Err != nil {
-			if cause := context.Cause(h.ctx); cause != nil && !errors.Is(cause, ErrReleased) {
-				return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+			if cause := context.Cause(h.ctx); cause != nil && !errors.Is(cause, lockerr.ErrReleased) {
+				return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 			}
 			return n.mapFSMError(out.res, h.name)
 		}
-		h.cancel(ErrReleased)
+		h.cancel(lockerr.ErrReleased)
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -408,7 +409,7 @@ func (n *Node) releaseInBackground(h *Hold) {
 		n.loop.holds.drop(h)
 		n.submit(&op{cmd: h.releaseCommand()})
 	})
-	h.cancel(ErrReleased)
+	h.cancel(lockerr.ErrReleased)
 }
 
 // releaseCommand is the Release of one level of h: by mode for a read-write
@@ -483,13 +484,13 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 func reasonError(r lockfsm.Reason) error {
 	switch r {
 	case lockfsm.ReasonUnlock:
-		return ErrReleased
+		return lockerr.ErrReleased
 	case lockfsm.ReasonLeaseExpired:
-		return ErrLeaseExpired
+		return lockerr.ErrLeaseExpired
 	case lockfsm.ReasonSessionExpired:
-		return ErrSessionExpired
+		return lockerr.ErrSessionExpired
 	case lockfsm.ReasonSessionClosed:
-		return ErrClosed
+		return lockerr.ErrClosed
 	case lockfsm.ReasonCancel:
 		return context.Canceled
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // identityFile records which node and cluster a data directory belongs to, so
@@ -34,31 +36,31 @@ func readIdentity(dir string) (ident identity, ok bool, err error) {
 		return identity{}, false, nil
 	}
 	if err != nil {
-		return identity{}, false, fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
+		return identity{}, false, fmt.Errorf("%w: %s: %v", lockerr.ErrDataDir, path, err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		k, v, found := strings.Cut(sc.Text(), "=")
 		if !found {
-			return identity{}, false, fmt.Errorf("%w: %s: malformed line %q", ErrDataDir, path, sc.Text())
+			return identity{}, false, fmt.Errorf("%w: %s: malformed line %q", lockerr.ErrDataDir, path, sc.Text())
 		}
 		switch k {
 		case "id":
 			ident.id, err = strconv.ParseUint(v, 10, 64)
 			if err != nil || ident.id == 0 {
-				return identity{}, false, fmt.Errorf("%w: %s: bad id %q", ErrDataDir, path, v)
+				return identity{}, false, fmt.Errorf("%w: %s: bad id %q", lockerr.ErrDataDir, path, v)
 			}
 		case "cluster":
 			ident.cluster = v
 		case "formation":
 			if !validFormationID(v) {
-				return identity{}, false, fmt.Errorf("%w: %s: bad formation id %q", ErrDataDir, path, v)
+				return identity{}, false, fmt.Errorf("%w: %s: bad formation id %q", lockerr.ErrDataDir, path, v)
 			}
 			ident.formation = v
 		}
 	}
 	if ident.id == 0 {
-		return identity{}, false, fmt.Errorf("%w: %s: identity file has no id", ErrDataDir, path)
+		return identity{}, false, fmt.Errorf("%w: %s: identity file has no id", lockerr.ErrDataDir, path)
 	}
 	return ident, true, nil
 }
@@ -74,13 +76,13 @@ func writeIdentity(dir string, ident identity) error {
 	}
 	tmp := path + ".tmp"
 	if err := writeFileSync(tmp, []byte(body)); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
+		return fmt.Errorf("%w: %s: %v", lockerr.ErrDataDir, path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrDataDir, path, err)
+		return fmt.Errorf("%w: %s: %v", lockerr.ErrDataDir, path, err)
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrDataDir, dir, err)
+		return fmt.Errorf("%w: %s: %v", lockerr.ErrDataDir, dir, err)
 	}
 	return nil
 }
@@ -97,10 +99,10 @@ func checkIdentity(dir string, id uint64, cluster string) (identity, error) {
 		return ident, writeIdentity(dir, ident)
 	}
 	if ident.id != id {
-		return identity{}, fmt.Errorf("%w: %s belongs to node %d, not %d", ErrDataDir, dir, ident.id, id)
+		return identity{}, fmt.Errorf("%w: %s belongs to node %d, not %d", lockerr.ErrDataDir, dir, ident.id, id)
 	}
 	if ident.cluster != cluster {
-		return identity{}, fmt.Errorf("%w: %s belongs to cluster %q, not %q", ErrDataDir, dir, ident.cluster, cluster)
+		return identity{}, fmt.Errorf("%w: %s belongs to cluster %q, not %q", lockerr.ErrDataDir, dir, ident.cluster, cluster)
 	}
 	return ident, nil
 }

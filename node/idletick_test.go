@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // tickPeriod reads the loop's current tick period.
@@ -63,7 +65,7 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	require.NotNil(t, h2)
 	require.False(t, lost().IsZero(), "the idle light holder was not told before the lock was granted elsewhere")
 	require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
-	require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
 	t.Logf("idle light holder told %v before the waiter was granted", grantedAt().Sub(lost()))
 	require.Greater(t, h2.Token(), h.Token())
 	require.NoError(t, h2.Release(ctx))

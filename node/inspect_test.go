@@ -8,13 +8,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
 // requireViewMatches checks an inspection view against a lock table entry:
 // holder (owner, session, token, count) and waiters in queue order with
 // their positions.
-func requireViewMatches(t *testing.T, want lockfsm.LockInfo, got LockView, nodeOf map[uint64]uint64) {
+func requireViewMatches(t *testing.T, want lockfsm.LockInfo, got views.LockView, nodeOf map[uint64]uint64) {
 	t.Helper()
 	require.Equal(t, want.Name, got.Name)
 	require.NotNil(t, got.Holder)
@@ -22,14 +24,14 @@ func requireViewMatches(t *testing.T, want lockfsm.LockInfo, got LockView, nodeO
 	require.Equal(t, want.Holder.Session, got.Holder.Session)
 	require.Equal(t, want.Token, got.Holder.Token)
 	require.Equal(t, want.HoldCount, got.Holder.HoldCount)
-	require.Equal(t, ID(nodeOf[want.Holder.Session]), got.Holder.Member)
+	require.Equal(t, views.MemberID(nodeOf[want.Holder.Session]), got.Holder.Member)
 	require.Len(t, got.Waiters, len(want.Waiters))
 	for i, w := range want.Waiters {
 		require.Equal(t, i+1, got.Waiters[i].Position)
 		require.Equal(t, w.Owner, got.Waiters[i].Owner)
 		require.Equal(t, w.Session, got.Waiters[i].Session)
 		require.Equal(t, w.Enqueued, got.Waiters[i].Enqueued)
-		require.Equal(t, ID(nodeOf[w.Session]), got.Waiters[i].Member)
+		require.Equal(t, views.MemberID(nodeOf[w.Session]), got.Waiters[i].Member)
 	}
 }
 
@@ -87,11 +89,11 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		requireViewMatches(t, want, v, nodeOf)
-		require.Equal(t, ID(fol), v.Holder.Member)
+		require.Equal(t, views.MemberID(fol), v.Holder.Member)
 		require.Equal(t, h.Token(), v.Holder.Token)
 		for i, w := range waiters {
 			require.Equal(t, w.owner, v.Waiters[i].Owner)
-			require.Equal(t, ID(w.id), v.Waiters[i].Member)
+			require.Equal(t, views.MemberID(w.id), v.Waiters[i].Member)
 		}
 		require.False(t, v.Holder.GrantedAt.IsZero(), "the grant was applied by this process")
 		require.WithinDuration(t, time.Now(), v.Holder.GrantedAt, 30*time.Second)
@@ -131,7 +133,7 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 	}
 	require.Equal(t, []string{"stock/sku-a", "stock/sku-b", "stock/sku-c", "stock/sku-d", "stock/sku-e", "stock/sku-f"}, names)
 	_, err = tc.nodes[fol].InspectLocks(ctx, "", "", MaxPageLimit+1, ReadOptions{})
-	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorIs(t, err, lockerr.ErrInvalidConfig)
 
 	require.NoError(t, h.Release(ctx))
 	for range waiters {
@@ -193,28 +195,28 @@ func TestInspectOnLightMember(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		requireViewMatches(t, want, v, nodeOf)
-		require.Equal(t, ID(a.ID()), v.Holder.Member)
-		require.Equal(t, []ID{ID(b.ID()), ID(lead.ID())}, []ID{v.Waiters[0].Member, v.Waiters[1].Member})
+		require.Equal(t, views.MemberID(a.ID()), v.Holder.Member)
+		require.Equal(t, []views.MemberID{views.MemberID(b.ID()), views.MemberID(lead.ID())}, []views.MemberID{v.Waiters[0].Member, v.Waiters[1].Member})
 		require.False(t, v.Holder.ExpiresAt.IsZero(), "the leader answered")
 	}
 	p, err := a.InspectLocks(ctx, "", "", 10, ReadOptions{})
 	require.NoError(t, err)
 	require.Len(t, p.Locks, 1)
-	require.Equal(t, ID(lead.ID()), p.ServedBy)
+	require.Equal(t, views.MemberID(lead.ID()), p.ServedBy)
 
 	mv, err := a.InspectMembers(ctx, ReadOptions{})
 	require.NoError(t, err)
 	require.True(t, mv.FromLeader)
-	require.Equal(t, ID(lead.ID()), mv.Leader)
+	require.Equal(t, views.MemberID(lead.ID()), mv.Leader)
 	roles := map[string]int{}
 	for _, m := range mv.Members {
 		roles[m.Role]++
 		require.True(t, m.Healthy, "member %x: %+v", m.ID, m)
-		if m.Role != RoleLight {
+		if m.Role != views.RoleLight {
 			require.True(t, m.LagKnown)
 		}
 	}
-	require.Equal(t, map[string]int{RoleVoter: 3, RoleLearner: 2, RoleLight: 2}, roles)
+	require.Equal(t, map[string]int{views.RoleVoter: 3, views.RoleLearner: 2, views.RoleLight: 2}, roles)
 
 	require.NoError(t, h.Release(ctx))
 	for range 2 {

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -29,8 +31,8 @@ type inspectRequest struct {
 }
 
 type inspectLockReply struct {
-	View  LockView `json:"view"`
-	Found bool     `json:"found"`
+	View  views.LockView `json:"view"`
+	Found bool           `json:"found"`
 }
 
 // askLeader sends req to the leader this node knows (on a light member,
@@ -39,7 +41,7 @@ type inspectLockReply struct {
 func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error {
 	target := n.fwdTarget()
 	if target == 0 || target == n.id {
-		return fmt.Errorf("%w: no leader known", ErrUnavailable)
+		return fmt.Errorf("%w: no leader known", lockerr.ErrUnavailable)
 	}
 	op, ok := inspectOps[req.Op]
 	if !ok {
@@ -51,10 +53,10 @@ func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return fmt.Errorf("%w: inspect via %016x: %v", ErrUnavailable, target, err)
+		return fmt.Errorf("%w: inspect via %016x: %v", lockerr.ErrUnavailable, target, err)
 	}
 	if err := json.Unmarshal(resp.GetJson(), out); err != nil {
-		return fmt.Errorf("%w: inspect via %016x: bad reply: %v", ErrUnavailable, target, err)
+		return fmt.Errorf("%w: inspect via %016x: bad reply: %v", lockerr.ErrUnavailable, target, err)
 	}
 	return nil
 }
@@ -87,7 +89,7 @@ func (n *Node) serveInspect(ctx context.Context, in *transportpb.InspectRequest)
 		}
 	}
 	if n.light() || n.Leader() != n.id {
-		return nil, fmt.Errorf("%w: not the leader", ErrUnavailable)
+		return nil, fmt.Errorf("%w: not the leader", lockerr.ErrUnavailable)
 	}
 	opts := ReadOptions{Stale: r.Stale}
 	var out any

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -96,7 +97,7 @@ func (n *Node) stampEntries(stage knobs.Stage, m *raftpb.Message) {
 // checkKnobs refuses knobs this build cannot honour.
 func checkKnobs(k *knobs.Node) error {
 	if k.FSM.Any() && !fsmKnobsBuilt {
-		return fmt.Errorf("%w: planted lock-table bugs need a build with -tags lockraft_planted", ErrInvalidConfig)
+		return fmt.Errorf("%w: planted lock-table bugs need a build with -tags lockraft_planted", lockerr.ErrInvalidConfig)
 	}
 	return nil
 }

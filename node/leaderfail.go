@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // Leader changes and a cluster that cannot serve, as callers see them:
@@ -114,9 +116,9 @@ func (n *Node) acquireGaveUp(ctx context.Context, wait bool) error {
 	cause := context.Cause(ctx)
 	switch {
 	case !wait && errors.Is(cause, errTryLockBound):
-		return fmt.Errorf("%w: no leader answered within %v", ErrUnavailable, n.cfg.tryLockBound())
+		return fmt.Errorf("%w: no leader answered within %v", lockerr.ErrUnavailable, n.cfg.tryLockBound())
 	case n.leaderless():
-		return fmt.Errorf("%w: no leader: %w", ErrUnavailable, cause)
+		return fmt.Errorf("%w: no leader: %w", lockerr.ErrUnavailable, cause)
 	}
 	return cause
 }
@@ -179,7 +181,7 @@ func (n *Node) Ready(ctx context.Context) error {
 		case <-n.donec:
 		case <-ctx.Done():
 			if n.leaderless() {
-				return fmt.Errorf("%w: no leader: %w", ErrUnavailable, context.Cause(ctx))
+				return fmt.Errorf("%w: no leader: %w", lockerr.ErrUnavailable, context.Cause(ctx))
 			}
 			return context.Cause(ctx)
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // b2bTTL is the session TTL of TestHealthySessionsSurviveBackToBackFailovers
@@ -111,15 +113,15 @@ func TestSessionExpiredErrors(t *testing.T) {
 	tc.isolate(a)
 	select {
 	case err := <-waitErr:
-		require.ErrorIs(t, err, ErrSessionExpired, "the waiting Lock")
+		require.ErrorIs(t, err, lockerr.ErrSessionExpired, "the waiting Lock")
 	case <-time.After(2 * tc.config(a).SessionTTL):
 		t.Fatal("the waiting Lock did not end with its session")
 	}
 	<-h.Context().Done()
-	require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
 	err = h.Release(ctx)
-	require.ErrorIs(t, err, ErrSessionExpired, "Unlock after the session ended")
-	require.ErrorIs(t, err, ErrNotHeld)
+	require.ErrorIs(t, err, lockerr.ErrSessionExpired, "Unlock after the session ended")
+	require.ErrorIs(t, err, lockerr.ErrNotHeld)
 	tc.heal()
 	requireWaiters(t, tc.nodes[lead], "busy", 0)
 	require.NoError(t, hl.Release(ctx))
@@ -204,20 +206,20 @@ func TestClusterThatCannotServe(t *testing.T) {
 	cancel()
 	took := time.Since(start)
 	t.Logf("TryLock without a leader: %v after %v (bound 2 election timeouts = %v)", err, took, 2*et)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, lockerr.ErrUnavailable)
 	require.Less(t, took, 2*et+et/2)
 
 	lctx, lcancel := context.WithTimeout(context.Background(), 3*et)
 	_, err = n.Acquire(lctx, "x", "lock", true, 0)
 	lcancel()
 	t.Logf("Lock whose ctx ended without a leader: %v", err)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, lockerr.ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	rctx, rcancel := context.WithTimeout(context.Background(), et)
 	err = n.Ready(rctx)
 	rcancel()
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, lockerr.ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	require.Eventually(t, func() bool { return rec.count(slog.LevelWarn, "no leader") == 1 }, 10*et, et/10, "one WARN without a leader")
@@ -238,7 +240,7 @@ func TestClusterThatCannotServe(t *testing.T) {
 	took = time.Since(start)
 	delete(tc.nodes, cut)
 	t.Logf("Close without a quorum: %v after %v", err, took)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, lockerr.ErrUnavailable)
 	require.Contains(t, err.Error(), "expires it")
 	require.Less(t, took, 2*et+et/2, "Close waits at most an election timeout without a leader")
 }
@@ -266,7 +268,7 @@ func TestLastMembersClose(t *testing.T) {
 			require.NoError(t, err)
 			continue
 		}
-		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, lockerr.ErrUnavailable)
 		require.Contains(t, err.Error(), "expires it")
 		require.Less(t, took, 2*et+et/2)
 	}

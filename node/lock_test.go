@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -223,7 +224,7 @@ func TestLockOnFollowerAndTryLock(t *testing.T) {
 	h, err := f.Acquire(ctx, "job/nightly", "f-owner", true, 0)
 	require.NoError(t, err)
 	_, err = lead.Acquire(ctx, "job/nightly", "other", false, 0)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, lockerr.ErrLocked)
 	require.Contains(t, err.Error(), "f-owner", "ErrLocked names the holder")
 	// TryLock left no waiter behind, on any replica.
 	for _, n := range tc.nodes {

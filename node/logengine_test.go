@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
@@ -57,8 +58,8 @@ func TestLogEngineSelection(t *testing.T) {
 	// Through Start and Config validation.
 	cfg := Config{ID: 1, DataDir: old, LogEngine: LogEngineWAL, Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
 	_, err = Start(cfg)
-	require.ErrorIs(t, err, ErrDataDir)
+	require.ErrorIs(t, err, lockerr.ErrDataDir)
 	require.Contains(t, err.Error(), "bbolt raft log")
 	cfg.LogEngine = "rocks"
-	require.ErrorIs(t, cfg.Validate(), ErrInvalidConfig)
+	require.ErrorIs(t, cfg.Validate(), lockerr.ErrInvalidConfig)
 }

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
@@ -277,21 +278,21 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 	bs := n.rn.BasicStatus()
 	s.Term, s.Commit = bs.GetTerm(), bs.GetCommit()
 	cs := n.loop.confState
-	s.Roles = map[string]int{RoleVoter: len(cs.GetVoters()), RoleLearner: len(cs.GetLearners()), RoleLight: 0}
+	s.Roles = map[string]int{views.RoleVoter: len(cs.GetVoters()), views.RoleLearner: len(cs.GetLearners()), views.RoleLight: 0}
 	switch {
 	case n.light():
-		s.Role = RoleLight
+		s.Role = views.RoleLight
 	case containsID(cs.GetVoters(), n.id) || containsID(cs.GetVotersOutgoing(), n.id):
-		s.Role = RoleVoter
+		s.Role = views.RoleVoter
 	case containsID(cs.GetLearners(), n.id):
-		s.Role = RoleLearner
+		s.Role = views.RoleLearner
 	}
 	if n.ml != nil {
 		for _, m := range n.ml.Members() {
 			id := m.Meta.RaftID
 			if m.State == membership.StateAlive && !containsID(cs.GetVoters(), id) && !containsID(cs.GetLearners(), id) &&
 				!containsID(cs.GetVotersOutgoing(), id) {
-				s.Roles[RoleLight]++
+				s.Roles[views.RoleLight]++
 			}
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/raftlog"
@@ -183,7 +184,7 @@ func Start(cfg Config) (*Node, error) {
 		// The certificate names this member: its id is the member's id.
 		_, id, err := tlsMemberID(cfg.TLS)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS: %v", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: TLS: %v", lockerr.ErrInvalidConfig, err)
 		}
 		cfg.ID = id
 	}
@@ -237,11 +238,11 @@ func start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := mkdirAllSync(n.snapDir); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	n.members = newMemberSet(cfg.Members)
 	if err := cleanSnapDir(n.snapDir); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	ident, err := checkIdentity(cfg.DataDir, cfg.ID, cfg.ClusterID)
 	if err != nil {
@@ -258,18 +259,18 @@ func start(cfg Config) (*Node, error) {
 	var engine string
 	n.storage, engine, err = openLog(cfg.DataDir, cfg.LogEngine, n.log)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	n.storage = n.wrapLog(n.storage)
 	n.log.Debug("raft log opened", "engine", engine)
 	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), fsmOptions(n.k.FSM))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	// locks.db and raft.db may have just been created: bbolt does not sync
 	// their directory entries.
 	if err := syncDir(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	if err := n.recoverFSM(); err != nil {
 		return nil, err
@@ -282,20 +283,20 @@ func start(cfg Config) (*Node, error) {
 	}
 	if !n.storage.HasState() && cfg.Gossip == nil {
 		if len(cfg.Members) == 0 {
-			return nil, fmt.Errorf("%w: empty data directory and no Members to bootstrap from", ErrInvalidConfig)
+			return nil, fmt.Errorf("%w: empty data directory and no Members to bootstrap from", lockerr.ErrInvalidConfig)
 		}
 		cs := &raftpb.ConfState{}
 		for _, m := range cfg.Members {
 			cs.Voters = append(cs.Voters, m.ID)
 		}
 		if err := n.storage.Bootstrap(cs); err != nil {
-			return nil, fmt.Errorf("%w: bootstrap: %v", ErrDataDir, err)
+			return nil, fmt.Errorf("%w: bootstrap: %v", lockerr.ErrDataDir, err)
 		}
 		n.log.Info("bootstrapped new cluster", "voters", cs.Voters, "cluster", cfg.ClusterID)
 	}
 	hs, cs, err := n.storage.InitialState()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	n.app.wake = make(chan struct{}, 1)
 	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
@@ -304,7 +305,7 @@ func start(cfg Config) (*Node, error) {
 	n.loop.confIndex = n.storage.ConfIndex()
 	n.members.setConf(cs)
 	if n.loop.guard.lastIndex, err = n.storage.LastIndex(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        cfg.ID,
@@ -322,7 +323,7 @@ func start(cfg Config) (*Node, error) {
 		Logger:                    raftLogger{l: n.log, closing: &n.closing},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: raft: %v", ErrDataDir, err)
+		return nil, fmt.Errorf("%w: raft: %v", lockerr.ErrDataDir, err)
 	}
 	var adopt func(string) error
 	var detail string
@@ -349,7 +350,7 @@ func start(cfg Config) (*Node, error) {
 		Version:         cfg.version(),
 	})
 	if errors.Is(err, transport.ErrInvalidConfig) {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", lockerr.ErrInvalidConfig, err)
 	} else if err != nil {
 		return nil, err
 	}
@@ -398,7 +399,7 @@ func start(cfg Config) (*Node, error) {
 func (n *Node) recoverFSM() error {
 	snap, err := n.storage.Snapshot()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrDataDir, err)
+		return fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	idx := snap.GetMetadata().GetIndex()
 	if idx == 0 || n.fsm.AppliedIndex() >= idx || len(snap.GetData()) == 0 {
@@ -413,14 +414,14 @@ func (n *Node) recoverFSM() error {
 func (n *Node) restoreFSM(index uint64) error {
 	f, err := os.Open(transport.SnapshotPath(n.snapDir, index))
 	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, index, err)
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, index, err)
 	}
 	defer f.Close()
 	if err := n.fsm.Restore(f); err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, index, err)
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, index, err)
 	}
 	if got := n.fsm.AppliedIndex(); got != index {
-		return fmt.Errorf("%w: snapshot %d holds the lock table at index %d", ErrDataDir, index, got)
+		return fmt.Errorf("%w: snapshot %d holds the lock table at index %d", lockerr.ErrDataDir, index, got)
 	}
 	return nil
 }
@@ -458,7 +459,7 @@ func (n *Node) do(ctx context.Context, f func()) error {
 		if err := n.err(); err != nil {
 			return err
 		}
-		return ErrClosed
+		return lockerr.ErrClosed
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
@@ -624,18 +625,18 @@ func (n *Node) step(msgs []*raftpb.Message) {
 // fail stops serving after a storage error: the node must not acknowledge
 // anything it could not make durable (S3).
 func (n *Node) fail(err error) {
-	if errors.Is(err, ErrNewerVersion) || errors.Is(err, ErrInternal) {
+	if errors.Is(err, lockerr.ErrNewerVersion) || errors.Is(err, lockerr.ErrInternal) {
 		n.stopServing(err)
 		return
 	}
-	n.stopServing(fmt.Errorf("%w: %v", ErrStorage, err))
+	n.stopServing(fmt.Errorf("%w: %v", lockerr.ErrStorage, err))
 }
 
 // stopServing fails every pending call and ends every handle with err; the
 // loop returns right after, and every later call fails with err.
 func (n *Node) stopServing(err error) {
 	n.dead.CompareAndSwap(nil, &err)
-	if n.closing.Load() && errors.Is(err, ErrRemoved) {
+	if n.closing.Load() && errors.Is(err, lockerr.ErrRemoved) {
 		n.log.Info("node stopped serving: left the cluster (Leave)")
 	} else {
 		n.log.Error("node stopped serving", "err", err)
@@ -692,13 +693,13 @@ func (n *Node) Crash() {
 }
 
 func (n *Node) stop() {
-	closed := ErrClosed
+	closed := lockerr.ErrClosed
 	n.dead.CompareAndSwap(nil, &closed)
 	close(n.stopc)
 	<-n.donec
-	n.loop.ops.failAll(ErrClosed)
-	n.loop.holds.loseAll(ErrClosed)
-	n.endObservers(ErrClosed)
+	n.loop.ops.failAll(lockerr.ErrClosed)
+	n.loop.holds.loseAll(lockerr.ErrClosed)
+	n.endObservers(lockerr.ErrClosed)
 	if n.ml != nil {
 		_ = n.ml.Shutdown()
 	}
@@ -747,7 +748,7 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 		if err := context.Cause(ctx); err != nil {
 			return fmt.Errorf("lockraft: leave: removal from the raft configuration not confirmed before the context ended: %w", err)
 		}
-		return fmt.Errorf("%w: leave: removal from the raft configuration not confirmed", ErrUnavailable)
+		return fmt.Errorf("%w: leave: removal from the raft configuration not confirmed", lockerr.ErrUnavailable)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -120,7 +121,7 @@ func (o *Observer) push(c LeaderChange) bool {
 		return false
 	}
 	if len(o.queue) >= MaxObserveBacklog {
-		o.err = ErrObserveLagged
+		o.err = lockerr.ErrObserveLagged
 		o.queue = nil
 	} else {
 		o.queue = append(o.queue, c)
@@ -357,7 +358,7 @@ func (n *Node) observeOnRestored() {
 // cannot show them every change after the last they got (loop).
 func (n *Node) lagged(name string, ob *observed) {
 	for _, o := range ob.observers {
-		o.end(ErrObserveLagged)
+		o.end(lockerr.ErrObserveLagged)
 	}
 	delete(n.loop.observe, name)
 	n.observeLags.Add(1)

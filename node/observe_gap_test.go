@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -118,7 +119,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	}))
 	require.True(t, <-injected, "the light member observes eg0 with a mark")
 	_, err = o0.Next(ctx)
-	require.ErrorIs(t, err, ErrObserveLagged, "after %v", first0)
+	require.ErrorIs(t, err, lockerr.ErrObserveLagged, "after %v", first0)
 
 	// 1. The election leaves the table twice while pushes are lost.
 	x := campaign("x")
@@ -177,7 +178,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 		}
 	}
 	want := applied(first.Index)
-	if errors.Is(end, ErrObserveLagged) {
+	if errors.Is(end, lockerr.ErrObserveLagged) {
 		require.LessOrEqual(t, len(seen), len(want))
 		require.Equal(t, want[:len(seen)], seen, "part 2: a lagged observation is a prefix of the applied changes")
 		t.Logf("part 2: ended with ErrObserveLagged after %d changes (of %d applied)", len(seen), len(want))
@@ -239,7 +240,7 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 		}
 	}
 	_, err = o.Next(ctx)
-	require.ErrorIs(t, err, ErrObserveLagged, "told, after %v", after)
+	require.ErrorIs(t, err, lockerr.ErrObserveLagged, "told, after %v", after)
 	// Whatever it got after v0 is exactly what the follower applied before
 	// it was cut off (nothing), never a fold.
 	require.Empty(t, after, "no change folded from the snapshot (first %v)", first)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -185,7 +186,7 @@ func (n *Node) onSessionOpen() {
 	n.loop.ops.unsessioned = nil
 	for _, o := range pending {
 		if o.abandoned {
-			n.loop.ops.complete(o, opResult{err: ErrClosed})
+			n.loop.ops.complete(o, opResult{err: lockerr.ErrClosed})
 			continue
 		}
 		n.assignAndPropose(o)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -174,7 +175,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if errors.Is(err, lockfsm.ErrNewerFormat) {
 				// Skipping it would make this table differ from the replicas
 				// that understood it (S7): stop here until upgraded.
-				return fmt.Errorf("%w: entry %d: %v", ErrNewerVersion, idx, err)
+				return fmt.Errorf("%w: entry %d: %v", lockerr.ErrNewerVersion, idx, err)
 			}
 			if err != nil {
 				res, n.loop.events = n.fsm.Apply(idx, e.GetData(), n.loop.events)
@@ -245,7 +246,7 @@ func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 	// (guard.go), so a committed bad one means a broken invariant: stop the
 	// node cleanly rather than panic (guard.go, checkConfChange).
 	if err := checkConfChange(n.loop.confState, cc, n.loop.guard.lastIndex); err != nil {
-		return fmt.Errorf("%w: committed configuration change raft cannot apply: %v", ErrInternal, err)
+		return fmt.Errorf("%w: committed configuration change raft cannot apply: %v", lockerr.ErrInternal, err)
 	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
 	n.members.setConf(n.loop.confState)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -31,12 +32,12 @@ func (h *Hold) Renew(ctx context.Context) error {
 		return nil
 	}
 	if h.ctx.Err() != nil || h.released.Load() {
-		return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(h.ctx))
+		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
 	}
 	n := h.n
 	lead := n.lead.Load()
 	if lead == 0 {
-		return ErrUnavailable
+		return lockerr.ErrUnavailable
 	}
 	sent := n.clock.Now()
 	// The leader files the lease under the name of the request that was
@@ -52,7 +53,7 @@ func (h *Hold) Renew(ctx context.Context) error {
 	} else {
 		resp, err := n.tr.Renew(ctx, lead, req)
 		if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %v", lockerr.ErrUnavailable, err)
 		}
 		st = keepaliveStatus(resp.GetStatus())
 	}
@@ -63,13 +64,13 @@ func (h *Hold) Renew(ctx context.Context) error {
 		h.lease.base.Advance(sent)
 		if h.ctx.Err() != nil {
 			// Its deadline passed before the answer came: lost is lost.
-			return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(h.ctx))
+			return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
 		}
 		return nil
 	case keepaliveNoSession:
-		return ErrNotHeld
+		return lockerr.ErrNotHeld
 	}
-	return ErrUnavailable
+	return lockerr.ErrUnavailable
 }
 
 func (n *Node) localRenew(ctx context.Context, r renewRequest) keepaliveStatus {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -36,12 +37,12 @@ func loadEarlierSession(dir string) (uint64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrDataDir, err)
+		return 0, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	v, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "session=")
 	id, err := strconv.ParseUint(v, 10, 64)
 	if !ok || err != nil {
-		return 0, fmt.Errorf("%w: %s: malformed %q", ErrDataDir, filepath.Join(dir, sessionFile), b)
+		return 0, fmt.Errorf("%w: %s: malformed %q", lockerr.ErrDataDir, filepath.Join(dir, sessionFile), b)
 	}
 	return id, nil
 }

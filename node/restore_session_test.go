@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -133,6 +134,6 @@ func TestRestoreKeepsWhatIsNewerThanTheSnapshot(t *testing.T) {
 	o := <-got
 	require.NoError(t, o.newerHold, "a hold newer than the snapshot is kept")
 	require.NoError(t, o.newerWait, "an Acquire queued after the snapshot keeps waiting")
-	require.ErrorIs(t, o.olderHold, ErrSessionExpired, "a hold the snapshot should have and lacks is gone")
-	require.ErrorIs(t, o.olderWait, ErrSessionExpired, "a wait the snapshot should have and lacks is gone")
+	require.ErrorIs(t, o.olderHold, lockerr.ErrSessionExpired, "a hold the snapshot should have and lacks is gone")
+	require.ErrorIs(t, o.olderWait, lockerr.ErrSessionExpired, "a wait the snapshot should have and lacks is gone")
 }

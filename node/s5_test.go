@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -118,7 +119,7 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 		})
 		out := look(done)
 		require.False(t, out.live, "hold handed out live although its lease deadline passed %v ago", out.now.Sub(out.deadline))
-		require.ErrorIs(t, out.res.err, ErrLeaseExpired)
+		require.ErrorIs(t, out.res.err, lockerr.ErrLeaseExpired)
 	})
 	t.Run("applied-after-its-lease-from-first-send", func(t *testing.T) {
 		done := make(chan opResult, 1)
@@ -186,7 +187,7 @@ func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
 	t.Log(got)
 	require.NotContains(t, got, "LIVE")
 	<-h.Context().Done()
-	require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
 	tc.heal()
 	h2, err := n.Acquire(ctx, "after-heal", "a", true, 0)
 	require.NoError(t, err, "the node opens a new session and serves again")
@@ -251,9 +252,9 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 			require.NotNil(t, h2)
 			tick := tc.config(a).TickInterval
 			deadline := n.holderDeadline()
-			want := ErrSessionExpired
+			want := lockerr.ErrSessionExpired
 			if leased {
-				deadline, want = h.leaseDeadline(), ErrLeaseExpired
+				deadline, want = h.leaseDeadline(), lockerr.ErrLeaseExpired
 			}
 			require.False(t, lost().IsZero(), "the holder was not told before the lock was granted elsewhere (loop stalled)")
 			require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
@@ -298,7 +299,7 @@ func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
 	require.NotNil(t, h3)
 	require.False(t, lost().IsZero(), "the reentrant hold was not told before the lease ran out and the lock moved on")
 	require.True(t, lost().Before(grantedAt()), "reentrant hold told at %v, waiter granted at %v", lost(), grantedAt())
-	require.ErrorIs(t, context.Cause(h2.Context()), ErrLeaseExpired)
+	require.ErrorIs(t, context.Cause(h2.Context()), lockerr.ErrLeaseExpired)
 	t.Logf("reentrant hold told %v before the waiter was granted", grantedAt().Sub(lost()))
 	require.NoError(t, h3.Release(ctx))
 }

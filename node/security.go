@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -26,7 +27,7 @@ import (
 // defaults; clusterSet says whether the user named the cluster).
 func (c Config) checkSecurity(clusterSet bool) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", lockerr.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	exposed := c.exposedAddrs()
 	if len(exposed) > 0 && !clusterSet {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft/internal/certgen"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -55,7 +56,7 @@ func TestSecureByDefault(t *testing.T) {
 			tc.mutate(&cfg)
 			n, err := Start(cfg)
 			if tc.err != "" {
-				require.ErrorIs(t, err, ErrInvalidConfig)
+				require.ErrorIs(t, err, lockerr.ErrInvalidConfig)
 				require.ErrorContains(t, err, tc.err)
 				return
 			}
@@ -128,9 +129,9 @@ func TestLoopPanicStopsNodeCleanly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tc.nodes[victim].do(ctx, func() { panic("planted") }))
 	<-h.Context().Done()
-	require.ErrorIs(t, context.Cause(h.Context()), ErrInternal)
+	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrInternal)
 	_, err = tc.nodes[victim].Acquire(ctx, "q", "victim", true, 0)
-	require.ErrorIs(t, err, ErrInternal)
+	require.ErrorIs(t, err, lockerr.ErrInternal)
 	require.Equal(t, 1, tc.logs.count(fmt.Sprintf("n=%d ", victim), "raft loop panicked"))
 	h2, err := tc.nodes[lead].Acquire(ctx, "p", "next", true, 0)
 	require.NoError(t, err, "the lock moves on once the stopped node's session expires")

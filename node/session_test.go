@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/faults"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -131,7 +132,7 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 			require.NotNil(t, h2)
 			require.False(t, lost().IsZero(), "the holder was not told before the lock was granted elsewhere")
 			require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
-			require.ErrorIs(t, context.Cause(h.Context()), ErrSessionExpired)
+			require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
 			t.Logf("holder told %v before the waiter was granted", grantedAt().Sub(lost()))
 			require.Greater(t, h2.Token(), h.Token())
 			// The cut-off node comes back, opens a new session and works.
@@ -167,7 +168,7 @@ func TestSessionsSurviveFailover(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_, err = tc.nodes[b].Acquire(ctx, "x", "b2", false, 0)
-	require.ErrorIs(t, err, ErrLocked, "a's lock must still be held")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "a's lock must still be held")
 	require.NoError(t, ha.Release(ctx))
 	require.NoError(t, hb.Release(ctx))
 }
@@ -198,11 +199,11 @@ func TestLeaseExpiryAndRenewal(t *testing.T) {
 	got, grantedAt := grantAsync(t, tc.nodes[b], "leased", "b")
 	h2 := <-got
 	require.NotNil(t, h2)
-	require.ErrorIs(t, context.Cause(h.Context()), ErrLeaseExpired)
+	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrLeaseExpired)
 	require.True(t, !lost().IsZero() && lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
 	require.Greater(t, h2.Token(), h.Token())
-	require.ErrorIs(t, h.Renew(ctx), ErrNotHeld)
-	require.ErrorIs(t, h.Release(ctx), ErrNotHeld)
+	require.ErrorIs(t, h.Renew(ctx), lockerr.ErrNotHeld)
+	require.ErrorIs(t, h.Release(ctx), lockerr.ErrNotHeld)
 	require.NoError(t, h2.Release(ctx))
 
 	// A waiter granted from the queue with a lease gets a dated lease too.
@@ -267,7 +268,7 @@ func TestLockDelay(t *testing.T) {
 	tc.crash(a)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !delayedAt.IsZero() }, 10*time.Second, 5*time.Millisecond)
 	_, err = tc.nodes[3].Acquire(ctx, "d", "c", false, 0)
-	require.ErrorIs(t, err, ErrLocked, "TryLock during the lock-delay")
+	require.ErrorIs(t, err, lockerr.ErrLocked, "TryLock during the lock-delay")
 	h, err = tc.nodes[3].Acquire(ctx, "d", "c", true, 0)
 	require.NoError(t, err)
 	mu.Lock()
@@ -291,7 +292,7 @@ func TestSessionConfigValidation(t *testing.T) {
 		c := base
 		mut(&c)
 		err := c.Validate()
-		require.True(t, errors.Is(err, ErrInvalidConfig), "%s: %v", name, err)
+		require.True(t, errors.Is(err, lockerr.ErrInvalidConfig), "%s: %v", name, err)
 	}
 	require.NoError(t, base.Validate())
 	atFloor := base

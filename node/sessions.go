@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -140,10 +141,10 @@ func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 	}
 	if s.closing {
 		s.id = 0
-		s.endSessionCtx(ErrClosed)
+		s.endSessionCtx(lockerr.ErrClosed)
 		n.setSession(0)
-		n.loop.ops.failAll(ErrClosed)
-		n.loop.holds.loseAll(ErrClosed)
+		n.loop.ops.failAll(lockerr.ErrClosed)
+		n.loop.holds.loseAll(lockerr.ErrClosed)
 		if s.closeDone != nil {
 			s.closeDone <- nil
 			s.closeDone = nil
@@ -151,7 +152,7 @@ func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 		return
 	}
 	n.log.Warn("session ended by the cluster; opening a new one", "session", s.id)
-	n.resetSession(ErrSessionExpired)
+	n.resetSession(lockerr.ErrSessionExpired)
 }
 
 // resetSession abandons the current session: every hold is lost, every
@@ -178,7 +179,7 @@ func (n *Node) closeOwnSession(done chan error) {
 	s.closing = true
 	n.closing.Store(true)
 	for _, o := range n.loop.ops.unsessioned {
-		n.loop.ops.complete(o, opResult{err: ErrClosed})
+		n.loop.ops.complete(o, opResult{err: lockerr.ErrClosed})
 	}
 	n.loop.ops.unsessioned = nil
 	if s.id == 0 {
@@ -190,9 +191,9 @@ func (n *Node) closeOwnSession(done chan error) {
 	// same reason no waiter may become a holder from now on: the queued
 	// Lock calls fail now (the close removes their waiters), and an Acquire
 	// still in flight fails when its result is applied (onAcquireResult).
-	n.loop.holds.loseAll(ErrClosed)
+	n.loop.holds.loseAll(lockerr.ErrClosed)
 	for seq, o := range n.loop.ops.queued {
-		n.loop.ops.complete(o, opResult{err: ErrClosed})
+		n.loop.ops.complete(o, opResult{err: lockerr.ErrClosed})
 		delete(n.loop.ops.queued, seq)
 	}
 	s.closeDone = done
@@ -262,7 +263,7 @@ func (n *Node) keepaliveLoop() {
 			_ = n.do(context.Background(), func() {
 				if n.loop.own.id == sess && !n.loop.own.closing {
 					n.log.Warn("leader does not know our session; opening a new one", "session", sess)
-					n.resetSession(ErrSessionExpired)
+					n.resetSession(lockerr.ErrSessionExpired)
 				}
 			})
 		}
@@ -320,7 +321,7 @@ func (n *Node) onRestored(index uint64) {
 		}
 	}
 	if !alive {
-		n.resetSession(ErrSessionExpired)
+		n.resetSession(lockerr.ErrSessionExpired)
 		return
 	}
 	for k := range n.loop.holds.held {
@@ -333,7 +334,7 @@ func (n *Node) onRestored(index uint64) {
 			}
 		}
 		if !found && k.token <= index {
-			n.loop.holds.lose(k, ErrSessionExpired)
+			n.loop.holds.lose(k, lockerr.ErrSessionExpired)
 		}
 	}
 	r := &n.loop.ops
@@ -362,7 +363,7 @@ func (n *Node) onRestored(index uint64) {
 		// the snapshot is no likelier than a lost push.
 		if !waiting && o.index != 0 && o.index <= index {
 			delete(r.queued, seq)
-			r.complete(o, opResult{err: ErrSessionExpired})
+			r.complete(o, opResult{err: lockerr.ErrSessionExpired})
 		}
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -220,18 +221,18 @@ func (n *Node) restoreOnCommitter(j *restoreJob) error {
 	n.snapshotStall()
 	f, err := os.Open(transport.SnapshotPath(n.snapDir, j.index))
 	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
 	defer f.Close()
 	rs, err := lockfsm.ReadRestore(f)
 	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
 	if rs.Applied() != j.index {
-		return fmt.Errorf("%w: snapshot file %d holds the lock table at %d", ErrDataDir, j.index, rs.Applied())
+		return fmt.Errorf("%w: snapshot file %d holds the lock table at %d", lockerr.ErrDataDir, j.index, rs.Applied())
 	}
 	if err := n.fsm.WriteRestore(rs); err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", ErrDataDir, j.index, err)
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
 	j.rs = rs
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -174,7 +175,7 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	// a new session.
 	require.Eventually(t, func() bool {
 		h, err := n.Acquire(ctx, "after-restore", "f", true, 0)
-		if errors.Is(err, ErrSessionExpired) {
+		if errors.Is(err, lockerr.ErrSessionExpired) {
 			return false
 		}
 		require.NoError(t, err)

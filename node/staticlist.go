@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // Static member lists that differ between replicas.
@@ -175,7 +177,7 @@ func (n *Node) staticUnavailable(err error) error {
 		return err
 	}
 	if msg, _ := n.static.mismatch(); msg != "" {
-		return fmt.Errorf("%w (%w: %s)", err, ErrInvalidConfig, msg)
+		return fmt.Errorf("%w (%w: %s)", err, lockerr.ErrInvalidConfig, msg)
 	}
 	return err
 }
@@ -257,7 +259,7 @@ func (n *Node) onForeignStaticPeer(peer uint64, detail string, dialed bool) {
 	total := len(n.cfg.Members)
 	if bad > total-(total/2+1) {
 		err := fmt.Errorf("%w: %d of the other %d members are on another static member list, so this member can "+
-			"never reach a quorum; give every replica the same peers in the same order: %s", ErrInvalidConfig, bad, total-1, msg)
+			"never reach a quorum; give every replica the same peers in the same order: %s", lockerr.ErrInvalidConfig, bad, total-1, msg)
 		go func() {
 			// Not on the transport's goroutine: the loop may be busy.
 			_ = n.do(context.Background(), func() {

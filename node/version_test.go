@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // S7: a replica that meets a log entry written by a newer lockraft version
@@ -24,8 +26,8 @@ func TestS7NewerEntryStopsEveryReplica(t *testing.T) {
 	for id, n := range tc.nodes {
 		require.Eventually(t, func() bool { return n.err() != nil }, 10*time.Second, 10*time.Millisecond,
 			"node %d kept serving past a newer-format entry", id)
-		require.ErrorIs(t, n.err(), ErrNewerVersion, "node %d", id)
+		require.ErrorIs(t, n.err(), lockerr.ErrNewerVersion, "node %d", id)
 		_, err := n.Acquire(ctxT(t, time.Second), "after", "o", false, 0)
-		require.ErrorIs(t, err, ErrNewerVersion, "node %d", id)
+		require.ErrorIs(t, err, lockerr.ErrNewerVersion, "node %d", id)
 	}
 }

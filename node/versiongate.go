@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -199,7 +200,7 @@ func (n *Node) catalogueGate(ctx context.Context) error {
 			return nil
 		}
 		if a.st == gateOlder && a.leading {
-			return fmt.Errorf("%w: member %d runs %q", ErrOlderMembers, a.who, a.ver)
+			return fmt.Errorf("%w: member %d runs %q", lockerr.ErrOlderMembers, a.who, a.ver)
 		}
 		if !a.leading && a.leader != 0 {
 			// The leader hears from every member all the time; a follower
@@ -214,15 +215,15 @@ func (n *Node) catalogueGate(ctx context.Context) error {
 					n.openGate()
 					return nil
 				case transportpb.GateState_GATE_STATE_OLDER:
-					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", ErrOlderMembers, a.leader)
+					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", lockerr.ErrOlderMembers, a.leader)
 				}
 			}
 		}
 		if n.clock.Now().Sub(start) > 2*n.cfg.electionTimeout() {
 			if a.who != 0 {
-				return fmt.Errorf("%w: the version of member %d is not known (not heard from)", ErrOlderMembers, a.who)
+				return fmt.Errorf("%w: the version of member %d is not known (not heard from)", lockerr.ErrOlderMembers, a.who)
 			}
-			return fmt.Errorf("%w: the cluster's versions could not be learned (no leader answered)", ErrOlderMembers)
+			return fmt.Errorf("%w: the cluster's versions could not be learned (no leader answered)", lockerr.ErrOlderMembers)
 		}
 		t := time.NewTimer(n.cfg.TickInterval)
 		select {
@@ -252,7 +253,7 @@ func (n *Node) admitForwarded(data []byte, fwd bool) error {
 	}
 	st, _, _ := n.localGate()
 	if st == gateOlder || (fwd && st != gateOpen) {
-		return ErrOlderMembers
+		return lockerr.ErrOlderMembers
 	}
 	return nil
 }

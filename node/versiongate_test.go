@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -60,7 +61,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 				for _, r := range []Request{rwReq("g", "o", true, true), semReq("g", "o", 1, 2, true),
 					campaignReq("g", "o", "v"), multiReq("o", true, "g", "h")} {
 					_, err := tc.nodes[id].AcquireWith(ctx, r)
-					require.ErrorIs(t, err, ErrOlderMembers, "node %d, %+v", id, r)
+					require.ErrorIs(t, err, lockerr.ErrOlderMembers, "node %d, %+v", id, r)
 				}
 			}
 			require.Equal(t, before, applied(t, tc.nodes[lead]), "nothing proposed")
@@ -81,7 +82,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			require.Nil(t, resp.GetNotLeader())
 			require.Len(t, resp.GetItems(), 1)
 			_, res := pushedResult(resp.GetItems()[0].GetResult())
-			require.ErrorIs(t, res.Err, ErrOlderMembers)
+			require.ErrorIs(t, res.Err, lockerr.ErrOlderMembers)
 			require.Equal(t, before, applied(t, ln), "nothing proposed for the light member")
 
 			// A follower that proposes a catalogue entry anyway: the leader
