@@ -31,6 +31,7 @@ import (
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -108,6 +109,9 @@ type Node struct {
 	formationID string
 
 	loop loopState // touched only by the loop goroutine
+	// fwd is light-member forwarding, member and leader side (fwd.go);
+	// owned by the loop like loop.
+	fwd *forward.State
 }
 
 // loopState is everything the loop goroutine owns.
@@ -148,7 +152,6 @@ type loopState struct {
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
 	gossip  gossipState
-	fwd     fwdState
 	noLead  leaderWatch
 	props   proposalBatch
 	hints   commitHints
@@ -159,12 +162,8 @@ type loopState struct {
 	tick    tickState         // the raft ticker; slow on an idle light member (idletick.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
-	// observe: the elections this node's observers watch; elections: the
-	// recent changes of every election (raft members), for light members;
-	// history: what those records cover (observe.go).
-	observe   map[string]*observed
-	elections map[string]*electionHistory
-	history   historyCover
+	// observe: the elections this node's observers watch (observe.go).
+	observe map[string]*observed
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -365,8 +364,6 @@ func start(cfg Config) (*Node, error) {
 	n.loop.lead.init()
 	n.loop.local.init()
 	n.loop.observe = map[string]*observed{}
-	n.loop.elections = map[string]*electionHistory{}
-	n.loop.history = historyCover{from: n.fsm.AppliedIndex()}
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
