@@ -29,7 +29,7 @@ func (n *Node) fineInterval() time.Duration { return max(n.cfg.TickInterval/10, 
 func (n *Node) syncFineTicker() {
 	f := &n.loop.fine
 	on := n.k.FollowerExpiry ||
-		(n.loop.isLeader && (f.wanted || len(n.loop.fwd.replies) > 0))
+		(n.loop.isLeader && (f.wanted || n.fwd.Holding()))
 	switch {
 	case on && f.c == nil:
 		f.c, f.stop = n.clock.NewTicker(n.fineInterval())
@@ -52,7 +52,7 @@ func (n *Node) onFineTick() {
 	if n.loop.isLeader {
 		now := n.clock.Now()
 		n.loop.lead.tick(n, now)
-		n.fwdExpireReplies(now, false)
+		n.fwd.ExpireReplies(now)
 	} else if n.k.FollowerExpiry {
 		n.followerExpiry()
 	}
@@ -70,7 +70,7 @@ func (n *Node) leaderCoarseTick(now time.Time) {
 	}
 	if f.c == nil {
 		n.loop.lead.tick(n, now)
-		n.fwdExpireReplies(now, false)
+		n.fwd.ExpireReplies(now)
 	}
 	horizon := now.Add(2 * n.coarsePeriod()) // a calm leader ticks once per heartbeat (quiettick.go)
 	l := &n.loop.lead

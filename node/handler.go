@@ -146,38 +146,11 @@ func (h *transportHandler) Leave(ctx context.Context, from uint64, _ *transportp
 	return &transportpb.LeaveResponse{}, nil
 }
 
-func (h *transportHandler) FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
-	n := (*Node)(h)
-	return n.serveFwdOpen(ctx, from, req)
-}
-
-func (h *transportHandler) FwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
-	n := (*Node)(h)
-	return n.serveFwdPropose(ctx, from, req)
-}
-
-func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
-	n := (*Node)(h)
-	return n.serveFwdPush(ctx, from, req)
-}
-
-func (h *transportHandler) FwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
-	n := (*Node)(h)
-	return n.serveFwdStatus(ctx, from, req)
-}
-
 // VersionGate answers a follower's question whether the lock catalogue is
 // open (versiongate.go). Read-only: any member may ask.
 func (h *transportHandler) VersionGate(ctx context.Context, from uint64, _ *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
 	n := (*Node)(h)
 	return n.handleVersionGate(ctx)
-}
-
-// Observe serves a light member's subscription to elections (fwdobserve.go).
-// Read-only: it reveals what every member's lock table holds anyway.
-func (h *transportHandler) Observe(ctx context.Context, from uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
-	n := (*Node)(h)
-	return n.handleObserve(ctx, from, req)
 }
 
 // tryDo runs f in the loop without blocking the caller when the loop is busy

@@ -436,7 +436,7 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 		}
 		return
 	}
-	n.fwdOnEvent(ev)
+	n.fwd.OnEvent(ev)
 	n.noteEvent(ev)
 	n.loop.lead.onEvent(n, ev)
 	if n.k.FollowerExpiry {

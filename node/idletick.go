@@ -54,7 +54,7 @@ func (n *Node) nothingInFlight() bool {
 	s, r := &n.loop.own, &n.loop.ops
 	return s.id != 0 && !s.closing && len(s.toClose) == 0 && len(s.leased) == 0 &&
 		len(r.inflight) == 0 && len(r.queued) == 0 && len(n.loop.reads.next)+len(n.loop.reads.rounds)+len(n.loop.reads.ready) == 0 &&
-		(n.loop.fwd.out == nil || !n.loop.fwd.out.busy())
+		!n.fwd.Forwarding()
 }
 
 // syncTick sets the ticker's period for the next turn, or the quiet

@@ -39,7 +39,7 @@ type inspectLockReply struct {
 // else any member with data) and decodes the answer into out. ErrUnavailable
 // when there is no one to ask or the call fails.
 func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error {
-	target := n.fwdTarget()
+	target := n.fwd.Target()
 	if target == 0 || target == n.id {
 		return fmt.Errorf("%w: no leader known", lockerr.ErrUnavailable)
 	}

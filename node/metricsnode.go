@@ -54,7 +54,6 @@ type loopCounters struct {
 	snapshots       uint64 // snapshots this node took
 	sessionsExpired uint64 // sessions the cluster expired (applied here)
 	leasesExpired   uint64 // per-lock leases that ran out (applied here)
-	pushesSent      uint64 // results and events this node pushed to light members (as leader)
 	pushesReceived  uint64 // results and events pushed to this light member
 	tickWakes       uint64 // loop wake-ups by the raft ticker or a quiet follower's timer (quiettick.go)
 
@@ -269,7 +268,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 		Applied: n.loop.lastApplied, Table: n.fsm.Stats(),
 		LeaderChanges: c.leaderChanges, SnapshotsTaken: c.snapshots, SnapshotsRestored: n.snapshotsRestored.Load(),
 		SessionsExpired: c.sessionsExpired, LeasesExpired: c.leasesExpired,
-		PushesSent: c.pushesSent, PushesReceived: c.pushesReceived, Relearned: n.relearned.Load(),
+		PushesSent: n.fwd.PushesSent(), PushesReceived: c.pushesReceived, Relearned: n.relearned.Load(),
 		Extra: map[string]uint64{"appends_sent": n.loop.appendsSent, "entries_sent": n.loop.entriesSent,
 			"commit_hints_sent": n.loop.hints.sent, "commit_hints_used": n.loop.hints.used,
 			"status_served": n.statusServed.Load(), "observe_gaps": n.observeGaps.Load(),

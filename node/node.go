@@ -32,6 +32,7 @@ import (
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -109,6 +110,9 @@ type Node struct {
 	formationID string
 
 	loop loopState // touched only by the loop goroutine
+	// fwd is light-member forwarding, member and leader side (fwd.go);
+	// owned by the loop like loop.
+	fwd *forward.State
 }
 
 // loopState is everything the loop goroutine owns.
@@ -149,7 +153,6 @@ type loopState struct {
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
 	gossip  gossipState
-	fwd     fwdState
 	noLead  leaderWatch
 	props   proposalBatch
 	hints   commitHints
@@ -160,12 +163,8 @@ type loopState struct {
 	tick    tickState         // the raft ticker; slow on an idle light member (idletick.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
-	// observe: the elections this node's observers watch; elections: the
-	// recent changes of every election (raft members), for light members;
-	// history: what those records cover (observe.go).
-	observe   map[string]*observed
-	elections map[string]*electionHistory
-	history   historyCover
+	// observe: the elections this node's observers watch (observe.go).
+	observe map[string]*observed
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -366,8 +365,6 @@ func start(cfg Config) (*Node, error) {
 	n.loop.lead.init()
 	n.loop.local.init()
 	n.loop.observe = map[string]*observed{}
-	n.loop.elections = map[string]*electionHistory{}
-	n.loop.history = historyCover{from: n.fsm.AppliedIndex()}
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {

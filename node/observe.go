@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/forward"
 )
 
 // Observing an election (Observe): every change of its leader, in log
@@ -21,16 +22,16 @@ import (
 // applied index).
 //
 // A light member applies nothing: it mirrors the names its observers watch
-// from the leader (the Observe call, fwdObserve*). Every raft member keeps
-// the recent changes of each election (electionHistory), also after the
+// from the leader (the Observe call, node/internal/forward). Every raft
+// member keeps the recent changes of each election, also after the
 // election leaves the lock table, and knows which indexes its records cover
-// (historyCover: every change after the index it started or restored a
-// snapshot at, except what it trimmed or evicted). The leader pushes each
-// new change to the members that subscribed, with the index after which
-// nothing changed before it; a member that finds a gap (a push lost, or a
-// new leader it has not subscribed with yet) asks for the changes after the
-// index up to which it knows them all, and re-subscribes with every new
-// leader and every fwdWaitCheck.
+// (every change after the index it started or restored a snapshot at,
+// except what it trimmed or evicted). The leader pushes each new change to
+// the members that subscribed, with the index after which nothing changed
+// before it; a member that finds a gap (a push lost, or a new leader it has
+// not subscribed with yet) asks for the changes after the index up to which
+// it knows them all, and re-subscribes with every new leader and every
+// WaitCheck.
 //
 // No change is ever folded or skipped silently: when this node cannot show
 // an observer every change after the last one it got (the leader's records
@@ -44,16 +45,9 @@ import (
 // before it is ended with ErrObserveLagged.
 const MaxObserveBacklog = 4096
 
-// electionHistoryLen is how many recent changes of each election every raft
-// member keeps, for light members that missed a push; maxElectionHistories
-// is how many elections it keeps them for (the oldest is evicted).
-const (
-	electionHistoryLen   = 64
-	maxElectionHistories = 4096
-)
-
 // LeaderChange is one state of an election: who leads it from the entry
-// Index on. Token 0 (and Session 0, Owner ""): nobody leads.
+// Index on. Token 0 (and Session 0, Owner ""): nobody leads. (Its fields
+// are forward.Change's, in the same order: each converts to the other.)
 type LeaderChange struct {
 	Name    string
 	Index   uint64 // the entry that made the change; for a first or folded item, the index it was read at
@@ -158,40 +152,6 @@ type observed struct {
 	chain uint64
 }
 
-// electionHistory is a raft member's record of an election's recent
-// changes, oldest first (light members' catch-up); trimmed is the index of
-// the last change it dropped (0: none).
-type electionHistory struct {
-	changes []LeaderChange
-	trimmed uint64
-}
-
-// historyCover is what a raft member's election records cover (loop):
-// every change applied after from (where it started, or the snapshot it
-// restored), except those of elections evicted, the last of which is at or
-// before evicted.
-type historyCover struct{ from, evicted uint64 }
-
-// covers reports whether this node knows every change of the election h
-// (nil: none recorded) after index after.
-func (n *Node) covers(h *electionHistory, after uint64) bool {
-	hc := n.loop.history
-	if after < hc.from || after < hc.evicted {
-		return false
-	}
-	return h == nil || after >= h.trimmed
-}
-
-// lastChangeBefore is an index after which the election h (nil: none
-// recorded) did not change up to now: its last recorded change, or the
-// start of what the records cover.
-func (n *Node) lastChangeBefore(h *electionHistory) uint64 {
-	if h != nil && len(h.changes) > 0 {
-		return h.changes[len(h.changes)-1].Index
-	}
-	return max(n.loop.history.from, n.loop.history.evicted)
-}
-
 // Observe starts observing the election name: the first change is its
 // current leader (or nobody) as this node has applied it (a follower may
 // trail the leader by the entries it has not applied yet: those changes
@@ -233,8 +193,7 @@ func (n *Node) addObserver(o *Observer) {
 		if ob.known {
 			o.push(ob.last)
 		} else {
-			n.loop.fwd.observeDue = true // ask the leader now
-			n.fwdObserveTick(n.clock.Now())
+			n.fwd.ObserveNow(n.clock.Now()) // ask the leader now
 		}
 		return
 	}
@@ -264,11 +223,7 @@ func (n *Node) removeObserver(o *Observer) {
 
 // currentLeader reads the election's current leader from the lock table.
 func (n *Node) currentLeader(name string) LeaderChange {
-	c := LeaderChange{Name: name, Index: n.fsm.AppliedIndex()}
-	if li, ok := n.fsm.Leader(name); ok {
-		c.Session, c.Owner, c.Token, c.Value = li.Holder.Session, li.Holder.Owner, li.Token, li.Value
-	}
-	return c
+	return LeaderChange(forward.CurrentLeader(n.fsm, name))
 }
 
 // deliver hands c to every observer of its name (loop); never an index
@@ -289,51 +244,19 @@ func (n *Node) deliver(ob *observed, c LeaderChange) {
 	ob.observers = kept
 }
 
-// observeOnEvent records and hands out an election change applied at index
-// (loop, every raft member), and pushes it to light members that watch it
-// (leader).
+// observeOnEvent records an election change applied at index (loop, every
+// raft member; the leader pushes it to light members that watch it) and
+// hands it out.
 func (n *Node) observeOnEvent(index uint64, ev *lockfsm.Event) {
 	if index == 0 {
 		return // an event pushed to a light member that just got raft state: it applies its own
 	}
 	c := LeaderChange{Name: ev.Name, Index: index, Session: ev.Session, Owner: ev.Owner, Token: ev.Token,
 		Value: ev.Value}
-	h := n.loop.elections[ev.Name]
-	prev := n.lastChangeBefore(h)
-	if h == nil {
-		if len(n.loop.elections) >= maxElectionHistories {
-			n.evictElectionHistory()
-		}
-		h = &electionHistory{}
-		n.loop.elections[ev.Name] = h
-	}
-	if len(h.changes) == electionHistoryLen {
-		h.trimmed = h.changes[0].Index
-		copy(h.changes, h.changes[1:])
-		h.changes = h.changes[:electionHistoryLen-1]
-	}
-	h.changes = append(h.changes, c)
+	n.fwd.OnLeaderChange(forward.Change(c))
 	if ob := n.loop.observe[ev.Name]; ob != nil && !n.light() {
 		n.deliver(ob, c)
 	}
-	if n.loop.isLeader {
-		n.fwdPushLeaderChange(c, prev)
-	}
-}
-
-// evictElectionHistory drops the record of the election whose last change
-// is the oldest (loop); a member behind it is told it lagged.
-func (n *Node) evictElectionHistory() {
-	var oldest string
-	var at uint64
-	for name, h := range n.loop.elections {
-		last := h.changes[len(h.changes)-1].Index
-		if oldest == "" || last < at || (last == at && name < oldest) {
-			oldest, at = name, last
-		}
-	}
-	delete(n.loop.elections, oldest)
-	n.loop.history.evicted = max(n.loop.history.evicted, at)
 }
 
 // observeOnRestored: the lock table was replaced by a snapshot; the changes
@@ -341,9 +264,8 @@ func (n *Node) evictElectionHistory() {
 // yet gets the current leader; one that may have missed changes (the
 // snapshot reaches past what it knows) is ended with ErrObserveLagged.
 func (n *Node) observeOnRestored() {
-	clear(n.loop.elections)
 	applied := n.fsm.AppliedIndex()
-	n.loop.history = historyCover{from: applied}
+	n.fwd.Restored(applied)
 	for name, ob := range n.loop.observe {
 		switch {
 		case !ob.known:

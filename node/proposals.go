@@ -149,7 +149,7 @@ func (n *Node) propose(o *op) {
 		o.firstProposed = o.proposedAt
 	}
 	if n.light() {
-		n.forward(o.data)
+		n.fwd.Forward(o.data)
 		return
 	}
 	n.proposeEntry(o.data, o)
@@ -165,7 +165,7 @@ func (n *Node) retryProposals(now time.Time) {
 	n.retrySessionOpen(now)
 	n.loop.lead.retry(n, now)
 	if n.light() {
-		n.fwdTick(now)
+		n.fwd.Tick(now)
 	}
 }
 

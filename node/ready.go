@@ -93,7 +93,7 @@ func (n *Node) handleReady() error {
 		}
 		n.step(m.GetResponses())
 	}
-	n.fwdFlushComplete()
+	n.fwd.FlushReplies()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
 		n.onRemovalReadStates(rd.ReadStates)
@@ -127,14 +127,14 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	if wasLeader && !n.loop.isLeader {
 		n.loop.hints.pending = nil
 		n.loop.lead.stepDown()
-		n.fwdStepDown()
+		n.fwd.StepDown()
 		n.failConfirmRounds()
 	}
 	if !wasLeader && n.loop.isLeader {
 		n.loop.electedIn = n.loop.confState
 		n.loop.term = n.rn.BasicStatus().GetTerm()
 		n.loop.lead.becomeLeader(n.loop.term)
-		n.fwdBecomeLeader()
+		n.fwd.BecomeLeader()
 	}
 }
 
@@ -183,7 +183,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			} else {
 				res, n.loop.events = n.fsm.ApplyCommand(idx, &cmd, n.loop.events)
 				n.onResult(idx, &cmd, res)
-				n.fwdOnResult(&cmd, res)
+				n.fwd.OnResult(&cmd, res)
 			}
 			for i := range n.loop.events {
 				n.onEvent(idx, &n.loop.events[i])

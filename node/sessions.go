@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -59,7 +60,7 @@ func (n *Node) retrySessionOpen(now time.Time) {
 	// starts before the cluster exists would otherwise get a session whose
 	// deadline has already passed, and give it up at once.
 	if light {
-		target := n.fwdTarget()
+		target := n.fwd.Target()
 		if target == 0 {
 			return
 		}
@@ -67,7 +68,7 @@ func (n *Node) retrySessionOpen(now time.Time) {
 			s.openSentAt = n.clock.Now()
 		}
 		n.lastSent.Advance(n.clock.Now())
-		n.fwdOpen(s.nonce, target)
+		n.fwd.Open(s.nonce, target)
 		return
 	}
 	if s.openSentAt.IsZero() {
@@ -86,7 +87,7 @@ func (n *Node) retrySessionOpen(now time.Time) {
 // (session open/close, leader expiries). These are idempotent by nature.
 func (n *Node) proposeSessionless(c lockfsm.Command) {
 	if n.light() {
-		n.forward(c.AppendEncode(nil))
+		n.fwd.Forward(c.AppendEncode(nil))
 		return
 	}
 	n.proposeEntry(c.AppendEncode(nil), nil)
@@ -257,7 +258,7 @@ func (n *Node) keepaliveLoop() {
 			n.noteAcked(sent)
 		case keepaliveNotLeader, keepaliveFailed:
 			if n.light() {
-				n.tryDo(func() { n.fwdLeaderLost(lead) })
+				n.tryDo(func() { n.fwd.LeaderLost(lead) })
 			}
 		case keepaliveNoSession:
 			_ = n.do(context.Background(), func() {
@@ -343,7 +344,7 @@ func (n *Node) onRestored(index uint64) {
 		if s.id == 0 {
 			return // given up while handing out a grant below
 		}
-		if tok := grantedTo(li, s.id, o.cmd.Owner, seq); ok && tok != 0 {
+		if tok := forward.GrantedTo(li, s.id, o.cmd.Owner, seq); ok && tok != 0 {
 			if o.granted == nil {
 				n.handOut(o, tok, true)
 			}
@@ -358,25 +359,15 @@ func (n *Node) onRestored(index uint64) {
 		}
 		// Queued after the snapshot (o.index > index), or as a light
 		// member, which is not told the index (0): the entries after the
-		// snapshot carry it. While light, fwdWaitCheck asked the leader
-		// about waits it heard nothing of, so one that ended unheard before
-		// the snapshot is no likelier than a lost push.
+		// snapshot carry it. While light, it asked the leader every
+		// forward.WaitCheck about waits it heard nothing of, so one that
+		// ended unheard before the snapshot is no likelier than a lost
+		// push.
 		if !waiting && o.index != 0 && o.index <= index {
 			delete(r.queued, seq)
 			r.complete(o, opResult{err: lockerr.ErrSessionExpired})
 		}
 	}
-}
-
-// grantedTo is the token of the hold in li that the acquire (session, seq)
-// of owner created, or 0.
-func grantedTo(li lockfsm.LockInfo, session uint64, owner string, seq uint64) uint64 {
-	for _, h := range li.Holds {
-		if h.Session == session && h.Owner == owner && h.GrantSeq == seq && seq != 0 {
-			return h.Token
-		}
-	}
-	return 0
 }
 
 // sessionNonce tells this node's OpenSession apart from any other: random,

@@ -85,8 +85,9 @@ type RaftClient interface {
 	// is known to run the lock catalogue (node/versiongate.go). Read-only.
 	VersionGate(ctx context.Context, in *VersionGateRequest, opts ...grpc.CallOption) (*VersionGateResponse, error)
 	// Observe subscribes the calling light member to elections with the
-	// leader and returns the changes it missed (node/fwdobserve.go); later
-	// changes come as LeaderChangePush items of FwdPush. Read-only.
+	// leader and returns the changes it missed
+	// (node/internal/forward/observe.go); later changes come as
+	// LeaderChangePush items of FwdPush. Read-only.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error)
 }
 
@@ -290,8 +291,9 @@ type RaftServer interface {
 	// is known to run the lock catalogue (node/versiongate.go). Read-only.
 	VersionGate(context.Context, *VersionGateRequest) (*VersionGateResponse, error)
 	// Observe subscribes the calling light member to elections with the
-	// leader and returns the changes it missed (node/fwdobserve.go); later
-	// changes come as LeaderChangePush items of FwdPush. Read-only.
+	// leader and returns the changes it missed
+	// (node/internal/forward/observe.go); later changes come as
+	// LeaderChangePush items of FwdPush. Read-only.
 	Observe(context.Context, *ObserveRequest) (*ObserveResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
