@@ -646,7 +646,7 @@ func (n *Node) fwdOpenOnLeader(from, nonce, ttl uint64, reply chan *transportpb.
 // only once the leader is ready (its term's first entry applied), and only
 // about the caller's own session.
 func (n *Node) fwdStatusOnLeader(from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
-	if !n.loop.isLeader || !n.loop.lead.active {
+	if !n.loop.isLeader || !n.loop.lease.Active() {
 		return &transportpb.FwdStatusResponse{NotLeader: notLeader(0)}, nil
 	}
 	sess := req.GetSession()
@@ -654,7 +654,7 @@ func (n *Node) fwdStatusOnLeader(from uint64, req *transportpb.FwdStatusRequest)
 		return nil, err
 	}
 	out := &transportpb.FwdStatusResponse{Facts: make([]*transportpb.StatusFact, 0, len(req.GetQueries()))}
-	_, alive := n.loop.lead.sessions[sess]
+	_, alive := n.loop.lease.SessionDeadline(sess)
 	for _, q := range req.GetQueries() {
 		st, tok := transportpb.AcquireState_ACQUIRE_STATE_QUEUED, uint64(0)
 		if alive {

@@ -160,7 +160,7 @@ func (n *Node) handleObserve(ctx context.Context, from uint64, req *transportpb.
 }
 
 func (n *Node) observeOnLeader(from uint64, req *transportpb.ObserveRequest) *transportpb.ObserveResponse {
-	if !n.loop.isLeader || !n.loop.lead.active {
+	if !n.loop.isLeader || !n.loop.lease.Active() {
 		return &transportpb.ObserveResponse{NotLeader: notLeader(n.loop.leader)}
 	}
 	f := &n.loop.fwd
