@@ -86,8 +86,9 @@ type confirmRound struct {
 func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveStatus {
 	w.reply = make(chan keepaliveStatus, 1)
 	// Received now, before the loop takes it: after the holder sent it, and
-	// before any round the loop issues for it (F1 in node/internal/lease). Timing it
-	// in the loop would add the loop's queueing to the session's base.
+	// before any round the loop issues for it (F1, node/internal/lease).
+	// Timing it in the loop would add the loop's queueing to the session's
+	// base.
 	w.recv = n.clock.Now()
 	if err := n.do(ctx, func() {
 		n.confirmLeadership(w)

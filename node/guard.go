@@ -58,8 +58,8 @@ const (
 	maxContextSize = 64 // request contexts (ReadIndex, hints): 9 bytes here
 	// maxHeartbeatContext bounds a heartbeat's (or its answer's) context,
 	// which carries the sessions of a confirmation round and, to a new
-	// leader, a contact report of every open session (node/internal/lease): about 12
-	// bytes a session, so room for tens of thousands.
+	// leader, a contact report of every open session (node/internal/lease):
+	// about 12 bytes a session, so room for tens of thousands.
 	maxHeartbeatContext = 1 << 20
 	maxPropEntries      = 1 << 14 // entries in one forwarded proposal
 	maxCommandSize      = maxLockCommand

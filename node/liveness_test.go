@@ -249,7 +249,7 @@ func tableSession(t *testing.T, n *Node, id uint64) (lockfsm.SessionInfo, bool) 
 	return lockfsm.SessionInfo{}, false
 }
 
-// TestReviveBeforeAck (S5, rule R of node/internal/lease): a holder cut off long
+// TestReviveBeforeAck (S5, rule R in node/internal/lease): a holder cut off long
 // enough to be checkpointed silent comes back; the leader must have a
 // revive applied before it acknowledges it. The holder stays a while, is
 // cut off again and the leader dies: the next leader must not count the
