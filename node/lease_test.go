@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -32,8 +33,13 @@ func TestContactsPassTheGuard(t *testing.T) {
 			now.Add(-time.Duration(i)*time.Millisecond))
 	}
 	follower.SeeRound(3, sessions, now.Add(-time.Second))
-	pos := make([]byte, 8)
-	hb := lease.AppendHeartbeatExt(pos, true, sessions)
+	// Term 4's leader, just ready, names them all in a round that asks for
+	// reports.
+	leader := lease.New(lease.Config{Self: 2}, &tableHost{}, now)
+	leader.BecomeLeader(4, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	leader.Ready(now)
+	require.True(t, leader.ReportsWanted())
+	hb := append(make([]byte, 8), leader.HeartbeatExt(slices.Clone(sessions))...)
 	resp := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeatResp.Enum(), From: proto.Uint64(2), To: proto.Uint64(1),
 		Term: proto.Uint64(4), Context: hb}
 	follower.AnswerHeartbeat(resp, now)

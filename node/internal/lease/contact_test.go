@@ -75,7 +75,7 @@ func TestContactReportRoundTrip(t *testing.T) {
 // which stays intact; plain contexts have no extension.
 func TestHeartbeatExtension(t *testing.T) {
 	pos := []byte{9, 0, 0, 0, 0, 0, 0, 0}
-	ctx := AppendHeartbeatExt(append([]byte{}, pos...), true, []uint64{1, 300, 1 << 40})
+	ctx := appendHeartbeatExt(append([]byte{}, pos...), true, []uint64{1, 300, 1 << 40})
 	require.Equal(t, pos, ctx[:hbPosLen])
 	flags, sessions, ok := parseHeartbeatExt(ctx)
 	require.True(t, ok)

@@ -35,9 +35,9 @@ const (
 	reportTag        = 'R'
 )
 
-// AppendHeartbeatExt appends a heartbeat extension naming sessions, asking
+// appendHeartbeatExt appends a heartbeat extension naming sessions, asking
 // for contact reports if wantReports.
-func AppendHeartbeatExt(b []byte, wantReports bool, sessions []uint64) []byte {
+func appendHeartbeatExt(b []byte, wantReports bool, sessions []uint64) []byte {
 	var flags byte
 	if wantReports {
 		flags |= roundWantsReport
@@ -115,7 +115,7 @@ func (e *Engine) HeartbeatExt(sessions []uint64) []byte {
 	}
 	slices.Sort(sessions)
 	sessions = slices.Compact(sessions)
-	return AppendHeartbeatExt(nil, e.ReportsWanted(), sessions)
+	return appendHeartbeatExt(nil, e.ReportsWanted(), sessions)
 }
 
 // ExtendHeartbeat appends ext (HeartbeatExt) to an outgoing ReadIndex

@@ -321,7 +321,7 @@ func (s *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 	case "heartbeat":
 		pos := make([]byte, hbPosLen)
 		m := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), Term: proto.Uint64(argU(t, td, "term", 0)),
-			Context: AppendHeartbeatExt(pos, td.HasArg("report"), argIDs(t, td, "sessions"))}
+			Context: appendHeartbeatExt(pos, td.HasArg("report"), argIDs(t, td, "sessions"))}
 		s.e.SeeLeader(m, s.now)
 		resp := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeatResp.Enum(), Term: m.Term, Context: m.Context}
 		s.e.AnswerHeartbeat(resp, s.now)
