@@ -237,7 +237,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		// (2 keepalive intervals) for the corner where the leader that saw
 		// the holder's last keepalive is lost before its mark commits and a
 		// voter of the next leader's majority restarted meanwhile
-		// (node/silence.go).
+		// (node/internal/lease).
 		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval+rc.ExtraProbeSlack, viol,
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}

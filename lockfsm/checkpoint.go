@@ -12,7 +12,7 @@ import "google.golang.org/protobuf/encoding/protowire"
 // until a later checkpoint marks it Live again and is applied. Each node notes its own monotonic time
 // when it applies a checkpoint; a later leader takes base = that time − SilenceMillis, which is never
 // earlier than the real last receive (an entry is applied after it was proposed). The argument in full
-// is in node/silence.go.
+// is in the package doc of node/internal/lease.
 //
 // lockfsm only stores the latest mark of each session (the session record's ckpt, record version 3) so
 // that a node restarted from its state file, or restored from a snapshot, knows which sessions are

@@ -130,7 +130,7 @@ func commitHintQuorum(cs *raftpb.ConfState) bool {
 // configuration does not allow it (leader's loop).
 func (n *Node) queueCommitHints(term, idx uint64) {
 	h := &n.loop.hints
-	if !n.loop.lead.active || h.confIndex > n.loop.lastApplied || !commitHintQuorum(n.loop.confState) {
+	if !n.loop.lease.Active() || h.confIndex > n.loop.lastApplied || !commitHintQuorum(n.loop.confState) {
 		return
 	}
 	if n.rn.BasicStatus().GetCommit() >= idx {

@@ -396,8 +396,8 @@ func (c Config) keepaliveTimeout() time.Duration {
 // 2.25 s per failover); etcd and Redisson renew at a third, ZooKeeper
 // pings at a third. What a longer interval costs: a silent session is
 // checkpointed after two intervals (silenceThreshold), so the rare corner
-// of L3 that waits for it (silence.go) is longer, and a light member finds
-// a dead leader at its next keepalive.
+// of L3 that waits for it (node/internal/lease) is longer, and a light
+// member finds a dead leader at its next keepalive.
 func (c Config) defaultKeepaliveInterval() time.Duration {
 	ttl := c.SessionTTL
 	room := ttl - c.holderMargin() - failoverBudget(c.electionTimeout())

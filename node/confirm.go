@@ -28,8 +28,8 @@ import (
 // The heartbeats that confirm rounds name the sessions of every round still
 // unanswered: followers remember when they last saw each session in a
 // round, which lets a later leader carry a crashed holder's silence over
-// (silence.go). A new leader's first rounds also ask the followers for
-// those memories.
+// (node/internal/lease). A new leader's first rounds also ask the followers
+// for those memories.
 
 // keepaliveWaiter is one keepalive or renewal waiting for confirmation.
 type keepaliveWaiter struct {
@@ -79,15 +79,16 @@ type confirmRound struct {
 	id       uint64
 	issued   time.Time
 	waiters  []keepaliveWaiter
-	sessions []uint64 // its waiters' sessions, named on the heartbeats that confirm it (silence.go)
+	sessions []uint64 // its waiters' sessions, named on the heartbeats that confirm it (lease.go)
 }
 
 // awaitConfirmed hands w to the loop and waits for its answer (or ctx).
 func (n *Node) awaitConfirmed(ctx context.Context, w keepaliveWaiter) keepaliveStatus {
 	w.reply = make(chan keepaliveStatus, 1)
 	// Received now, before the loop takes it: after the holder sent it, and
-	// before any round the loop issues for it (silence.go's F1). Timing it
-	// in the loop would add the loop's queueing to the session's base.
+	// before any round the loop issues for it (F1, node/internal/lease).
+	// Timing it in the loop would add the loop's queueing to the session's
+	// base.
 	w.recv = n.clock.Now()
 	if err := n.do(ctx, func() {
 		n.confirmLeadership(w)
@@ -117,7 +118,7 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	c := &n.loop.confirm
 	c.next = append(c.next, w)
 	if !w.renew {
-		n.loop.lead.noteArrival(w.session, w.recv)
+		n.loop.lease.NoteArrival(w.session, w.recv)
 	}
 	n.issueConfirmRound(false)
 }
@@ -127,8 +128,7 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 // while rounds are frequent, outside a tick (see lastIssued).
 func (n *Node) issueConfirmRound(onTick bool) {
 	c := &n.loop.confirm
-	reports := n.loop.isLeader && n.loop.lead.reports.wanted
-	if len(c.next) == 0 && !reports {
+	if len(c.next) == 0 && !n.loop.lease.ReportsWanted() {
 		return
 	}
 	now := n.clock.Now()
@@ -150,7 +150,7 @@ func (n *Node) issueConfirmRound(onTick bool) {
 	c.id++
 	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next, sessions: sessions})
 	c.next = nil
-	n.loop.seen.see(n.loop.term, sessions, now)
+	n.loop.lease.SeeRound(n.loop.term, sessions, now)
 	var rctx [9]byte
 	rctx[0] = 'k'
 	binary.BigEndian.PutUint64(rctx[1:], c.id)
@@ -186,9 +186,9 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 					continue
 				}
 				if w.renew {
-					w.reply <- n.loop.lead.renewLease(n, w.name, w.token, w.session, w.owner, w.recv)
+					w.reply <- statusOf(n.loop.lease.Renew(w.name, w.token, w.session, w.owner, w.recv))
 				} else {
-					n.loop.lead.keepalive(n, w)
+					n.loop.lease.Keepalive(w.leaseKeepalive())
 				}
 			}
 		}
@@ -196,7 +196,7 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 	if len(c.rounds) == 0 {
 		c.rounds = nil
 	}
-	n.loop.lead.flushRevives(n)
+	n.proposeAll(n.loop.lease.FlushRevives(n.clock.Now()))
 	n.issueConfirmRound(false)
 }
 

@@ -51,10 +51,10 @@ func (n *Node) stopFineTicker() {
 func (n *Node) onFineTick() {
 	if n.loop.isLeader {
 		now := n.clock.Now()
-		n.loop.lead.tick(n, now)
+		n.proposeAll(n.loop.lease.Tick(now))
 		n.fwd.ExpireReplies(now)
 	} else if n.k.FollowerExpiry {
-		n.followerExpiry()
+		n.proposeAll(n.loop.lease.FollowerExpiry(n.clock.Now(), n.loop.own.id))
 	}
 }
 
@@ -69,36 +69,9 @@ func (n *Node) leaderCoarseTick(now time.Time) {
 		return
 	}
 	if f.c == nil {
-		n.loop.lead.tick(n, now)
+		n.proposeAll(n.loop.lease.Tick(now))
 		n.fwd.ExpireReplies(now)
 	}
 	horizon := now.Add(2 * n.coarsePeriod()) // a calm leader ticks once per heartbeat (quiettick.go)
-	l := &n.loop.lead
-	near := func(ds map[uint64]*sessionTimer) bool {
-		for _, d := range ds {
-			if d.at.Before(horizon) {
-				return true
-			}
-		}
-		return false
-	}
-	nearName := func(ds map[string]*deadline) bool {
-		for _, d := range ds {
-			if d.at.Before(horizon) {
-				return true
-			}
-		}
-		return false
-	}
-	nearLease := func(ds map[leaseKey][]*deadline) bool {
-		for _, hs := range ds {
-			for _, d := range hs {
-				if d.at.Before(horizon) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	f.wanted = l.active && (near(l.sessions) || nearLease(l.leases) || nearName(l.delays))
+	f.wanted = n.loop.lease.DeadlineBefore(horizon)
 }

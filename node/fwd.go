@@ -363,7 +363,7 @@ func (h *fwdHost) Lagged(name string) {
 	}
 }
 
-func (h *fwdHost) Ready() bool { return h.loop.lead.active }
+func (h *fwdHost) Ready() bool { return h.loop.lease.Active() }
 
 func (h *fwdHost) InConfig(id uint64) bool {
 	cs := h.loop.confState
@@ -400,6 +400,6 @@ func (h *fwdHost) CheckOwner(from, session uint64) error {
 }
 
 func (h *fwdHost) SessionOpen(session uint64) bool {
-	_, ok := h.loop.lead.sessions[session]
+	_, ok := h.loop.lease.SessionDeadline(session)
 	return ok
 }

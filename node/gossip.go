@@ -527,12 +527,12 @@ func (n *Node) onConfChangeApplied(cc raftpb.ConfChangeI) {
 // configuration change committed before its term is applied here): a new
 // leader's configuration may lack a change an earlier leader committed.
 func (n *Node) reconcile() {
-	if n.ml == nil || !n.loop.isLeader || !n.loop.lead.active || n.err() != nil || n.closing.Load() {
+	if n.ml == nil || !n.loop.isLeader || !n.loop.lease.Active() || n.err() != nil || n.closing.Load() {
 		return
 	}
 	now := time.Now()
 	gs := &n.loop.gossip
-	if t := n.loop.lead.term; gs.sinceTerm != t {
+	if t := n.loop.lease.Term(); gs.sinceTerm != t {
 		gs.since, gs.sinceTerm = map[uint64]healthMark{}, t
 	}
 	if p := gs.pending; p != nil {

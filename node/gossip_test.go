@@ -642,7 +642,7 @@ func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 	require.NoError(t, lead.do(ctx, func() {
 		gs := &lead.loop.gossip
 		gs.since[victimID] = healthMark{healthy: false, role: 2, since: planted.Add(-time.Hour)}
-		gs.sinceTerm = lead.loop.lead.term - 1
+		gs.sinceTerm = lead.loop.lease.Term() - 1
 	}))
 	f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)

@@ -59,8 +59,8 @@ const (
 	maxContextSize = 64 // request contexts (ReadIndex, hints): 9 bytes here
 	// maxHeartbeatContext bounds a heartbeat's (or its answer's) context,
 	// which carries the sessions of a confirmation round and, to a new
-	// leader, a contact report of every open session (silence.go): about 12
-	// bytes a session, so room for tens of thousands.
+	// leader, a contact report of every open session (node/internal/lease):
+	// about 12 bytes a session, so room for tens of thousands.
 	maxHeartbeatContext = 1 << 20
 	maxPropEntries      = 1 << 14 // entries in one forwarded proposal
 	maxCommandSize      = maxLockCommand
@@ -474,7 +474,7 @@ func (n *Node) recoverLoop() {
 }
 
 // isHeartbeat: a heartbeat or its answer, whose context may carry contact
-// information (silence.go).
+// information (node/internal/lease).
 func isHeartbeat(m *raftpb.Message) bool {
 	t := m.GetType()
 	return t == raftpb.MessageType_MsgHeartbeat || t == raftpb.MessageType_MsgHeartbeatResp

@@ -437,11 +437,7 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 		return
 	}
 	n.fwd.OnEvent(ev)
-	n.noteEvent(ev)
-	n.loop.lead.onEvent(n, ev)
-	if n.k.FollowerExpiry {
-		n.loop.local.onEvent(n, ev)
-	}
+	n.loop.lease.OnEvent(ev, n.clock.Now())
 	if ev.Kind == lockfsm.EventSessionOpened {
 		n.onSessionOpenedEvent(index, ev)
 		return

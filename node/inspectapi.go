@@ -157,18 +157,16 @@ func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) views.Lock
 		h := views.HolderView{Owner: hi.Owner, Session: hi.Session, Member: views.MemberID(nodes[hi.Session]), Token: hi.Token,
 			HoldCount: hi.HoldCount, Mode: modeName(li.Primitive, hi.Mode), Permits: hi.Permits,
 			Names: slices.Clone(hi.Names), GrantedAt: n.appliedAt(hi.Token), LeaseMillis: hi.LeaseMillis}
-		if l := &n.loop.lead; n.loop.isLeader && l.active {
-			if hi.LeaseMillis > 0 {
-				filed := li.Name // the leader files a multi-name hold's lease under its first name
-				if len(hi.Names) > 0 {
-					filed = hi.Names[0]
-				}
-				if d := l.findLease(filed, hi.Token, hi.Session, hi.Owner); d != nil {
-					h.ExpiresAt = d.at
-				}
-			} else if d := l.sessions[hi.Session]; d != nil {
-				h.ExpiresAt = d.at
+		if hi.LeaseMillis > 0 {
+			filed := li.Name // the leader files a multi-name hold's lease under its first name
+			if len(hi.Names) > 0 {
+				filed = hi.Names[0]
 			}
+			if at, ok := n.loop.lease.LeaseDeadline(filed, hi.Token, hi.Session, hi.Owner); ok {
+				h.ExpiresAt = at
+			}
+		} else if at, ok := n.loop.lease.SessionDeadline(hi.Session); ok {
+			h.ExpiresAt = at
 		}
 		v.Holds = append(v.Holds, h)
 	}

@@ -175,7 +175,7 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 			// the expiry's commit (5 ticks), and the silence threshold for
 			// the corner where the leader that saw the last keepalive is
 			// lost before its first mark commits while a voter of the next
-			// majority restarted (silence.go).
+			// majority restarted (node/internal/lease).
 			slack := 5*cfg.TickInterval + cfg.silenceThreshold()
 			bound := cfg.SessionTTL + 2*cfg.electionTimeout() + slack
 			ctx := ctxT(t, 60*time.Second)
@@ -249,7 +249,7 @@ func tableSession(t *testing.T, n *Node, id uint64) (lockfsm.SessionInfo, bool) 
 	return lockfsm.SessionInfo{}, false
 }
 
-// TestReviveBeforeAck (S5, rule R of silence.go): a holder cut off long
+// TestReviveBeforeAck (S5, rule R in node/internal/lease): a holder cut off long
 // enough to be checkpointed silent comes back; the leader must have a
 // revive applied before it acknowledges it. The holder stays a while, is
 // cut off again and the leader dies: the next leader must not count the

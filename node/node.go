@@ -33,6 +33,7 @@ import (
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node/internal/forward"
+	"github.com/lockraft/lockraft/node/internal/lease"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -137,20 +138,9 @@ type loopState struct {
 	ops   opRegistry
 	holds holdRegistry
 	own   ownSession
-	lead  leaderDuties
-	// electedIn: the configuration in force when this node last became
-	// leader (its contact reports need a majority of it: silence.go).
-	electedIn *raftpb.ConfState
-	// seen: when this node last heard from leaders and saw each session in
-	// a confirmation round; marks: per silent session, the earliest base
-	// (apply time − silence) of its checkpoints since its last revive;
-	// delayed: when it applied the expiry that started each lock-delay. All
-	// node memory, for when it leads (silence.go).
-	seen    contactLog
-	marks   map[uint64]time.Time
-	opened  map[uint64]time.Time // when this node applied each session's OpenSession (or loaded it)
-	delayed map[string]delayMark
-	local   leaderDuties // TestHooks.FollowerExpiry only
+	lease *lease.Engine // deadlines, rule (R) and the node memory behind them (lease.go)
+	// demote: closed when this node stops leading (transferLeadership).
+	demote  []chan struct{}
 	confirm confirmer
 	gossip  gossipState
 	noLead  leaderWatch
@@ -362,17 +352,13 @@ func start(cfg Config) (*Node, error) {
 	n.loop.ops.init()
 	n.loop.holds.init()
 	n.loop.gossip.leaveWait = map[uint64][]chan error{} // Leave works in static mode too
-	n.loop.lead.init()
-	n.loop.local.init()
 	n.loop.observe = map[string]*observed{}
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	n.loop.seen.init(n.clock.Now())
-	n.loop.delayed = map[string]delayMark{}
-	n.noteLoadedMarks()
+	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	if cfg.Gossip != nil {
@@ -598,10 +584,11 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		switch m.GetType() {
 		case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgApp, raftpb.MessageType_MsgSnap:
 			now := n.clock.Now()
-			n.noteLeaderContact(m, now)
+			n.loop.lease.SeeLeader(m, now)
+			n.leaderSeen.Advance(now)
 			n.noteHeard(m.GetFrom(), now)
 		case raftpb.MessageType_MsgHeartbeatResp:
-			n.takeContactReport(m)
+			n.loop.lease.TakeReport(m, n.clock.Now())
 		}
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals (lock commands of its own

@@ -163,7 +163,6 @@ func (n *Node) retryProposals(now time.Time) {
 		n.propose(o)
 	}
 	n.retrySessionOpen(now)
-	n.loop.lead.retry(n, now)
 	if n.light() {
 		n.fwd.Tick(now)
 	}
@@ -195,9 +194,11 @@ func (n *Node) onSessionOpen() {
 
 // onResult routes the result of one of this node's commands to its waiter.
 func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) {
-	n.onLeaderResult(index, cmd, res)
-	if cmd.Kind == lockfsm.KindCheckpoint {
-		n.onCheckpointApplied(cmd)
+	switch cmd.Kind {
+	case lockfsm.KindLiftDelay:
+		n.loop.lease.OnLiftDelay(cmd)
+	case lockfsm.KindCheckpoint:
+		n.loop.lease.OnCheckpoint(cmd, n.clock.Now())
 		return
 	}
 	if cmd.Kind == lockfsm.KindCloseSession && res.Err != nil {

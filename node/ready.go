@@ -12,6 +12,7 @@ import (
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/lease"
 )
 
 // handleReady processes one Ready. The node runs raft with
@@ -31,7 +32,7 @@ func (n *Node) handleReady() error {
 	}
 	out := rd.Messages[:0:0]
 	var applies []*raftpb.Message
-	var hbExt []byte // the leader's heartbeat extension this turn (silence.go)
+	var hbExt []byte // the leader's heartbeat extension this turn (lease.go)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
@@ -72,9 +73,9 @@ func (n *Node) handleReady() error {
 				if hbExt == nil && n.loop.isLeader {
 					hbExt = n.heartbeatExt()
 				}
-				extendHeartbeat(m, hbExt)
+				lease.ExtendHeartbeat(m, hbExt)
 			case raftpb.MessageType_MsgHeartbeatResp:
-				n.answerHeartbeat(m)
+				n.loop.lease.AnswerHeartbeat(m, n.clock.Now())
 			}
 			out = append(out, m)
 		}
@@ -126,14 +127,17 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	}
 	if wasLeader && !n.loop.isLeader {
 		n.loop.hints.pending = nil
-		n.loop.lead.stepDown()
+		n.loop.lease.StepDown()
+		for _, c := range n.loop.demote {
+			close(c)
+		}
+		n.loop.demote = nil
 		n.fwd.StepDown()
 		n.failConfirmRounds()
 	}
 	if !wasLeader && n.loop.isLeader {
-		n.loop.electedIn = n.loop.confState
 		n.loop.term = n.rn.BasicStatus().GetTerm()
-		n.loop.lead.becomeLeader(n.loop.term)
+		n.loop.lease.BecomeLeader(n.loop.term, n.loop.confState)
 		n.fwd.BecomeLeader()
 	}
 }
@@ -156,7 +160,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if len(e.GetData()) == 0 {
 				// The empty entry a new leader appends in its term.
 				if n.loop.isLeader && e.GetTerm() == n.loop.term {
-					n.loop.lead.ready(n)
+					n.leaseReady()
 				}
 				if idx > n.loop.lastApplied {
 					n.loop.lastApplied = idx
@@ -383,5 +387,5 @@ func (n *Node) transferLeadership(done chan struct{}) {
 	}
 	n.flushProposals() // raft drops proposals while a transfer is in progress
 	n.rn.TransferLeader(best)
-	n.loop.lead.onStepDown(done)
+	n.loop.demote = append(n.loop.demote, done) // closed when this node stops leading
 }

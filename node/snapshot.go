@@ -247,7 +247,7 @@ func (n *Node) finishRestore(j *restoreJob) {
 	n.loop.lastApplied = j.index
 	n.snapshotsRestored.Add(1)
 	n.loop.times.restart(j.index + 1)
-	n.noteLoadedMarks()
+	n.loop.lease.LoadTable(n.clock.Now())
 	n.onRestored(j.index)
 	held := n.loop.held
 	n.loop.restore, n.loop.held = nil, nil
