@@ -8,6 +8,8 @@ import (
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -16,6 +18,16 @@ type Member struct {
 	ID   uint64 // raft id: non-zero, unique, never reused
 	Addr string // gRPC address other nodes dial
 }
+
+// GossipConfig turns on gossip membership (Config.Gossip): the node finds
+// the others through Seeds, the named Founders form the cluster once they
+// all see each other, and the leader grows and heals the voter set by
+// itself. It is membership's Config, declared once there: the node sets
+// Meta, Logger and Events itself, and binds 127.0.0.1 when BindAddr is
+// empty. Without Keys or SecretKey gossip is plaintext: allowed on
+// loopback, elsewhere only with Config.Insecure. Gossip is also labelled
+// with the cluster id, so two clusters never merge.
+type GossipConfig = membership.Config
 
 // Config configures one node. Zero fields take the defaults documented on
 // each field; Validate reports the first field out of range, wrapping
@@ -334,7 +346,10 @@ func (c Config) Validate() error {
 		if len(c.Members) > 0 {
 			return bad("Members (static) and Gossip are mutually exclusive")
 		}
-		return c.Gossip.validate()
+		if err := fleet.CheckGossip(c.Gossip); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		return nil
 	}
 	if c.ID == 0 {
 		return bad("ID is required")

@@ -14,150 +14,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
-
-// GossipConfig turns on gossip membership (package membership): the node
-// finds the others through Seeds, the named Founders form the cluster once
-// they all see each other, and the leader grows and heals the voter set by
-// itself. It is used only when Config.Members is empty.
-type GossipConfig struct {
-	// Seeds are gossip addresses ("host:port") of some other members. Empty
-	// for the first member of a fleet.
-	Seeds []string
-
-	// Name is this member's gossip name, unique in the fleet and stable
-	// across restarts (on Kubernetes, the pod name of a StatefulSet). Default
-	// "lockraft-" and the raft id in 16 hex digits. A founder must set it.
-	Name string
-
-	// Founders are the gossip names of the members that form the cluster,
-	// the same list on every member of the fleet (members not in it only
-	// ever join). The cluster is formed once, with all of them as its first
-	// voters, when the founder whose name sorts first sees them all and each
-	// has agreed to it; a fleet configured with one list never forms two
-	// clusters, whatever partitions or restarts happen during formation
-	// (node/formation.go says why). On Kubernetes: the first BootstrapExpect
-	// pod names of the StatefulSet, e.g. orders-0, orders-1, orders-2.
-	// Required, except in the development mode (BootstrapExpect 1).
-	Founders []string
-
-	// BindAddr and BindPort are where gossip listens (UDP and TCP). Default
-	// 127.0.0.1 and a free port. AdvertiseAddr/AdvertisePort: what others
-	// dial, default the bound ones.
-	BindAddr      string
-	BindPort      int
-	AdvertiseAddr string
-	AdvertisePort int
-
-	// BootstrapExpect is the number of founders (default len(Founders)); if
-	// set it must equal len(Founders). 1 without Founders is the explicit
-	// single-node development mode: this member founds a cluster of its own.
-	BootstrapExpect int
-
-	// Keys encrypt and authenticate gossip (AES-GCM; each 16, 24 or 32
-	// bytes). The first encrypts what this member sends; every one is tried
-	// on what it receives, so a key can be rotated without a restart of the
-	// fleet: add the new key everywhere, make it the first everywhere, then
-	// drop the old one (Node.AddGossipKey, UseGossipKey, RemoveGossipKey do
-	// the same at run time). Without keys gossip is plaintext: allowed on
-	// loopback, elsewhere only with Config.Insecure. Gossip is also labelled
-	// with the cluster id, so two clusters never merge.
-	Keys [][]byte
-	// SecretKey is a single key: the same as Keys = [][]byte{SecretKey}.
-	SecretKey []byte
-
-	// Timing of the failure detector; zero means membership.LANTiming().
-	// Tests use membership.FastTiming().
-	Timing membership.Timing
-
-	// Thresholds tune the leader's voter policy (membership.PlanVoters).
-	Thresholds membership.Thresholds
-
-	// SettleFor: the gossip view must be unchanged this long before a
-	// bootstrap decision (default 3 probe intervals).
-	SettleFor time.Duration
-
-	// ReconcileEvery: how often the leader reconsiders the configuration
-	// (default 1 s; also on every membership event).
-	ReconcileEvery time.Duration
-}
-
-func (g *GossipConfig) withDefaults() GossipConfig {
-	c := *g
-	if c.BindAddr == "" {
-		c.BindAddr = "127.0.0.1"
-	}
-	if c.BootstrapExpect == 0 {
-		c.BootstrapExpect = len(c.Founders)
-	}
-	if c.Timing == (membership.Timing{}) {
-		c.Timing = membership.LANTiming()
-	}
-	if c.SettleFor == 0 {
-		c.SettleFor = 3 * c.Timing.ProbeInterval
-	}
-	if c.ReconcileEvery == 0 {
-		c.ReconcileEvery = time.Second
-	}
-	return c
-}
-
-func (g *GossipConfig) validate() error {
-	if g.BootstrapExpect < 0 {
-		return fmt.Errorf("%w: Gossip.BootstrapExpect %d is negative", ErrInvalidConfig, g.BootstrapExpect)
-	}
-	if len(g.Keys) > 0 && len(g.SecretKey) > 0 {
-		return fmt.Errorf("%w: Gossip.Keys and Gossip.SecretKey are mutually exclusive", ErrInvalidConfig)
-	}
-	if len(g.Name) > 256 {
-		return fmt.Errorf("%w: Gossip.Name is longer than 256 bytes", ErrInvalidConfig)
-	}
-	switch {
-	case len(g.Founders) == 0 && g.BootstrapExpect == 1:
-		// The development mode: this member founds alone.
-	case len(g.Founders) == 0:
-		return fmt.Errorf("%w: Gossip.Founders is required: name the members (gossip names, the same list on every member) "+
-			"that form the cluster together; BootstrapExpect 1 without Founders is the single-node development mode", ErrInvalidConfig)
-	case g.BootstrapExpect != 0 && g.BootstrapExpect != len(g.Founders):
-		return fmt.Errorf("%w: Gossip.BootstrapExpect is %d but %d Founders are named", ErrInvalidConfig, g.BootstrapExpect, len(g.Founders))
-	}
-	seen := map[string]bool{}
-	for _, f := range g.Founders {
-		if f == "" || len(f) > 256 {
-			return fmt.Errorf("%w: Gossip.Founders: a name is empty or longer than 256 bytes", ErrInvalidConfig)
-		}
-		if seen[f] {
-			return fmt.Errorf("%w: Gossip.Founders: %q is listed twice", ErrInvalidConfig, f)
-		}
-		seen[f] = true
-	}
-	switch len(g.SecretKey) {
-	case 0, 16, 24, 32:
-	default:
-		return fmt.Errorf("%w: Gossip.SecretKey is %d bytes, want 16, 24 or 32", ErrInvalidConfig, len(g.SecretKey))
-	}
-	for i, k := range g.Keys {
-		switch len(k) {
-		case 16, 24, 32:
-		default:
-			return fmt.Errorf("%w: Gossip.Keys[%d] is %d bytes, want 16, 24 or 32", ErrInvalidConfig, i, len(k))
-		}
-	}
-	return nil
-}
-
-// keys is the keyring: Keys, or SecretKey alone.
-func (g *GossipConfig) keys() [][]byte {
-	if len(g.Keys) > 0 {
-		return g.Keys
-	}
-	if len(g.SecretKey) > 0 {
-		return [][]byte{g.SecretKey}
-	}
-	return nil
-}
 
 // resolveID returns the raft id recorded in dir's identity file, or a new
 // random non-zero one for a directory without one. The caller records it
@@ -215,26 +75,20 @@ type healthMark struct {
 // startGossip starts the membership member and its helper goroutine. Called
 // by Start before the loop runs.
 func (n *Node) startGossip() error {
-	g := n.cfg.Gossip.withDefaults()
+	g := fleet.WithDefaults(*n.cfg.Gossip)
 	n.gcfg = g
 	n.gevents = make(chan membership.Event, 1024)
 	n.loop.gossip.since = map[uint64]healthMark{}
 	n.loop.gossip.removed = map[uint64]bool{}
 	n.loop.gossip.leaveWait = map[uint64][]chan error{}
 	n.loop.gossip.foreign = map[uint64]bool{}
-	m, err := membership.Start(membership.Config{
-		NodeName:      n.gossipName(),
-		BindAddr:      g.BindAddr,
-		BindPort:      g.BindPort,
-		AdvertiseAddr: n.cfg.gossipAdvertiseHost(g),
-		AdvertisePort: g.AdvertisePort,
-		Seeds:         g.Seeds,
-		Meta:          n.localMeta(),
-		Keys:          g.keys(),
-		Timing:        g.Timing,
-		Logger:        n.log,
-		Events:        n.gevents,
-	})
+	mc := g
+	mc.Name = n.gossipName()
+	mc.AdvertiseAddr = n.cfg.gossipAdvertiseHost(g)
+	mc.Meta = n.localMeta()
+	mc.Logger = n.log
+	mc.Events = n.gevents
+	m, err := membership.Start(mc)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
