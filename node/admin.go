@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/lockraft/lockraft/membership"
 )
 
 // Operator actions (the admin handler's opt-in): hand leadership to another
@@ -188,15 +186,8 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 			return fmt.Errorf("%w: removing %016x would leave %d healthy of %d voters, below a quorum", ErrRefused, id, healthy, remaining)
 		}
 	}
-	if gs := &n.loop.gossip; n.cfg.Gossip != nil {
-		if gs.pending != nil && time.Since(gs.pending.at) < 5*n.cfg.electionTimeout() {
-			return fmt.Errorf("%w: another configuration change is pending; retry", ErrUnavailable)
-		}
-		kind := membership.RemoveVoter
-		if isLearner {
-			kind = membership.RemoveLearner
-		}
-		gs.pending = &pendingChange{kind: kind, id: id, at: time.Now()}
+	if !n.fleet.ClaimRemoval(id, isLearner, time.Now()) {
+		return fmt.Errorf("%w: another configuration change is pending; retry", ErrUnavailable)
 	}
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
 	n.flushProposals()

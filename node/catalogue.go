@@ -69,7 +69,7 @@ func (n *Node) AcquireWith(ctx context.Context, r Request) (*Hold, error) {
 		return nil, err
 	}
 	if catalogueCommand(&c) {
-		if err := n.catalogueGate(ctx); err != nil {
+		if err := n.fleet.AwaitGate(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 )
 
 // formations watches a fleet and records every formation id any of its
@@ -257,31 +258,31 @@ func lockUnlock(t *testing.T, ctx context.Context, n *Node, name string) {
 func TestFormationAnswersAreDurable(t *testing.T) {
 	f := newGossipFleet(t, "answers", 3)
 	n := f.start(2) // a founder, alone: nobody forms
-	ask := func(n *Node, r formationRequest) formationReply {
+	ask := func(n *Node, r fleet.FormRequest) fleet.FormReply {
 		t.Helper()
-		return n.handleFormation(99, r)
+		return n.fleet.Answer(99, r)
 	}
 	founders := []string{"answers-1", "answers-2", "answers-3"}
 	idA, idB := strings.Repeat("a", 32), strings.Repeat("b", 32)
-	req := formationRequest{formation: idA, candidate: "answers-1", founders: founders, target: "answers-2", targetID: n.ID()}
+	req := fleet.FormRequest{Formation: idA, Candidate: "answers-1", Founders: founders, Target: "answers-2", TargetID: n.ID()}
 
-	rep := ask(n, formationRequest{formation: idA, candidate: "answers-1", founders: founders[:2], target: "answers-2", targetID: n.ID()})
-	require.False(t, rep.adopted)
-	require.Contains(t, rep.reason, "founders differ")
-	rep = ask(n, formationRequest{formation: idA, candidate: "answers-1", founders: founders, target: "answers-2", targetID: n.ID() + 1})
-	require.False(t, rep.adopted)
-	require.Contains(t, rep.reason, "asked answers-2")
+	rep := ask(n, fleet.FormRequest{Formation: idA, Candidate: "answers-1", Founders: founders[:2], Target: "answers-2", TargetID: n.ID()})
+	require.False(t, rep.Adopted)
+	require.Contains(t, rep.Reason, "founders differ")
+	rep = ask(n, fleet.FormRequest{Formation: idA, Candidate: "answers-1", Founders: founders, Target: "answers-2", TargetID: n.ID() + 1})
+	require.False(t, rep.Adopted)
+	require.Contains(t, rep.Reason, "asked answers-2")
 	require.Empty(t, n.formation(), "a refusal adopts nothing")
 
 	rep = ask(n, req)
-	require.True(t, rep.adopted)
-	require.Equal(t, "answers-2", rep.name)
-	require.Equal(t, n.ID(), rep.id)
-	require.True(t, ask(n, req).adopted, "asking again gets the same answer")
-	req.formation = idB
+	require.True(t, rep.Adopted)
+	require.Equal(t, "answers-2", rep.Name)
+	require.Equal(t, n.ID(), rep.ID)
+	require.True(t, ask(n, req).Adopted, "asking again gets the same answer")
+	req.Formation = idB
 	rep = ask(n, req)
-	require.False(t, rep.adopted)
-	require.Contains(t, rep.reason, "belongs to formation "+idA)
+	require.False(t, rep.Adopted)
+	require.Contains(t, rep.Reason, "belongs to formation "+idA)
 
 	// The answer is in the data directory: after a restart it still holds.
 	id := n.ID()
@@ -290,7 +291,7 @@ func TestFormationAnswersAreDurable(t *testing.T) {
 	require.Equal(t, id, n.ID())
 	require.Equal(t, idA, n.formation())
 	rep = ask(n, req)
-	require.False(t, rep.adopted, "a restart does not free the answer")
+	require.False(t, rep.Adopted, "a restart does not free the answer")
 	ident, ok, err := readIdentity(f.dirs[2])
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 )
 
 // gossipFleet is a set of real nodes (real gRPC, bbolt, memberlist on
@@ -639,9 +640,9 @@ func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the leader sees the killed voter unhealthy")
 	planted := time.Now()
 	require.NoError(t, lead.do(ctx, func() {
-		gs := &lead.loop.gossip
-		gs.since[victimID] = healthMark{healthy: false, role: 2, since: planted.Add(-time.Hour)}
-		gs.sinceTerm = lead.loop.lead.term - 1
+		marks := lead.fleet.HealthMarks()
+		marks.ByID[victimID] = fleet.HealthMark{Healthy: false, Role: 2, Since: planted.Add(-time.Hour)}
+		marks.Term = lead.loop.lead.term - 1
 	}))
 	f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)

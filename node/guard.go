@@ -33,7 +33,7 @@ import (
 //     arrives after a MsgApp or MsgSnap stepped in the same turn (which may
 //     have changed the log) waits for the end of that turn's Readys, when
 //     the last index is exact again.
-//   - who may send at all (members.go): members of the configuration, the
+//   - who may send at all (fleet.MemberSet): members of the configuration, the
 //     founding members, and members gossip reports with raft data; never a
 //     member whose removal was applied.
 //   - proposals (MsgProp) only at the leader, only normal entries carrying a

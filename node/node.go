@@ -31,6 +31,7 @@ import (
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -47,10 +48,10 @@ type Node struct {
 	storage raftlog.Log
 	fsm     *lockfsm.FSM
 	tr      transport.Network
-	addr    string        // the advertised gRPC address (advertise.go)
-	static  staticCheck   // members on another static list (staticlist.go)
-	rn      *raft.RawNode // owned by the loop goroutine
-	members *memberSet    // who may send raft messages (members.go)
+	addr    string           // the advertised gRPC address (advertise.go)
+	rn      *raft.RawNode    // owned by the loop goroutine
+	fleet   *fleet.Fleet     // cluster management (fleet.go, node/internal/fleet)
+	members *fleet.MemberSet // who may send raft messages (the fleet's)
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
@@ -86,9 +87,6 @@ type Node struct {
 	// deadline.
 	lastAcked laterTime
 	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
-	// catalogueOpen: every configuration member is known to run the lock
-	// catalogue (versiongate.go); once set, it stays set.
-	catalogueOpen atomic.Bool
 
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
 	statusServed      atomic.Uint64 // fwd-status calls this node answered
@@ -97,15 +95,7 @@ type Node struct {
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
 
-	// Gossip membership (nil/zero with static Members).
-	gcfg    GossipConfig
-	gevents chan membership.Event
-	ml      *membership.Membership
-	// formationID is the formed cluster this node belongs to ("" if none
-	// yet), as in its identity file; formMu serialises adopting one
-	// (formation.go).
-	formMu      sync.Mutex
-	formationID string
+	ml *membership.Membership // gossip membership (nil with static Members)
 
 	loop loopState // touched only by the loop goroutine
 }
@@ -147,7 +137,6 @@ type loopState struct {
 	delayed map[string]delayMark
 	local   leaderDuties // TestHooks.FollowerExpiry only
 	confirm confirmer
-	gossip  gossipState
 	fwd     fwdState
 	noLead  leaderWatch
 	props   proposalBatch
@@ -239,7 +228,6 @@ func start(cfg Config) (*Node, error) {
 	if err := mkdirAllSync(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
-	n.members = newMemberSet(cfg.Members)
 	if err := cleanSnapDir(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
@@ -247,8 +235,8 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.formationID = ident.formation
-	n.loadGate()
+	n.fleet = newFleet(n, ident.formation)
+	n.members = n.fleet.MemberSet()
 	ok := false
 	defer func() {
 		if !ok {
@@ -275,8 +263,8 @@ func start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if cfg.Gossip == nil {
-		// The static list is the cluster's identity (staticlist.go).
-		if n.formationID, err = n.initStaticFormation(ident.formation, n.storage.HasState()); err != nil {
+		// The static list is the cluster's identity (fleet/staticlist.go).
+		if _, err = n.fleet.InitStaticFormation(n.storage.HasState()); err != nil {
 			return nil, err
 		}
 	}
@@ -302,7 +290,7 @@ func start(cfg Config) (*Node, error) {
 	n.loop.confState = cs
 	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
 	n.loop.confIndex = n.storage.ConfIndex()
-	n.members.setConf(cs)
+	n.members.SetConf(cs)
 	if n.loop.guard.lastIndex, err = n.storage.LastIndex(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
@@ -328,12 +316,12 @@ func start(cfg Config) (*Node, error) {
 	var detail string
 	var onForeign func(uint64, string, bool)
 	if cfg.Gossip != nil {
-		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
+		adopt = n.fleet.AdoptFormation // a fresh member joins the formed cluster that adds it
 	} else {
-		adopt, detail, onForeign = n.adoptStaticFormation, staticDetail(cfg.Members), n.onForeignStaticPeer
+		adopt, detail, onForeign = n.fleet.AdoptStaticFormation, n.fleet.StaticDetail(), n.onForeignStaticPeer
 	}
 	n.tr, err = n.startNetwork(transport.Config{
-		Formation:       n.formationID,
+		Formation:       n.fleet.Formation(),
 		AdoptFormation:  adopt,
 		FormationDetail: detail,
 		OnForeignPeer:   onForeign,
@@ -361,7 +349,6 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.ops.init()
 	n.loop.holds.init()
-	n.loop.gossip.leaveWait = map[uint64][]chan error{} // Leave works in static mode too
 	n.loop.lead.init()
 	n.loop.local.init()
 	n.loop.observe = map[string]*observed{}
@@ -608,8 +595,8 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals (lock commands of its own
 			// sessions: admit checked them) join this turn's batch, but for
-			// entries the version gate refuses (versiongate.go).
-			n.proposeEntries(n.admitProposals(m.GetEntries()))
+			// entries the version gate refuses (fleet.AdmitProposals).
+			n.proposeEntries(n.fleet.AdmitProposals(m.GetEntries()))
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -727,7 +714,7 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 		return nil
 	}
 	if n.ml != nil && leave {
-		defer n.leaveGossip()
+		defer n.fleet.LeaveGossip()
 	}
 	if err := n.closeSessionFor(ctx); err != nil {
 		return err
@@ -743,7 +730,7 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 		case <-n.donec:
 		}
 	}
-	if leave && !n.leaveCluster(ctx) {
+	if leave && !n.fleet.LeaveCluster(ctx, n.ConfState) {
 		if err := context.Cause(ctx); err != nil {
 			return fmt.Errorf("lockraft: leave: removal from the raft configuration not confirmed before the context ended: %w", err)
 		}

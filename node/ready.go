@@ -95,7 +95,7 @@ func (n *Node) handleReady() error {
 	n.fwdFlushComplete()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
-		n.onRemovalReadStates(rd.ReadStates)
+		n.fleet.ReadStates(rd.ReadStates)
 	}
 	n.onReadIndex(rd.ReadStates) // inspection reads (readindex.go)
 	return n.maybeSnapshot()
@@ -237,7 +237,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 // TestS1RestartKeepsLatestConfiguration).
 func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 	if idx <= n.loop.confIndex {
-		n.onConfChangeApplied(cc)
+		n.fleet.OnConfChange(cc)
 		return nil
 	}
 	// raft panics on a change it cannot apply (removing every voter, a
@@ -248,11 +248,11 @@ func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 		return fmt.Errorf("%w: committed configuration change raft cannot apply: %v", ErrInternal, err)
 	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
-	n.members.setConf(n.loop.confState)
+	n.members.SetConf(n.loop.confState)
 	if err := n.storage.SetConfState(n.loop.confState, idx); err != nil {
 		return fmt.Errorf("persist the configuration applied at %d: %w", idx, err)
 	}
-	n.onConfChangeApplied(cc)
+	n.fleet.OnConfChange(cc)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -116,13 +117,6 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 	}
 }
 
-func TestKnowsCatalogue(t *testing.T) {
-	for v, want := range map[string]bool{Version: true, "lockraft/0.3": true, "lockraft/0.10": true, "lockraft/1.0": true,
-		"lockraft/0.1": false, "": false, "lockraft/": false, "other/0.3": false, "lockraft/0.2-rc1": true} {
-		require.Equal(t, want, knowsCatalogue(v), v)
-	}
-}
-
 // TestForwardedNewerEntryNotProposed (S7): an entry of a newer format than
 // the leader knows, forwarded by a light member or by a follower (a member
 // of a newer version, or a broken one), is never proposed: proposed, it
@@ -200,10 +194,10 @@ func TestCheckpointsWaitForTheGate(t *testing.T) {
 				// checkpoints without waiting to hear from every member
 				// (the one crashed here included).
 				lead := tc.leader()
-				require.FileExists(t, filepath.Join(tc.dirs[lead], gateFile))
+				require.FileExists(t, filepath.Join(tc.dirs[lead], fleet.GateFile))
 				tc.crash(lead)
 				tc.restart(lead)
-				require.True(t, tc.nodes[lead].catalogueOpen.Load(), "the gate is open at once after a restart")
+				require.True(t, tc.nodes[lead].fleet.GateOpen(), "the gate is open at once after a restart")
 				return
 			}
 			window := max(3*took, 4*tc.nodes[tc.leader()].cfg.KeepaliveInterval)
