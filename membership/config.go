@@ -16,12 +16,19 @@ import (
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("membership: invalid config")
 
-// KeyLengthError reports a SecretKey whose length is not 16, 24 or 32 bytes.
-// It wraps ErrInvalidConfig.
-type KeyLengthError struct{ Len int }
+// KeyLengthError reports a SecretKey, or a key of Keys, whose length is not
+// 16, 24 or 32 bytes. It wraps ErrInvalidConfig.
+type KeyLengthError struct {
+	Len int
+	Key string // which key: "Keys[i]" ("" for SecretKey or a key added at run time)
+}
 
 func (e *KeyLengthError) Error() string {
-	return fmt.Sprintf("membership: invalid config: secret key is %d bytes, want 16, 24 or 32 (AES-128/192/256-GCM)", e.Len)
+	key := e.Key
+	if key == "" {
+		key = "secret key"
+	}
+	return fmt.Sprintf("membership: invalid config: %s is %d bytes, want 16, 24 or 32 (AES-128/192/256-GCM)", key, e.Len)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalidConfig) true.
@@ -228,11 +235,11 @@ func (c *Config) ValidateSettings() error {
 	if len(c.SecretKey) > 0 && len(c.Keys) > 0 {
 		return bad("SecretKey and Keys are mutually exclusive")
 	}
-	for _, k := range c.Keys {
+	for i, k := range c.Keys {
 		switch len(k) {
 		case 16, 24, 32:
 		default:
-			return &KeyLengthError{Len: len(k)}
+			return &KeyLengthError{Len: len(k), Key: fmt.Sprintf("Keys[%d]", i)}
 		}
 	}
 	if c.BindAddr != "" && net.ParseIP(c.BindAddr) == nil {

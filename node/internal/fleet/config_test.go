@@ -37,7 +37,9 @@ func TestCheckGossip(t *testing.T) {
 		})
 	}
 	var kl *membership.KeyLengthError
-	require.ErrorAs(t, CheckGossip(&membership.Config{BootstrapExpect: 1, Keys: [][]byte{make([]byte, 7)}}), &kl)
+	err := CheckGossip(&membership.Config{BootstrapExpect: 1, Keys: [][]byte{make([]byte, 16), make([]byte, 7)}})
+	require.ErrorAs(t, err, &kl)
+	require.ErrorContains(t, err, "Keys[1] is 7 bytes")
 }
 
 func TestDefaultsAndNames(t *testing.T) {
