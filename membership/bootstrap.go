@@ -27,9 +27,9 @@ type FormationPlan struct {
 // members is Members(). It is a pure function.
 //
 // Gossip only advises here: a founder's answer to the node's direct
-// "adopt this formation" call is what counts (node/formation.go explains
-// why a stale or partial view can delay forming but never make two
-// clusters). The advice is Ready only when all of these hold:
+// "adopt this formation" call is what counts
+// (node/internal/fleet/formation.go explains why a stale or partial view
+// can delay forming but never make two clusters). The advice is Ready only when all of these hold:
 //   - selfName is the first of founders in sort order (the candidate), and
 //     self has no raft data;
 //   - every other founder is listed Alive with a distinct RaftID;

@@ -16,30 +16,43 @@ import (
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("membership: invalid config")
 
-// KeyLengthError reports a SecretKey whose length is not 16, 24 or 32 bytes.
-// It wraps ErrInvalidConfig.
-type KeyLengthError struct{ Len int }
+// KeyLengthError reports a SecretKey, or a key of Keys, whose length is not
+// 16, 24 or 32 bytes. It wraps ErrInvalidConfig.
+type KeyLengthError struct {
+	Len int
+	Key string // which key: "Keys[i]" ("" for SecretKey or a key added at run time)
+}
 
 func (e *KeyLengthError) Error() string {
-	return fmt.Sprintf("membership: invalid config: secret key is %d bytes, want 16, 24 or 32 (AES-128/192/256-GCM)", e.Len)
+	key := e.Key
+	if key == "" {
+		key = "secret key"
+	}
+	return fmt.Sprintf("membership: invalid config: %s is %d bytes, want 16, 24 or 32 (AES-128/192/256-GCM)", key, e.Len)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalidConfig) true.
 func (e *KeyLengthError) Unwrap() error { return ErrInvalidConfig }
 
-// Config configures one gossip member. The zero value is not usable: Meta
-// (RaftID, RaftAddr, ClusterID) must be set. Fields left zero take the
-// documented defaults.
+// Config configures one gossip member, and a lockraft node's gossip mode
+// (node.Config.Gossip is this type; the node fills in Meta, Logger and
+// Events and reads the formation and policy fields at the end). The zero
+// value is not usable by Start: Meta (RaftID, RaftAddr, ClusterID) must be
+// set. Fields left zero take the documented defaults.
 type Config struct {
-	// NodeName is the gossip name, unique in the cluster. Default
+	// Name is the gossip name, unique in the fleet and stable across
+	// restarts (on Kubernetes, the pod name of a StatefulSet). Default
 	// "lockraft-<RaftID as 16 hex digits>", which is unique because raft IDs are
 	// random and never reused, and stable across restarts because the ID is
-	// persisted (so a restarted member reclaims its own name).
-	NodeName string
+	// persisted (so a restarted member reclaims its own name). A founder
+	// must set it.
+	Name string
 
 	// BindAddr and BindPort are where gossip listens (UDP and TCP on the same
-	// port). BindAddr defaults to 0.0.0.0. BindPort 0 picks a free port (tests);
-	// deployments should set one (memberlist's conventional port is 7946).
+	// port). BindAddr is an IP address; Start binds 0.0.0.0 when it is empty,
+	// a lockraft node defaults it to 127.0.0.1. BindPort 0 picks a free port
+	// (tests); deployments should set one (memberlist's conventional port is
+	// 7946).
 	BindAddr string
 	BindPort int
 
@@ -94,6 +107,37 @@ type Config struct {
 	// and logged; the consumer must then re-sync from Members(). Give it a
 	// buffer (e.g. 256). The package never closes it.
 	Events chan<- Event
+
+	// The fields below are a lockraft node's (node/internal/fleet): Start
+	// does not read them.
+
+	// Founders are the gossip names of the members that form the cluster,
+	// the same list on every member of the fleet (members not in it only
+	// ever join). The cluster is formed once, with all of them as its first
+	// voters, when the founder whose name sorts first sees them all and each
+	// has agreed to it; a fleet configured with one list never forms two
+	// clusters, whatever partitions or restarts happen during formation
+	// (PlanFormation; node/internal/fleet/formation.go says why). On
+	// Kubernetes: the first BootstrapExpect pod names of the StatefulSet,
+	// e.g. orders-0, orders-1, orders-2. A node requires it, except in the
+	// development mode (BootstrapExpect 1).
+	Founders []string
+
+	// BootstrapExpect is the number of founders (default len(Founders)); if
+	// set it must equal len(Founders). 1 without Founders is the explicit
+	// single-node development mode: this member founds a cluster of its own.
+	BootstrapExpect int
+
+	// Thresholds tune the leader's voter policy (PlanVoters).
+	Thresholds Thresholds
+
+	// SettleFor: the gossip view must be unchanged this long before a
+	// formation decision (default 3 probe intervals).
+	SettleFor time.Duration
+
+	// ReconcileEvery: how often the leader reconsiders the configuration
+	// (default 1 s; also on every membership event).
+	ReconcileEvery time.Duration
 }
 
 // Timing holds the failure-detector and gossip knobs of memberlist.
@@ -162,17 +206,27 @@ func FastTiming() Timing {
 }
 
 // Validate reports the first problem with c; every error wraps
-// ErrInvalidConfig. It does not modify c.
+// ErrInvalidConfig. It does not modify c. Start calls it.
 func (c *Config) Validate() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
-	}
 	if err := c.Meta.validate(); err != nil {
-		return bad("%v", err)
+		return invalid("%v", err)
 	}
 	if _, err := c.Meta.encode(false); err != nil {
-		return bad("%v", err)
+		return invalid("%v", err)
 	}
+	return c.ValidateSettings()
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
+}
+
+// ValidateSettings is Validate without Meta, which a node fills in only
+// when it starts gossip: it checks what a user sets (a node validates its
+// configuration with it before it starts). The formation fields are the
+// node's to check (node/internal/fleet).
+func (c *Config) ValidateSettings() error {
+	bad := invalid
 	switch len(c.SecretKey) {
 	case 0, 16, 24, 32:
 	default:
@@ -181,11 +235,11 @@ func (c *Config) Validate() error {
 	if len(c.SecretKey) > 0 && len(c.Keys) > 0 {
 		return bad("SecretKey and Keys are mutually exclusive")
 	}
-	for _, k := range c.Keys {
+	for i, k := range c.Keys {
 		switch len(k) {
 		case 16, 24, 32:
 		default:
-			return &KeyLengthError{Len: len(k)}
+			return &KeyLengthError{Len: len(k), Key: fmt.Sprintf("Keys[%d]", i)}
 		}
 	}
 	if c.BindAddr != "" && net.ParseIP(c.BindAddr) == nil {
@@ -220,8 +274,8 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) nodeName() string {
-	if c.NodeName != "" {
-		return c.NodeName
+	if c.Name != "" {
+		return c.Name
 	}
 	return "lockraft-" + fmt.Sprintf("%016x", c.Meta.RaftID)
 }

@@ -37,8 +37,9 @@
 // PlanFormation: only the founder (of a configured list of gossip names)
 // whose name sorts first ever starts forming, once it sees every founder
 // alive and no member with raft data or another formation; the node then
-// asks each founder directly before it bootstraps (node/formation.go). A
-// count of visible members is not used: two islands can each see enough.
+// asks each founder directly before it bootstraps
+// (node/internal/fleet/formation.go). A count of visible members is not
+// used: two islands can each see enough.
 //
 // PlanVoters runs on the raft leader only, each round after the previous
 // change has applied. It returns at most one change: drop dead or surplus

@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
-	"github.com/lockraft/lockraft/membership"
 )
 
 // Operator actions (the admin handler's opt-in): hand leadership to another
@@ -20,9 +19,9 @@ import (
 // caught-up other voter the leader heard from recently, and waits (bounded
 // by ctx and two election timeouts) until another node leads. Any member may
 // be asked: a node that does not lead asks the leader. It returns the new
-// leader. Errors: ErrNotMember (to is not a voter), ErrUnavailable (no
+// leader. Errors: lockerr.ErrNotMember (to is not a voter), lockerr.ErrUnavailable (no
 // leader, or leadership did not move in time: then it may still move),
-// ErrClosed, ctx's cause.
+// lockerr.ErrClosed, ctx's cause.
 func (n *Node) TransferLeader(ctx context.Context, to uint64) (uint64, error) {
 	if to != 0 && to == n.id && n.Leader() == n.id {
 		return n.id, nil
@@ -105,14 +104,14 @@ func (n *Node) startTransfer(to uint64) error {
 
 // RemoveMember removes voter or learner id from the raft configuration and
 // waits until the removal is applied here (bounded by ctx and five election
-// timeouts). Only the leader can: other nodes return ErrNotLeader naming it.
+// timeouts). Only the leader can: other nodes return lockerr.ErrNotLeader naming it.
 // The leader itself cannot be removed (transfer leadership first), nor a
 // voter whose removal would leave fewer voters the leader heard from
-// recently than a quorum of the new configuration (ErrRefused). A removed
+// recently than a quorum of the new configuration (lockerr.ErrRefused). A removed
 // member that is still running stops serving (gossip tells it; with static
-// members, stop it). Errors: ErrNotLeader, ErrNotMember, ErrRefused,
-// ErrUnavailable (another configuration change is pending, or the removal
-// was not applied in time: it may still apply), ErrClosed, ctx's cause.
+// members, stop it). Errors: lockerr.ErrNotLeader, lockerr.ErrNotMember, lockerr.ErrRefused,
+// lockerr.ErrUnavailable (another configuration change is pending, or the removal
+// was not applied in time: it may still apply), lockerr.ErrClosed, ctx's cause.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	res := make(chan error, 1)
 	if err := n.do(ctx, func() { res <- n.proposeOperatorRemoval(id) }); err != nil {
@@ -177,15 +176,8 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 			return fmt.Errorf("%w: removing %016x would leave %d healthy of %d voters, below a quorum", lockerr.ErrRefused, id, healthy, remaining)
 		}
 	}
-	if gs := &n.loop.gossip; n.cfg.Gossip != nil {
-		if gs.pending != nil && time.Since(gs.pending.at) < 5*n.cfg.electionTimeout() {
-			return fmt.Errorf("%w: another configuration change is pending; retry", lockerr.ErrUnavailable)
-		}
-		kind := membership.RemoveVoter
-		if isLearner {
-			kind = membership.RemoveLearner
-		}
-		gs.pending = &pendingChange{kind: kind, id: id, at: time.Now()}
+	if !n.fleet.ClaimRemoval(id, isLearner, time.Now()) {
+		return fmt.Errorf("%w: another configuration change is pending; retry", lockerr.ErrUnavailable)
 	}
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
 	n.flushProposals()

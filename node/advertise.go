@@ -18,7 +18,7 @@ import (
 // Nothing is guessed from the interfaces: a host with several addresses
 // (pod network, node network, a VPN) would pick one the others cannot reach,
 // and a wrong guess only shows as a cluster that never forms. Validate
-// refuses the configuration instead (ErrInvalidConfig).
+// refuses the configuration instead (lockerr.ErrInvalidConfig).
 
 // isUnspecified reports whether addr ("host:port" or a bare host) binds
 // every interface: an empty host, 0.0.0.0 or ::.

@@ -31,7 +31,7 @@ const (
 type Request struct {
 	Name, Owner string
 	// Wait: block in FIFO order until granted (or ctx ends); without it,
-	// fail at once with ErrLocked when the request cannot be granted now.
+	// fail at once with lockerr.ErrLocked when the request cannot be granted now.
 	Wait bool
 	// Lease > 0 gives the hold its own lease (released when it runs out
 	// unless renewed); 0 ties it to the node's session.
@@ -56,21 +56,21 @@ type Request struct {
 
 // AcquireWith takes the lock r describes. With r.Wait it blocks in FIFO
 // order until granted or ctx is done; without it fails at once with
-// ErrLocked when the request cannot be granted now (it never queues). If it
+// lockerr.ErrLocked when the request cannot be granted now (it never queues). If it
 // returns an error, the owner is neither holding nor queued for this call
 // within one commit (S4). Bad input is refused before anything is proposed
-// (ErrInvalidName, ErrInvalidOwner, ErrInvalidConfig, ErrBadPermits,
-// ErrTooManyNames, ErrDuplicateName, ErrInvalidValue); so is a catalogue
+// (lockerr.ErrInvalidName, lockerr.ErrInvalidOwner, lockerr.ErrInvalidConfig, lockerr.ErrBadPermits,
+// lockerr.ErrTooManyNames, lockerr.ErrDuplicateName, lockerr.ErrInvalidValue); so is a catalogue
 // request while a member of the configuration may run an older version
-// (ErrOlderMembers). A name already in use as another kind is refused by the
-// cluster (ErrWrongKind): nothing changes.
+// (lockerr.ErrOlderMembers). A name already in use as another kind is refused by the
+// cluster (lockerr.ErrWrongKind): nothing changes.
 func (n *Node) AcquireWith(ctx context.Context, r Request) (*Hold, error) {
 	c, err := r.command(n.cfg.MaxHolds)
 	if err != nil {
 		return nil, err
 	}
 	if catalogueCommand(&c) {
-		if err := n.catalogueGate(ctx); err != nil {
+		if err := n.fleet.AwaitGate(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -162,7 +162,7 @@ func catalogueCommand(c *lockfsm.Command) bool {
 
 // Proclaim changes the value this election leader announces (a Hold of an
 // election campaign). Observers see the change in log order. It returns
-// ErrNotHeld if the leadership was lost or resigned; if ctx ends first the
+// lockerr.ErrNotHeld if the leadership was lost or resigned; if ctx ends first the
 // outcome is unknown (retrying with the same value is harmless).
 func (h *Hold) Proclaim(ctx context.Context, value string) error {
 	if h.prim != lockfsm.PrimElection {

@@ -95,8 +95,8 @@ func applied(t *testing.T, n *Node) uint64 {
 // too (a try fails: no barging); the writer's token is above every reader's;
 // readers queued behind the writer are granted together when it releases,
 // with one token; the writer may take the read side at once (downgrade); a
-// reader's write request is refused (ErrUpgrade); other kinds on the name
-// are refused (ErrWrongKind) and change nothing.
+// reader's write request is refused (lockerr.ErrUpgrade); other kinds on the name
+// are refused (lockerr.ErrWrongKind) and change nothing.
 func TestRWLock(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	tc.leader()
@@ -171,8 +171,8 @@ func TestRWLock(t *testing.T) {
 // TestSemaphore (S1, L2): N permits; a try never queues; the head asking for
 // k is not overtaken by a later smaller request when fewer than k free;
 // requests granted in one entry share a token; another size is refused
-// (ErrPermitsMismatch), as is bad input before anything is proposed
-// (ErrBadPermits).
+// (lockerr.ErrPermitsMismatch), as is bad input before anything is proposed
+// (lockerr.ErrBadPermits).
 func TestSemaphore(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	tc.leader()

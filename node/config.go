@@ -9,6 +9,8 @@ import (
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -18,9 +20,19 @@ type Member struct {
 	Addr string // gRPC address other nodes dial
 }
 
+// GossipConfig turns on gossip membership (Config.Gossip): the node finds
+// the others through Seeds, the named Founders form the cluster once they
+// all see each other, and the leader grows and heals the voter set by
+// itself. It is membership's Config, declared once there: the node sets
+// Meta, Logger and Events itself, and binds 127.0.0.1 when BindAddr is
+// empty. Without Keys or SecretKey gossip is plaintext: allowed on
+// loopback, elsewhere only with Config.Insecure. Gossip is also labelled
+// with the cluster id, so two clusters never merge.
+type GossipConfig = membership.Config
+
 // Config configures one node. Zero fields take the defaults documented on
 // each field; Validate reports the first field out of range, wrapping
-// ErrInvalidConfig. A Config is copied by Start; later changes have no effect.
+// lockerr.ErrInvalidConfig. A Config is copied by Start; later changes have no effect.
 type Config struct {
 	// ID is this node's raft id. Required with static Members; it is stored
 	// in the data directory, and a restart with a different ID is refused.
@@ -44,7 +56,7 @@ type Config struct {
 	// fdatasync per group of Readys) or LogEngineBbolt ("bbolt", DataDir/raft.db, a bbolt
 	// transaction per group). Empty (the default) keeps the engine of existing
 	// data (raft.db present: bbolt) and uses the WAL for a new directory. An
-	// engine that does not match existing data is refused (ErrDataDir).
+	// engine that does not match existing data is refused (lockerr.ErrDataDir).
 	LogEngine string
 
 	// ListenAddr is the gRPC address to listen on (default 127.0.0.1:0), or
@@ -103,7 +115,7 @@ type Config struct {
 	SessionTTL        time.Duration
 	KeepaliveInterval time.Duration
 	// TryLockTimeout bounds how long a TryLock (an Acquire without wait)
-	// waits for its answer before it returns ErrUnavailable: a cluster
+	// waits for its answer before it returns lockerr.ErrUnavailable: a cluster
 	// without a leader answers nothing. Default (0): two election timeouts.
 	TryLockTimeout time.Duration
 
@@ -335,7 +347,10 @@ func (c Config) Validate() error {
 		if len(c.Members) > 0 {
 			return bad("Members (static) and Gossip are mutually exclusive")
 		}
-		return c.Gossip.validate()
+		if err := fleet.CheckGossip(c.Gossip); err != nil {
+			return fmt.Errorf("%w: %w", lockerr.ErrInvalidConfig, err)
+		}
+		return nil
 	}
 	if c.ID == 0 {
 		return bad("ID is required")

@@ -103,7 +103,7 @@ func TestS1RestartKeepsLatestConfiguration(t *testing.T) {
 
 // TestS3FailedConfStateWriteStopsNode (S3; review finding 8): a voter whose
 // write of the new configuration fails, after it applied a configuration
-// change, stops serving with ErrStorage, as after any failed write; it
+// change, stops serving with lockerr.ErrStorage, as after any failed write; it
 // logged the error and went on, and with the bbolt engine (which does not
 // refuse later writes after a failure) could restart later with an older
 // configuration than the one it had applied.

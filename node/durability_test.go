@@ -253,7 +253,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 }
 
 // TestDiskFailureStopsServing: when a node's raft log write fails, it stops
-// serving (its calls fail with ErrStorage, its handles end) instead of
+// serving (its calls fail with lockerr.ErrStorage, its handles end) instead of
 // acknowledging anything it could not make durable; the rest of the cluster
 // carries on.
 func TestDiskFailureStopsServing(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 )
 
 // formations watches a fleet and records every formation id any of its
@@ -229,7 +230,7 @@ func TestS1FormedClustersWithOneIDNeverMerge(t *testing.T) {
 // lockUnlock locks name on n and unlocks it. A fleet just formed or grown
 // may still be settling its sessions (on a starved machine a session opened
 // before the cluster could keep it alive may expire once): a Lock that
-// fails with ErrSessionExpired or ErrUnavailable, both of which leave
+// fails with lockerr.ErrSessionExpired or lockerr.ErrUnavailable, both of which leave
 // nothing held, is tried again until ctx ends.
 func lockUnlock(t *testing.T, ctx context.Context, n *Node, name string) {
 	t.Helper()
@@ -258,31 +259,31 @@ func lockUnlock(t *testing.T, ctx context.Context, n *Node, name string) {
 func TestFormationAnswersAreDurable(t *testing.T) {
 	f := newGossipFleet(t, "answers", 3)
 	n := f.start(2) // a founder, alone: nobody forms
-	ask := func(n *Node, r formationRequest) formationReply {
+	ask := func(n *Node, r fleet.FormRequest) fleet.FormReply {
 		t.Helper()
-		return n.handleFormation(99, r)
+		return n.fleet.Answer(99, r)
 	}
 	founders := []string{"answers-1", "answers-2", "answers-3"}
 	idA, idB := strings.Repeat("a", 32), strings.Repeat("b", 32)
-	req := formationRequest{formation: idA, candidate: "answers-1", founders: founders, target: "answers-2", targetID: n.ID()}
+	req := fleet.FormRequest{Formation: idA, Candidate: "answers-1", Founders: founders, Target: "answers-2", TargetID: n.ID()}
 
-	rep := ask(n, formationRequest{formation: idA, candidate: "answers-1", founders: founders[:2], target: "answers-2", targetID: n.ID()})
-	require.False(t, rep.adopted)
-	require.Contains(t, rep.reason, "founders differ")
-	rep = ask(n, formationRequest{formation: idA, candidate: "answers-1", founders: founders, target: "answers-2", targetID: n.ID() + 1})
-	require.False(t, rep.adopted)
-	require.Contains(t, rep.reason, "asked answers-2")
+	rep := ask(n, fleet.FormRequest{Formation: idA, Candidate: "answers-1", Founders: founders[:2], Target: "answers-2", TargetID: n.ID()})
+	require.False(t, rep.Adopted)
+	require.Contains(t, rep.Reason, "founders differ")
+	rep = ask(n, fleet.FormRequest{Formation: idA, Candidate: "answers-1", Founders: founders, Target: "answers-2", TargetID: n.ID() + 1})
+	require.False(t, rep.Adopted)
+	require.Contains(t, rep.Reason, "asked answers-2")
 	require.Empty(t, n.formation(), "a refusal adopts nothing")
 
 	rep = ask(n, req)
-	require.True(t, rep.adopted)
-	require.Equal(t, "answers-2", rep.name)
-	require.Equal(t, n.ID(), rep.id)
-	require.True(t, ask(n, req).adopted, "asking again gets the same answer")
-	req.formation = idB
+	require.True(t, rep.Adopted)
+	require.Equal(t, "answers-2", rep.Name)
+	require.Equal(t, n.ID(), rep.ID)
+	require.True(t, ask(n, req).Adopted, "asking again gets the same answer")
+	req.Formation = idB
 	rep = ask(n, req)
-	require.False(t, rep.adopted)
-	require.Contains(t, rep.reason, "belongs to formation "+idA)
+	require.False(t, rep.Adopted)
+	require.Contains(t, rep.Reason, "belongs to formation "+idA)
 
 	// The answer is in the data directory: after a restart it still holds.
 	id := n.ID()
@@ -291,7 +292,7 @@ func TestFormationAnswersAreDurable(t *testing.T) {
 	require.Equal(t, id, n.ID())
 	require.Equal(t, idA, n.formation())
 	rep = ask(n, req)
-	require.False(t, rep.adopted, "a restart does not free the answer")
+	require.False(t, rep.Adopted, "a restart does not free the answer")
 	ident, ok, err := readIdentity(f.dirs[2])
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -299,7 +300,7 @@ func TestFormationAnswersAreDurable(t *testing.T) {
 }
 
 // TestFormationConfigErrors (design §6): gossip without founders, or with a
-// count that contradicts them, is refused with ErrInvalidConfig naming the
+// count that contradicts them, is refused with lockerr.ErrInvalidConfig naming the
 // field; the development mode (BootstrapExpect 1) needs none.
 func TestFormationConfigErrors(t *testing.T) {
 	base := func(g GossipConfig) Config {

@@ -83,7 +83,7 @@ func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transp
 	// From the leader this member follows; while it knows none (a call
 	// failed, it is looking), from a member with raft data, the only kind
 	// that can lead. Never from a light member or a stranger.
-	if lead := n.lead.Load(); from != lead && (lead != 0 || !n.members.allows(from)) {
+	if lead := n.lead.Load(); from != lead && (lead != 0 || !n.members.Allows(from)) {
 		return nil, n.refuseCall(from, "FwdPush", fmt.Errorf("%w: push from %d, the leader is %d", transport.ErrPermissionDenied, from, lead))
 	}
 	items := req.GetItems()

@@ -71,7 +71,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	require.NoError(t, wh.Release(ctx))
 
 	// Semaphore: the light member's request waits for a permit and is
-	// granted by a push; its own error codes travel back (ErrPermitsMismatch).
+	// granted by a push; its own error codes travel back (lockerr.ErrPermitsMismatch).
 	s1, err := voter.AcquireWith(ctx, semReq("sem", "voter", 2, 2, true))
 	require.NoError(t, err)
 	sp := acquireAsync(ctx, a, semReq("sem", "light", 1, 2, true))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 )
 
 // gossipFleet is a set of real nodes (real gRPC, bbolt, memberlist on
@@ -87,7 +88,7 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 				DeadVoterAfter: 1500 * time.Millisecond,
 				// A learner starved of CPU on a loaded test machine misses
 				// gossip probes for a second or two: removing it then
-				// stops it (ErrRemoved) in tests that are not about that.
+				// stops it (lockerr.ErrRemoved) in tests that are not about that.
 				DeadLearnerAfter: 3 * time.Second,
 			},
 			ReconcileEvery: 100 * time.Millisecond,
@@ -423,7 +424,7 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 
 // TestGossipRemovedWhileAwayStops: a learner that was removed while it was
 // down comes back with its old raft state. The leader tells it it is no
-// longer a member, so it stops with ErrRemoved instead of campaigning
+// longer a member, so it stops with lockerr.ErrRemoved instead of campaigning
 // forever with Lock calls that never return.
 func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	f := newGossipFleet(t, "removed", 3)
@@ -451,7 +452,7 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	back := f.start(slot, f.running()[0].GossipAddr()) // instance 1 may be the one that was crashed
 	require.Equal(t, learners[0], back.ID(), "restarted with its data and id")
 	// The leader notices it on its next reconcile; until then a call may
-	// still go through. It must end up stopped with ErrRemoved, not hanging.
+	// still go through. It must end up stopped with lockerr.ErrRemoved, not hanging.
 	var err error
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -474,7 +475,7 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 // counts from the first OpenSession that could reach a leader; counted from
 // its first attempt (made before any cluster existed), the session looked
 // expired on arrival and was given up at once: the Acquire failed with
-// ErrSessionExpired or the session was replaced.
+// lockerr.ErrSessionExpired or the session was replaced.
 func TestSessionOpenedLateIsKept(t *testing.T) {
 	f := newGossipFleet(t, "late", 3)
 	f.founders = []int{0, 1, 2}
@@ -504,7 +505,7 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // Acquire was still in flight (its grant comes as its result). Here both
 // grants commit while the closing learner hears nothing, Close starts, and
 // only then does the learner catch up and apply them: both Lock calls must
-// fail with ErrClosed. Found by the churn soak (members closed while one of
+// fail with lockerr.ErrClosed. Found by the churn soak (members closed while one of
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	f := newGossipFleet(t, "closegrant", 3)
@@ -640,9 +641,9 @@ func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the leader sees the killed voter unhealthy")
 	planted := time.Now()
 	require.NoError(t, lead.do(ctx, func() {
-		gs := &lead.loop.gossip
-		gs.since[victimID] = healthMark{healthy: false, role: 2, since: planted.Add(-time.Hour)}
-		gs.sinceTerm = lead.loop.lease.Term() - 1
+		marks := lead.fleet.HealthMarks()
+		marks.ByID[victimID] = fleet.HealthMark{Healthy: false, Role: 2, Since: planted.Add(-time.Hour)}
+		marks.Term = lead.loop.lease.Term() - 1
 	}))
 	f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)

@@ -34,7 +34,7 @@ import (
 //     arrives after a MsgApp or MsgSnap stepped in the same turn (which may
 //     have changed the log) waits for the end of that turn's Readys, when
 //     the last index is exact again.
-//   - who may send at all (members.go): members of the configuration, the
+//   - who may send at all (fleet.MemberSet): members of the configuration, the
 //     founding members, and members gossip reports with raft data; never a
 //     member whose removal was applied.
 //   - proposals (MsgProp) only at the leader, only normal entries carrying a
@@ -48,7 +48,7 @@ import (
 // A refused message is dropped (raft retries what matters) and logged once
 // per sender and interval; one a correct peer may send across a leader
 // change (errStale) is dropped quietly. As a last line, a panic in the loop stops the
-// node with ErrInternal instead of killing the process or running on state
+// node with lockerr.ErrInternal instead of killing the process or running on state
 // it can no longer trust (recoverLoop).
 
 // Limits on values raft would take at face value. Indexes and terms far
@@ -460,7 +460,7 @@ func (n *Node) endOfTurn() bool {
 
 // recoverLoop is the loop's last line of defence (deferred by run): a panic
 // (raft's on input that passed validation, or a bug) stops the node with
-// ErrInternal — every caller is failed, every handle lost, the keepalives
+// lockerr.ErrInternal — every caller is failed, every handle lost, the keepalives
 // stop so the session expires — instead of killing the embedding process or
 // running on with raft's state half updated.
 func (n *Node) recoverLoop() {

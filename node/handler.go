@@ -19,12 +19,12 @@ import (
 type transportHandler Node
 
 // Receive queues raft messages for the loop, dropping those of senders that
-// are not members (members.go). If the loop is far behind the batch is
+// are not members (fleet.MemberSet). If the loop is far behind the batch is
 // dropped; raft retransmits. The loop judges each message before raft sees
 // it (guard.go).
 func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	n := (*Node)(h)
-	if from := msgs[0].GetFrom(); !n.members.allows(from) {
+	if from := msgs[0].GetFrom(); !n.members.Allows(from) {
 		// One batch is one peer's (transport: From == the stream's peer).
 		// At Info: a member removed a moment ago, or one gossip has not
 		// reported yet, does this too.
@@ -52,7 +52,7 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 // restore (checkSnapshot). The loop checks again when it steps it.
 func (h *transportHandler) AcceptSnapshot(from uint64, m *raftpb.Message) error {
 	n := (*Node)(h)
-	if !n.members.allows(from) {
+	if !n.members.Allows(from) {
 		return fmt.Errorf("%w: %d is not a member", transport.ErrPermissionDenied, from)
 	}
 	if lead := n.lead.Load(); from != lead {
@@ -122,11 +122,18 @@ func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transpor
 }
 
 // Removed serves the leader's notice that this node is no longer in the
-// configuration; judgeRemoved decides whether to believe it.
+// configuration; fleet.JudgeRemoved decides whether to believe it, and a
+// believed one stops this node with lockerr.ErrRemoved.
 func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
 	n := (*Node)(h)
 	res := make(chan error, 1)
-	verdict, err := awaitLoop(ctx, n, res, func() { res <- n.judgeRemoved(from, req) })
+	verdict, err := awaitLoop(ctx, n, res, func() {
+		err := n.fleet.JudgeRemoved(from, req)
+		if err == nil {
+			n.loop.stopWith = lockerr.ErrRemoved
+		}
+		res <- err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -136,21 +143,39 @@ func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transp
 	return &transportpb.RemovedResponse{Stopped: true}, nil
 }
 
-// Leave serves a member's request to be removed from the configuration: the
-// member removed is always the caller itself.
+// Leave serves a member's request to be removed from the configuration for
+// good (its Leave), in gossip or static mode: the leader proposes the
+// removal of the caller (never of anyone else) and answers once it is
+// applied here.
 func (h *transportHandler) Leave(ctx context.Context, from uint64, _ *transportpb.LeaveRequest) (*transportpb.LeaveResponse, error) {
 	n := (*Node)(h)
-	if err := n.handleLeave(ctx, from); err != nil {
+	res := make(chan error, 1)
+	removed, err := awaitLoop(ctx, n, res, func() { n.fleet.ProposeRemoval(from, res) })
+	if err == nil {
+		err = removed
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &transportpb.LeaveResponse{}, nil
 }
 
+// Form serves a formation candidate's request to adopt its formation id
+// (fleet.ServeForm).
+func (h *transportHandler) Form(ctx context.Context, from uint64, in *transportpb.FormRequest) (*transportpb.FormResponse, error) {
+	n := (*Node)(h)
+	out, err := n.fleet.ServeForm(from, in)
+	if err != nil {
+		return nil, n.refuseCall(from, "Form", err)
+	}
+	return out, nil
+}
+
 // VersionGate answers a follower's question whether the lock catalogue is
-// open (versiongate.go). Read-only: any member may ask.
+// open (fleet.AnswerGate). Read-only: any member may ask.
 func (h *transportHandler) VersionGate(ctx context.Context, from uint64, _ *transportpb.VersionGateRequest) (*transportpb.VersionGateResponse, error) {
 	n := (*Node)(h)
-	return n.handleVersionGate(ctx)
+	return n.fleet.AnswerGate(ctx)
 }
 
 // tryDo runs f in the loop without blocking the caller when the loop is busy

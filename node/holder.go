@@ -95,7 +95,7 @@ func (n *Node) noteAcked(sent time.Time) {
 
 // watchOwnSession gives the session just opened its context, the parent of
 // every Hold of the session, and arms the timer that cancels it
-// (ErrSessionExpired) at the holder deadline.
+// (lockerr.ErrSessionExpired) at the holder deadline.
 func (n *Node) watchOwnSession() {
 	s := &n.loop.own
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -244,7 +244,7 @@ func (h *Hold) leaseDeadline() time.Time {
 // handOut completes the granted Acquire o with its Hold (loop), checking the
 // holder-side deadlines where the Hold is made. A grant that arrives after
 // the session's deadline (a late push or fwd-status, a retry's retained
-// result) is never handed out live: the call fails with ErrSessionExpired,
+// result) is never handed out live: the call fails with lockerr.ErrSessionExpired,
 // and the session is given up (its close releases the grant). A leased grant
 // whose start this node cannot date closely (undated: from the queue, a
 // Duplicate, re-learned; or its lease counted from the Acquire's first send

@@ -46,7 +46,7 @@ func (h *Hold) Owner() string { return h.owner }
 func (h *Hold) Token() uint64 { return h.token }
 
 // Context is cancelled when this hold ends: context.Cause says why
-// (ErrReleased, ErrLeaseExpired, ErrSessionExpired, ErrClosed).
+// (lockerr.ErrReleased, lockerr.ErrLeaseExpired, lockerr.ErrSessionExpired, lockerr.ErrClosed).
 func (h *Hold) Context() context.Context { return h.ctx }
 
 // Primitive is the kind of lock held: mutex (also a multi-name lock),
@@ -186,8 +186,8 @@ func truncate(s string) string {
 
 // Acquire takes the named lock for owner. With wait it blocks in FIFO order
 // until granted or ctx is done (if this node has no leader then, the error
-// wraps both ErrUnavailable and ctx's cause); without, it fails with
-// ErrLocked when another owner holds the name, and with ErrUnavailable if no
+// wraps both lockerr.ErrUnavailable and ctx's cause); without, it fails with
+// lockerr.ErrLocked when another owner holds the name, and with lockerr.ErrUnavailable if no
 // answer comes within two election timeouts (a cluster without a leader). lease > 0 gives the lock its own lease (it is
 // released when the lease runs out unless renewed); 0 ties it to the node's
 // session. If Acquire returns an error, the node guarantees the owner is
@@ -272,8 +272,8 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 // newHold makes the Hold of o's grant with token (loop), a child of its
 // session's context or of its grant's lease context, so that the
 // holder-side timers cancel it at its deadline without the loop (S5). It
-// fails if that deadline has already passed: ErrSessionExpired, or
-// ErrLeaseExpired for a reentrant Hold of a lease that ran out. fresh: the
+// fails if that deadline has already passed: lockerr.ErrSessionExpired, or
+// lockerr.ErrLeaseExpired for a reentrant Hold of a lease that ran out. fresh: the
 // Hold starts a new leased grant, whose lease the caller must start
 // (startLease) or confirm first.
 func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
@@ -352,7 +352,7 @@ func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
 
 // Release gives up this hold (one level of a reentrant lock). When the last
 // level goes, the lock passes to the next waiter in the same log entry.
-// It returns ErrNotHeld if this Hold was already released or the lock was
+// It returns lockerr.ErrNotHeld if this Hold was already released or the lock was
 // lost. If ctx ends first, the outcome is unknown; the node keeps proposing
 // the release until it is applied.
 func (h *Hold) Release(ctx context.Context) error {

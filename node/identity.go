@@ -3,6 +3,8 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,12 +14,14 @@ import (
 	"strings"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 )
 
 // identityFile records which node and cluster a data directory belongs to, so
 // that a directory is never reused by another node id or another cluster.
-// With gossip it also holds the node's formation id once it has one (see
-// formation.go): the formed cluster it belongs to, for good.
+// It also holds the node's formation id once it has one
+// (node/internal/fleet/formation.go, staticlist.go): the formed cluster it
+// belongs to, for good.
 const identityFile = "node.id"
 
 // identity is the content of the identity file: lines "key=value". Readers
@@ -53,7 +57,7 @@ func readIdentity(dir string) (ident identity, ok bool, err error) {
 		case "cluster":
 			ident.cluster = v
 		case "formation":
-			if !validFormationID(v) {
+			if !fleet.ValidFormationID(v) {
 				return identity{}, false, fmt.Errorf("%w: %s: bad formation id %q", lockerr.ErrDataDir, path, v)
 			}
 			ident.formation = v
@@ -107,19 +111,23 @@ func checkIdentity(dir string, id uint64, cluster string) (identity, error) {
 	return ident, nil
 }
 
-// validFormationID accepts what newFormationID makes and little else: 16
-// to 64 characters of [0-9a-f]. An id comes from a peer's header before it
-// is written to the identity file, so nothing else may pass.
-func validFormationID(s string) bool {
-	if len(s) < 16 || len(s) > 64 {
-		return false
+// resolveID returns the raft id recorded in dir's identity file, or a new
+// random non-zero one for a directory without one (gossip mode). The
+// caller records it (checkIdentity).
+func resolveID(dir string) (uint64, error) {
+	ident, ok, err := readIdentity(dir)
+	if err != nil || ok {
+		return ident.id, err
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
+	var buf [8]byte
+	for {
+		if _, err := rand.Read(buf[:]); err != nil {
+			return 0, err
+		}
+		if id := binary.BigEndian.Uint64(buf[:]); id != 0 {
+			return id, nil
 		}
 	}
-	return true
 }
 
 func writeFileSync(path string, b []byte) error {

@@ -36,9 +36,9 @@ const MaxPageLimit = 1000
 
 // InspectLock returns one name's holder and waiters; ok is false when the
 // name is neither held, waited for nor delayed. Linearizable unless
-// opts.Stale. Errors: ErrInvalidName; ErrClosed; ctx's cause (a follower
+// opts.Stale. Errors: lockerr.ErrInvalidName; lockerr.ErrClosed; ctx's cause (a follower
 // that cannot reach a leader waits until ctx ends); on a light member the
-// leader call's error (ErrUnavailable when no leader answers).
+// leader call's error (lockerr.ErrUnavailable when no leader answers).
 func (n *Node) InspectLock(ctx context.Context, name string, opts ReadOptions) (views.LockView, bool, error) {
 	if err := validName(name); err != nil {
 		return views.LockView{}, false, err
@@ -203,7 +203,7 @@ func (n *Node) appliedAt(index uint64) time.Time {
 // InspectMembers returns the members with their role, health and lag. A
 // node that is not the leader asks the leader (the only one that knows raft
 // health and lag); if the leader cannot be reached, or with opts.Stale, it
-// answers from its own view (FromLeader false). Errors: ErrClosed, ctx's
+// answers from its own view (FromLeader false). Errors: lockerr.ErrClosed, ctx's
 // cause.
 func (n *Node) InspectMembers(ctx context.Context, opts ReadOptions) (views.MembersView, error) {
 	if !opts.Stale && n.Leader() != 0 && n.Leader() != n.id {

@@ -36,7 +36,7 @@ type inspectLockReply struct {
 }
 
 // askLeader sends req to the leader this node knows (on a light member,
-// else any member with data) and decodes the answer into out. ErrUnavailable
+// else any member with data) and decodes the answer into out. lockerr.ErrUnavailable
 // when there is no one to ask or the call fails.
 func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error {
 	target := n.fwd.Target()

@@ -14,9 +14,9 @@ import (
 //   - the keepalive sender tells a new leader at once (and drops a call to
 //     the old one), so a healthy session loses as little as possible to
 //     each failover;
-//   - TryLock gives up after tryLockBound without an answer (ErrUnavailable),
+//   - TryLock gives up after tryLockBound without an answer (lockerr.ErrUnavailable),
 //     and a Lock whose context ends while this node has no leader says so
-//     (ErrUnavailable and the context's cause);
+//     (lockerr.ErrUnavailable and the context's cause);
 //   - the node logs at WARN, once, when it has had no leader for
 //     leaderlessWarnAfter, and at INFO when it has one again;
 //   - Ready waits until the node can serve.
@@ -109,8 +109,8 @@ func (n *Node) acquireContext(ctx context.Context, wait bool) (context.Context, 
 	return context.WithTimeoutCause(ctx, n.cfg.tryLockBound(), errTryLockBound)
 }
 
-// acquireGaveUp is the error of an Acquire whose context ended: ErrUnavailable
-// for a TryLock past its bound, ErrUnavailable wrapping the caller's cause
+// acquireGaveUp is the error of an Acquire whose context ended: lockerr.ErrUnavailable
+// for a TryLock past its bound, lockerr.ErrUnavailable wrapping the caller's cause
 // when this node has no leader, else the caller's cause.
 func (n *Node) acquireGaveUp(ctx context.Context, wait bool) error {
 	cause := context.Cause(ctx)
@@ -164,7 +164,7 @@ func (n *Node) watchLeader(now time.Time) {
 }
 
 // Ready blocks until this node can serve: it knows a leader and its session
-// is open. It returns ctx's cause if ctx ends first (wrapping ErrUnavailable
+// is open. It returns ctx's cause if ctx ends first (wrapping lockerr.ErrUnavailable
 // while there is no leader), and the node's error if it stopped.
 func (n *Node) Ready(ctx context.Context) error {
 	for {

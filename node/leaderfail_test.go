@@ -32,7 +32,7 @@ func b2bTTL(t *testing.T, et time.Duration) time.Duration {
 // leader is killed and the next leader is killed as soon as it is elected
 // (two back-to-back failovers, a majority up), with the TTL at its floor.
 // Issue 15's report: with TTL 3 s (3 election timeouts) the waiting Locks got
-// ErrSessionExpired after two quick leader kills.
+// lockerr.ErrSessionExpired after two quick leader kills.
 func TestHealthySessionsSurviveBackToBackFailovers(t *testing.T) {
 	const tick = 50 * time.Millisecond
 	et := 10 * tick
@@ -92,9 +92,9 @@ func TestHealthySessionsSurviveBackToBackFailovers(t *testing.T) {
 }
 
 // TestSessionExpiredErrors (S5, S4): when a node's session can no longer be
-// kept alive, a waiting Lock on it returns ErrSessionExpired with nothing
-// left queued, and an Unlock of a lock it held reports ErrSessionExpired
-// (and ErrNotHeld): the documented errors.
+// kept alive, a waiting Lock on it returns lockerr.ErrSessionExpired with nothing
+// left queued, and an Unlock of a lock it held reports lockerr.ErrSessionExpired
+// (and lockerr.ErrNotHeld): the documented errors.
 func TestSessionExpiredErrors(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	lead := tc.leader()
@@ -177,9 +177,9 @@ func (h recHandler) WithGroup(g string) slog.Handler {
 }
 
 // TestClusterThatCannotServe (L1, point 5 of issue 15): a node with 2 of 3
-// peers unreachable. TryLock returns ErrUnavailable within its bound (two
+// peers unreachable. TryLock returns lockerr.ErrUnavailable within its bound (two
 // election timeouts) instead of hanging; a Lock whose context ends returns
-// an error that is both ErrUnavailable and context.DeadlineExceeded; Ready
+// an error that is both lockerr.ErrUnavailable and context.DeadlineExceeded; Ready
 // says the same; the node logs one WARN after a few election timeouts
 // without a leader and an INFO when it has one again; Close honours its
 // context and says the locks expire by TTL.
@@ -248,7 +248,7 @@ func TestClusterThatCannotServe(t *testing.T) {
 // TestLastMembersClose (point 5 of issue 15): closing the members of a
 // cluster one after another, each with a 10 s context: the last one, left
 // without a quorum, returns promptly with an error that says its locks expire
-// by TTL (it waited ~3.5 s and returned a bare ErrUnavailable before).
+// by TTL (it waited ~3.5 s and returned a bare lockerr.ErrUnavailable before).
 func TestLastMembersClose(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	tc.leader()

@@ -215,7 +215,7 @@ func TestFIFOCheckerCatchesReorder(t *testing.T) {
 }
 
 // TestLockOnFollowerAndTryLock: a follower grants like the leader; TryLock
-// never queues and reports ErrLocked at once.
+// never queues and reports lockerr.ErrLocked at once.
 func TestLockOnFollowerAndTryLock(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	f := tc.nodes[tc.follower()]
@@ -225,7 +225,7 @@ func TestLockOnFollowerAndTryLock(t *testing.T) {
 	require.NoError(t, err)
 	_, err = lead.Acquire(ctx, "job/nightly", "other", false, 0)
 	require.ErrorIs(t, err, lockerr.ErrLocked)
-	require.Contains(t, err.Error(), "f-owner", "ErrLocked names the holder")
+	require.Contains(t, err.Error(), "f-owner", "lockerr.ErrLocked names the holder")
 	// TryLock left no waiter behind, on any replica.
 	for _, n := range tc.nodes {
 		requireWaiters(t, n, "job/nightly", 0)

@@ -32,6 +32,7 @@ import (
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/node/internal/lease"
 	"github.com/lockraft/lockraft/raftlog"
@@ -50,10 +51,10 @@ type Node struct {
 	storage raftlog.Log
 	fsm     *lockfsm.FSM
 	tr      transport.Network
-	addr    string        // the advertised gRPC address (advertise.go)
-	static  staticCheck   // members on another static list (staticlist.go)
-	rn      *raft.RawNode // owned by the loop goroutine
-	members *memberSet    // who may send raft messages (members.go)
+	addr    string           // the advertised gRPC address (advertise.go)
+	rn      *raft.RawNode    // owned by the loop goroutine
+	fleet   *fleet.Fleet     // cluster management (fleet.go, node/internal/fleet)
+	members *fleet.MemberSet // who may send raft messages (the fleet's)
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
@@ -88,27 +89,16 @@ type Node struct {
 	// the last keepalive the leader acknowledged: the base of the holder
 	// deadline.
 	lastAcked laterTime
-	closing   atomic.Bool // Close has begun: new calls fail with ErrClosed
-	// catalogueOpen: every configuration member is known to run the lock
-	// catalogue (versiongate.go); once set, it stays set.
-	catalogueOpen atomic.Bool
+	closing   atomic.Bool // Close has begun: new calls fail with lockerr.ErrClosed
 
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
 	statusServed      atomic.Uint64 // fwd-status calls this node answered
 	observeGaps       atomic.Uint64 // light member: pushed election changes that did not follow the last one
-	observeLags       atomic.Uint64 // observations ended with ErrObserveLagged because changes could not be shown
+	observeLags       atomic.Uint64 // observations ended with lockerr.ErrObserveLagged because changes could not be shown
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
 
-	// Gossip membership (nil/zero with static Members).
-	gcfg    GossipConfig
-	gevents chan membership.Event
-	ml      *membership.Membership
-	// formationID is the formed cluster this node belongs to ("" if none
-	// yet), as in its identity file; formMu serialises adopting one
-	// (formation.go).
-	formMu      sync.Mutex
-	formationID string
+	ml *membership.Membership // gossip membership (nil with static Members)
 
 	loop loopState // touched only by the loop goroutine
 	// fwd is light-member forwarding, member and leader side (fwd.go);
@@ -133,7 +123,7 @@ type loopState struct {
 	restore  *restoreJob
 	held     []*raftpb.Message
 	events   []lockfsm.Event
-	stopWith error // set to stop serving with this error (ErrRemoved)
+	stopWith error // set to stop serving with this error (lockerr.ErrRemoved)
 
 	ops   opRegistry
 	holds holdRegistry
@@ -142,7 +132,6 @@ type loopState struct {
 	// demote: closed when this node stops leading (transferLeadership).
 	demote  []chan struct{}
 	confirm confirmer
-	gossip  gossipState
 	noLead  leaderWatch
 	props   proposalBatch
 	hints   commitHints
@@ -162,7 +151,7 @@ type loopState struct {
 // Start opens (or creates) the node's data directory, starts the transport
 // and the raft loop, and returns at once: the node opens its session in the
 // background, and Lock calls made before that simply wait (bounded by their
-// context). Start fails with an error wrapping ErrInvalidConfig or ErrDataDir
+// context). Start fails with an error wrapping lockerr.ErrInvalidConfig or lockerr.ErrDataDir
 // when it cannot start; it never leaves goroutines behind on failure.
 func Start(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
@@ -229,7 +218,6 @@ func start(cfg Config) (*Node, error) {
 	if err := mkdirAllSync(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
-	n.members = newMemberSet(cfg.Members)
 	if err := cleanSnapDir(n.snapDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
@@ -237,8 +225,8 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.formationID = ident.formation
-	n.loadGate()
+	n.fleet = newFleet(n, ident.formation)
+	n.members = n.fleet.MemberSet()
 	ok := false
 	defer func() {
 		if !ok {
@@ -265,8 +253,8 @@ func start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if cfg.Gossip == nil {
-		// The static list is the cluster's identity (staticlist.go).
-		if n.formationID, err = n.initStaticFormation(ident.formation, n.storage.HasState()); err != nil {
+		// The static list is the cluster's identity (fleet/staticlist.go).
+		if _, err = n.fleet.InitStaticFormation(n.storage.HasState()); err != nil {
 			return nil, err
 		}
 	}
@@ -292,7 +280,7 @@ func start(cfg Config) (*Node, error) {
 	n.loop.confState = cs
 	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
 	n.loop.confIndex = n.storage.ConfIndex()
-	n.members.setConf(cs)
+	n.members.SetConf(cs)
 	if n.loop.guard.lastIndex, err = n.storage.LastIndex(); err != nil {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
@@ -318,12 +306,12 @@ func start(cfg Config) (*Node, error) {
 	var detail string
 	var onForeign func(uint64, string, bool)
 	if cfg.Gossip != nil {
-		adopt = n.adoptFormation // a fresh member joins the formed cluster that adds it
+		adopt = n.fleet.AdoptFormation // a fresh member joins the formed cluster that adds it
 	} else {
-		adopt, detail, onForeign = n.adoptStaticFormation, staticDetail(cfg.Members), n.onForeignStaticPeer
+		adopt, detail, onForeign = n.fleet.AdoptStaticFormation, n.fleet.StaticDetail(), n.onForeignStaticPeer
 	}
 	n.tr, err = n.startNetwork(transport.Config{
-		Formation:       n.formationID,
+		Formation:       n.fleet.Formation(),
 		AdoptFormation:  adopt,
 		FormationDetail: detail,
 		OnForeignPeer:   onForeign,
@@ -351,7 +339,6 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.ops.init()
 	n.loop.holds.init()
-	n.loop.gossip.leaveWait = map[uint64][]chan error{} // Leave works in static mode too
 	n.loop.observe = map[string]*observed{}
 	n.initFwd()
 	n.loop.own.toClose = map[uint64]time.Time{}
@@ -593,8 +580,8 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals (lock commands of its own
 			// sessions: admit checked them) join this turn's batch, but for
-			// entries the version gate refuses (versiongate.go).
-			n.proposeEntries(n.admitProposals(m.GetEntries()))
+			// entries the version gate refuses (fleet.AdmitProposals).
+			n.proposeEntries(n.fleet.AdmitProposals(m.GetEntries()))
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -640,7 +627,7 @@ func (n *Node) stopServing(err error) {
 // ctx bounds the whole call. The session close waits at most two election
 // timeouts for a commit (one if no leader is known); if it cannot be closed
 // (no quorum, or ctx ended), Close still stops and returns an error that
-// wraps ErrUnavailable (or ctx's cause) and says the locks will be released
+// wraps lockerr.ErrUnavailable (or ctx's cause) and says the locks will be released
 // by session expiry. Idempotent: every call after the first (Close or Leave)
 // returns nil at once.
 func (n *Node) Close(ctx context.Context) error {
@@ -657,8 +644,8 @@ func (n *Node) Close(ctx context.Context) error {
 // remove it from the raft configuration and waits until that is applied
 // (static or gossip mode), and with gossip it announces that it left. Its
 // data directory must not be started again (with gossip it would be told
-// ErrRemoved). The voters left behind form the new configuration: leaving
-// voters one by one shrinks it. An error (ErrUnavailable, or ctx's cause)
+// lockerr.ErrRemoved). The voters left behind form the new configuration: leaving
+// voters one by one shrinks it. An error (lockerr.ErrUnavailable, or ctx's cause)
 // says which step did not complete; the node stops either way.
 func (n *Node) Leave(ctx context.Context) error {
 	var err error
@@ -712,7 +699,7 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 		return nil
 	}
 	if n.ml != nil && leave {
-		defer n.leaveGossip()
+		defer n.fleet.LeaveGossip()
 	}
 	if err := n.closeSessionFor(ctx); err != nil {
 		return err
@@ -728,7 +715,7 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 		case <-n.donec:
 		}
 	}
-	if leave && !n.leaveCluster(ctx) {
+	if leave && !n.fleet.LeaveCluster(ctx, n.ConfState) {
 		if err := context.Cause(ctx); err != nil {
 			return fmt.Errorf("lockraft: leave: removal from the raft configuration not confirmed before the context ended: %w", err)
 		}

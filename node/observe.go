@@ -37,12 +37,12 @@ import (
 // an observer every change after the last one it got (the leader's records
 // do not cover that far back because it restarted or trimmed them, or this
 // node's lock table was replaced by a snapshot covering changes it never
-// applied), the observation ends with ErrObserveLagged, and the caller
+// applied), the observation ends with lockerr.ErrObserveLagged, and the caller
 // observes again (its first item is then the current leader). An observer
 // never gets an index it got before (deliver).
 
 // MaxObserveBacklog is how many changes an observer may have undelivered
-// before it is ended with ErrObserveLagged.
+// before it is ended with lockerr.ErrObserveLagged.
 const MaxObserveBacklog = 4096
 
 // LeaderChange is one state of an election: who leads it from the entry
@@ -78,8 +78,8 @@ type Observer struct {
 
 // Next returns the next change, blocking until there is one, ctx ends, or
 // the observation ended (Close or the Observe context: context.Canceled or
-// its cause; the node stopped: ErrClosed or its error; the consumer fell
-// MaxObserveBacklog behind: ErrObserveLagged).
+// its cause; the node stopped: lockerr.ErrClosed or its error; the consumer fell
+// MaxObserveBacklog behind: lockerr.ErrObserveLagged).
 func (o *Observer) Next(ctx context.Context) (LeaderChange, error) {
 	for {
 		o.mu.Lock()
@@ -262,7 +262,7 @@ func (n *Node) observeOnEvent(index uint64, ev *lockfsm.Event) {
 // observeOnRestored: the lock table was replaced by a snapshot; the changes
 // it covers were never applied here (loop). An observer that got nothing
 // yet gets the current leader; one that may have missed changes (the
-// snapshot reaches past what it knows) is ended with ErrObserveLagged.
+// snapshot reaches past what it knows) is ended with lockerr.ErrObserveLagged.
 func (n *Node) observeOnRestored() {
 	applied := n.fsm.AppliedIndex()
 	n.fwd.Restored(applied)
@@ -276,7 +276,7 @@ func (n *Node) observeOnRestored() {
 	}
 }
 
-// lagged ends every observation of name with ErrObserveLagged: this node
+// lagged ends every observation of name with lockerr.ErrObserveLagged: this node
 // cannot show them every change after the last they got (loop).
 func (n *Node) lagged(name string, ob *observed) {
 	for _, o := range ob.observers {

@@ -23,10 +23,10 @@ import (
 //  2. Pushes are lost again and a learner crashes, so the light member is
 //     promoted to learner and restores a snapshot that covers changes it
 //     never got: its observer either goes on with exactly the applied
-//     changes or ends with ErrObserveLagged; never a fold.
+//     changes or ends with lockerr.ErrObserveLagged; never a fold.
 //
 // Both times the observation must be exactly what a raft member applied
-// (a prefix of it, when it ended with ErrObserveLagged).
+// (a prefix of it, when it ended with lockerr.ErrObserveLagged).
 func TestObserveNoSilentGap(t *testing.T) {
 	logs := map[uint64]*leaderLog{}
 	logsMu := make(chan struct{}, 1)
@@ -100,7 +100,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 
 	// 0. The leader's answer that its records do not reach back (a current
 	// state where changes were asked for) ends the light member's
-	// observers with ErrObserveLagged; they get no state in its place.
+	// observers with lockerr.ErrObserveLagged; they get no state in its place.
 	o0, err := a.Observe(ctx, "eg0")
 	require.NoError(t, err)
 	first0, err := o0.Next(ctx)
@@ -181,7 +181,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	if errors.Is(end, lockerr.ErrObserveLagged) {
 		require.LessOrEqual(t, len(seen), len(want))
 		require.Equal(t, want[:len(seen)], seen, "part 2: a lagged observation is a prefix of the applied changes")
-		t.Logf("part 2: ended with ErrObserveLagged after %d changes (of %d applied)", len(seen), len(want))
+		t.Logf("part 2: ended with lockerr.ErrObserveLagged after %d changes (of %d applied)", len(seen), len(want))
 	} else {
 		require.Equal(t, want, seen, "part 2: the promoted member observed exactly the applied changes")
 		t.Logf("part 2: %d changes observed, none missed", len(seen))
@@ -192,7 +192,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 // TestObserveAcrossSnapshotRestore (Observe, issue 18): a raft member whose
 // lock table is replaced by a snapshot covering election changes it never
 // applied does not hand its observer the current state in their place (a
-// fold): the observation ends with ErrObserveLagged after exactly the
+// fold): the observation ends with lockerr.ErrObserveLagged after exactly the
 // changes it had, and a new observation starts from the current leader and
 // then sees the next change.
 func TestObserveAcrossSnapshotRestore(t *testing.T) {
@@ -269,7 +269,7 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 // light member's catch-up only from records that cover it — the changes
 // after the member's mark, also after the election left the table — and
 // otherwise gives the current state, which a member that asked for changes
-// takes as "lagged" and tells its observers (ErrObserveLagged), never as a
+// takes as "lagged" and tells its observers (lockerr.ErrObserveLagged), never as a
 // change. White-box on a real cluster: the leader's loop answers a request
 // as it would over the wire.
 func TestObserveLeaderRecordsCover(t *testing.T) {

@@ -45,7 +45,7 @@ type readIndexState struct {
 // linearRead runs fn inside the loop once this replica has applied
 // everything committed before the call (a ReadIndex round). fn must not
 // block. linearRead returns once fn has been scheduled or failed; the caller
-// waits for fn's own reply. It fails with ctx's cause or ErrClosed.
+// waits for fn's own reply. It fails with ctx's cause or lockerr.ErrClosed.
 func (n *Node) linearRead(ctx context.Context, fn func()) error {
 	return n.do(ctx, func() {
 		n.loop.reads.next = append(n.loop.reads.next, pendingRead{ctx: ctx, run: fn})

@@ -97,7 +97,7 @@ func (n *Node) handleReady() error {
 	n.fwd.FlushReplies()
 	if len(rd.ReadStates) > 0 {
 		n.onReadStates(rd.ReadStates)
-		n.onRemovalReadStates(rd.ReadStates)
+		n.fleet.ReadStates(rd.ReadStates)
 	}
 	n.onReadIndex(rd.ReadStates) // inspection reads (readindex.go)
 	return n.maybeSnapshot()
@@ -233,7 +233,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 // applyConfChange applies the configuration change at idx and persists the
 // resulting configuration with its index. An error stops the node: a
 // storage failure (a configuration it could not persist may be missing
-// after a restart), or ErrInternal for a committed change raft cannot apply.
+// after a restart), or lockerr.ErrInternal for a committed change raft cannot apply.
 //
 // A change at or below loop.confIndex is already in the configuration raft
 // restarted with (raftlog's ConfIndex): raft re-delivers committed entries
@@ -242,7 +242,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 // TestS1RestartKeepsLatestConfiguration).
 func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 	if idx <= n.loop.confIndex {
-		n.onConfChangeApplied(cc)
+		n.fleet.OnConfChange(cc)
 		return nil
 	}
 	// raft panics on a change it cannot apply (removing every voter, a
@@ -253,11 +253,11 @@ func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 		return fmt.Errorf("%w: committed configuration change raft cannot apply: %v", lockerr.ErrInternal, err)
 	}
 	n.loop.confState = n.rn.ApplyConfChange(cc)
-	n.members.setConf(n.loop.confState)
+	n.members.SetConf(n.loop.confState)
 	if err := n.storage.SetConfState(n.loop.confState, idx); err != nil {
 		return fmt.Errorf("persist the configuration applied at %d: %w", idx, err)
 	}
-	n.onConfChangeApplied(cc)
+	n.fleet.OnConfChange(cc)
 	return nil
 }
 

@@ -20,7 +20,7 @@ import (
 // review's scenario). Until C commits an entry of its own term its applied
 // configuration lacks X, and reconcile saw X alive, with raft data and not
 // in the configuration — and told it it was removed: X stopped for good
-// with ErrRemoved although c is committed. A leader must not judge the
+// with lockerr.ErrRemoved although c is committed. A leader must not judge the
 // configuration before it is active, and must confirm its leadership
 // before telling anyone it was removed.
 func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {

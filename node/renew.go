@@ -14,7 +14,7 @@ import (
 // in one entry share a token, so their renewal also names the holder
 // (session, owner: RenewRequest's fields 3 and 4) for the leader to renew
 // the right one. Such holds exist only once every member runs the catalogue
-// (ErrOlderMembers), so no leader that lacks it is ever asked.
+// (lockerr.ErrOlderMembers), so no leader that lacks it is ever asked.
 type renewRequest struct {
 	name, owner    string
 	token, session uint64
@@ -24,8 +24,8 @@ type renewRequest struct {
 // of the grant shares it). Renewals go to the leader and are not logged. On
 // success the holder-side deadline moves to the renewal's send time plus the
 // lease, minus the drift margin.
-// It returns ErrNotHeld if the lease already ran out or the lock was lost,
-// ErrUnavailable if the leader could not be reached in time (the lease keeps
+// It returns lockerr.ErrNotHeld if the lease already ran out or the lock was lost,
+// lockerr.ErrUnavailable if the leader could not be reached in time (the lease keeps
 // running: retry). A Hold without a lease has nothing to renew: nil.
 func (h *Hold) Renew(ctx context.Context) error {
 	if h.lease == nil {

@@ -46,7 +46,7 @@ func fixedPorts(t testing.TB, f *gossipFleet) {
 // member's locks at once and stops it, but it keeps its place: started again
 // on its data directory it comes back as itself, as a voter, and serves.
 // Before, Close removed the member from the configuration for good and the
-// restart stopped with ErrRemoved a few seconds later.
+// restart stopped with lockerr.ErrRemoved a few seconds later.
 func TestCloseIsRestartable(t *testing.T) {
 	f := newGossipFleet(t, "closerestart", 3)
 	fixedPorts(t, f)

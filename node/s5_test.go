@@ -64,7 +64,7 @@ func TestS5HolderDeadlinesKeepMonotonicReading(t *testing.T) {
 // holder-side lease deadline is never handed out as a live Hold.
 //   - A retained Duplicate result (a light member's retry after its reply or
 //     push was lost) for a grant the leader no longer holds: the renewal
-//     that dates it fails, the call fails with ErrLeaseExpired.
+//     that dates it fails, the call fails with lockerr.ErrLeaseExpired.
 //   - A grant applied late (its lease counted from the Acquire's first send
 //     has run out) of a lease the leader still runs: the renewal re-bases it
 //     and the Hold is handed out with a deadline ahead of it.

@@ -48,7 +48,7 @@ func (c Config) checkSecurity(clusterSet bool) error {
 		return bad("refusing to serve raft on %s without TLS: anyone who can reach it could act as any member; "+
 			"configure TLS (the cluster's CA and this member's certificate) or, knowingly, Insecure", c.listenAddr())
 	}
-	if g := c.Gossip; g != nil && len(g.keys()) == 0 {
+	if g := c.Gossip; g != nil && len(g.Keys) == 0 && len(g.SecretKey) == 0 {
 		bind := g.BindAddr
 		if bind == "" {
 			bind = "127.0.0.1"
@@ -130,5 +130,5 @@ func (n *Node) warnIfInsecure() {
 	}
 	n.log.Warn("INSECURE: serving without TLS on addresses other hosts can reach; anyone who can connect can "+
 		"impersonate any member, crash this node, take or release its locks and remove it from the cluster",
-		"addrs", strings.Join(exposed, ", "), "gossip_encrypted", n.cfg.Gossip != nil && len(n.cfg.Gossip.keys()) > 0)
+		"addrs", strings.Join(exposed, ", "), "gossip_encrypted", n.cfg.Gossip != nil && len(n.cfg.Gossip.Keys)+len(n.cfg.Gossip.SecretKey) > 0)
 }

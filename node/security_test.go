@@ -19,7 +19,7 @@ import (
 // Secure by default (design §8): on loopback a node may run in plaintext;
 // on any other address it refuses to start without TLS (and gossip without
 // keys) unless told Insecure, then says so once, loudly; off loopback the
-// cluster id must be the user's. Each refusal is ErrInvalidConfig naming the
+// cluster id must be the user's. Each refusal is lockerr.ErrInvalidConfig naming the
 // problem.
 func TestSecureByDefault(t *testing.T) {
 	pki := newTestPKI(t)
@@ -116,7 +116,7 @@ func TestTLSGossipFleet(t *testing.T) {
 
 // The loop's last line of defence: a panic inside it (here planted; raft's
 // on input that validation missed would be the same) stops that node with
-// ErrInternal — callers get it, its handles are lost, it stops keeping its
+// lockerr.ErrInternal — callers get it, its handles are lost, it stops keeping its
 // session alive — and does not take the process (this test binary) down;
 // the rest of the cluster serves on and the lock moves on after the TTL.
 // (S5, L3.)

@@ -243,7 +243,7 @@ func (n *Node) restoreOnCommitter(j *restoreJob) error {
 func (n *Node) finishRestore(j *restoreJob) {
 	n.fsm.InstallRestore(j.rs)
 	n.loop.confState = j.cs
-	n.members.setConf(n.loop.confState)
+	n.members.SetConf(n.loop.confState)
 	n.loop.lastApplied = j.index
 	n.snapshotsRestored.Add(1)
 	n.loop.times.restart(j.index + 1)

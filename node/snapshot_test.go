@@ -171,7 +171,7 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	// It serves locks again. The session it opened on restart could not be
 	// kept alive while it could not apply (it learns its session id by
 	// applying the open), so the cluster may have expired it during the
-	// stall: a Lock may first fail with ErrSessionExpired, and the node opens
+	// stall: a Lock may first fail with lockerr.ErrSessionExpired, and the node opens
 	// a new session.
 	require.Eventually(t, func() bool {
 		h, err := n.Acquire(ctx, "after-restore", "f", true, 0)

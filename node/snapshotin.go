@@ -26,7 +26,7 @@ import (
 // stepSnapshot judges and steps a received MsgSnap whose file is at file
 // (loop).
 func (n *Node) stepSnapshot(m *raftpb.Message, file string) {
-	if !n.members.allows(m.GetFrom()) || !n.admit(m) {
+	if !n.members.Allows(m.GetFrom()) || !n.admit(m) {
 		_ = os.Remove(file)
 		return
 	}

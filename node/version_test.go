@@ -12,7 +12,7 @@ import (
 
 // S7: a replica that meets a log entry written by a newer lockraft version
 // must not skip it (it would then differ from the replicas that applied it):
-// every replica stops applying there and stops serving with ErrNewerVersion,
+// every replica stops applying there and stops serving with lockerr.ErrNewerVersion,
 // and nothing after that entry is applied.
 func TestS7NewerEntryStopsEveryReplica(t *testing.T) {
 	tc := newTestCluster(t, 3)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -18,7 +19,7 @@ import (
 // TestVersionGateDuringRollingUpgrade (S7 in a mixed-version cluster): while
 // a member of the configuration runs a version without the catalogue (it
 // tells an old version, or none at all, as versions before the header do),
-// catalogue requests are refused with ErrOlderMembers on the leader and on
+// catalogue requests are refused with lockerr.ErrOlderMembers on the leader and on
 // followers, and nothing is proposed; the mutex works as before; a
 // catalogue entry a follower forwards anyway is dropped by the leader. Once
 // the old member is upgraded (restarted as this version) the catalogue
@@ -67,7 +68,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			require.Equal(t, before, applied(t, tc.nodes[lead]), "nothing proposed")
 
 			// A light member's forwarded catalogue command: answered with
-			// ErrOlderMembers, not proposed.
+			// lockerr.ErrOlderMembers, not proposed.
 			// (The command is the follower's own, as the leader's
 			// authorisation requires of a forwarder.)
 			reply := make(chan *transportpb.FwdProposeResponse, 1)
@@ -117,17 +118,10 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 	}
 }
 
-func TestKnowsCatalogue(t *testing.T) {
-	for v, want := range map[string]bool{Version: true, "lockraft/0.3": true, "lockraft/0.10": true, "lockraft/1.0": true,
-		"lockraft/0.1": false, "": false, "lockraft/": false, "other/0.3": false, "lockraft/0.2-rc1": true} {
-		require.Equal(t, want, knowsCatalogue(v), v)
-	}
-}
-
 // TestForwardedNewerEntryNotProposed (S7): an entry of a newer format than
 // the leader knows, forwarded by a light member or by a follower (a member
 // of a newer version, or a broken one), is never proposed: proposed, it
-// would stop every replica of this version at it (ErrNewerVersion). The
+// would stop every replica of this version at it (lockerr.ErrNewerVersion). The
 // cluster keeps serving.
 func TestForwardedNewerEntryNotProposed(t *testing.T) {
 	tc := newTestCluster(t, 3)
@@ -201,10 +195,10 @@ func TestCheckpointsWaitForTheGate(t *testing.T) {
 				// checkpoints without waiting to hear from every member
 				// (the one crashed here included).
 				lead := tc.leader()
-				require.FileExists(t, filepath.Join(tc.dirs[lead], gateFile))
+				require.FileExists(t, filepath.Join(tc.dirs[lead], fleet.GateFile))
 				tc.crash(lead)
 				tc.restart(lead)
-				require.True(t, tc.nodes[lead].catalogueOpen.Load(), "the gate is open at once after a restart")
+				require.True(t, tc.nodes[lead].fleet.GateOpen(), "the gate is open at once after a restart")
 				return
 			}
 			window := max(3*took, 4*tc.nodes[tc.leader()].cfg.KeepaliveInterval)

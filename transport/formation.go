@@ -16,11 +16,11 @@ import (
 //
 // A formed cluster has an identity of its own, the formation id: a random id
 // made when it was bootstrapped, kept in each member's data directory (see
-// node/formation.go). ClusterID is what the operator typed and two clusters
-// can share it; the formation id is never shared. Every stream, snapshot and
-// call carries the sender's formation id (mdFormation, "" for a node that
-// has not joined a formed cluster) and the receiver checks it here, in
-// authenticate, for every RPC:
+// node/internal/fleet/formation.go). ClusterID is what the operator typed
+// and two clusters can share it; the formation id is never shared. Every
+// stream, snapshot and call carries the sender's formation id (mdFormation,
+// "" for a node that has not joined a formed cluster) and the receiver
+// checks it here, in authenticate, for every RPC:
 //
 //   - the same id, or the sender has none (a fresh node: a joining member's
 //     first calls, a light member): accepted;

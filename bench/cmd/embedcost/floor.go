@@ -42,7 +42,7 @@ func bareChild() error {
 		seeds = strings.Split(*flagSeeds, ",")
 	}
 	m, err := membership.Start(membership.Config{
-		NodeName: *flagName,
+		Name:     *flagName,
 		BindAddr: "127.0.0.1",
 		Seeds:    seeds,
 		Meta:     membership.Meta{RaftID: id, RaftAddr: "127.0.0.1:1", ClusterID: "embedcost"},

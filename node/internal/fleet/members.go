@@ -1,4 +1,4 @@
-package node
+package fleet
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// memberSet says who may send this node raft messages (and snapshots):
+// MemberSet says who may send this node raft messages (and snapshots):
 //
 //   - every id of the configuration this node applied (voters, learners,
 //     outgoing voters, learners to be);
@@ -24,7 +24,7 @@ import (
 //
 // Written by the loop (configuration) and the gossip goroutine, read by the
 // transport's goroutines: a mutex, not loop ownership.
-type memberSet struct {
+type MemberSet struct {
 	mu      sync.RWMutex
 	conf    map[uint64]bool
 	static  map[uint64]bool
@@ -32,17 +32,18 @@ type memberSet struct {
 	removed map[uint64]bool
 }
 
-func newMemberSet(static []Member) *memberSet {
-	s := &memberSet{conf: map[uint64]bool{}, static: map[uint64]bool{}, gossip: map[uint64]bool{},
+// NewMemberSet makes the set of a node whose static members are static.
+func NewMemberSet(static []uint64) *MemberSet {
+	s := &MemberSet{conf: map[uint64]bool{}, static: map[uint64]bool{}, gossip: map[uint64]bool{},
 		removed: map[uint64]bool{}}
-	for _, m := range static {
-		s.static[m.ID] = true
+	for _, id := range static {
+		s.static[id] = true
 	}
 	return s
 }
 
-// allows reports whether id may send raft messages.
-func (s *memberSet) allows(id uint64) bool {
+// Allows reports whether id may send raft messages.
+func (s *MemberSet) Allows(id uint64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.removed[id] {
@@ -51,8 +52,8 @@ func (s *memberSet) allows(id uint64) bool {
 	return s.conf[id] || s.static[id] || s.gossip[id]
 }
 
-// setConf records the applied configuration (loop).
-func (s *memberSet) setConf(cs *raftpb.ConfState) {
+// SetConf records the applied configuration (loop).
+func (s *MemberSet) SetConf(cs *raftpb.ConfState) {
 	conf := map[uint64]bool{}
 	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range set {
@@ -64,8 +65,8 @@ func (s *memberSet) setConf(cs *raftpb.ConfState) {
 	s.mu.Unlock()
 }
 
-// addFounders admits the voters this node bootstraps with (loop).
-func (s *memberSet) addFounders(ids []uint64) {
+// AddFounders admits the voters this node bootstraps with (loop).
+func (s *MemberSet) AddFounders(ids []uint64) {
 	s.mu.Lock()
 	for _, id := range ids {
 		s.static[id] = true
@@ -73,9 +74,9 @@ func (s *memberSet) addFounders(ids []uint64) {
 	s.mu.Unlock()
 }
 
-// setGossip records the members gossip reports with raft data (gossip
+// SetGossip records the members gossip reports with raft data (gossip
 // goroutine).
-func (s *memberSet) setGossip(ids []uint64) {
+func (s *MemberSet) SetGossip(ids []uint64) {
 	g := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
 		g[id] = true
@@ -85,8 +86,8 @@ func (s *memberSet) setGossip(ids []uint64) {
 	s.mu.Unlock()
 }
 
-// remove bars id for good: its removal was applied (loop).
-func (s *memberSet) remove(id uint64) {
+// Remove bars id for good: its removal was applied (loop).
+func (s *MemberSet) Remove(id uint64) {
 	s.mu.Lock()
 	s.removed[id] = true
 	delete(s.static, id)

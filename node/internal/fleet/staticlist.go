@@ -1,8 +1,7 @@
-package node
+package fleet
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
 // Static member lists that differ between replicas.
@@ -46,6 +43,12 @@ import (
 // once instead of timing out. The members on the majority's list go on
 // serving and log the odd one out.
 
+// Member is one founding voter of a statically configured cluster.
+type Member struct {
+	ID   uint64 // raft id
+	Addr string // gRPC address
+}
+
 // staticFormation is the formation id of a static cluster with members.
 func staticFormation(cluster string, members []Member) string {
 	h := sha256.New()
@@ -56,7 +59,8 @@ func staticFormation(cluster string, members []Member) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// staticDetail describes a static member list for FormationDetail.
+// staticDetail describes a static member list for the transport's
+// FormationDetail (parseStaticDetail reads it).
 func staticDetail(members []Member) string {
 	var b strings.Builder
 	b.WriteString("static members [")
@@ -169,104 +173,105 @@ func (s *staticCheck) mismatch() (msg string, peers int) {
 	return msg, len(s.foreign)
 }
 
-// staticUnavailable adds what this node knows of a static list mismatch to
-// the error of a call that found no leader in time (ctx's cause), so that
-// the caller learns why: errors.Is then matches ErrInvalidConfig too.
-func (n *Node) staticUnavailable(err error) error {
-	if n.cfg.Gossip != nil || n.lead.Load() != 0 {
-		return err
-	}
-	if msg, _ := n.static.mismatch(); msg != "" {
-		return fmt.Errorf("%w (%w: %s)", err, lockerr.ErrInvalidConfig, msg)
-	}
-	return err
+// StaticDetail describes this node's static member list, for the
+// transport's FormationDetail: a peer it refuses learns what differs.
+func (f *Fleet) StaticDetail() string { return staticDetail(f.cfg.Static) }
+
+// StaticMismatch is what this node knows of members on another static
+// list ("" if nothing): a call that found no leader in time says it.
+func (f *Fleet) StaticMismatch() string {
+	msg, _ := f.static.mismatch()
+	return msg
 }
 
-// initStaticFormation sets a static node's formation id (see the top of
+// InitStaticFormation sets a static node's formation id (see the top of
 // this file): the stored one, else, for a new directory, the hash of its
 // list, written before raft is bootstrapped. It returns the id ("" for a
 // directory from before this check).
-func (n *Node) initStaticFormation(stored string, hasState bool) (string, error) {
+func (f *Fleet) InitStaticFormation(hasState bool) (string, error) {
+	stored := f.Formation()
 	if stored != "" || hasState {
 		return stored, nil
 	}
-	id := staticFormation(n.cfg.ClusterID, n.cfg.Members)
-	if err := writeIdentity(n.cfg.DataDir, identity{id: n.id, cluster: n.cfg.ClusterID, formation: id}); err != nil {
+	id := staticFormation(f.cfg.ClusterID, f.cfg.Static)
+	if err := f.host.PersistFormation(id); err != nil {
 		return "", err
 	}
+	f.formMu.Lock()
+	f.formation = id
+	f.formMu.Unlock()
 	return id, nil
 }
 
-// adoptStaticFormation lets a directory from before this check take its own
-// list's id when a peer carries it, and nothing else.
-func (n *Node) adoptStaticFormation(id string) error {
-	if own := staticFormation(n.cfg.ClusterID, n.cfg.Members); id != own {
-		return fmt.Errorf("static member lists differ: %s", staticDetail(n.cfg.Members))
+// AdoptStaticFormation lets a directory from before this check take its own
+// list's id when a peer carries it, and nothing else (the transport's
+// AdoptFormation in static mode).
+func (f *Fleet) AdoptStaticFormation(id string) error {
+	if own := staticFormation(f.cfg.ClusterID, f.cfg.Static); id != own {
+		return fmt.Errorf("static member lists differ: %s", staticDetail(f.cfg.Static))
 	}
-	n.formMu.Lock()
-	defer n.formMu.Unlock()
-	if n.formationID == id {
+	f.formMu.Lock()
+	defer f.formMu.Unlock()
+	if f.formation == id {
 		return nil
 	}
-	if err := writeIdentity(n.cfg.DataDir, identity{id: n.id, cluster: n.cfg.ClusterID, formation: id}); err != nil {
+	if err := f.host.PersistFormation(id); err != nil {
 		return err
 	}
-	n.formationID = id
+	f.formation = id
 	return nil
 }
 
-// onForeignStaticPeer is the transport's OnForeignPeer in static mode.
-func (n *Node) onForeignStaticPeer(peer uint64, detail string, dialed bool) {
+// OnForeignStaticPeer is the transport's OnForeignPeer in static mode. It
+// returns an error when a majority of the other members is on another list:
+// this member can never reach a quorum, and the node stops serving with it
+// (wrapped in its ErrInvalidConfig).
+func (f *Fleet) OnForeignStaticPeer(peer uint64, detail string, dialed bool) error {
+	members := f.cfg.Static
 	addr, listed := "an id not in this list", false
-	for _, m := range n.cfg.Members {
-		if m.ID == peer && peer != n.id {
+	for _, m := range members {
+		if m.ID == peer && peer != f.cfg.ID {
 			addr, listed = m.Addr, true
 		}
 	}
-	if peer == n.id {
+	if peer == f.cfg.ID {
 		addr = "this member's own id"
 	}
 	var msg string
 	remote, detailed := parseStaticDetail(detail)
 	if detailed {
 		msg = fmt.Sprintf("static member list differs from that of member %d (%s): %s (here %s, there %s)",
-			peer, addr, diffStatic(n.cfg.Members, remote), staticDetail(n.cfg.Members), detail)
+			peer, addr, diffStatic(members, remote), staticDetail(members), detail)
 	} else {
 		msg = fmt.Sprintf("member %d (%s) belongs to another cluster formation: its static member list (or the one its "+
-			"data directory was created with) differs from this one, %s", peer, addr, staticDetail(n.cfg.Members))
+			"data directory was created with) differs from this one, %s", peer, addr, staticDetail(members))
 	}
 	if !listed || !dialed {
 		// A sender's id is only a claim: with [a b c] here and [a c b] at
 		// c, c claims id 2, which is b's. Proof of a mismatch, said, but
 		// counted only for the address this member dialed, whose refusal
 		// says for sure that the member it needs there is on another list.
-		n.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
-		return
+		f.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
+		return nil
 	}
-	n.static.mu.Lock()
-	if n.static.foreign == nil {
-		n.static.foreign = map[uint64]staticMismatch{}
+	s := &f.static
+	s.mu.Lock()
+	if s.foreign == nil {
+		s.foreign = map[uint64]staticMismatch{}
 	}
-	prev, seen := n.static.foreign[peer]
+	prev, seen := s.foreign[peer]
 	if !seen || detailed && !prev.detailed {
-		n.static.foreign[peer] = staticMismatch{msg, detailed}
+		s.foreign[peer] = staticMismatch{msg, detailed}
 	}
-	n.static.mu.Unlock()
+	s.mu.Unlock()
 	if !seen || detailed && !prev.detailed {
-		n.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
+		f.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
 	}
-	msg, bad := n.static.mismatch()
-	total := len(n.cfg.Members)
+	msg, bad := s.mismatch()
+	total := len(members)
 	if bad > total-(total/2+1) {
-		err := fmt.Errorf("%w: %d of the other %d members are on another static member list, so this member can "+
-			"never reach a quorum; give every replica the same peers in the same order: %s", lockerr.ErrInvalidConfig, bad, total-1, msg)
-		go func() {
-			// Not on the transport's goroutine: the loop may be busy.
-			_ = n.do(context.Background(), func() {
-				if n.loop.stopWith == nil {
-					n.loop.stopWith = err
-				}
-			})
-		}()
+		return fmt.Errorf("%d of the other %d members are on another static member list, so this member can "+
+			"never reach a quorum; give every replica the same peers in the same order: %s", bad, total-1, msg)
 	}
+	return nil
 }

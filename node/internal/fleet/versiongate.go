@@ -1,4 +1,4 @@
-package node
+package fleet
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -26,9 +25,9 @@ import (
 // So no node proposes one until every member of the raft configuration is
 // known to run a version with the catalogue:
 //
-//   - Members carry their Version: in gossip metadata (gossip mode), and in
-//     a header of every transport RPC (static mode; a node older than the
-//     header sends none, which reads as older).
+//   - Members carry their Version (node.Version): in gossip metadata
+//     (gossip mode), and in a header of every transport RPC (static mode; a
+//     node older than the header sends none, which reads as older).
 //   - The leader decides, from the configuration and what it knows of each
 //     member: open (every member runs the catalogue), older (some member
 //     is known to run an older version: ErrOlderMembers), or unknown (some
@@ -49,22 +48,6 @@ import (
 //     catalogue entry while a member is known to be older.
 //
 // The plain mutex stays version 1, byte for byte, and needs no gate.
-
-// Version is gossiped in each member's metadata and sent with every
-// transport RPC. Versions from 0.2 on have the lock catalogue.
-const Version = "lockraft/0.2"
-
-// version is the version this node tells its peers.
-func (c *Config) version() string {
-	claim := knobsOf(c).ClaimVersion
-	switch claim {
-	case "":
-		return Version
-	case "-":
-		return ""
-	}
-	return claim
-}
 
 // Gate states.
 const (
@@ -94,31 +77,31 @@ func knowsCatalogue(v string) bool {
 
 // memberVersion is what this node knows of member id's version: its gossip
 // metadata, else the header of its last transport RPC.
-func (n *Node) memberVersion(id uint64) (string, bool) {
-	if n.ml != nil {
-		for _, m := range n.ml.Members() {
+func (f *Fleet) memberVersion(id uint64) (string, bool) {
+	if f.list != nil {
+		for _, m := range f.list() {
 			if m.Meta.RaftID == id {
 				return m.Meta.Version, true
 			}
 		}
 	}
-	return n.tr.PeerVersion(id)
+	return f.host.Net().PeerVersion(id)
 }
 
 // localGate decides the gate from this node's knowledge (loop): open, older
 // (and which member) or unknown (and which member).
-func (n *Node) localGate() (byte, uint64, string) {
-	if n.catalogueOpen.Load() {
+func (f *Fleet) localGate() (byte, uint64, string) {
+	if f.gateOpen.Load() {
 		return gateOpen, 0, ""
 	}
-	cs := n.loop.confState
+	cs := f.host.ConfState()
 	state, who, ver := gateOpen, uint64(0), ""
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range ids {
-			if id == n.id {
+			if id == f.cfg.ID {
 				continue
 			}
-			v, seen := n.memberVersion(id)
+			v, seen := f.memberVersion(id)
 			switch {
 			case seen && !knowsCatalogue(v):
 				return gateOlder, id, v
@@ -128,25 +111,25 @@ func (n *Node) localGate() (byte, uint64, string) {
 		}
 	}
 	if state == gateOpen {
-		n.openGate()
+		f.openGate()
 	}
 	return state, who, ver
 }
 
 // leaderGate is the gate as the leader decides it (loop); gateUnknown on a
 // non-leader.
-func (n *Node) leaderGate() (byte, uint64, string) {
-	if !n.loop.isLeader {
+func (f *Fleet) leaderGate() (byte, uint64, string) {
+	if !f.host.Leadership().Leading {
 		return gateUnknown, 0, ""
 	}
-	return n.localGate()
+	return f.localGate()
 }
 
-// handleVersionGate answers a follower's question (the VersionGate call).
-func (n *Node) handleVersionGate(ctx context.Context) (*transportpb.VersionGateResponse, error) {
+// AnswerGate answers a follower's question (the VersionGate call).
+func (f *Fleet) AnswerGate(ctx context.Context) (*transportpb.VersionGateResponse, error) {
 	reply := make(chan byte, 1)
-	if err := n.do(ctx, func() {
-		st, _, _ := n.leaderGate()
+	if err := f.host.Do(ctx, func() {
+		st, _, _ := f.leaderGate()
 		reply <- st
 	}); err != nil {
 		return nil, err
@@ -166,15 +149,17 @@ var gateStates = [...]transportpb.GateState{
 	gateOlder:   transportpb.GateState_GATE_STATE_OLDER,
 }
 
-// catalogueGate returns nil once every member of the configuration is known
-// to run the catalogue; ErrOlderMembers if one is known to run an older
+// AwaitGate returns nil once every member of the configuration is known to
+// run the catalogue; ErrOlderMembers if one is known to run an older
 // version, or has not been heard from within two election timeouts. Light
-// members leave the check to the leader (fwdProposeOnLeader).
-func (n *Node) catalogueGate(ctx context.Context) error {
-	if n.catalogueOpen.Load() || n.light() {
+// members (gossip, no raft data) leave the check to the leader, which
+// checks what they forward (AdmitForwarded).
+func (f *Fleet) AwaitGate(ctx context.Context) error {
+	if f.gateOpen.Load() || f.ml != nil && !f.host.HasData() {
 		return nil
 	}
-	start := n.clock.Now()
+	errOlder := f.cfg.ErrOlderMembers
+	start := f.cfg.Now()
 	for {
 		type answer struct {
 			st      byte
@@ -184,9 +169,10 @@ func (n *Node) catalogueGate(ctx context.Context) error {
 			leading bool
 		}
 		got := make(chan answer, 1)
-		if err := n.do(ctx, func() {
-			st, who, ver := n.localGate()
-			got <- answer{st, who, ver, n.loop.leader, n.loop.isLeader}
+		if err := f.host.Do(ctx, func() {
+			st, who, ver := f.localGate()
+			l := f.host.Leadership()
+			got <- answer{st, who, ver, l.Leader, l.Leading}
 		}); err != nil {
 			return err
 		}
@@ -200,32 +186,32 @@ func (n *Node) catalogueGate(ctx context.Context) error {
 			return nil
 		}
 		if a.st == gateOlder && a.leading {
-			return fmt.Errorf("%w: member %d runs %q", lockerr.ErrOlderMembers, a.who, a.ver)
+			return fmt.Errorf("%w: member %d runs %q", errOlder, a.who, a.ver)
 		}
 		if !a.leading && a.leader != 0 {
 			// The leader hears from every member all the time; a follower
 			// may not have heard from another follower since it restarted.
 			// Ask the leader.
-			cctx, cancel := context.WithTimeout(ctx, n.cfg.RetryInterval)
-			resp, err := n.tr.VersionGate(cctx, a.leader, &transportpb.VersionGateRequest{})
+			cctx, cancel := context.WithTimeout(ctx, f.cfg.RetryInterval)
+			resp, err := f.host.Net().VersionGate(cctx, a.leader, &transportpb.VersionGateRequest{})
 			cancel()
 			if err == nil {
 				switch resp.GetState() {
 				case transportpb.GateState_GATE_STATE_OPEN:
-					n.openGate()
+					f.openGate()
 					return nil
 				case transportpb.GateState_GATE_STATE_OLDER:
-					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", lockerr.ErrOlderMembers, a.leader)
+					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", errOlder, a.leader)
 				}
 			}
 		}
-		if n.clock.Now().Sub(start) > 2*n.cfg.electionTimeout() {
+		if f.cfg.Now().Sub(start) > 2*f.cfg.ElectionTimeout {
 			if a.who != 0 {
-				return fmt.Errorf("%w: the version of member %d is not known (not heard from)", lockerr.ErrOlderMembers, a.who)
+				return fmt.Errorf("%w: the version of member %d is not known (not heard from)", errOlder, a.who)
 			}
-			return fmt.Errorf("%w: the cluster's versions could not be learned (no leader answered)", lockerr.ErrOlderMembers)
+			return fmt.Errorf("%w: the cluster's versions could not be learned (no leader answered)", errOlder)
 		}
-		t := time.NewTimer(n.cfg.TickInterval)
+		t := time.NewTimer(f.cfg.TickInterval)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -235,12 +221,12 @@ func (n *Node) catalogueGate(ctx context.Context) error {
 	}
 }
 
-// admitForwarded decides whether the leader proposes one entry a follower
+// AdmitForwarded decides whether the leader proposes one entry a follower
 // or light member forwarded (loop): never one of a newer format than this
 // node knows (it would stop this node's own apply), and a catalogue entry
 // only while no member is known to run an older version (fwd: only while
 // the gate is open). The error is what a light member's caller gets.
-func (n *Node) admitForwarded(data []byte, fwd bool) error {
+func (f *Fleet) AdmitForwarded(data []byte, fwd bool) error {
 	if len(data) == 0 || data[0] == 1 {
 		return nil // version 1: the mutex, as every version knows it
 	}
@@ -251,76 +237,73 @@ func (n *Node) admitForwarded(data []byte, fwd bool) error {
 	case c.Version < 2:
 		return nil
 	}
-	st, _, _ := n.localGate()
+	st, _, _ := f.localGate()
 	if st == gateOlder || (fwd && st != gateOpen) {
-		return lockerr.ErrOlderMembers
+		return f.cfg.ErrOlderMembers
 	}
 	return nil
 }
 
-// admitProposals drops from a follower's forwarded proposals the entries
-// admitForwarded refuses (the follower retries them, and its caller's
-// context bounds that). Allocates only when one is dropped.
-func (n *Node) admitProposals(ents []*raftpb.Entry) []*raftpb.Entry {
+// AdmitProposals drops from a follower's forwarded proposals the entries
+// AdmitForwarded refuses (the follower retries them, and its caller's
+// context bounds that). Allocates only when one is dropped. (loop)
+func (f *Fleet) AdmitProposals(ents []*raftpb.Entry) []*raftpb.Entry {
 	for i, e := range ents {
-		if e.GetType() != raftpb.EntryNormal || n.admitForwarded(e.GetData(), false) == nil {
+		if e.GetType() != raftpb.EntryNormal || f.AdmitForwarded(e.GetData(), false) == nil {
 			continue
 		}
 		kept := slices.Clone(ents[:i])
 		for _, e := range ents[i+1:] {
-			if e.GetType() != raftpb.EntryNormal || n.admitForwarded(e.GetData(), false) == nil {
+			if e.GetType() != raftpb.EntryNormal || f.AdmitForwarded(e.GetData(), false) == nil {
 				kept = append(kept, e)
 			}
 		}
-		n.log.Info("forwarded entries refused by the version gate", "refused", len(ents)-len(kept))
+		f.log.Info("forwarded entries refused by the version gate", "refused", len(ents)-len(kept))
 		return kept
 	}
 	return ents
 }
 
-// gateFile in the data directory records that the gate opened: once every
+// GateFile in the data directory records that the gate opened: once every
 // member ran a version with the catalogue (and session checkpoints), the
 // cluster does not go back (downgrades below it are not supported), so a
 // restarted node need not wait to hear from every member again before it
 // proposes checkpoints (a leader restarted during a run of failovers would
 // otherwise restart every deadline from its own ready: L3).
-const gateFile = "version-gate"
+const GateFile = "version-gate"
 
-// loadGate opens the gate if the data directory says it was open (Start).
-func (n *Node) loadGate() {
-	if b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, gateFile)); err == nil && strings.TrimSpace(string(b)) == "open" {
-		n.catalogueOpen.Store(true)
+// loadGate opens the gate if the data directory says it was open (New).
+func (f *Fleet) loadGate() {
+	if f.cfg.DataDir == "" {
+		return
+	}
+	if b, err := os.ReadFile(filepath.Join(f.cfg.DataDir, GateFile)); err == nil && strings.TrimSpace(string(b)) == "open" {
+		f.gateOpen.Store(true)
 	}
 }
+
+// GateOpen reports whether the gate is open.
+func (f *Fleet) GateOpen() bool { return f.gateOpen.Load() }
 
 // openGate opens the gate and records it durably (once per process; a
 // failed write only costs the wait after a restart).
-func (n *Node) openGate() {
-	if !n.catalogueOpen.CompareAndSwap(false, true) || n.cfg.DataDir == "" {
+func (f *Fleet) openGate() {
+	if !f.gateOpen.CompareAndSwap(false, true) || f.cfg.DataDir == "" {
 		return
 	}
-	path := filepath.Join(n.cfg.DataDir, gateFile)
-	tmp := path + ".tmp"
-	err := writeFileSync(tmp, []byte("open\n"))
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(n.cfg.DataDir)
-	}
-	if err != nil {
-		n.log.Debug("version gate: not recorded", "err", err)
+	if err := f.host.WriteFile(GateFile, []byte("open\n")); err != nil {
+		f.log.Debug("version gate: not recorded", "err", err)
 	}
 }
 
-// olderMemberKnown reports whether a member of the configuration is known to
+// OlderMemberKnown reports whether a member of the configuration is known to
 // run a build before the catalogue and session checkpoints (loop). Unlike
 // the catalogue's gate it does not wait to hear from every member: a leader
 // restarted while another member is down would otherwise checkpoint nothing
 // and restart every deadline from its ready under a run of failovers (L3).
 // An older build that was down through a whole upgrade and comes back stops
 // at the first checkpoint with ErrNewerVersion (README: rolling upgrades).
-func (n *Node) olderMemberKnown() bool {
-	st, _, _ := n.localGate()
+func (f *Fleet) OlderMemberKnown() bool {
+	st, _, _ := f.localGate()
 	return st == gateOlder
 }

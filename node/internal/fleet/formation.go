@@ -1,4 +1,4 @@
-package node
+package fleet
 
 // Forming a cluster by gossip: never two.
 //
@@ -8,7 +8,7 @@ package node
 // with the same ClusterID, granting the same names; when the islands met,
 // each leader would tell the other's members they were removed. The rule
 // here needs a fixed denominator instead: the operator names the founders
-// (GossipConfig.Founders, gossip names, the same list on every member; on
+// (membership.Config.Founders, gossip names, the same list on every member; on
 // Kubernetes the first pods of the StatefulSet), and a cluster is formed only
 // with every one of them.
 //
@@ -16,7 +16,7 @@ package node
 //
 //  1. Formation ids. A formed cluster has an identity: a random formation id
 //     made when it is formed. A node holds at most one, written to its
-//     identity file (identity.go, fsync and directory fsync) before it is
+//     identity file (Host.PersistFormation, durably) before it is
 //     used, and never changes it. Every RPC carries the sender's id, and the
 //     receiver refuses another id (transport/formation.go, for every stream,
 //     snapshot and call). A node without one adopts the id of the first raft
@@ -85,25 +85,26 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockraft/lockraft/internal/lockerr"
+	"go.etcd.io/raft/v3"
+
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
-// formationRequest is the candidate's question to one founder (the typed
-// Form call carries it).
-type formationRequest struct {
-	formation string
-	candidate string   // the candidate's gossip name
-	founders  []string // the candidate's founders list, sorted
-	target    string   // the founder asked: gossip name
-	targetID  uint64   // and raft id, as the candidate's gossip view says
+// FormRequest is the candidate's question to one founder (the typed Form
+// call carries it).
+type FormRequest struct {
+	Formation string
+	Candidate string   // the candidate's gossip name
+	Founders  []string // the candidate's founders list, sorted
+	Target    string   // the founder asked: gossip name
+	TargetID  uint64   // and raft id, as the candidate's gossip view says
 }
 
-func (r *formationRequest) proto() *transportpb.FormRequest {
-	return &transportpb.FormRequest{Formation: r.formation, Candidate: r.candidate, Founders: r.founders,
-		Target: r.target, TargetId: r.targetID}
+func (r *FormRequest) proto() *transportpb.FormRequest {
+	return &transportpb.FormRequest{Formation: r.Formation, Candidate: r.Candidate, Founders: r.Founders,
+		Target: r.Target, TargetId: r.TargetID}
 }
 
 // Bounds on what a founder accepts to read from a candidate.
@@ -112,13 +113,13 @@ const (
 	maxFormationText = 1024
 )
 
-func formationRequestFrom(p *transportpb.FormRequest) (formationRequest, error) {
-	r := formationRequest{formation: p.GetFormation(), candidate: p.GetCandidate(), founders: p.GetFounders(),
-		target: p.GetTarget(), targetID: p.GetTargetId()}
-	if len(r.founders) > maxFounders {
-		return r, fmt.Errorf("formation request: %d founders", len(r.founders))
+func formRequestFrom(p *transportpb.FormRequest) (FormRequest, error) {
+	r := FormRequest{Formation: p.GetFormation(), Candidate: p.GetCandidate(), Founders: p.GetFounders(),
+		Target: p.GetTarget(), TargetID: p.GetTargetId()}
+	if len(r.Founders) > maxFounders {
+		return r, fmt.Errorf("formation request: %d founders", len(r.Founders))
 	}
-	for _, s := range append([]string{r.formation, r.candidate, r.target}, r.founders...) {
+	for _, s := range append([]string{r.Formation, r.Candidate, r.Target}, r.Founders...) {
 		if len(s) > maxFormationText {
 			return r, errors.New("formation request: a name or id is too long")
 		}
@@ -126,12 +127,12 @@ func formationRequestFrom(p *transportpb.FormRequest) (formationRequest, error) 
 	return r, nil
 }
 
-// formationReply is a founder's answer.
-type formationReply struct {
-	adopted bool
-	name    string // the answering node's gossip name
-	id      uint64 // and raft id
-	reason  string // why it refused
+// FormReply is a founder's answer.
+type FormReply struct {
+	Adopted bool
+	Name    string // the answering node's gossip name
+	ID      uint64 // and raft id
+	Reason  string // why it refused
 }
 
 // newFormationID makes a random formation id: 32 hex digits.
@@ -143,91 +144,88 @@ func newFormationID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// formation returns this node's formation id ("" if none yet).
-func (n *Node) formation() string {
-	n.formMu.Lock()
-	defer n.formMu.Unlock()
-	return n.formationID
+// ValidFormationID accepts what newFormationID makes and little else: 16
+// to 64 characters of [0-9a-f]. An id comes from a peer's header before it
+// is written to the identity file, so nothing else may pass.
+func ValidFormationID(s string) bool {
+	if len(s) < 16 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
-// adoptFormation makes id this node's formation id for good: it is written to
-// the identity file (durably) before anything uses it. It refuses when the
-// node already has another id, or raft data (which could only be of a
-// cluster without formation ids). The transport calls it (AdoptFormation)
-// when a formed cluster adds this node, and then records the id itself;
-// node-side callers use joinFormation.
-func (n *Node) adoptFormation(id string) error {
-	n.formMu.Lock()
-	defer n.formMu.Unlock()
+// Formation returns this node's formation id ("" if none yet).
+func (f *Fleet) Formation() string {
+	f.formMu.Lock()
+	defer f.formMu.Unlock()
+	return f.formation
+}
+
+// AdoptFormation makes id this node's formation id for good: it is
+// recorded (Host.PersistFormation, durably) before anything uses it. It
+// refuses when the node already has another id, or raft data (which could
+// only be of a cluster without formation ids). The transport calls it (its
+// AdoptFormation) when a formed cluster adds this node, and then records
+// the id itself; the Fleet's own callers use joinFormation.
+func (f *Fleet) AdoptFormation(id string) error {
+	f.formMu.Lock()
+	defer f.formMu.Unlock()
 	switch {
-	case n.formationID == id:
+	case f.formation == id:
 		return nil
-	case n.formationID != "":
-		return fmt.Errorf("this node belongs to formation %s", n.formationID)
-	case !validFormationID(id):
+	case f.formation != "":
+		return fmt.Errorf("this node belongs to formation %s", f.formation)
+	case !ValidFormationID(id):
 		return fmt.Errorf("malformed formation id %q", id)
-	case n.storage.HasState():
+	case f.host.HasData():
 		return errors.New("this node has raft data of a cluster without a formation id")
 	}
-	if err := writeIdentity(n.cfg.DataDir, identity{id: n.id, cluster: n.cfg.ClusterID, formation: id}); err != nil {
+	if err := f.host.PersistFormation(id); err != nil {
 		return err
 	}
-	n.formationID = id
-	n.log.Info("joined formation", "formation", id)
+	f.formation = id
+	f.log.Info("joined formation", "formation", id)
 	return nil
 }
 
 // joinFormation adopts id and tells the transport.
-func (n *Node) joinFormation(id string) error {
-	if err := n.adoptFormation(id); err != nil {
+func (f *Fleet) joinFormation(id string) error {
+	if err := f.AdoptFormation(id); err != nil {
 		return err
 	}
-	return n.tr.SetFormation(id)
-}
-
-// founders is the resolved founders list, sorted: GossipConfig.Founders, or
-// this node alone in the development mode.
-func (n *Node) founders() []string {
-	f := slices.Clone(n.gcfg.Founders)
-	if len(f) == 0 && n.gcfg.BootstrapExpect == 1 {
-		f = []string{n.gossipName()}
-	}
-	slices.Sort(f)
-	return f
-}
-
-// gossipName is this member's gossip name.
-func (n *Node) gossipName() string {
-	if n.gcfg.Name != "" {
-		return n.gcfg.Name
-	}
-	return fmt.Sprintf("lockraft-%016x", n.id)
+	return f.host.Net().SetFormation(id)
 }
 
 // formCluster runs steps 2 and 3 of the rule for the founders in plan, on
 // the gossip goroutine. It returns nil once raft is bootstrapped, or why not
 // (the caller tries again on a later round).
-func (n *Node) formCluster(plan membership.FormationPlan) error {
-	f := n.formation()
-	if f == "" {
-		id, err := newFormationID()
+func (f *Fleet) formCluster(plan membership.FormationPlan, stop <-chan struct{}) error {
+	id := f.Formation()
+	if id == "" {
+		fresh, err := newFormationID()
 		if err != nil {
 			return err
 		}
-		if err := n.joinFormation(id); err != nil {
+		if err := f.joinFormation(fresh); err != nil {
 			return err
 		}
-		f = id
+		id = fresh
 	}
-	req := formationRequest{formation: f, candidate: n.gossipName(), founders: n.founders()}
+	net := f.host.Net()
+	req := FormRequest{Formation: id, Candidate: f.name, Founders: f.founders}
 	for _, m := range plan.Founders {
-		if m.Meta.RaftID == n.id {
+		if m.Meta.RaftID == f.cfg.ID {
 			continue
 		}
-		req.target, req.targetID = m.Name, m.Meta.RaftID
-		n.tr.AddPeer(m.Meta.RaftID, m.Meta.RaftAddr)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.electionTimeout())
-		out, err := n.tr.Form(ctx, m.Meta.RaftID, req.proto())
+		req.Target, req.TargetID = m.Name, m.Meta.RaftID
+		net.AddPeer(m.Meta.RaftID, m.Meta.RaftAddr)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*f.cfg.ElectionTimeout)
+		out, err := net.Form(ctx, m.Meta.RaftID, req.proto())
 		cancel()
 		if errors.Is(err, transport.ErrFormationMismatch) {
 			return fmt.Errorf("founder %s belongs to another formation (its data directory holds another cluster's id; "+
@@ -237,66 +235,92 @@ func (n *Node) formCluster(plan membership.FormationPlan) error {
 		if err != nil {
 			return fmt.Errorf("founder %s did not answer: %v", m.Name, err)
 		}
-		rep := formationReply{adopted: out.GetAdopted(), name: out.GetName(), id: out.GetId(), reason: out.GetReason()}
-		if !rep.adopted {
-			return fmt.Errorf("founder %s refused: %s", m.Name, rep.reason)
+		rep := FormReply{Adopted: out.GetAdopted(), Name: out.GetName(), ID: out.GetId(), Reason: out.GetReason()}
+		if !rep.Adopted {
+			return fmt.Errorf("founder %s refused: %s", m.Name, rep.Reason)
 		}
-		if rep.name != m.Name || rep.id != m.Meta.RaftID {
-			return fmt.Errorf("founder %s: the node that answered is %s (raft id %016x), not raft id %016x", m.Name, rep.name, rep.id, m.Meta.RaftID)
+		if rep.Name != m.Name || rep.ID != m.Meta.RaftID {
+			return fmt.Errorf("founder %s: the node that answered is %s (raft id %016x), not raft id %016x", m.Name, rep.Name, rep.ID, m.Meta.RaftID)
 		}
 	}
 	res := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := n.do(ctx, func() { res <- n.bootstrapRaft(plan.Founders) }); err != nil {
+	if err := f.host.Do(ctx, func() { res <- f.bootstrap(plan.Founders) }); err != nil {
 		return err
 	}
 	select {
 	case err := <-res:
 		return err
-	case <-n.stopc:
-		return lockerr.ErrClosed
+	case <-stop:
+		return errClosed
 	}
 }
 
-// Form serves a formation candidate's request (the typed call).
-func (h *transportHandler) Form(ctx context.Context, from uint64, in *transportpb.FormRequest) (*transportpb.FormResponse, error) {
-	n := (*Node)(h)
-	req, err := formationRequestFrom(in)
+// errClosed: the node closed while forming (for the log).
+var errClosed = errors.New("lockraft: node closed")
+
+// bootstrap forms the cluster with voters (loop); it refuses if raft
+// already has state (this node was contacted by a leader meanwhile).
+func (f *Fleet) bootstrap(voters []membership.Member) error {
+	if f.host.HasData() || f.host.Status().GetTerm() > 0 {
+		return errors.New("raft already has state")
+	}
+	peers := make([]raft.Peer, 0, len(voters))
+	ids := make([]uint64, 0, len(voters))
+	for _, v := range voters {
+		peers = append(peers, raft.Peer{ID: v.Meta.RaftID, Context: []byte(v.Meta.RaftAddr)})
+		ids = append(ids, v.Meta.RaftID)
+		if v.Meta.RaftID != f.cfg.ID {
+			f.host.Net().AddPeer(v.Meta.RaftID, v.Meta.RaftAddr)
+		}
+	}
+	f.members.AddFounders(ids)
+	if err := f.host.Bootstrap(peers); err != nil {
+		return err
+	}
+	f.log.Info("bootstrapped new cluster from gossip", "voters", ids, "cluster", f.cfg.ClusterID, "formation", f.Formation())
+	return nil
+}
+
+// ServeForm serves a formation candidate's request (the typed Form call).
+// The error, for a malformed request, wraps transport.ErrInvalidRequest.
+func (f *Fleet) ServeForm(from uint64, in *transportpb.FormRequest) (*transportpb.FormResponse, error) {
+	req, err := formRequestFrom(in)
 	if err != nil {
-		return nil, n.refuseCall(from, "Form", fmt.Errorf("%w: %v", transport.ErrInvalidRequest, err))
+		return nil, fmt.Errorf("%w: %v", transport.ErrInvalidRequest, err)
 	}
-	rep := n.handleFormation(from, req)
-	return &transportpb.FormResponse{Adopted: rep.adopted, Name: rep.name, Id: rep.id, Reason: rep.reason}, nil
+	rep := f.Answer(from, req)
+	return &transportpb.FormResponse{Adopted: rep.Adopted, Name: rep.Name, Id: rep.ID, Reason: rep.Reason}, nil
 }
 
-// handleFormation answers a candidate's request to adopt its formation id.
-// It runs on the transport's goroutine; the answer "adopted" is sent only
-// once the id is durable.
-func (n *Node) handleFormation(from uint64, req formationRequest) formationReply {
-	refuse := func(format string, a ...any) formationReply {
+// Answer answers a candidate's request to adopt its formation id. It runs
+// on the transport's goroutine; the answer "adopted" is sent only once the
+// id is durable.
+func (f *Fleet) Answer(from uint64, req FormRequest) FormReply {
+	refuse := func(format string, a ...any) FormReply {
 		reason := fmt.Sprintf(format, a...)
-		n.log.Warn("formation: refused to adopt", "candidate", req.candidate, "from", from, "formation", req.formation, "reason", reason)
-		return formationReply{name: n.gossipName(), id: n.id, reason: reason}
+		f.log.Warn("formation: refused to adopt", "candidate", req.Candidate, "from", from, "formation", req.Formation, "reason", reason)
+		return FormReply{Name: f.name, ID: f.cfg.ID, Reason: reason}
 	}
-	if n.ml == nil {
+	if f.ml == nil {
 		return refuse("not a gossip member")
 	}
-	if req.target != n.gossipName() || req.targetID != n.id {
-		return refuse("asked %s (raft id %016x), this is %s (raft id %016x)", req.target, req.targetID, n.gossipName(), n.id)
+	if req.Target != f.name || req.TargetID != f.cfg.ID {
+		return refuse("asked %s (raft id %016x), this is %s (raft id %016x)", req.Target, req.TargetID, f.name, f.cfg.ID)
 	}
-	if mine := n.founders(); !slices.Equal(mine, req.founders) {
+	if mine := f.founders; !slices.Equal(mine, req.Founders) {
 		return refuse("founders differ: candidate has [%s], this member has [%s]",
-			strings.Join(req.founders, " "), strings.Join(mine, " "))
+			strings.Join(req.Founders, " "), strings.Join(mine, " "))
 	}
-	if !slices.Contains(req.founders, req.target) {
-		return refuse("%s is not among the founders", req.target)
+	if !slices.Contains(req.Founders, req.Target) {
+		return refuse("%s is not among the founders", req.Target)
 	}
-	if req.candidate != req.founders[0] {
-		return refuse("only the first founder, %s, forms the cluster; %s asked", req.founders[0], req.candidate)
+	if req.Candidate != req.Founders[0] {
+		return refuse("only the first founder, %s, forms the cluster; %s asked", req.Founders[0], req.Candidate)
 	}
-	if err := n.joinFormation(req.formation); err != nil {
+	if err := f.joinFormation(req.Formation); err != nil {
 		return refuse("%v", err)
 	}
-	return formationReply{adopted: true, name: n.gossipName(), id: n.id}
+	return FormReply{Adopted: true, Name: f.name, ID: f.cfg.ID}
 }
