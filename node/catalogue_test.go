@@ -83,6 +83,17 @@ func lockInfo(t *testing.T, n *Node, name string) lockfsm.LockInfo {
 	return lockfsm.LockInfo{Name: name}
 }
 
+// proposed is the next sequence number n's session gives a command: it
+// moves exactly when n proposes one of its callers' commands (unlike the
+// applied index, which background entries such as keepalive checkpoints
+// move too).
+func proposed(t *testing.T, n *Node) uint64 {
+	t.Helper()
+	ch := make(chan uint64, 1)
+	require.NoError(t, n.do(context.Background(), func() { ch <- n.loop.ops.nextSeq }))
+	return <-ch
+}
+
 func applied(t *testing.T, n *Node) uint64 {
 	t.Helper()
 	st, err := n.Status(context.Background())
@@ -151,12 +162,12 @@ func TestRWLock(t *testing.T) {
 	require.ErrorIs(t, err, lockerr.ErrUpgrade)
 
 	// Other kinds on a read-write name.
-	before := applied(t, n1)
+	before := proposed(t, n1)
 	_, err = n1.Acquire(ctx, "rw", "mutex", false, 0)
 	require.ErrorIs(t, err, lockerr.ErrWrongKind)
 	_, err = n1.AcquireWith(ctx, semReq("rw", "sem", 1, 2, false))
 	require.ErrorIs(t, err, lockerr.ErrWrongKind)
-	require.Greater(t, applied(t, n1), before, "the cluster refused them (proposed, nothing changed)")
+	require.Greater(t, proposed(t, n1), before, "the cluster refused them (proposed, nothing changed)")
 	require.Len(t, lockInfo(t, n1, "rw").Holds, 3, "nothing changed")
 
 	for _, h := range []*Hold{wr, lh, l2h} {
@@ -215,13 +226,13 @@ func TestSemaphore(t *testing.T) {
 	_, err = n1.Acquire(ctx, "pool", "m", false, 0)
 	require.ErrorIs(t, err, lockerr.ErrWrongKind)
 
-	before := applied(t, n1)
+	before := proposed(t, n1)
 	for _, r := range []Request{semReq("x", "o", 0, 3, true), semReq("x", "o", 4, 3, true),
 		semReq("x", "o", 1, 0, true), semReq("x", "o", 1, MaxPermits+1, true)} {
 		_, err := n1.AcquireWith(ctx, r)
 		require.ErrorIs(t, err, lockerr.ErrBadPermits, "%d of %d", r.Permits, r.Limit)
 	}
-	require.Equal(t, before, applied(t, n1), "bad input: nothing proposed")
+	require.Equal(t, before, proposed(t, n1), "bad input: nothing proposed")
 
 	require.NoError(t, dh.Release(ctx))
 	require.NoError(t, eh.Release(ctx))
@@ -527,7 +538,7 @@ func TestMultiNameLock(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	before := applied(t, n1)
+	before := proposed(t, n1)
 	many := make([]string, MaxMultiNames+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("m%d", i)
@@ -538,7 +549,7 @@ func TestMultiNameLock(t *testing.T) {
 	require.ErrorIs(t, err, lockerr.ErrDuplicateName)
 	_, err = n1.AcquireWith(ctx, multiReq("o", true, "p", ""))
 	require.ErrorIs(t, err, lockerr.ErrInvalidName)
-	require.Equal(t, before, applied(t, n1), "bad input: nothing proposed")
+	require.Equal(t, before, proposed(t, n1), "bad input: nothing proposed")
 
 	sem, err := n1.AcquireWith(ctx, semReq("s", "o", 1, 2, true))
 	require.NoError(t, err)
