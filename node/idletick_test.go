@@ -13,7 +13,7 @@ import (
 // tickPeriod reads the loop's current tick period.
 func (n *Node) tickPeriod() time.Duration {
 	ch := make(chan time.Duration, 1)
-	if n.do(context.Background(), func() { ch <- n.loop.tick.period }) != nil {
+	if n.do(context.Background(), func() { ch <- n.loop.tick.Period() }) != nil {
 		return 0
 	}
 	return <-ch
@@ -28,9 +28,9 @@ func (n *Node) tickPeriod() time.Duration {
 func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	f, lights := lightFleet(t, "idletick", 6, func(c *Config) { withFaults(c) })
 	a := lights[0]
-	require.Greater(t, a.lightIdleTick(), a.cfg.TickInterval, "the test needs a slower idle tick than the raft tick")
-	require.Eventually(t, func() bool { return a.tickPeriod() == a.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
-		"the idle light member ticks every %v", a.lightIdleTick())
+	require.Greater(t, a.cfg.lightIdleTick(), a.cfg.TickInterval, "the test needs a slower idle tick than the raft tick")
+	require.Eventually(t, func() bool { return a.tickPeriod() == a.cfg.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
+		"the idle light member ticks every %v", a.cfg.lightIdleTick())
 	for _, n := range f.running() {
 		if !n.light() {
 			// Eventually: a member that just got raft state switches at the
@@ -47,7 +47,7 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	h, err := a.Acquire(ctx, "idle", "a", true, 0)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return a.tickPeriod() == a.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return a.tickPeriod() == a.cfg.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
 		"holding a lock without a lease is idle")
 	lost := lostAt(h)
 	lead := f.leader(5 * time.Second)

@@ -55,7 +55,7 @@ type loopCounters struct {
 	sessionsExpired uint64 // sessions the cluster expired (applied here)
 	leasesExpired   uint64 // per-lock leases that ran out (applied here)
 	pushesReceived  uint64 // results and events pushed to this light member
-	tickWakes       uint64 // loop wake-ups by the raft ticker or a quiet follower's timer (quiettick.go)
+	tickWakes       uint64 // loop wake-ups by the raft ticker or a quiet follower's timer (node/internal/tick)
 
 	// headSince: this node's queued Acquires at the head of their queue,
 	// by seq, since when (only with Config.Metrics).

@@ -35,6 +35,7 @@ import (
 	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/node/internal/lease"
+	"github.com/lockraft/lockraft/node/internal/tick"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -138,8 +139,7 @@ type loopState struct {
 	reads   readIndexState    // linearizable inspection reads (readindex.go)
 	times   applyTimes        // when indexes were applied, for inspection (applytimes.go)
 	stats   loopCounters      // counters for Status and metrics (metricsnode.go)
-	fine    fineTicker        // the leader's fine ticker, on only when needed (fineticker.go)
-	tick    tickState         // the raft ticker; slow on an idle light member (idletick.go)
+	tick    *tick.Ticker      // the raft ticker, a quiet follower's timer, the leader's fine ticker (ticks.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
 	// observe: the elections this node's observers watch (observe.go).
@@ -346,6 +346,7 @@ func start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
+	n.loop.tick = n.newTicker()
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	if cfg.Gossip != nil {
@@ -442,31 +443,21 @@ func (n *Node) run() {
 	if f := n.k.OnLoopStart; f != nil {
 		f()
 	}
-	n.syncTick()
-	defer n.stopTick()
-	// The leader checks its expiry deadlines ten times per tick while one
-	// is near, so a crashed holder's lock moves on within ~10 ms of its TTL
-	// rather than up to a whole tick later (fineticker.go).
-	defer n.stopFineTicker()
+	// The raft ticker, a quiet follower's timer and the leader's fine
+	// ticker, which checks the expiry deadlines ten times per tick while
+	// one is near, so a crashed holder's lock moves on within ~10 ms of its
+	// TTL rather than up to a whole tick later (ticks.go).
+	n.loop.tick.Sync(n.clock.Now())
+	defer n.loop.tick.Stop()
 	for {
 		select {
-		case <-n.loop.tick.c:
+		case <-n.loop.tick.C():
 			n.loop.stats.tickWakes++
-			if n.loop.tick.quiet {
-				// A quiet follower's one timer: its leader has been silent
-				// for quietFor (quiettick.go). Catch raft's ticks up; the
-				// turn's syncTick goes back to ticking.
-				n.catchUpTicks(n.clock.Now())
-				n.loop.tick.c = nil
-			} else {
-				// Whether this tick made raft send its heartbeats: a leader
-				// with nothing else pending has a Ready after a tick only
-				// when the heartbeat fell due (or CheckQuorum changed its
-				// state). With something pending it cannot tell, and says
-				// yes.
-				pending := n.rn.HasReady()
-				n.tickRaft(n.clock.Now())
-				n.loop.confirm.beat = pending || n.rn.HasReady()
+			// A quiet follower's one timer (its leader has been silent for
+			// quietFor) catches raft's ticks up; a tick says whether it
+			// made raft send its heartbeats (confirm.go).
+			if beat, ok := n.loop.tick.Fired(n.clock.Now()); ok {
+				n.loop.confirm.beat = beat
 			}
 			if err := n.onTick(); err != nil {
 				// A failed lock-table commit: stop like a failed log write,
@@ -475,16 +466,16 @@ func (n *Node) run() {
 				return
 			}
 			n.leaderCoarseTick(n.clock.Now())
-		case <-n.loop.fine.c: // nil (never ready) while the fine ticker is off
+		case <-n.loop.tick.FineC(): // nil (never ready) while the fine ticker is off
 			n.onFineTick()
 		case f := <-n.reqc:
-			n.catchUpTicks(n.clock.Now()) // a quiet follower's ticks, before anything reaches raft (quiettick.go)
+			n.loop.tick.CatchUp(n.clock.Now()) // a quiet follower's ticks, before anything reaches raft
 			f()
 		case msgs := <-n.recvc:
-			n.catchUpTicks(n.clock.Now())
+			n.loop.tick.CatchUp(n.clock.Now())
 			n.stepRemote(msgs)
 		case msgs := <-n.localc:
-			n.catchUpTicks(n.clock.Now())
+			n.loop.tick.CatchUp(n.clock.Now())
 			n.step(msgs)
 		case err := <-n.appErr:
 			n.fail(err)
@@ -521,8 +512,8 @@ func (n *Node) run() {
 				return
 			}
 		}
-		n.syncFineTicker()
-		n.syncTick()
+		n.loop.tick.SyncFine()
+		n.loop.tick.Sync(n.clock.Now())
 	}
 }
 
@@ -573,7 +564,7 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			now := n.clock.Now()
 			n.loop.lease.SeeLeader(m, now)
 			n.leaderSeen.Advance(now)
-			n.noteHeard(m.GetFrom(), now)
+			n.loop.tick.NoteHeard(m.GetFrom(), now)
 		case raftpb.MessageType_MsgHeartbeatResp:
 			n.loop.lease.TakeReport(m, n.clock.Now())
 		}

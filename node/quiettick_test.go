@@ -28,7 +28,7 @@ func loopValue[T any](t *testing.T, tc *testCluster, id uint64, get func(n *Node
 	return v
 }
 
-func isQuiet(n *Node) bool         { return n.loop.tick.quiet }
+func isQuiet(n *Node) bool         { return n.loop.tick.Quiet() }
 func tickWakes(n *Node) uint64     { return n.loop.stats.tickWakes }
 func leaderChanges(n *Node) uint64 { return n.loop.stats.leaderChanges }
 
