@@ -85,7 +85,7 @@ func (n *Node) appendLoop() {
 		}
 		for {
 			// A paused process (fault injection) does not write either.
-			n.paused()
+			n.k.Pause(n.stopc)
 			batch := a.take()
 			if len(batch) == 0 {
 				break

@@ -77,7 +77,7 @@ func (h *transportHandler) FwdPropose(ctx context.Context, from uint64, req *tra
 // leader).
 func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
 	n := (*Node)(h)
-	if n.dropPushes() {
+	if n.k.PushesDropped() {
 		return nil, errors.New("lockraft: push dropped (test)")
 	}
 	// From the leader this member follows; while it knows none (a call
@@ -325,7 +325,7 @@ func (h *fwdHost) StatusAnswered(session uint64, seqs []uint64, facts []*transpo
 // Pushed runs on the goroutine of the call whose reply carried items.
 func (h *fwdHost) Pushed(items []*transportpb.PushItem) {
 	n := (*Node)(h)
-	if n.dropPushes() {
+	if n.k.PushesDropped() {
 		return
 	}
 	_ = n.do(context.Background(), func() { h.onPush(items) })

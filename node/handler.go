@@ -35,7 +35,7 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	if n.k.Stages != nil {
 		for _, m := range msgs {
 			if m.GetType() == raftpb.MessageType_MsgApp {
-				n.stampEntries(knobs.StageReceived, m)
+				n.k.StampEntries(n.id, knobs.StageReceived, m)
 			}
 		}
 	}

@@ -224,7 +224,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	}
 	select {
 	case out := <-done:
-		n.stageReturned(o)
+		n.k.Returned(n.id, o.index, o.calledAt, o.firstProposed)
 		return out.hold, out.err
 	case <-ctx.Done():
 	}
@@ -382,7 +382,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	select {
 	case out := <-done:
-		n.stageReturned(o)
+		n.k.Returned(n.id, o.index, o.calledAt, o.firstProposed)
 		if out.err != nil {
 			return out.err
 		}

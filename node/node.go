@@ -238,7 +238,7 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
-	n.storage = n.wrapLog(n.storage)
+	n.storage = n.k.Wrap(n.storage)
 	n.log.Debug("raft log opened", "engine", engine)
 	n.fsm, err = lockfsm.Open(filepath.Join(cfg.DataDir, "locks.db"), fsmOptions(n.k.FSM))
 	if err != nil {
@@ -310,7 +310,7 @@ func start(cfg Config) (*Node, error) {
 	} else {
 		adopt, detail, onForeign = n.fleet.AdoptStaticFormation, n.fleet.StaticDetail(), n.onForeignStaticPeer
 	}
-	n.tr, err = n.startNetwork(transport.Config{
+	n.tr, err = n.k.StartNetwork(transport.Config{
 		Formation:       n.fleet.Formation(),
 		AdoptFormation:  adopt,
 		FormationDetail: detail,
@@ -490,7 +490,7 @@ func (n *Node) run() {
 		case <-n.stopc:
 			return
 		}
-		n.beforeTurn()
+		n.k.PauseTurn(n.stopc) // a paused process, or a loop stalled on its own
 		// Let the goroutines the last turn woke (callers whose results it
 		// applied, stream handlers) run first and queue their work, so it
 		// shares this turn: one MsgProp, one Ready, one MsgApp per peer.

@@ -105,7 +105,7 @@ func (n *Node) handleReady() error {
 
 // appendToLog hands a raft log write to the appender.
 func (n *Node) appendToLog(m *raftpb.Message) {
-	n.stampEntries(knobs.StageAppended, m)
+	n.k.StampEntries(n.id, knobs.StageAppended, m)
 	n.loop.hints.noteAppended(m)
 	n.app.enqueue(m)
 }
@@ -276,7 +276,7 @@ func (n *Node) maybeCommitFSM() error {
 	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
 		return nil
 	}
-	if err := n.fsmCommitError(); err != nil {
+	if err := n.k.CommitError(); err != nil {
 		return err
 	}
 	n.sendFSMJob(&fsmJob{batch: n.fsm.PrepareCommit()})

@@ -243,7 +243,7 @@ func (n *Node) keepaliveLoop() {
 			epochCtx, cancelEpoch = context.WithCancel(base)
 			unwatch = context.AfterFunc(ctxDone(epoch), cancelEpoch)
 		}
-		n.paused()
+		n.k.Pause(n.stopc)
 		sess, lead := n.sess.Load(), n.lead.Load()
 		if sess == 0 || lead == 0 {
 			continue

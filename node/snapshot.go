@@ -64,7 +64,7 @@ func (n *Node) maybeSnapshot() error {
 	if idx == 0 {
 		return nil
 	}
-	if err := n.fsmCommitError(); err != nil {
+	if err := n.k.CommitError(); err != nil {
 		return err
 	}
 	n.loop.sinceSnap = 0
@@ -80,7 +80,7 @@ func (n *Node) maybeSnapshot() error {
 // writeSnapshot runs steps 2 to 4 for j, once its batch is committed. It
 // runs on the committer goroutine.
 func (n *Node) writeSnapshot(j *snapJob) error {
-	n.snapshotStall()
+	n.k.StallSnapshot(n.stopc)
 	path := transport.SnapshotPath(n.snapDir, j.index)
 	var applied uint64
 	if err := writeSnapshotFile(path, func(w *bufio.Writer) (err error) {
@@ -218,7 +218,7 @@ func (n *Node) startRestore() {
 // locks.db with it. It runs on the committer goroutine and does not touch
 // the in-memory lock table, which the loop may be reading.
 func (n *Node) restoreOnCommitter(j *restoreJob) error {
-	n.snapshotStall()
+	n.k.StallSnapshot(n.stopc)
 	f, err := os.Open(transport.SnapshotPath(n.snapDir, j.index))
 	if err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
