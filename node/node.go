@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -64,15 +63,12 @@ type Node struct {
 	localc chan []*raftpb.Message
 	appErr chan error
 	app    appender
-	// fsmc carries lock-table commit batches (and snapshots) to the
-	// committer; fsmDone its outcome back to the loop (see maybeCommitFSM).
-	fsmc    chan *fsmJob
-	fsmDone chan error
-	stopc   chan struct{}         // closed by Close / crash to stop the loop
-	donec   chan struct{}         // closed when the loop has exited
-	bgwg    sync.WaitGroup        // keepalive sender and other helpers
-	dead    atomic.Pointer[error] // set once the node stopped serving
-	lead    atomic.Uint64         // current leader id as last seen by the loop
+	com    committer             // the lock table's disk work, off the loop (committer.go)
+	stopc  chan struct{}         // closed by Close / crash to stop the loop
+	donec  chan struct{}         // closed when the loop has exited
+	bgwg   sync.WaitGroup        // keepalive sender and other helpers
+	dead   atomic.Pointer[error] // set once the node stopped serving
+	lead   atomic.Uint64         // current leader id as last seen by the loop
 	// termSeen is raft's term as last handed to the appender (AcceptSnapshot).
 	termSeen atomic.Uint64
 	sess     atomic.Uint64 // current session id (0 until opened)
@@ -207,8 +203,6 @@ func start(cfg Config) (*Node, error) {
 		recvc:   make(chan []*raftpb.Message, 1024),
 		localc:  make(chan []*raftpb.Message, 64),
 		appErr:  make(chan error, 1),
-		fsmc:    make(chan *fsmJob, 1),
-		fsmDone: make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 	}
@@ -249,7 +243,9 @@ func start(cfg Config) (*Node, error) {
 	if err := syncDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
-	if err := n.recoverFSM(); err != nil {
+	n.com = committer{dir: n.snapDir, fsm: n.fsm, storage: n.storage, keep: cfg.CompactKeep, log: n.log, k: n.k,
+		stop: n.stopc, jobs: make(chan *fsmJob, 1), done: make(chan error, 1)}
+	if err := n.com.recover(); err != nil {
 		return nil, err
 	}
 	if cfg.Gossip == nil {
@@ -359,42 +355,13 @@ func start(cfg Config) (*Node, error) {
 	n.log.Info("node started", "addr", n.addr, "bound", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
 	go n.appendLoop()
-	go n.commitLoop()
+	go func() {
+		defer n.bgwg.Done()
+		n.com.run(n.donec)
+	}()
 	go n.run() // from here on only the loop touches n.loop
 	go n.keepaliveLoop()
 	return n, nil
-}
-
-// recoverFSM brings the lock table up to the raft snapshot if a crash came
-// between saving a received snapshot and restoring the table from it.
-func (n *Node) recoverFSM() error {
-	snap, err := n.storage.Snapshot()
-	if err != nil {
-		return fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
-	}
-	idx := snap.GetMetadata().GetIndex()
-	if idx == 0 || n.fsm.AppliedIndex() >= idx || len(snap.GetData()) == 0 {
-		// No snapshot, already applied, or the bootstrap snapshot (empty
-		// Data: an empty lock table).
-		return nil
-	}
-	n.log.Info("restoring lock table from snapshot", "index", idx, "applied", n.fsm.AppliedIndex())
-	return n.restoreFSM(idx)
-}
-
-func (n *Node) restoreFSM(index uint64) error {
-	f, err := os.Open(transport.SnapshotPath(n.snapDir, index))
-	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, index, err)
-	}
-	defer f.Close()
-	if err := n.fsm.Restore(f); err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, index, err)
-	}
-	if got := n.fsm.AppliedIndex(); got != index {
-		return fmt.Errorf("%w: snapshot %d holds the lock table at index %d", lockerr.ErrDataDir, index, got)
-	}
-	return nil
 }
 
 // Addr is the gRPC address the other members dial to reach this node
@@ -480,7 +447,7 @@ func (n *Node) run() {
 		case err := <-n.appErr:
 			n.fail(err)
 			return
-		case err := <-n.fsmDone:
+		case err := <-n.com.done:
 			if err != nil {
 				n.loop.fsmBusy = false
 				n.fail(err) // a failed lock-table commit or restore: stop like a failed log write

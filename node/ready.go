@@ -283,19 +283,11 @@ func (n *Node) maybeCommitFSM() error {
 	return nil
 }
 
-// fsmJob is one job for the committer: a lock-table batch to write and,
-// for a snapshot, what to do once it is written; or a restore.
-type fsmJob struct {
-	batch   *lockfsm.CommitBatch
-	snap    *snapJob    // nil: just the batch
-	restore *restoreJob // non-nil: restore the lock table (no batch)
-}
-
 // sendFSMJob hands j to the committer. Only with none in flight.
 func (n *Node) sendFSMJob(j *fsmJob) {
 	n.loop.fsmBusy = true
 	n.loop.fsmJob = j
-	n.fsmc <- j // capacity 1 and nothing in flight: never blocks
+	n.com.jobs <- j // capacity 1 and nothing in flight: never blocks
 }
 
 // onFSMJobDone runs in the loop when the committer reports the job in
@@ -309,36 +301,6 @@ func (n *Node) onFSMJobDone() {
 	}
 	if r := n.loop.restore; r != nil && !r.sent {
 		n.startRestore()
-	}
-}
-
-// commitLoop is the committer: it runs the jobs the loop prepares, one at a
-// time, and reports each outcome back to the loop.
-func (n *Node) commitLoop() {
-	defer n.bgwg.Done()
-	for {
-		select {
-		case j := <-n.fsmc:
-			var err error
-			switch {
-			case j.restore != nil:
-				err = n.restoreOnCommitter(j.restore)
-			default:
-				err = n.fsm.WriteCommit(j.batch)
-				if err == nil && j.snap != nil {
-					err = n.writeSnapshot(j.snap)
-				}
-			}
-			select {
-			case n.fsmDone <- err:
-			case <-n.stopc:
-				return
-			}
-		case <-n.stopc:
-			return
-		case <-n.donec:
-			return
-		}
 	}
 }
 

@@ -27,25 +27,16 @@ package node
 // A crash between any two steps leaves either no new snapshot (the raft log
 // still starts before it) or a complete one. One job runs at a time; the
 // loop sends the next commit or snapshot only once the committer reported
-// the last, and a restore waits for it (waitFSMCommit).
+// the last, and a restore waits for it (onFSMJobDone).
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
-	"github.com/lockraft/lockraft/transport"
 )
 
 // snapJob is the snapshot part of a committer job.
@@ -77,100 +68,6 @@ func (n *Node) maybeSnapshot() error {
 	return nil
 }
 
-// writeSnapshot runs steps 2 to 4 for j, once its batch is committed. It
-// runs on the committer goroutine.
-func (n *Node) writeSnapshot(j *snapJob) error {
-	n.k.StallSnapshot(n.stopc)
-	path := transport.SnapshotPath(n.snapDir, j.index)
-	var applied uint64
-	if err := writeSnapshotFile(path, func(w *bufio.Writer) (err error) {
-		applied, err = n.fsm.WriteDurableSnapshot(w)
-		return err
-	}); err != nil {
-		return err
-	}
-	if applied != j.index {
-		// The job's batch was the last write; nothing else commits meanwhile.
-		return fmt.Errorf("snapshot: lock table file at %d, want %d", applied, j.index)
-	}
-	var desc [8]byte
-	binary.BigEndian.PutUint64(desc[:], j.index)
-	if _, err := n.storage.CreateSnapshot(j.index, j.cs, desc[:]); err != nil {
-		if errors.Is(err, raft.ErrSnapOutOfDate) {
-			return nil // a newer snapshot (received from the leader) is in place
-		}
-		return err
-	}
-	if j.index > n.cfg.CompactKeep {
-		if err := n.storage.Compact(j.index - n.cfg.CompactKeep); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return err
-		}
-	}
-	n.removeOldSnapshots(j.index)
-	n.log.Debug("snapshot taken", "index", j.index)
-	return nil
-}
-
-// writeSnapshotFile writes a snapshot to path through a temporary file:
-// write, fsync, rename, directory fsync.
-func writeSnapshotFile(path string, write func(*bufio.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 256<<10)
-	err = write(w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// removeOldSnapshots keeps the newest two of this node's snapshot files (one
-// may be streaming to a follower while the next is written) and every file
-// above newest: a snapshot above this node's own newest one can only have
-// come from a leader, and it may be waiting for the loop to restore it.
-// Once restored and later superseded by an own snapshot, it goes too.
-func (n *Node) removeOldSnapshots(newest uint64) {
-	entries, err := os.ReadDir(n.snapDir)
-	if err != nil {
-		return
-	}
-	var keep uint64
-	for _, e := range entries {
-		var idx uint64
-		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
-			continue
-		}
-		if idx < newest && idx > keep {
-			keep = idx
-		}
-	}
-	for _, e := range entries {
-		var idx uint64
-		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
-			continue
-		}
-		if idx < keep {
-			os.Remove(filepath.Join(n.snapDir, e.Name()))
-		}
-	}
-}
-
 // Restoring a snapshot from the leader, off the loop.
 //
 // A follower far behind is sent a snapshot; raft hands it to the loop as a
@@ -181,7 +78,7 @@ func (n *Node) removeOldSnapshots(newest uint64) {
 // log (replay skips what it holds), never behind it. So the loop holds that
 // write, and every raft log write after it, in order (holdForRestore); the
 // committer reads and verifies the file and rewrites locks.db
-// (restoreOnCommitter); then the loop swaps the restored table in and
+// (committer.restore); then the loop swaps the restored table in and
 // releases the writes (finishRestore). Meanwhile raft applies nothing (it
 // applies no entry while a snapshot is pending) and cannot campaign, and
 // the loop keeps ticking, answering and checking holders.
@@ -212,30 +109,6 @@ func (n *Node) holdForRestore(m *raftpb.Message) {
 func (n *Node) startRestore() {
 	n.loop.restore.sent = true
 	n.sendFSMJob(&fsmJob{restore: n.loop.restore})
-}
-
-// restoreOnCommitter reads and verifies the snapshot file and rewrites
-// locks.db with it. It runs on the committer goroutine and does not touch
-// the in-memory lock table, which the loop may be reading.
-func (n *Node) restoreOnCommitter(j *restoreJob) error {
-	n.k.StallSnapshot(n.stopc)
-	f, err := os.Open(transport.SnapshotPath(n.snapDir, j.index))
-	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
-	}
-	defer f.Close()
-	rs, err := lockfsm.ReadRestore(f)
-	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
-	}
-	if rs.Applied() != j.index {
-		return fmt.Errorf("%w: snapshot file %d holds the lock table at %d", lockerr.ErrDataDir, j.index, rs.Applied())
-	}
-	if err := n.fsm.WriteRestore(rs); err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
-	}
-	j.rs = rs
-	return nil
 }
 
 // finishRestore swaps the restored lock table in and releases the held

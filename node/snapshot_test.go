@@ -92,11 +92,10 @@ func TestL1LoopServesDuringSlowSnapshot(t *testing.T) {
 // own snapshot go; none newer than the newest own one.
 func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 	dir := t.TempDir()
-	n := &Node{snapDir: dir}
 	for _, idx := range []uint64{10, 20, 30, 500} { // 500: received, not yet restored
 		require.NoError(t, os.WriteFile(transport.SnapshotPath(dir, idx), []byte("x"), 0o600))
 	}
-	n.removeOldSnapshots(30)
+	removeOldSnapshots(dir, 30)
 	var left []string
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)

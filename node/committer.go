@@ -1,0 +1,229 @@
+package node
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/raftlog"
+	"github.com/lockraft/lockraft/transport"
+)
+
+// The committer is the goroutine that does the lock table's disk work, so
+// the loop never waits for it: the periodic commit of lockfsm's dirty
+// records (maybeCommitFSM), the snapshots (snapshot.go) and the restores
+// from a leader's snapshot. The loop prepares each job without I/O and
+// hands it over; one job is in flight at a time, and its outcome comes back
+// to the loop (onFSMJobDone), or stops the node.
+
+// fsmJob is one job for the committer: a lock-table batch to write and,
+// for a snapshot, what to do once it is written; or a restore.
+type fsmJob struct {
+	batch   *lockfsm.CommitBatch
+	snap    *snapJob    // nil: just the batch
+	restore *restoreJob // non-nil: restore the lock table (no batch)
+}
+
+// committer does the jobs. Its fields are set once, at start; the lock
+// table's files are its own while a job runs (the loop reads only the
+// in-memory table meanwhile).
+type committer struct {
+	dir     string // the snapshot files
+	fsm     *lockfsm.FSM
+	storage raftlog.Log
+	keep    uint64 // CompactKeep: raft log entries kept behind a snapshot
+	log     *slog.Logger
+	k       *knobs.Node
+	stop    <-chan struct{} // the node is stopping
+
+	jobs chan *fsmJob // from the loop; capacity 1, one in flight
+	done chan error   // each job's outcome, to the loop
+}
+
+// run is the committer: it runs the jobs the loop prepares, one at a
+// time, and reports each outcome back to the loop, until the node stops
+// (stop) or the loop exits (loopDone).
+func (c *committer) run(loopDone <-chan struct{}) {
+	for {
+		select {
+		case j := <-c.jobs:
+			var err error
+			switch {
+			case j.restore != nil:
+				err = c.restore(j.restore)
+			default:
+				err = c.fsm.WriteCommit(j.batch)
+				if err == nil && j.snap != nil {
+					err = c.writeSnapshot(j.snap)
+				}
+			}
+			select {
+			case c.done <- err:
+			case <-c.stop:
+				return
+			}
+		case <-c.stop:
+			return
+		case <-loopDone:
+			return
+		}
+	}
+}
+
+// writeSnapshot runs steps 2 to 4 of a snapshot (snapshot.go) for j, once
+// its batch is committed.
+func (c *committer) writeSnapshot(j *snapJob) error {
+	c.k.StallSnapshot(c.stop)
+	path := transport.SnapshotPath(c.dir, j.index)
+	var applied uint64
+	if err := writeSnapshotFile(path, func(w *bufio.Writer) (err error) {
+		applied, err = c.fsm.WriteDurableSnapshot(w)
+		return err
+	}); err != nil {
+		return err
+	}
+	if applied != j.index {
+		// The job's batch was the last write; nothing else commits meanwhile.
+		return fmt.Errorf("snapshot: lock table file at %d, want %d", applied, j.index)
+	}
+	var desc [8]byte
+	binary.BigEndian.PutUint64(desc[:], j.index)
+	if _, err := c.storage.CreateSnapshot(j.index, j.cs, desc[:]); err != nil {
+		if errors.Is(err, raft.ErrSnapOutOfDate) {
+			return nil // a newer snapshot (received from the leader) is in place
+		}
+		return err
+	}
+	if j.index > c.keep {
+		if err := c.storage.Compact(j.index - c.keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+	}
+	removeOldSnapshots(c.dir, j.index)
+	c.log.Debug("snapshot taken", "index", j.index)
+	return nil
+}
+
+// restore reads and verifies the snapshot file of a restore from the
+// leader's snapshot and rewrites locks.db with it. It does not touch the
+// in-memory lock table, which the loop may be reading: the loop swaps the
+// restored one in (finishRestore).
+func (c *committer) restore(j *restoreJob) error {
+	c.k.StallSnapshot(c.stop)
+	f, err := os.Open(transport.SnapshotPath(c.dir, j.index))
+	if err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
+	}
+	defer f.Close()
+	rs, err := lockfsm.ReadRestore(f)
+	if err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
+	}
+	if rs.Applied() != j.index {
+		return fmt.Errorf("%w: snapshot file %d holds the lock table at %d", lockerr.ErrDataDir, j.index, rs.Applied())
+	}
+	if err := c.fsm.WriteRestore(rs); err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
+	}
+	j.rs = rs
+	return nil
+}
+
+// recover brings the lock table up to the raft snapshot if a crash came
+// between saving a received snapshot and restoring the table from it. It
+// runs at start, before the committer and the loop.
+func (c *committer) recover() error {
+	snap, err := c.storage.Snapshot()
+	if err != nil {
+		return fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
+	}
+	index := snap.GetMetadata().GetIndex()
+	if index == 0 || c.fsm.AppliedIndex() >= index || len(snap.GetData()) == 0 {
+		// No snapshot, already applied, or the bootstrap snapshot (empty
+		// Data: an empty lock table).
+		return nil
+	}
+	c.log.Info("restoring lock table from snapshot", "index", index, "applied", c.fsm.AppliedIndex())
+	f, err := os.Open(transport.SnapshotPath(c.dir, index))
+	if err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, index, err)
+	}
+	defer f.Close()
+	if err := c.fsm.Restore(f); err != nil {
+		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, index, err)
+	}
+	if got := c.fsm.AppliedIndex(); got != index {
+		return fmt.Errorf("%w: snapshot %d holds the lock table at index %d", lockerr.ErrDataDir, index, got)
+	}
+	return nil
+}
+
+// writeSnapshotFile writes a snapshot to path through a temporary file:
+// write, fsync, rename, directory fsync.
+func writeSnapshotFile(path string, write func(*bufio.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 256<<10)
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeOldSnapshots keeps the newest two of the snapshot files in dir (one
+// may be streaming to a follower while the next is written) and every file
+// above newest: a snapshot above this node's own newest one can only have
+// come from a leader, and it may be waiting for the loop to restore it.
+// Once restored and later superseded by an own snapshot, it goes too.
+func removeOldSnapshots(dir string, newest uint64) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	var keep uint64
+	for _, e := range entries {
+		var idx uint64
+		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
+			continue
+		}
+		if idx < newest && idx > keep {
+			keep = idx
+		}
+	}
+	for _, e := range entries {
+		var idx uint64
+		if _, err := fmt.Sscanf(e.Name(), "%016x.snap", &idx); err != nil || !strings.HasSuffix(e.Name(), ".snap") {
+			continue
+		}
+		if idx < keep {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
