@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/knobs"
+	"github.com/lockraft/lockraft/raftlog"
+	"github.com/lockraft/lockraft/transport"
 )
 
 // appender is raft's LocalAppendThread (raft.Config.AsyncStorageWrites): a
@@ -27,6 +29,19 @@ type appender struct {
 	mu    sync.Mutex
 	queue []*raftpb.Message
 	wake  chan struct{} // capacity 1: "the queue is not empty"
+
+	// Set once, at start.
+	id       uint64
+	storage  raftlog.Log
+	net      transport.Network // responses for other nodes go out here
+	k        *knobs.Node
+	fsync    func(time.Duration) // MetricsHooks.Fsync, or nil
+	stop     <-chan struct{}     // the node is stopping
+	loopDone <-chan struct{}     // the loop has exited
+	// local carries the responses of durable writes meant for this node's
+	// raft to the loop; failed, the write error that stops the node.
+	local  chan []*raftpb.Message
+	failed chan error
 
 	// Owned by the appender goroutine.
 	pendingHS  *raftpb.HardState // a commit-only HardState not yet written
@@ -70,22 +85,20 @@ func hasSnap(m *raftpb.Message) bool {
 	return m.Snapshot != nil && !raft.IsEmptySnap(m.Snapshot)
 }
 
-// appendLoop runs until the node stops. A write error is handed to the loop,
+// run is the appender goroutine; it runs until the node stops. A write error is handed to the loop,
 // which stops serving; nothing after it is acknowledged.
-func (n *Node) appendLoop() {
-	defer n.bgwg.Done()
-	a := &n.app
+func (a *appender) run() {
 	for {
 		select {
 		case <-a.wake:
-		case <-n.stopc:
+		case <-a.stop:
 			return
-		case <-n.donec:
+		case <-a.loopDone:
 			return
 		}
 		for {
 			// A paused process (fault injection) does not write either.
-			n.k.Pause(n.stopc)
+			a.k.Pause(a.stop)
 			batch := a.take()
 			if len(batch) == 0 {
 				break
@@ -96,10 +109,10 @@ func (n *Node) appendLoop() {
 			// in a system call to other work only when sysmon notices, so
 			// what waits in its run queue would otherwise wait out the sync.
 			runtime.Gosched()
-			local, err := n.persistBatch(batch)
+			local, err := a.persist(batch)
 			if err != nil {
 				select {
-				case n.appErr <- err:
+				case a.failed <- err:
 				default:
 				}
 				return
@@ -108,23 +121,22 @@ func (n *Node) appendLoop() {
 				continue
 			}
 			select {
-			case n.localc <- local:
-			case <-n.stopc:
+			case a.local <- local:
+			case <-a.stop:
 				return
-			case <-n.donec:
+			case <-a.loopDone:
 				return
 			}
 		}
 	}
 }
 
-// persistBatch writes a group of MsgStorageAppend with one Save, sends the
+// persist writes a group of MsgStorageAppend with one Save, sends the
 // responses meant for other nodes and returns those meant for this node's
 // raft. A group that only moves the commit index is not written (the commit
 // index is volatile in Raft and re-learnt after a restart); it rides along
 // with the next synced write, exactly as the synchronous loop did.
-func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) {
-	a := &n.app
+func (a *appender) persist(batch []*raftpb.Message) ([]*raftpb.Message, error) {
 	var snap *raftpb.Snapshot
 	var ents []*raftpb.Entry
 	hs := a.pendingHS
@@ -163,7 +175,7 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 		local = make([]*raftpb.Message, 0, nresp)
 		for _, m := range batch {
 			for _, r := range m.GetResponses() {
-				if r.GetTo() == n.id {
+				if r.GetTo() == a.id {
 					local = append(local, r)
 				} else {
 					remote = append(remote, r)
@@ -171,9 +183,9 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 			}
 		}
 	}
-	if n.k.AckBeforeFsync {
+	if a.k.AckBeforeFsync {
 		// Planted bug (tests only): acknowledge before the entries are durable.
-		n.tr.Send(remote)
+		a.net.Send(remote)
 		remote = nil
 	}
 	mustSync := snap != nil || len(ents) > 0 ||
@@ -182,20 +194,20 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 		a.pendingHS = hs
 	} else {
 		var t0 time.Time
-		if m := n.cfg.Metrics; m != nil && m.Fsync != nil {
+		if a.fsync != nil {
 			t0 = time.Now()
 		}
-		if err := n.storage.Save(snap, hs, ents); err != nil {
+		if err := a.storage.Save(snap, hs, ents); err != nil {
 			return nil, err
 		}
 		if !t0.IsZero() {
-			n.cfg.Metrics.Fsync(time.Since(t0))
+			a.fsync(time.Since(t0))
 		}
 		a.pendingHS = nil
-		if p := n.k.Stages; p != nil {
+		if p := a.k.Stages; p != nil {
 			now := time.Now()
 			for _, e := range ents {
-				p.Stamp(n.id, e.GetIndex(), knobs.StageDurable, now)
+				p.Stamp(a.id, e.GetIndex(), knobs.StageDurable, now)
 			}
 		}
 		if hs != nil {
@@ -203,7 +215,7 @@ func (n *Node) persistBatch(batch []*raftpb.Message) ([]*raftpb.Message, error) 
 		}
 	}
 	if len(remote) > 0 {
-		n.tr.Send(coalesceAppResps(remote))
+		a.net.Send(coalesceAppResps(remote))
 	}
 	return local, nil
 }

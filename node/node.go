@@ -58,17 +58,13 @@ type Node struct {
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
-	// localc: responses of durable raft log writes, for this node's raft
-	// (from the appender); appErr: the appender's write failure.
-	localc chan []*raftpb.Message
-	appErr chan error
-	app    appender
-	com    committer             // the lock table's disk work, off the loop (committer.go)
-	stopc  chan struct{}         // closed by Close / crash to stop the loop
-	donec  chan struct{}         // closed when the loop has exited
-	bgwg   sync.WaitGroup        // keepalive sender and other helpers
-	dead   atomic.Pointer[error] // set once the node stopped serving
-	lead   atomic.Uint64         // current leader id as last seen by the loop
+	app   appender               // raft log writes, off the loop (appender.go)
+	com   committer              // the lock table's disk work, off the loop (committer.go)
+	stopc chan struct{}          // closed by Close / crash to stop the loop
+	donec chan struct{}          // closed when the loop has exited
+	bgwg  sync.WaitGroup         // keepalive sender and other helpers
+	dead  atomic.Pointer[error]  // set once the node stopped serving
+	lead  atomic.Uint64          // current leader id as last seen by the loop
 	// termSeen is raft's term as last handed to the appender (AcceptSnapshot).
 	termSeen atomic.Uint64
 	sess     atomic.Uint64 // current session id (0 until opened)
@@ -201,8 +197,6 @@ func start(cfg Config) (*Node, error) {
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
 		reqc:    make(chan func(), 1024),
 		recvc:   make(chan []*raftpb.Message, 1024),
-		localc:  make(chan []*raftpb.Message, 64),
-		appErr:  make(chan error, 1),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
 	}
@@ -271,8 +265,6 @@ func start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
-	n.app.wake = make(chan struct{}, 1)
-	n.app.term, n.app.vote = hs.GetTerm(), hs.GetVote()
 	n.loop.confState = cs
 	n.loop.times.knownFrom = hs.GetCommit() + 1 // earlier entries were committed before this process
 	n.loop.confIndex = n.storage.ConfIndex()
@@ -327,6 +319,12 @@ func start(cfg Config) (*Node, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	n.app = appender{wake: make(chan struct{}, 1), id: cfg.ID, storage: n.storage, net: n.tr, k: n.k,
+		stop: n.stopc, loopDone: n.donec, local: make(chan []*raftpb.Message, 64), failed: make(chan error, 1),
+		term: hs.GetTerm(), vote: hs.GetVote()}
+	if m := cfg.Metrics; m != nil {
+		n.app.fsync = m.Fsync
+	}
 	n.addr = cfg.advertised(n.tr.Addr())
 	for _, m := range cfg.Members {
 		if m.ID != cfg.ID {
@@ -354,7 +352,10 @@ func start(cfg Config) (*Node, error) {
 	n.warnIfInsecure()
 	n.log.Info("node started", "addr", n.addr, "bound", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
-	go n.appendLoop()
+	go func() {
+		defer n.bgwg.Done()
+		n.app.run()
+	}()
 	go func() {
 		defer n.bgwg.Done()
 		n.com.run(n.donec)
@@ -441,10 +442,10 @@ func (n *Node) run() {
 		case msgs := <-n.recvc:
 			n.loop.tick.CatchUp(n.clock.Now())
 			n.stepRemote(msgs)
-		case msgs := <-n.localc:
+		case msgs := <-n.app.local:
 			n.loop.tick.CatchUp(n.clock.Now())
 			n.step(msgs)
-		case err := <-n.appErr:
+		case err := <-n.app.failed:
 			n.fail(err)
 			return
 		case err := <-n.com.done:
@@ -506,7 +507,7 @@ func (n *Node) drainInputs() {
 			f()
 		case msgs := <-n.recvc:
 			n.stepRemote(msgs)
-		case msgs := <-n.localc:
+		case msgs := <-n.app.local:
 			n.step(msgs)
 		default:
 			return
