@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/lockraft/lockraft/node/internal/lease"
 )
 
 // Keepalives and lease renewals are acknowledged only after the leader has
@@ -68,11 +70,17 @@ type confirmer struct {
 	// 3-member cluster's, and a round on every tick kept them at one
 	// wake-up per tick whatever HeartbeatTicks said (bench/cmd/embedcost).
 	// Keepalives that arrive meanwhile wait for the next heartbeat tick
-	// (expireConfirmRounds) and share its round; waiting is safe, as an
+	// (onTick) and share its round; waiting is safe, as an
 	// acknowledgement counts from the keepalive's send time. An occasional
 	// keepalive (a small cluster) still starts its round at once.
 	lastIssued time.Time
 	beat       bool // the current tick sent raft's heartbeats (or could not tell): node.go's run
+
+	// Set at start.
+	rn         *raft.RawNode
+	lease      *lease.Engine
+	retryAfter time.Duration // RetryInterval
+	heartbeat  time.Duration // the heartbeat interval
 }
 
 type confirmRound struct {
@@ -118,24 +126,22 @@ func (n *Node) confirmLeadership(w keepaliveWaiter) {
 	c := &n.loop.confirm
 	c.next = append(c.next, w)
 	if !w.renew {
-		n.loop.lease.NoteArrival(w.session, w.recv)
+		c.lease.NoteArrival(w.session, w.recv)
 	}
-	n.issueConfirmRound(false)
+	c.issue(n.loop.term, n.clock.Now(), false)
 }
 
-// issueConfirmRound starts a round for the waiting keepalives unless the
-// newest round is younger than RetryInterval (they join the next one), or,
-// while rounds are frequent, outside a tick (see lastIssued).
-func (n *Node) issueConfirmRound(onTick bool) {
-	c := &n.loop.confirm
-	if len(c.next) == 0 && !n.loop.lease.ReportsWanted() {
+// issue starts a round of this leader's term for the waiting keepalives
+// unless the newest round is younger than RetryInterval (they join the next
+// one), or, while rounds are frequent, outside a tick (see lastIssued).
+func (c *confirmer) issue(term uint64, now time.Time, onTick bool) {
+	if len(c.next) == 0 && !c.lease.ReportsWanted() {
 		return
 	}
-	now := n.clock.Now()
-	if k := len(c.rounds); k > 0 && now.Sub(c.rounds[k-1].issued) < n.cfg.RetryInterval {
+	if k := len(c.rounds); k > 0 && now.Sub(c.rounds[k-1].issued) < c.retryAfter {
 		return
 	}
-	if now.Sub(c.lastIssued) < 2*n.cfg.heartbeatInterval() && (!onTick || !c.beat) {
+	if now.Sub(c.lastIssued) < 2*c.heartbeat && (!onTick || !c.beat) {
 		return // the next heartbeat tick issues it
 	}
 	c.lastIssued = now
@@ -150,17 +156,16 @@ func (n *Node) issueConfirmRound(onTick bool) {
 	c.id++
 	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next, sessions: sessions})
 	c.next = nil
-	n.loop.lease.SeeRound(n.loop.term, sessions, now)
+	c.lease.SeeRound(term, sessions, now)
 	var rctx [9]byte
 	rctx[0] = 'k'
 	binary.BigEndian.PutUint64(rctx[1:], c.id)
-	n.rn.ReadIndex(rctx[:])
+	c.rn.ReadIndex(rctx[:])
 }
 
-// onReadStates answers the waiters of a confirmed round and of every
-// earlier one.
-func (n *Node) onReadStates(rss []raft.ReadState) {
-	c := &n.loop.confirm
+// answer answers the waiters of each confirmed round and of every earlier
+// one; leading: this node still leads.
+func (c *confirmer) answer(rss []raft.ReadState, leading bool) {
 	for _, rs := range rss {
 		ctx := rs.RequestCtx
 		if len(ctx) != 9 || ctx[0] != 'k' {
@@ -181,14 +186,14 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 		c.rounds = c.rounds[upto+1:]
 		for _, r := range done {
 			for _, w := range r.waiters {
-				if !n.loop.isLeader {
+				if !leading {
 					w.reply <- keepaliveNotLeader
 					continue
 				}
 				if w.renew {
-					w.reply <- statusOf(n.loop.lease.Renew(w.name, w.token, w.session, w.owner, w.recv))
+					w.reply <- statusOf(c.lease.Renew(w.name, w.token, w.session, w.owner, w.recv))
 				} else {
-					n.loop.lease.Keepalive(w.leaseKeepalive())
+					c.lease.Keepalive(w.leaseKeepalive())
 				}
 			}
 		}
@@ -196,8 +201,6 @@ func (n *Node) onReadStates(rss []raft.ReadState) {
 	if len(c.rounds) == 0 {
 		c.rounds = nil
 	}
-	n.proposeAll(n.loop.lease.FlushRevives(n.clock.Now()))
-	n.issueConfirmRound(false)
 }
 
 // keepaliveAllowed: a member keeps alive only its own sessions and renews
@@ -210,24 +213,22 @@ func (n *Node) keepaliveAllowed(w keepaliveWaiter) bool {
 	return !errors.Is(n.ownsSession(w.from, w.session), errNotYours)
 }
 
-// expireConfirmRounds runs every tick: it issues a round for the waiters
-// queued behind a slow one, and answers as failed the waiters older than the
-// session TTL (their callers gave up long ago; without a quorum they would
-// otherwise pile up until CheckQuorum makes this leader step down).
-func (n *Node) expireConfirmRounds(now time.Time) {
-	c := &n.loop.confirm
-	for len(c.rounds) > 0 && now.Sub(c.rounds[0].issued) >= n.cfg.SessionTTL {
+// expire runs every tick, before the tick's issue (which starts a round for
+// the waiters queued behind a slow one): it answers as failed the waiters
+// older than ttl, the session TTL (their callers gave up long ago; without
+// a quorum they would otherwise pile up until CheckQuorum makes this leader
+// step down).
+func (c *confirmer) expire(now time.Time, ttl time.Duration) {
+	for len(c.rounds) > 0 && now.Sub(c.rounds[0].issued) >= ttl {
 		for _, w := range c.rounds[0].waiters {
 			w.reply <- keepaliveFailed
 		}
 		c.rounds = c.rounds[1:]
 	}
-	n.issueConfirmRound(true)
 }
 
-// failConfirmRounds answers everyone with NotLeader (on stepping down).
-func (n *Node) failConfirmRounds() {
-	c := &n.loop.confirm
+// failAll answers everyone with NotLeader (on stepping down).
+func (c *confirmer) failAll() {
 	for _, r := range c.rounds {
 		for _, w := range r.waiters {
 			w.reply <- keepaliveNotLeader
@@ -237,4 +238,17 @@ func (n *Node) failConfirmRounds() {
 		w.reply <- keepaliveNotLeader
 	}
 	c.rounds, c.next = nil, nil
+}
+
+// heartbeatExt is this turn's extension for the leader's heartbeats: the
+// sessions of every unanswered round, and whether reports are wanted.
+func (c *confirmer) heartbeatExt() []byte {
+	if len(c.rounds) == 0 && !c.lease.ReportsWanted() {
+		return nil
+	}
+	var sessions []uint64
+	for _, r := range c.rounds {
+		sessions = append(sessions, r.sessions...)
+	}
+	return c.lease.HeartbeatExt(sessions)
 }

@@ -64,23 +64,9 @@ func (n *Node) proposeAll(cmds []lockfsm.Command) {
 func (n *Node) leaseReady() {
 	cmds, reportRound := n.loop.lease.Ready(n.clock.Now())
 	if reportRound {
-		n.issueConfirmRound(true)
+		n.loop.confirm.issue(n.loop.term, n.clock.Now(), true)
 	}
 	n.proposeAll(cmds)
-}
-
-// heartbeatExt is this turn's extension for the leader's heartbeats: the
-// sessions of every unanswered round, and whether reports are wanted.
-func (n *Node) heartbeatExt() []byte {
-	c := &n.loop.confirm
-	if len(c.rounds) == 0 && !n.loop.lease.ReportsWanted() {
-		return nil
-	}
-	var sessions []uint64
-	for _, r := range c.rounds {
-		sessions = append(sessions, r.sessions...)
-	}
-	return n.loop.lease.HeartbeatExt(sessions)
 }
 
 // leaseKeepalive is w, a confirmed session keepalive, for the engine: its

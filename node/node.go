@@ -341,6 +341,8 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.tick = n.newTicker()
+	n.loop.reads = readIndexState{rn: n.rn, retryAfter: cfg.RetryInterval}
+	n.loop.confirm = confirmer{rn: n.rn, lease: n.loop.lease, retryAfter: cfg.RetryInterval, heartbeat: cfg.heartbeatInterval()}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
 	n.loop.lastCommit = n.clock.Now()
 	if cfg.Gossip != nil {

@@ -40,6 +40,10 @@ type readIndexState struct {
 	rounds []readRound   // issued, oldest first
 	ready  []pendingRead // index known; run once applied
 	id     uint64
+
+	// Set at start.
+	rn         *raft.RawNode
+	retryAfter time.Duration // RetryInterval
 }
 
 // linearRead runs fn inside the loop once this replica has applied
@@ -49,19 +53,17 @@ type readIndexState struct {
 func (n *Node) linearRead(ctx context.Context, fn func()) error {
 	return n.do(ctx, func() {
 		n.loop.reads.next = append(n.loop.reads.next, pendingRead{ctx: ctx, run: fn})
-		n.issueReadRound()
+		n.loop.reads.issue(n.clock.Now())
 	})
 }
 
-// issueReadRound starts a round for the queued reads unless one is out that
-// is younger than RetryInterval (they join the next round).
-func (n *Node) issueReadRound() {
-	r := &n.loop.reads
+// issue starts a round for the queued reads unless one is out that is
+// younger than RetryInterval (they join the next round).
+func (r *readIndexState) issue(now time.Time) {
 	if len(r.next) == 0 {
 		return
 	}
-	now := n.clock.Now()
-	if k := len(r.rounds); k > 0 && now.Sub(r.rounds[k-1].issued) < n.cfg.RetryInterval {
+	if k := len(r.rounds); k > 0 && now.Sub(r.rounds[k-1].issued) < r.retryAfter {
 		return
 	}
 	r.id++
@@ -70,14 +72,13 @@ func (n *Node) issueReadRound() {
 	binary.BigEndian.PutUint64(rctx[1:], r.id)
 	r.rounds = append(r.rounds, readRound{id: r.id, issued: now, reads: r.next})
 	r.next = nil
-	// Dropped silently when there is no leader; retryReads issues another.
-	n.rn.ReadIndex(rctx[:])
+	// Dropped silently when there is no leader; retry issues another.
+	r.rn.ReadIndex(rctx[:])
 }
 
-// onReadIndex takes this Ready's read states and runs every read whose index
-// is applied (called at the end of each Ready).
-func (n *Node) onReadIndex(rss []raft.ReadState) {
-	r := &n.loop.reads
+// answer takes a Ready's read states and runs every read whose index is
+// applied (at the end of each Ready, before its issue).
+func (r *readIndexState) answer(rss []raft.ReadState, applied uint64) {
 	for _, rs := range rss {
 		c := rs.RequestCtx
 		if len(c) != 9 || c[0] != 'i' {
@@ -107,7 +108,7 @@ func (n *Node) onReadIndex(rss []raft.ReadState) {
 	if len(r.ready) > 0 {
 		kept := r.ready[:0]
 		for _, p := range r.ready {
-			if p.index <= n.loop.lastApplied {
+			if p.index <= applied {
 				p.run()
 			} else {
 				kept = append(kept, p)
@@ -116,21 +117,19 @@ func (n *Node) onReadIndex(rss []raft.ReadState) {
 		clear(r.ready[len(kept):])
 		r.ready = kept
 	}
-	n.issueReadRound()
 }
 
-// retryReads runs every tick: rounds unanswered for RetryInterval (no
-// leader, a lost message) are asked again with a new id; reads whose caller
-// gave up are dropped.
-func (n *Node) retryReads(now time.Time) {
-	r := &n.loop.reads
+// retry runs every tick, before the tick's issue: rounds unanswered for
+// RetryInterval (no leader, a lost message) are queued to be asked again
+// with a new id; reads whose caller gave up are dropped.
+func (r *readIndexState) retry(now time.Time) {
 	if len(r.rounds) == 0 && len(r.next) == 0 {
 		return
 	}
 	var again []pendingRead
 	keep := r.rounds[:0]
 	for _, rd := range r.rounds {
-		if now.Sub(rd.issued) < n.cfg.RetryInterval {
+		if now.Sub(rd.issued) < r.retryAfter {
 			keep = append(keep, rd)
 			continue
 		}
@@ -144,5 +143,4 @@ func (n *Node) retryReads(now time.Time) {
 		}
 	}
 	r.next = live
-	n.issueReadRound()
 }

@@ -71,7 +71,7 @@ func (n *Node) handleReady() error {
 				}
 			case raftpb.MessageType_MsgHeartbeat:
 				if hbExt == nil && n.loop.isLeader {
-					hbExt = n.heartbeatExt()
+					hbExt = n.loop.confirm.heartbeatExt()
 				}
 				lease.ExtendHeartbeat(m, hbExt)
 			case raftpb.MessageType_MsgHeartbeatResp:
@@ -96,10 +96,13 @@ func (n *Node) handleReady() error {
 	}
 	n.fwd.FlushReplies()
 	if len(rd.ReadStates) > 0 {
-		n.onReadStates(rd.ReadStates)
+		n.loop.confirm.answer(rd.ReadStates, n.loop.isLeader)
+		n.proposeAll(n.loop.lease.FlushRevives(n.clock.Now()))
+		n.loop.confirm.issue(n.loop.term, n.clock.Now(), false)
 		n.fleet.ReadStates(rd.ReadStates)
 	}
-	n.onReadIndex(rd.ReadStates) // inspection reads (readindex.go)
+	n.loop.reads.answer(rd.ReadStates, n.loop.lastApplied) // inspection reads (readindex.go)
+	n.loop.reads.issue(n.clock.Now())
 	return n.maybeSnapshot()
 }
 
@@ -133,7 +136,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 		}
 		n.loop.demote = nil
 		n.fwd.StepDown()
-		n.failConfirmRounds()
+		n.loop.confirm.failAll()
 	}
 	if !wasLeader && n.loop.isLeader {
 		n.loop.term = n.rn.BasicStatus().GetTerm()
@@ -309,8 +312,10 @@ func (n *Node) onFSMJobDone() {
 func (n *Node) onTick() error {
 	now := n.clock.Now()
 	n.retryProposals(now)
-	n.expireConfirmRounds(now)
-	n.retryReads(now)
+	n.loop.confirm.expire(now, n.cfg.SessionTTL)
+	n.loop.confirm.issue(n.loop.term, n.clock.Now(), true)
+	n.loop.reads.retry(now)
+	n.loop.reads.issue(n.clock.Now())
 	n.checkOwnSession(now)
 	n.watchLeader(now)
 	return n.maybeCommitFSM()
