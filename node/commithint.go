@@ -53,6 +53,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/lockraft/lockraft/raftlog"
 )
 
 var commitHintContext = []byte("lockraft/commit-hint")
@@ -72,6 +74,12 @@ type commitHints struct {
 	pending   []*raftpb.Message // leader: hints for this turn's messages
 	sent      uint64            // Status
 	used      uint64            // Status: hints that moved the commit index
+
+	// Set at start.
+	id      uint64
+	off     bool // Config.NoCommitHints
+	rn      *raft.RawNode
+	storage raftlog.Log
 }
 
 func isCommitHint(m *raftpb.Message) bool {
@@ -94,9 +102,27 @@ func (h *commitHints) noteAppended(m *raftpb.Message) {
 // on a leader, queues a hint for each follower that may use it.
 func (n *Node) onDurable(m *raftpb.Message) {
 	h := &n.loop.hints
-	idx, term := m.GetIndex(), m.GetLogTerm()
+	term, idx, ok := h.durable(m)
+	if !ok || h.off {
+		return
+	}
+	if n.loop.isLeader {
+		// Only while the configuration allows it: see the safety argument.
+		if term == n.loop.term && n.loop.lease.Active() && h.confIndex <= n.loop.lastApplied &&
+			commitHintQuorum(n.loop.confState) {
+			h.queue(term, idx, n.loop.confState.GetVoters())
+		}
+		return
+	}
+	h.commit(n.loop.guard.lastIndex) // the leader's hint may have come first
+}
+
+// durable records that this node's log is durable through m's index in
+// m's term (a MsgStorageAppendResp); ok false if m says nothing new.
+func (h *commitHints) durable(m *raftpb.Message) (term, idx uint64, ok bool) {
+	idx, term = m.GetIndex(), m.GetLogTerm()
 	if idx == 0 || term != m.GetTerm() {
-		return // no entries, or appended in an earlier term (raft ignores those too)
+		return 0, 0, false // no entries, or appended in an earlier term (raft ignores those too)
 	}
 	switch {
 	case term > h.durableTerm:
@@ -104,18 +130,9 @@ func (n *Node) onDurable(m *raftpb.Message) {
 	case term == h.durableTerm:
 		h.durableIndex = max(h.durableIndex, idx)
 	default:
-		return
+		return 0, 0, false
 	}
-	if n.cfg.NoCommitHints {
-		return
-	}
-	if n.loop.isLeader {
-		if term == n.loop.term {
-			n.queueCommitHints(term, idx)
-		}
-		return
-	}
-	n.commitFromHint() // the leader's hint may have come first
+	return term, idx, true
 }
 
 // commitHintQuorum reports whether, in cs, the leader and any one voter are
@@ -125,27 +142,23 @@ func commitHintQuorum(cs *raftpb.ConfState) bool {
 	return (v == 2 || v == 3) && len(cs.GetVotersOutgoing()) == 0
 }
 
-// queueCommitHints queues "durable through idx in term" for every follower
-// that replicates normally, unless the commit index is already there or the
-// configuration does not allow it (leader's loop).
-func (n *Node) queueCommitHints(term, idx uint64) {
-	h := &n.loop.hints
-	if !n.loop.lease.Active() || h.confIndex > n.loop.lastApplied || !commitHintQuorum(n.loop.confState) {
-		return
-	}
-	if n.rn.BasicStatus().GetCommit() >= idx {
+// queue queues "durable through idx in term" for every follower among
+// voters that replicates normally, unless the commit index is already
+// there (leader's loop, once onDurable found that the configuration allows
+// it).
+func (h *commitHints) queue(term, idx uint64, voters []uint64) {
+	if h.rn.BasicStatus().GetCommit() >= idx {
 		return // raft broadcasts this commit itself
 	}
-	voters := n.loop.confState.GetVoters()
-	n.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
-		if id == n.id || typ != raft.ProgressTypePeer || pr.State != tracker.StateReplicate || !slices.Contains(voters, id) {
+	h.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		if id == h.id || typ != raft.ProgressTypePeer || pr.State != tracker.StateReplicate || !slices.Contains(voters, id) {
 			return
 		}
 		h.pending = slices.DeleteFunc(h.pending, func(m *raftpb.Message) bool { return m.GetTo() == id })
 		h.pending = append(h.pending, &raftpb.Message{
 			Type:    raftpb.MessageType_MsgHeartbeat.Enum(),
 			To:      new(id),
-			From:    new(n.id),
+			From:    new(h.id),
 			Term:    new(term),
 			Index:   new(idx),
 			Context: commitHintContext,
@@ -175,14 +188,13 @@ func (h *commitHints) rideAlong(out []*raftpb.Message) []*raftpb.Message {
 	return out
 }
 
-// onCommitHint records a leader's hint on a follower (loop) and commits what
-// it allows.
-func (n *Node) onCommitHint(m *raftpb.Message) {
-	h := &n.loop.hints
-	if m.GetType() != raftpb.MessageType_MsgHeartbeat || n.cfg.NoCommitHints {
+// onHint records a leader's hint on a follower (loop) and commits what it
+// allows; lastIndex is raft's last index as of the last Ready (guard.go).
+func (h *commitHints) onHint(m *raftpb.Message, lastIndex uint64) {
+	if m.GetType() != raftpb.MessageType_MsgHeartbeat || h.off {
 		return
 	}
-	if st := n.rn.BasicStatus(); m.GetFrom() != st.Lead || m.GetTerm() != st.GetTerm() {
+	if st := h.rn.BasicStatus(); m.GetFrom() != st.Lead || m.GetTerm() != st.GetTerm() {
 		return // only the leader raft follows, in its term, hints (guard.go refuses others first)
 	}
 	if t := m.GetTerm(); t > h.leaderTerm || (t == h.leaderTerm && m.GetFrom() == h.leader) {
@@ -191,29 +203,29 @@ func (n *Node) onCommitHint(m *raftpb.Message) {
 		}
 		h.leader, h.leaderTerm, h.leaderIndex = m.GetFrom(), t, max(h.leaderIndex, m.GetIndex())
 	}
-	n.commitFromHint()
+	h.commit(lastIndex)
 }
 
-// commitFromHint moves the commit index to what hintedCommit allows (loop).
-func (n *Node) commitFromHint() {
-	h := &n.loop.hints
+// commit moves the commit index to what hintedCommit allows (loop);
+// lastIndex is raft's last index as of the last Ready.
+func (h *commitHints) commit(lastIndex uint64) {
 	if h.leaderTerm == 0 || h.durableTerm != h.leaderTerm {
 		return // nothing to combine (saves the status read)
 	}
-	c := h.hintedCommit(n.rn.BasicStatus())
+	c := h.hintedCommit(h.rn.BasicStatus())
 	if c == 0 {
 		return
 	}
-	if last, err := n.storage.LastIndex(); err != nil || c > last || c > n.loop.guard.lastIndex {
+	if last, err := h.storage.LastIndex(); err != nil || c > last || c > lastIndex {
 		// Cannot happen for durable entries of the leader's term, which are
 		// in storage and in raft's log (as of the last Ready: guard.go);
 		// never hand raft a commit beyond its log.
 		return
 	}
 	term := h.leaderTerm
-	err := n.rn.Step(&raftpb.Message{
+	err := h.rn.Step(&raftpb.Message{
 		Type:    raftpb.MessageType_MsgHeartbeat.Enum(),
-		To:      new(n.id),
+		To:      new(h.id),
 		From:    new(h.leader),
 		Term:    new(term),
 		Commit:  new(c),

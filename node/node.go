@@ -341,6 +341,7 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.tick = n.newTicker()
+	n.loop.hints = commitHints{id: cfg.ID, off: cfg.NoCommitHints, rn: n.rn, storage: n.storage}
 	n.loop.reads = readIndexState{rn: n.rn, retryAfter: cfg.RetryInterval}
 	n.loop.confirm = confirmer{rn: n.rn, lease: n.loop.lease, retryAfter: cfg.RetryInterval, heartbeat: cfg.heartbeatInterval()}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
@@ -526,7 +527,7 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			s.Ack(m)
 		}
 		if isCommitHint(m) {
-			n.onCommitHint(m)
+			n.loop.hints.onHint(m, n.loop.guard.lastIndex)
 			continue
 		}
 		switch m.GetType() {
