@@ -332,34 +332,34 @@ func (h *fwdHost) Pushed(items []*transportpb.PushItem) {
 }
 
 func (h *fwdHost) EachWatched(f func(name string, known bool, chain uint64)) {
-	for name, ob := range h.loop.observe {
+	for name, ob := range h.loop.observe.byName {
 		f(name, ob.known, ob.chain)
 	}
 }
 
 func (h *fwdHost) Watched(name string) (known bool, chain uint64, ok bool) {
-	if ob := h.loop.observe[name]; ob != nil {
+	if ob := h.loop.observe.byName[name]; ob != nil {
 		return ob.known, ob.chain, true
 	}
 	return false, 0, false
 }
 
 func (h *fwdHost) Deliver(c forward.Change) {
-	if ob := h.loop.observe[c.Name]; ob != nil {
-		(*Node)(h).deliver(ob, LeaderChange(c))
+	if ob := h.loop.observe.byName[c.Name]; ob != nil {
+		ob.deliver(LeaderChange(c))
 	}
 }
 
 func (h *fwdHost) Known(name string, chain uint64) {
-	if ob := h.loop.observe[name]; ob != nil {
+	if ob := h.loop.observe.byName[name]; ob != nil {
 		ob.known = true
 		ob.chain = max(ob.chain, chain)
 	}
 }
 
 func (h *fwdHost) Lagged(name string) {
-	if ob := h.loop.observe[name]; ob != nil {
-		(*Node)(h).lagged(name, ob)
+	if ob := h.loop.observe.byName[name]; ob != nil {
+		h.loop.observe.lagged(name, ob)
 	}
 }
 

@@ -432,7 +432,7 @@ func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
 func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 	if ev.Kind == lockfsm.EventLeader {
 		if !n.light() {
-			n.observeOnEvent(index, ev)
+			n.loop.observe.onEvent(index, ev)
 		}
 		return
 	}

@@ -272,7 +272,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 		Extra: map[string]uint64{"appends_sent": n.loop.appendsSent, "entries_sent": n.loop.entriesSent,
 			"commit_hints_sent": n.loop.hints.sent, "commit_hints_used": n.loop.hints.used,
 			"status_served": n.statusServed.Load(), "observe_gaps": n.observeGaps.Load(),
-			"observe_lags": n.observeLags.Load()},
+			"observe_lags": n.loop.observe.lags},
 	}
 	bs := n.rn.BasicStatus()
 	s.Term, s.Commit = bs.GetTerm(), bs.GetCommit()

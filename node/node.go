@@ -87,7 +87,6 @@ type Node struct {
 	relearned         atomic.Uint64 // grants learned by fwd-status rather than a push
 	statusServed      atomic.Uint64 // fwd-status calls this node answered
 	observeGaps       atomic.Uint64 // light member: pushed election changes that did not follow the last one
-	observeLags       atomic.Uint64 // observations ended with lockerr.ErrObserveLagged because changes could not be shown
 	snapshotsRestored atomic.Uint64 // lock-table restores from a leader's snapshot
 	once              sync.Once
 
@@ -134,8 +133,7 @@ type loopState struct {
 	tick    *tick.Ticker      // the raft ticker, a quiet follower's timer, the leader's fine ticker (ticks.go)
 	guard   msgGuard          // judging remote raft messages (guard.go)
 	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
-	// observe: the elections this node's observers watch (observe.go).
-	observe map[string]*observed
+	observe observations      // the elections this node's observers watch (observe.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -333,8 +331,8 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.ops.init()
 	n.loop.holds.init()
-	n.loop.observe = map[string]*observed{}
 	n.initFwd()
+	n.loop.observe = observations{byName: map[string]*observed{}, fsm: n.fsm, fwd: n.fwd}
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
 		return nil, err
@@ -576,7 +574,7 @@ func (n *Node) stopServing(err error) {
 	}
 	n.loop.ops.failAll(err)
 	n.loop.holds.loseAll(err)
-	n.endObservers(err)
+	n.loop.observe.endAll(err)
 }
 
 // Close stops this node for now: it closes its session through the log
@@ -632,7 +630,7 @@ func (n *Node) stop() {
 	<-n.donec
 	n.loop.ops.failAll(lockerr.ErrClosed)
 	n.loop.holds.loseAll(lockerr.ErrClosed)
-	n.endObservers(lockerr.ErrClosed)
+	n.loop.observe.endAll(lockerr.ErrClosed)
 	if n.ml != nil {
 		_ = n.ml.Shutdown()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
@@ -166,38 +167,52 @@ func (n *Node) Observe(ctx context.Context, name string) (*Observer, error) {
 	}
 	octx, cancel := context.WithCancel(ctx)
 	o := &Observer{n: n, name: name, wake: make(chan struct{}, 1), cancel: cancel}
-	if err := n.do(ctx, func() { n.addObserver(o) }); err != nil {
+	if err := n.do(ctx, func() {
+		if err := n.err(); err != nil {
+			o.end(err)
+			return
+		}
+		n.loop.observe.add(o, n.light(), n.clock.Now())
+	}); err != nil {
 		cancel()
 		return nil, err
 	}
 	context.AfterFunc(octx, func() {
 		o.end(context.Cause(octx))
-		_ = n.do(context.Background(), func() { n.removeObserver(o) })
+		_ = n.do(context.Background(), func() { n.loop.observe.remove(o) })
 	})
 	return o, nil
 }
 
-// addObserver registers o and gives it the current leader (loop).
-func (n *Node) addObserver(o *Observer) {
-	if err := n.err(); err != nil {
-		o.end(err)
-		return
-	}
-	ob := n.loop.observe[o.name]
+// observations are the elections this node's observers watch, by name.
+// Owned by the loop.
+type observations struct {
+	byName map[string]*observed
+	lags   uint64 // observations ended with lockerr.ErrObserveLagged because changes could not be shown
+
+	// Set at start.
+	fsm *lockfsm.FSM
+	fwd *forward.State
+}
+
+// add registers o and gives it the current leader; a light member has no
+// table and asks the leader.
+func (obs *observations) add(o *Observer, light bool, now time.Time) {
+	ob := obs.byName[o.name]
 	if ob == nil {
 		ob = &observed{}
-		n.loop.observe[o.name] = ob
+		obs.byName[o.name] = ob
 	}
 	ob.observers = append(ob.observers, o)
-	if n.light() {
+	if light {
 		if ob.known {
 			o.push(ob.last)
 		} else {
-			n.fwd.ObserveNow(n.clock.Now()) // ask the leader now
+			obs.fwd.ObserveNow(now) // ask the leader now
 		}
 		return
 	}
-	cur := n.currentLeader(o.name)
+	cur := obs.current(o.name)
 	o.push(cur)
 	if !ob.known || cur.Index > ob.last.Index {
 		ob.last, ob.known = cur, true
@@ -205,8 +220,8 @@ func (n *Node) addObserver(o *Observer) {
 	}
 }
 
-func (n *Node) removeObserver(o *Observer) {
-	ob := n.loop.observe[o.name]
+func (obs *observations) remove(o *Observer) {
+	ob := obs.byName[o.name]
 	if ob == nil {
 		return
 	}
@@ -217,18 +232,18 @@ func (n *Node) removeObserver(o *Observer) {
 		}
 	}
 	if len(ob.observers) == 0 {
-		delete(n.loop.observe, o.name)
+		delete(obs.byName, o.name)
 	}
 }
 
-// currentLeader reads the election's current leader from the lock table.
-func (n *Node) currentLeader(name string) LeaderChange {
-	return LeaderChange(forward.CurrentLeader(n.fsm, name))
+// current reads the election's current leader from the lock table.
+func (obs *observations) current(name string) LeaderChange {
+	return LeaderChange(forward.CurrentLeader(obs.fsm, name))
 }
 
-// deliver hands c to every observer of its name (loop); never an index
-// they got before.
-func (n *Node) deliver(ob *observed, c LeaderChange) {
+// deliver hands c to every observer of its name; never an index they got
+// before.
+func (ob *observed) deliver(c LeaderChange) {
 	if ob.known && c.Index <= ob.last.Index {
 		return
 	}
@@ -244,55 +259,54 @@ func (n *Node) deliver(ob *observed, c LeaderChange) {
 	ob.observers = kept
 }
 
-// observeOnEvent records an election change applied at index (loop, every
-// raft member; the leader pushes it to light members that watch it) and
-// hands it out.
-func (n *Node) observeOnEvent(index uint64, ev *lockfsm.Event) {
+// onEvent records an election change applied at index (a raft member; the
+// leader pushes it to light members that watch it) and hands it out.
+func (obs *observations) onEvent(index uint64, ev *lockfsm.Event) {
 	if index == 0 {
 		return // an event pushed to a light member that just got raft state: it applies its own
 	}
 	c := LeaderChange{Name: ev.Name, Index: index, Session: ev.Session, Owner: ev.Owner, Token: ev.Token,
 		Value: ev.Value}
-	n.fwd.OnLeaderChange(forward.Change(c))
-	if ob := n.loop.observe[ev.Name]; ob != nil && !n.light() {
-		n.deliver(ob, c)
+	obs.fwd.OnLeaderChange(forward.Change(c))
+	if ob := obs.byName[ev.Name]; ob != nil {
+		ob.deliver(c)
 	}
 }
 
-// observeOnRestored: the lock table was replaced by a snapshot; the changes
-// it covers were never applied here (loop). An observer that got nothing
-// yet gets the current leader; one that may have missed changes (the
-// snapshot reaches past what it knows) is ended with lockerr.ErrObserveLagged.
-func (n *Node) observeOnRestored() {
-	applied := n.fsm.AppliedIndex()
-	n.fwd.Restored(applied)
-	for name, ob := range n.loop.observe {
+// onRestored: the lock table was replaced by a snapshot; the changes it
+// covers were never applied here. An observer that got nothing yet gets the
+// current leader; one that may have missed changes (the snapshot reaches
+// past what it knows) is ended with lockerr.ErrObserveLagged.
+func (obs *observations) onRestored() {
+	applied := obs.fsm.AppliedIndex()
+	obs.fwd.Restored(applied)
+	for name, ob := range obs.byName {
 		switch {
 		case !ob.known:
-			n.deliver(ob, n.currentLeader(name))
+			ob.deliver(obs.current(name))
 		case applied > ob.chain:
-			n.lagged(name, ob)
+			obs.lagged(name, ob)
 		}
 	}
 }
 
-// lagged ends every observation of name with lockerr.ErrObserveLagged: this node
-// cannot show them every change after the last they got (loop).
-func (n *Node) lagged(name string, ob *observed) {
+// lagged ends every observation of name with lockerr.ErrObserveLagged: this
+// node cannot show them every change after the last they got.
+func (obs *observations) lagged(name string, ob *observed) {
 	for _, o := range ob.observers {
 		o.end(lockerr.ErrObserveLagged)
 	}
-	delete(n.loop.observe, name)
-	n.observeLags.Add(1)
+	delete(obs.byName, name)
+	obs.lags++
 }
 
-// endObservers ends every observation with err (the node stopped).
-func (n *Node) endObservers(err error) {
-	for name, ob := range n.loop.observe {
+// endAll ends every observation with err (the node stopped).
+func (obs *observations) endAll(err error) {
+	for name, ob := range obs.byName {
 		for _, o := range ob.observers {
 			o.end(err)
 		}
-		delete(n.loop.observe, name)
+		delete(obs.byName, name)
 	}
 }
 

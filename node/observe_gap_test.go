@@ -107,7 +107,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	require.NoError(t, err)
 	injected := make(chan bool, 1)
 	require.NoError(t, a.do(ctx, func() {
-		ob := a.loop.observe["eg0"]
+		ob := a.loop.observe.byName["eg0"]
 		if ob == nil || !ob.known || ob.chain == 0 || !a.light() {
 			injected <- false
 			return

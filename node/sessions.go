@@ -309,7 +309,7 @@ func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus 
 // light member promoted to learner restores the leader's latest snapshot,
 // often older than its session and its newest grants.
 func (n *Node) onRestored(index uint64) {
-	n.observeOnRestored()
+	n.loop.observe.onRestored()
 	s := &n.loop.own
 	if s.id == 0 || s.id > index {
 		return
