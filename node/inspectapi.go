@@ -3,13 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/views"
-	"github.com/lockraft/lockraft/lockfsm"
-	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/inspect"
+	"github.com/lockraft/lockraft/node/internal/lease"
 )
 
 // Inspection: who holds a name, who waits for it and in which order, which
@@ -59,7 +58,7 @@ func (n *Node) InspectLock(ctx context.Context, name string, opts ReadOptions) (
 			reply <- res{}
 			return
 		}
-		reply <- res{n.lockView(li, n.sessionNodes()), true}
+		reply <- res{inspect.Lock(li, n.sessionNodes(), n.loop.dates(n.clock)), true}
 	})
 	if err != nil {
 		return views.LockView{}, false, err
@@ -98,7 +97,7 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 		nodes := n.sessionNodes()
 		p := views.LocksPage{Locks: make([]views.LockView, 0, len(infos)), Applied: n.fsm.AppliedIndex(), ServedBy: views.MemberID(n.id)}
 		for _, li := range infos {
-			p.Locks = append(p.Locks, n.lockView(li, nodes))
+			p.Locks = append(p.Locks, inspect.Lock(li, nodes, n.loop.dates(n.clock)))
 		}
 		if more && len(infos) > 0 {
 			p.Next = infos[len(infos)-1].Name
@@ -134,70 +133,24 @@ func (n *Node) stoppedErr() error {
 }
 
 // sessionNodes maps every open session to its node (loop).
-func (n *Node) sessionNodes() map[uint64]uint64 {
-	ss := n.fsm.Sessions()
-	m := make(map[uint64]uint64, len(ss))
-	for _, s := range ss {
-		m[s.Session] = s.Node
-	}
-	return m
+func (n *Node) sessionNodes() map[uint64]uint64 { return inspect.SessionNodes(n.fsm.Sessions()) }
+
+// tableDates dates the lock views (inspect.Dates; loop): when this replica
+// applied an index, and the deadlines the leader's lease engine keeps.
+type tableDates struct {
+	*lease.Engine
+	times   *applyTimes
+	applied uint64
+	clock   Clock
 }
 
-// lockView converts one table entry (loop).
-func (n *Node) lockView(li lockfsm.LockInfo, nodes map[uint64]uint64) views.LockView {
-	v := views.LockView{Name: li.Name, Primitive: li.Primitive.String(), Delayed: li.Delayed,
-		Waiters: make([]views.WaiterView, 0, len(li.Waiters))}
-	if li.Primitive == lockfsm.PrimSemaphore {
-		v.Permits, v.PermitsInUse = li.Permits, li.PermitsInUse
-	}
-	if li.Primitive == lockfsm.PrimElection {
-		v.Value = li.Value
-	}
-	for _, hi := range li.Holds {
-		h := views.HolderView{Owner: hi.Owner, Session: hi.Session, Member: views.MemberID(nodes[hi.Session]), Token: hi.Token,
-			HoldCount: hi.HoldCount, Mode: modeName(li.Primitive, hi.Mode), Permits: hi.Permits,
-			Names: slices.Clone(hi.Names), GrantedAt: n.appliedAt(hi.Token), LeaseMillis: hi.LeaseMillis}
-		if hi.LeaseMillis > 0 {
-			filed := li.Name // the leader files a multi-name hold's lease under its first name
-			if len(hi.Names) > 0 {
-				filed = hi.Names[0]
-			}
-			if at, ok := n.loop.lease.LeaseDeadline(filed, hi.Token, hi.Session, hi.Owner); ok {
-				h.ExpiresAt = at
-			}
-		} else if at, ok := n.loop.lease.SessionDeadline(hi.Session); ok {
-			h.ExpiresAt = at
-		}
-		v.Holds = append(v.Holds, h)
-	}
-	if len(v.Holds) > 0 {
-		first := v.Holds[0]
-		v.Holder = &first
-	}
-	for i, w := range li.Waiters {
-		v.Waiters = append(v.Waiters, views.WaiterView{Position: i + 1, Owner: w.Owner, Session: w.Session,
-			Member: views.MemberID(nodes[w.Session]), Enqueued: w.Enqueued, EnqueuedAt: n.appliedAt(w.Enqueued),
-			LeaseMillis: w.LeaseMillis, Mode: modeName(li.Primitive, w.Mode), Permits: w.Permits, Value: w.Value,
-			Names: slices.Clone(w.Names)})
-	}
-	return v
+// dates is the loop's tableDates, on clock.
+func (l *loopState) dates(clock Clock) tableDates {
+	return tableDates{Engine: l.lease, times: &l.times, applied: l.lastApplied, clock: clock}
 }
 
-// modeName is a hold's or waiter's mode as the views show it: "read" or
-// "write" on a read-write lock, "" on other primitives.
-func modeName(p lockfsm.Primitive, m lockfsm.Mode) string {
-	if p != lockfsm.PrimRW {
-		return ""
-	}
-	if m == lockfsm.ModeShared {
-		return "read"
-	}
-	return "write"
-}
-
-// appliedAt dates an applied index (loop).
-func (n *Node) appliedAt(index uint64) time.Time {
-	return n.loop.times.when(index, n.loop.lastApplied, n.clock.Now())
+func (d tableDates) AppliedAt(index uint64) time.Time {
+	return d.times.when(index, d.applied, d.clock.Now())
 }
 
 // InspectMembers returns the members with their role, health and lag. A
@@ -215,7 +168,7 @@ func (n *Node) InspectMembers(ctx context.Context, opts ReadOptions) (views.Memb
 		}
 	}
 	reply := make(chan views.MembersView, 1)
-	if err := n.do(ctx, func() { reply <- n.membersView() }); err != nil {
+	if err := n.do(ctx, func() { reply <- inspect.Members(n.inspectNode()) }); err != nil {
 		return views.MembersView{}, err
 	}
 	select {
@@ -228,84 +181,15 @@ func (n *Node) InspectMembers(ctx context.Context, opts ReadOptions) (views.Memb
 	}
 }
 
-// membersView builds this node's view (loop).
-func (n *Node) membersView() views.MembersView {
-	st := n.rn.Status()
-	v := views.MembersView{Leader: views.MemberID(n.loop.leader), Term: st.GetTerm(), ServedBy: views.MemberID(n.id), FromLeader: n.loop.isLeader,
-		Commit: st.GetCommit()}
-	byID := map[uint64]*views.MemberView{}
-	get := func(id uint64) *views.MemberView {
-		m := byID[id]
-		if m == nil {
-			m = &views.MemberView{ID: views.MemberID(id), Role: views.RoleLight}
-			byID[id] = m
-		}
-		return m
-	}
-	cs := n.loop.confState
-	for _, id := range cs.GetVoters() {
-		get(id).Role = views.RoleVoter
-	}
-	for _, id := range cs.GetVotersOutgoing() {
-		get(id).Role = views.RoleVoter
-	}
-	for _, id := range cs.GetLearners() {
-		get(id).Role = views.RoleLearner
-	}
+// inspectNode is what this node knows of the members (loop).
+func (n *Node) inspectNode() *inspect.Node {
+	in := &inspect.Node{ID: n.id, Addr: n.addr, Leader: n.loop.leader, Leading: n.loop.isLeader, Status: n.rn.Status(),
+		Conf: n.loop.confState, Static: map[uint64]string{}, Gossip: n.Members(),
+		Active: func(id uint64) bool { return n.peerActive(id, n.clock.Now()) }}
 	for _, m := range n.cfg.Members {
-		if mv := byID[m.ID]; mv != nil {
-			mv.RaftAddr = m.Addr
-		}
+		in.Static[m.ID] = m.Addr
 	}
-	get(n.id).RaftAddr = n.addr
-	if n.ml != nil {
-		for _, gm := range n.ml.Members() {
-			id := gm.Meta.RaftID
-			if old := byID[id]; old != nil && old.Gossip == membership.StateAlive.String() && gm.State != membership.StateAlive {
-				continue // a stale entry of a restarted member under another name
-			}
-			if gm.State == membership.StateLeft && byID[id] == nil {
-				continue // left for good and not in the configuration
-			}
-			m := get(id)
-			m.RaftAddr, m.GossipName, m.GossipAddr, m.Gossip = gm.Meta.RaftAddr, gm.Name, gm.Addr, gm.State.String()
-		}
-	}
-	last := uint64(0)
-	if n.loop.isLeader {
-		if pr, ok := st.Progress[n.id]; ok {
-			last = pr.Match
-		}
-		v.LastIndex = last
-	}
-	for id, m := range byID {
-		m.Leader = id == n.loop.leader
-		gossipOK := m.Gossip == "" || m.Gossip == membership.StateAlive.String()
-		switch {
-		case m.Role == views.RoleLight:
-			m.Healthy = gossipOK && m.Gossip != ""
-		case n.loop.isLeader:
-			pr, ok := st.Progress[id]
-			m.Healthy = gossipOK && ok && (pr.RecentActive || n.peerActive(id, n.clock.Now()))
-			if ok {
-				m.Match, m.LagKnown = pr.Match, true
-				m.Lag = last - min(last, pr.Match)
-			}
-		default:
-			m.Healthy = gossipOK && (m.Gossip != "" || id == n.id || id == n.loop.leader)
-		}
-		v.Members = append(v.Members, *m)
-	}
-	slices.SortFunc(v.Members, func(a, b views.MemberView) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-	return v
+	return in
 }
 
 // Serving reports what readiness needs: this node's session id (0 until it

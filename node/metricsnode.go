@@ -8,9 +8,9 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
 
-	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/inspect"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -276,25 +276,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 	}
 	bs := n.rn.BasicStatus()
 	s.Term, s.Commit = bs.GetTerm(), bs.GetCommit()
-	cs := n.loop.confState
-	s.Roles = map[string]int{views.RoleVoter: len(cs.GetVoters()), views.RoleLearner: len(cs.GetLearners()), views.RoleLight: 0}
-	switch {
-	case n.light():
-		s.Role = views.RoleLight
-	case containsID(cs.GetVoters(), n.id) || containsID(cs.GetVotersOutgoing(), n.id):
-		s.Role = views.RoleVoter
-	case containsID(cs.GetLearners(), n.id):
-		s.Role = views.RoleLearner
-	}
-	if n.ml != nil {
-		for _, m := range n.ml.Members() {
-			id := m.Meta.RaftID
-			if m.State == membership.StateAlive && !containsID(cs.GetVoters(), id) && !containsID(cs.GetLearners(), id) &&
-				!containsID(cs.GetVotersOutgoing(), id) {
-				s.Roles[views.RoleLight]++
-			}
-		}
-	}
+	s.Role, s.Roles = inspect.Roles(n.loop.confState, n.Members(), n.id, n.light())
 	if n.loop.isLeader {
 		st := n.rn.Status()
 		last := st.Progress[n.id].Match
@@ -307,13 +289,4 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 		}
 	}
 	return s
-}
-
-func containsID(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
