@@ -96,7 +96,7 @@ func (n *Node) startTransfer(to uint64) error {
 	if !slices.Contains(n.loop.confState.GetVoters(), to) {
 		return fmt.Errorf("%w: %016x is not a voter", lockerr.ErrNotMember, to)
 	}
-	n.flushProposals() // raft drops proposals while a transfer is in progress
+	n.loop.props.flush() // raft drops proposals while a transfer is in progress
 	n.rn.TransferLeader(to)
 	n.log.Info("leadership transfer requested by an operator", "to", to)
 	return nil
@@ -180,7 +180,7 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 		return fmt.Errorf("%w: another configuration change is pending; retry", lockerr.ErrUnavailable)
 	}
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}}
-	n.flushProposals()
+	n.loop.props.flush()
 	if err := n.rn.ProposeConfChange(cc); err != nil {
 		return fmt.Errorf("%w: %v", lockerr.ErrUnavailable, err)
 	}

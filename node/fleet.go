@@ -96,7 +96,7 @@ func (h *fleetHost) Status() raft.Status          { return h.rn.Status() }
 func (h *fleetHost) Applied() uint64              { return h.loop.lastApplied }
 
 func (h *fleetHost) ProposeConfChange(cc *raftpb.ConfChangeV2) error {
-	(*Node)(h).flushProposals() // commands of this turn keep their place before the change
+	h.loop.props.flush() // commands of this turn keep their place before the change
 	return h.rn.ProposeConfChange(cc)
 }
 

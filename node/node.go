@@ -339,6 +339,7 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.tick = n.newTicker()
+	n.loop.props = proposalBatch{rn: n.rn, id: cfg.ID}
 	n.loop.hints = commitHints{id: cfg.ID, off: cfg.NoCommitHints, rn: n.rn, storage: n.storage}
 	n.loop.reads = readIndexState{rn: n.rn, retryAfter: cfg.RetryInterval}
 	n.loop.confirm = confirmer{rn: n.rn, lease: n.loop.lease, retryAfter: cfg.RetryInterval, heartbeat: cfg.heartbeatInterval()}
@@ -489,12 +490,12 @@ func (n *Node) run() {
 // readyLoop flushes the turn's proposals and handles Readys until raft has
 // none (loop).
 func (n *Node) readyLoop() error {
-	n.flushProposals()
+	n.loop.props.flush()
 	for n.rn.HasReady() {
 		if err := n.handleReady(); err != nil {
 			return err
 		}
-		n.flushProposals() // proposed while applying (a leader change re-proposes)
+		n.loop.props.flush() // proposed while applying (a leader change re-proposes)
 	}
 	return nil
 }
@@ -541,7 +542,7 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			// A follower's forwarded proposals (lock commands of its own
 			// sessions: admit checked them) join this turn's batch, but for
 			// entries the version gate refuses (fleet.AdmitProposals).
-			n.proposeEntries(n.fleet.AdmitProposals(m.GetEntries()))
+			n.loop.props.addForwarded(n.fleet.AdmitProposals(m.GetEntries()))
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {

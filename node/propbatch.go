@@ -3,6 +3,7 @@ package node
 import (
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -15,37 +16,38 @@ import (
 type proposalBatch struct {
 	ents []*raftpb.Entry
 	ops  []*op // parallel to ents: the session op each entry carries, or nil
+
+	// Set at start.
+	rn *raft.RawNode
+	id uint64
 }
 
-// proposeEntry queues data for the batch the loop flushes before it next
-// asks raft for a Ready. o, if non-nil, is marked for a retry on the next
-// tick when raft drops the batch (no leader yet, a transfer in progress).
-func (n *Node) proposeEntry(data []byte, o *op) {
-	b := &n.loop.props
+// add queues data for the batch the loop flushes before it next asks raft
+// for a Ready. o, if non-nil, is marked for a retry on the next tick when
+// raft drops the batch (no leader yet, a transfer in progress).
+func (b *proposalBatch) add(data []byte, o *op) {
 	b.ents = append(b.ents, &raftpb.Entry{Data: data})
 	b.ops = append(b.ops, o)
 }
 
-// proposeEntries queues entries forwarded by another node (a MsgProp) for
-// the batch, unchanged.
-func (n *Node) proposeEntries(ents []*raftpb.Entry) {
-	b := &n.loop.props
+// addForwarded queues entries forwarded by another node (a MsgProp),
+// unchanged.
+func (b *proposalBatch) addForwarded(ents []*raftpb.Entry) {
 	for _, e := range ents {
 		b.ents = append(b.ents, e)
 		b.ops = append(b.ops, nil)
 	}
 }
 
-// flushProposals steps the queued entries into raft as one MsgProp.
-func (n *Node) flushProposals() {
-	b := &n.loop.props
+// flush steps the queued entries into raft as one MsgProp.
+func (b *proposalBatch) flush() {
 	if len(b.ents) == 0 {
 		return
 	}
 	ents, ops := b.ents, b.ops
 	b.ents, b.ops = nil, b.ops[:0]
-	m := &raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: &n.id, Entries: ents}
-	if err := n.rn.Step(m); err != nil {
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: &b.id, Entries: ents}
+	if err := b.rn.Step(m); err != nil {
 		for _, o := range ops {
 			if o != nil {
 				o.proposedAt = time.Time{} // retried on the next tick

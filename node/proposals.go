@@ -152,7 +152,7 @@ func (n *Node) propose(o *op) {
 		n.fwd.Forward(o.data)
 		return
 	}
-	n.proposeEntry(o.data, o)
+	n.loop.props.add(o.data, o)
 }
 
 // retryProposals re-proposes ops whose result is overdue.

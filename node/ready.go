@@ -352,7 +352,7 @@ func (n *Node) transferLeadership(done chan struct{}) {
 		close(done)
 		return
 	}
-	n.flushProposals() // raft drops proposals while a transfer is in progress
+	n.loop.props.flush() // raft drops proposals while a transfer is in progress
 	n.rn.TransferLeader(best)
 	n.loop.demote = append(n.loop.demote, done) // closed when this node stops leading
 }

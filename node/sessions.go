@@ -90,7 +90,7 @@ func (n *Node) proposeSessionless(c lockfsm.Command) {
 		n.fwd.Forward(c.AppendEncode(nil))
 		return
 	}
-	n.proposeEntry(c.AppendEncode(nil), nil)
+	n.loop.props.add(c.AppendEncode(nil), nil)
 }
 
 // onSessionOpenedEvent notices our own session opening.

@@ -22,7 +22,7 @@ func TestS7NewerEntryStopsEveryReplica(t *testing.T) {
 	// A well-formed command envelope of format version 9: the version byte,
 	// a kind, an empty field mask.
 	newer := []byte{9, 5, 0}
-	require.NoError(t, lead.do(context.Background(), func() { lead.proposeEntry(newer, nil) }))
+	require.NoError(t, lead.do(context.Background(), func() { lead.loop.props.add(newer, nil) }))
 	for id, n := range tc.nodes {
 		require.Eventually(t, func() bool { return n.err() != nil }, 10*time.Second, 10*time.Millisecond,
 			"node %d kept serving past a newer-format entry", id)

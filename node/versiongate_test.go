@@ -99,7 +99,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			require.NoError(t, f.do(ctx, func() {
 				c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: f.loop.own.id, Seq: 1 << 40, Name: "sneak",
 					Owner: "o", Primitive: lockfsm.PrimRW, Mode: lockfsm.ModeShared}
-				f.proposeEntry(c.AppendEncode(nil), nil)
+				f.loop.props.add(c.AppendEncode(nil), nil)
 			}))
 			h, err = f.Acquire(ctx, "after-sneak", "o", false, 0)
 			require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestForwardedNewerEntryNotProposed(t *testing.T) {
 	ferr := make(chan error, 1)
 	require.NoError(t, ln.do(ctx, func() { ferr <- ln.fwdProposeOnLeader(f, [][]byte{newer}, reply) }))
 	require.ErrorIs(t, <-ferr, transport.ErrInvalidRequest, "refused as undecodable, whole")
-	require.NoError(t, tc.nodes[f].do(ctx, func() { tc.nodes[f].proposeEntry(newer, nil) }))
+	require.NoError(t, tc.nodes[f].do(ctx, func() { tc.nodes[f].loop.props.add(newer, nil) }))
 	// Entries proposed after them commit and apply on every node: had
 	// either been proposed, every node would have stopped at it first.
 	h, err := tc.nodes[f].Acquire(ctx, "after", "o", false, 0)
