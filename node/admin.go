@@ -167,7 +167,7 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 		st := n.rn.Status()
 		healthy := 0
 		for _, v := range cs.GetVoters() {
-			if pr, ok := st.Progress[v]; v != id && ok && (pr.RecentActive || n.peerActive(v, n.clock.Now())) {
+			if pr, ok := st.Progress[v]; v != id && ok && (pr.RecentActive || n.loop.peers.active(v, n.clock.Now())) {
 				healthy++
 			}
 		}

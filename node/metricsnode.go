@@ -56,46 +56,6 @@ type loopCounters struct {
 	leasesExpired   uint64 // per-lock leases that ran out (applied here)
 	pushesReceived  uint64 // results and events pushed to this light member
 	tickWakes       uint64 // loop wake-ups by the raft ticker or a quiet follower's timer (node/internal/tick)
-
-	// headSince: this node's queued Acquires at the head of their queue,
-	// by seq, since when (only with Config.Metrics).
-	headSince map[uint64]time.Time
-	// headWatch: names where this node has queued Acquires not yet at the
-	// head, with their seqs (only with Config.Metrics).
-	headWatch map[string][]uint64
-
-	// peerSeen: leader only, when each voter or learner last showed raft's
-	// RecentActive (noted every tick). raft resets RecentActive every
-	// election timeout, so on its own it reads "inactive" for a moment
-	// after each reset; health is "seen within an election timeout".
-	peerSeen map[uint64]time.Time
-}
-
-// notePeerActivity records which peers raft saw recently (leader, each tick).
-func (n *Node) notePeerActivity(now time.Time) {
-	c := &n.loop.stats
-	if !n.loop.isLeader {
-		c.peerSeen = nil
-		return
-	}
-	if c.peerSeen == nil {
-		c.peerSeen = map[uint64]time.Time{}
-	}
-	n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if pr.RecentActive {
-			c.peerSeen[id] = now
-		}
-	})
-}
-
-// peerActive reports whether the leader heard from peer id within the last
-// election timeout (and a tick). Loop, leader.
-func (n *Node) peerActive(id uint64, now time.Time) bool {
-	if id == n.id {
-		return true
-	}
-	at, ok := n.loop.stats.peerSeen[id]
-	return ok && now.Sub(at) <= n.cfg.electionTimeout()+n.cfg.TickInterval
 }
 
 // noteExpiry counts an applied expiry (loop).
@@ -108,30 +68,75 @@ func (c *loopCounters) noteExpiry(cmd *lockfsm.Command, res lockfsm.Result) {
 	}
 }
 
-// metricsOnApply tracks when this node's queued Acquires reach the head of
-// their queue and are granted (QueueHead). Loop; only with Config.Metrics.
-func (n *Node) metricsOnApply(cmd *lockfsm.Command, res lockfsm.Result, events []lockfsm.Event) {
-	hook := n.cfg.Metrics.QueueHead
-	if hook == nil || n.light() {
+// peerWatch is the leader's memory of when each voter or learner last
+// showed raft's RecentActive (noted every tick). raft resets RecentActive
+// every election timeout, so on its own it reads "inactive" for a moment
+// after each reset; health is "seen within an election timeout". Loop.
+type peerWatch struct {
+	seen   map[uint64]time.Time
+	self   uint64
+	within time.Duration // an election timeout and a tick
+}
+
+// note records which peers raft saw recently (each tick; forgotten when
+// this node does not lead).
+func (w *peerWatch) note(rn *raft.RawNode, leading bool, now time.Time) {
+	if !leading {
+		w.seen = nil
 		return
 	}
-	c := &n.loop.stats
-	own := n.loop.own.id
-	if c.headSince == nil {
-		c.headSince, c.headWatch = map[uint64]time.Time{}, map[string][]uint64{}
+	if w.seen == nil {
+		w.seen = map[uint64]time.Time{}
+	}
+	rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pr.RecentActive {
+			w.seen[id] = now
+		}
+	})
+}
+
+// active reports whether the leader heard from peer id within the last
+// election timeout (and a tick).
+func (w *peerWatch) active(id uint64, now time.Time) bool {
+	if id == w.self {
+		return true
+	}
+	at, ok := w.seen[id]
+	return ok && now.Sub(at) <= w.within
+}
+
+// queueHeads times this node's queued Acquires from reaching the head of
+// their queue to their grant, for MetricsHooks.QueueHead. Loop; only with
+// that hook, on a raft member.
+type queueHeads struct {
+	// since: this node's queued Acquires at the head of their queue, by
+	// seq, since when.
+	since map[uint64]time.Time
+	// watch: names where this node has queued Acquires not yet at the head,
+	// with their seqs.
+	watch map[string][]uint64
+}
+
+// onApply follows one applied command of session own (0: none) and its
+// events, reading the lock table where a queue's head moved and the clock
+// at most once.
+func (q *queueHeads) onApply(cmd *lockfsm.Command, res lockfsm.Result, events []lockfsm.Event, own uint64,
+	fsm *lockfsm.FSM, clk Clock, hook func(time.Duration)) {
+	if q.since == nil {
+		q.since, q.watch = map[uint64]time.Time{}, map[string][]uint64{}
 	}
 	var now time.Time
 	clock := func() time.Time {
 		if now.IsZero() {
-			now = n.clock.Now()
+			now = clk.Now()
 		}
 		return now
 	}
 	if own != 0 && cmd.Kind == lockfsm.KindAcquire && cmd.Session == own && res.Status == lockfsm.Queued && !res.Duplicate {
 		if res.Position == 1 {
-			c.headSince[cmd.Seq] = clock()
+			q.since[cmd.Seq] = clock()
 		} else {
-			c.headWatch[cmd.Name] = append(c.headWatch[cmd.Name], cmd.Seq)
+			q.watch[cmd.Name] = append(q.watch[cmd.Name], cmd.Seq)
 		}
 	}
 	for i := range events {
@@ -140,24 +145,24 @@ func (n *Node) metricsOnApply(cmd *lockfsm.Command, res lockfsm.Result, events [
 			switch ev.Kind {
 			case lockfsm.EventGranted:
 				if ev.FromQueue {
-					since, ok := c.headSince[ev.Seq]
+					since, ok := q.since[ev.Seq]
 					if !ok {
 						since = clock() // became the head in this very entry
 					}
 					hook(clock().Sub(since))
-					delete(c.headSince, ev.Seq)
-					c.unwatch(ev.Name, ev.Seq)
+					delete(q.since, ev.Seq)
+					q.unwatch(ev.Name, ev.Seq)
 				}
 			case lockfsm.EventWaitEnded:
-				delete(c.headSince, ev.Seq)
-				c.unwatch(ev.Name, ev.Seq)
+				delete(q.since, ev.Seq)
+				q.unwatch(ev.Name, ev.Seq)
 			}
 		}
 		if (ev.Kind == lockfsm.EventGranted && ev.FromQueue) || ev.Kind == lockfsm.EventWaitEnded {
-			if seqs := c.headWatch[ev.Name]; len(seqs) > 0 {
-				if li, ok := n.fsm.Lock(ev.Name); ok && len(li.Waiters) > 0 && li.Waiters[0].Session == own {
-					if head := li.Waiters[0].Seq; c.unwatch(ev.Name, head) {
-						c.headSince[head] = clock()
+			if seqs := q.watch[ev.Name]; len(seqs) > 0 {
+				if li, ok := fsm.Lock(ev.Name); ok && len(li.Waiters) > 0 && li.Waiters[0].Session == own {
+					if head := li.Waiters[0].Seq; q.unwatch(ev.Name, head) {
+						q.since[head] = clock()
 					}
 				}
 			}
@@ -166,15 +171,15 @@ func (n *Node) metricsOnApply(cmd *lockfsm.Command, res lockfsm.Result, events [
 }
 
 // unwatch removes seq from name's watch list; true if it was there.
-func (c *loopCounters) unwatch(name string, seq uint64) bool {
-	seqs := c.headWatch[name]
+func (q *queueHeads) unwatch(name string, seq uint64) bool {
+	seqs := q.watch[name]
 	for i, s := range seqs {
 		if s == seq {
 			seqs = append(seqs[:i], seqs[i+1:]...)
 			if len(seqs) == 0 {
-				delete(c.headWatch, name)
+				delete(q.watch, name)
 			} else {
-				c.headWatch[name] = seqs
+				q.watch[name] = seqs
 			}
 			return true
 		}
@@ -285,7 +290,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 				continue
 			}
 			s.Peers = append(s.Peers, PeerProgress{ID: id, Learner: pr.IsLearner, Match: pr.Match,
-				Lag: last - min(last, pr.Match), Active: pr.RecentActive || n.peerActive(id, n.clock.Now())})
+				Lag: last - min(last, pr.Match), Active: pr.RecentActive || n.loop.peers.active(id, n.clock.Now())})
 		}
 	}
 	return s

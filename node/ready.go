@@ -200,8 +200,8 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				if cmd.Kind == lockfsm.KindExpireSession || cmd.Kind == lockfsm.KindExpireLease {
 					n.loop.stats.noteExpiry(&cmd, res)
 				}
-				if n.cfg.Metrics != nil {
-					n.metricsOnApply(&cmd, res, n.loop.events)
+				if m := n.cfg.Metrics; m != nil && m.QueueHead != nil && !n.light() {
+					n.loop.heads.onApply(&cmd, res, n.loop.events, n.loop.own.id, n.fsm, n.clock, m.QueueHead)
 				}
 			}
 			if n.cfg.Observer != nil && err == nil {

@@ -79,7 +79,7 @@ func (n *Node) onFineTick() {
 // next deadline is near enough to turn the fine ticker on.
 func (n *Node) leaderCoarseTick(now time.Time) {
 	t := n.loop.tick
-	n.notePeerActivity(now)
+	n.loop.peers.note(n.rn, n.loop.isLeader, now)
 	if !n.loop.isLeader {
 		t.WantFine(false)
 		return
