@@ -106,7 +106,7 @@ func (h *fleetHost) Bootstrap(peers []raft.Peer) error { return h.rn.Bootstrap(p
 func (h *fleetHost) Do(ctx context.Context, f func()) error { return (*Node)(h).do(ctx, f) }
 func (h *fleetHost) TryDo(f func())                         { (*Node)(h).tryDo(f) }
 func (h *fleetHost) Leader() uint64                         { return h.lead.Load() }
-func (h *fleetHost) LeaderChanged() <-chan struct{}         { return (*Node)(h).leaderEpoch() }
+func (h *fleetHost) LeaderChanged() <-chan struct{}         { return h.lead.changed() }
 func (h *fleetHost) Closing() bool                          { return h.closing.Load() }
 func (h *fleetHost) HasData() bool                          { return h.storage.HasState() }
 func (h *fleetHost) SessionOpen() bool                      { return h.sess.Load() != 0 }

@@ -240,7 +240,7 @@ func (h *fwdHost) RaftLeader() uint64 { return h.rn.BasicStatus().Lead }
 func (h *fwdHost) SetLeader(id uint64) {
 	n := (*Node)(h)
 	n.loop.leader = id
-	n.setLeader(id)
+	n.lead.set(id)
 	if id != 0 {
 		n.log.Info("light member: leader found", "leader", id)
 		n.reproposeAll()

@@ -21,43 +21,39 @@ import (
 //     leaderlessWarnAfter, and at INFO when it has one again;
 //   - Ready waits until the node can serve.
 
-// setLeader records the leader this node sees and wakes whoever waits on a
-// change. Called by the loop (and by a light member's forwarding).
-func (n *Node) setLeader(id uint64) {
-	if n.lead.Swap(id) == id {
-		return
-	}
-	swapEpoch(&n.leadEpoch)
+// watchedID is an id (the leader this node sees, its session) that any
+// goroutine reads lock-free and can wait on for a change. The loop sets it
+// (and a light member's forwarding the leader).
+type watchedID struct {
+	v     atomic.Uint64
+	epoch atomic.Pointer[chan struct{}] // closed (and replaced) whenever v changes
 }
 
-// setSession records this node's session id (0: none) and wakes Ready.
-func (n *Node) setSession(id uint64) {
-	if n.sess.Swap(id) == id {
+// Load is the id now.
+func (w *watchedID) Load() uint64 { return w.v.Load() }
+
+// set records id and wakes whoever waits on a change.
+func (w *watchedID) set(id uint64) {
+	if w.v.Swap(id) == id {
 		return
 	}
-	swapEpoch(&n.sessEpoch)
-}
-
-func swapEpoch(p *atomic.Pointer[chan struct{}]) {
 	ch := make(chan struct{})
-	if old := p.Swap(&ch); old != nil {
+	if old := w.epoch.Swap(&ch); old != nil {
 		close(*old)
 	}
 }
 
-func loadEpoch(p *atomic.Pointer[chan struct{}]) <-chan struct{} {
-	if c := p.Load(); c != nil {
+// changed returns a channel that is closed at the next change.
+func (w *watchedID) changed() <-chan struct{} {
+	if c := w.epoch.Load(); c != nil {
 		return *c
 	}
 	ch := make(chan struct{})
-	if p.CompareAndSwap(nil, &ch) {
+	if w.epoch.CompareAndSwap(nil, &ch) {
 		return ch
 	}
-	return *p.Load()
+	return *w.epoch.Load()
 }
-
-// leaderEpoch returns a channel that is closed at the next leader change.
-func (n *Node) leaderEpoch() <-chan struct{} { return loadEpoch(&n.leadEpoch) }
 
 // ctxDone is a context that is done when ch is closed.
 func ctxDone(ch <-chan struct{}) context.Context { return chanContext(ch) }
@@ -168,7 +164,7 @@ func (n *Node) watchLeader(now time.Time) {
 // while there is no leader), and the node's error if it stopped.
 func (n *Node) Ready(ctx context.Context) error {
 	for {
-		lead, sess := n.leaderEpoch(), loadEpoch(&n.sessEpoch)
+		lead, sess := n.lead.changed(), n.sess.changed()
 		if err := n.err(); err != nil {
 			return err
 		}

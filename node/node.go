@@ -64,16 +64,12 @@ type Node struct {
 	donec chan struct{}          // closed when the loop has exited
 	bgwg  sync.WaitGroup         // keepalive sender and other helpers
 	dead  atomic.Pointer[error]  // set once the node stopped serving
-	lead  atomic.Uint64          // current leader id as last seen by the loop
+	lead  watchedID              // current leader id as last seen by the loop
+	sess  watchedID              // current session id (0 until opened)
 	// termSeen is raft's term as last handed to the appender (AcceptSnapshot).
 	termSeen atomic.Uint64
-	sess     atomic.Uint64 // current session id (0 until opened)
-	// leadEpoch is closed (and replaced) whenever lead changes, sessEpoch
-	// whenever sess does; leaderSeen is the last message from a leader, or
-	// tick as the leader (leaderfail.go), on the node clock with its
-	// monotonic reading.
-	leadEpoch  atomic.Pointer[chan struct{}]
-	sessEpoch  atomic.Pointer[chan struct{}]
+	// leaderSeen is the last message from a leader, or tick as the leader
+	// (leaderfail.go), on the node clock with its monotonic reading.
 	leaderSeen laterTime
 	// lastSent is the send time of the last keepalive this node sent,
 	// acknowledged or not (LastKeepaliveSent), monotonic reading kept.

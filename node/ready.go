@@ -118,7 +118,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 	prev := n.loop.leader
 	n.loop.leader = ss.Lead
 	n.loop.isLeader = ss.RaftState == raft.StateLeader
-	n.setLeader(ss.Lead)
+	n.lead.set(ss.Lead)
 	if prev != ss.Lead {
 		if ss.Lead != 0 {
 			n.loop.stats.leaderChanges++

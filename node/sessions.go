@@ -104,7 +104,7 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		s.nonce = 0
 		n.noteAcked(s.openSentAt)
 		n.watchOwnSession()
-		n.setSession(s.id)
+		n.sess.set(s.id)
 		n.recordSession(s.id)
 		n.log.Info("session opened", "session", s.id)
 		// Sessions of earlier incarnations of this node hold locks for
@@ -143,7 +143,7 @@ func (n *Node) onOwnSessionEnded(ev *lockfsm.Event) {
 	if s.closing {
 		s.id = 0
 		s.endSessionCtx(lockerr.ErrClosed)
-		n.setSession(0)
+		n.sess.set(0)
 		n.loop.ops.failAll(lockerr.ErrClosed)
 		n.loop.holds.loseAll(lockerr.ErrClosed)
 		if s.closeDone != nil {
@@ -165,7 +165,7 @@ func (n *Node) resetSession(cause error) {
 	}
 	s.id = 0
 	s.endSessionCtx(cause)
-	n.setSession(0)
+	n.sess.set(0)
 	s.leased = nil
 	n.loop.ops.failAll(cause)
 	n.loop.holds.loseAll(cause)
@@ -218,7 +218,7 @@ func (n *Node) keepaliveLoop() {
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	defer context.AfterFunc(ctxDone(n.stopc), cancelBase)()
-	epoch := n.leaderEpoch()
+	epoch := n.lead.changed()
 	epochCtx, cancelEpoch := context.WithCancel(base)
 	unwatch := context.AfterFunc(ctxDone(epoch), cancelEpoch)
 	defer func() { unwatch(); cancelEpoch() }()
@@ -236,7 +236,7 @@ func (n *Node) keepaliveLoop() {
 			// so that back-to-back failovers cost a session as little as
 			// possible (leaderfail.go).
 		}
-		if e := n.leaderEpoch(); e != epoch {
+		if e := n.lead.changed(); e != epoch {
 			unwatch()
 			cancelEpoch()
 			epoch = e
