@@ -396,7 +396,7 @@ func TestAttackSnapshotsRefused(t *testing.T) {
 	require.Eventually(t, func() bool { return refusals(f, "snapshot") >= 1 }, 10*time.Second, 5*time.Millisecond)
 	stale := appliedIndex(t, f) // committed here: raft ignores a snapshot at or below its commit index
 	require.True(t, <-send(s.lead, stale), "the transfer itself succeeds")
-	require.Eventually(t, func() bool { return f.loopHas(func() bool { return len(f.loop.snapIn) == 0 }) }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return f.loopHas(func() bool { return len(f.loop.snapIn.files) == 0 }) }, 10*time.Second, 5*time.Millisecond)
 	entries, err := os.ReadDir(f.snapDir)
 	require.NoError(t, err)
 	for _, e := range entries {

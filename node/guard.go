@@ -446,7 +446,7 @@ func (n *Node) authoriseProposal(m *raftpb.Message) error {
 // index to be exact again are judged now. true: it stepped messages, so
 // there may be Readys to handle.
 func (n *Node) endOfTurn() bool {
-	n.dropUnacceptedSnapshot()
+	n.loop.snapIn.dropUnaccepted()
 	g := &n.loop.guard
 	if len(g.deferred) == 0 {
 		return false

@@ -123,15 +123,15 @@ type loopState struct {
 	noLead  leaderWatch
 	props   proposalBatch
 	hints   commitHints
-	reads   readIndexState    // linearizable inspection reads (readindex.go)
-	times   applyTimes        // when indexes were applied, for inspection (applytimes.go)
-	stats   loopCounters      // counters for Status and metrics (metricsnode.go)
-	peers   peerWatch         // the leader's memory of its peers' activity (metricsnode.go)
-	heads   queueHeads        // when this node's waiters reached the head of their queue (metricsnode.go)
-	tick    *tick.Ticker      // the raft ticker, a quiet follower's timer, the leader's fine ticker (ticks.go)
-	guard   msgGuard          // judging remote raft messages (guard.go)
-	snapIn  map[uint64]string // received snapshot files by index, awaiting raft's verdict (snapshotin.go)
-	observe observations      // the elections this node's observers watch (observe.go)
+	reads   readIndexState // linearizable inspection reads (readindex.go)
+	times   applyTimes     // when indexes were applied, for inspection (applytimes.go)
+	stats   loopCounters   // counters for Status and metrics (metricsnode.go)
+	peers   peerWatch      // the leader's memory of its peers' activity (metricsnode.go)
+	heads   queueHeads     // when this node's waiters reached the head of their queue (metricsnode.go)
+	tick    *tick.Ticker   // the raft ticker, a quiet follower's timer, the leader's fine ticker (ticks.go)
+	guard   msgGuard       // judging remote raft messages (guard.go)
+	snapIn  snapInbox      // received snapshot files, awaiting raft's verdict (snapshotin.go)
+	observe observations   // the elections this node's observers watch (observe.go)
 
 	appendsSent, entriesSent uint64 // Status
 }
@@ -338,6 +338,7 @@ func start(cfg Config) (*Node, error) {
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.tick = n.newTicker()
 	n.loop.peers = peerWatch{self: cfg.ID, within: cfg.electionTimeout() + cfg.TickInterval}
+	n.loop.snapIn = snapInbox{dir: n.snapDir, log: n.log}
 	n.loop.props = proposalBatch{rn: n.rn, id: cfg.ID}
 	n.loop.hints = commitHints{id: cfg.ID, off: cfg.NoCommitHints, rn: n.rn, storage: n.storage}
 	n.loop.reads = readIndexState{rn: n.rn, retryAfter: cfg.RetryInterval}

@@ -45,7 +45,7 @@ func (n *Node) handleReady() error {
 				// raft accepted a received snapshot: its file becomes the
 				// snapshot of that index now (snapshotin.go), before the
 				// end of the turn drops the files raft did not take.
-				if err := n.adoptSnapshotFile(m.Snapshot.GetMetadata().GetIndex()); err != nil {
+				if err := n.loop.snapIn.adopt(m.Snapshot.GetMetadata().GetIndex()); err != nil {
 					return err
 				}
 			}

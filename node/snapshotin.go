@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -23,6 +24,16 @@ import (
 // local snapshot file, and a crash in between leaves only a temporary file,
 // which the transport removes when it starts.
 
+// snapInbox holds the files of received snapshots by index until raft's
+// verdict (loop).
+type snapInbox struct {
+	files map[uint64]string
+
+	// Set at start.
+	dir string // the node's snapshot directory
+	log *slog.Logger
+}
+
 // stepSnapshot judges and steps a received MsgSnap whose file is at file
 // (loop).
 func (n *Node) stepSnapshot(m *raftpb.Message, file string) {
@@ -30,39 +41,43 @@ func (n *Node) stepSnapshot(m *raftpb.Message, file string) {
 		_ = os.Remove(file)
 		return
 	}
-	idx := m.GetSnapshot().GetMetadata().GetIndex()
-	if old, ok := n.loop.snapIn[idx]; ok {
-		_ = os.Remove(old) // the same snapshot again in one turn: keep the newer file
-	}
-	if n.loop.snapIn == nil {
-		n.loop.snapIn = map[uint64]string{}
-	}
-	n.loop.snapIn[idx] = file
+	n.loop.snapIn.keep(m.GetSnapshot().GetMetadata().GetIndex(), file)
 	n.loop.guard.appStepped = true
 	n.step([]*raftpb.Message{m})
 }
 
-// adoptSnapshotFile moves the received file of the snapshot raft accepted at
-// index to SnapshotPath, before the lock table is restored from it (loop,
-// handleReady). Nothing to do for a snapshot not received here.
-func (n *Node) adoptSnapshotFile(index uint64) error {
-	file, ok := n.loop.snapIn[index]
+// keep holds file, the snapshot of index, until raft's verdict.
+func (b *snapInbox) keep(index uint64, file string) {
+	if old, ok := b.files[index]; ok {
+		_ = os.Remove(old) // the same snapshot again in one turn: keep the newer file
+	}
+	if b.files == nil {
+		b.files = map[uint64]string{}
+	}
+	b.files[index] = file
+}
+
+// adopt moves the received file of the snapshot raft accepted at index to
+// SnapshotPath, before the lock table is restored from it (handleReady).
+// Nothing to do for a snapshot not received here.
+func (b *snapInbox) adopt(index uint64) error {
+	file, ok := b.files[index]
 	if !ok {
 		return nil
 	}
-	delete(n.loop.snapIn, index)
-	if err := os.Rename(file, transport.SnapshotPath(n.snapDir, index)); err != nil {
+	delete(b.files, index)
+	if err := os.Rename(file, transport.SnapshotPath(b.dir, index)); err != nil {
 		return fmt.Errorf("received snapshot %d: %w", index, err)
 	}
-	return syncDir(n.snapDir)
+	return syncDir(b.dir)
 }
 
-// dropUnacceptedSnapshot removes the files of received snapshots raft did
-// not accept (loop, end of the turn: raft's verdict is in the turn's Readys).
-func (n *Node) dropUnacceptedSnapshot() {
-	for idx, file := range n.loop.snapIn {
+// dropUnaccepted removes the files of received snapshots raft did not
+// accept (end of the turn: raft's verdict is in the turn's Readys).
+func (b *snapInbox) dropUnaccepted() {
+	for index, file := range b.files {
 		_ = os.Remove(file)
-		delete(n.loop.snapIn, idx)
-		n.log.Debug("received snapshot not taken by raft; file removed", "index", idx)
+		delete(b.files, index)
+		b.log.Debug("received snapshot not taken by raft; file removed", "index", index)
 	}
 }
