@@ -193,7 +193,7 @@ func (h *Hold) Proclaim(ctx context.Context, value string) error {
 			if cause := context.Cause(h.ctx); cause != nil {
 				return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 			}
-			return n.mapFSMError(out.res, h.name)
+			return fsmError(out.res, h.name)
 		}
 		return nil
 	case <-ctx.Done():

@@ -129,15 +129,6 @@ func (h *fleetHost) WriteFile(name string, data []byte) error {
 	return err
 }
 
-// olderMemberKnown reports whether a member of the configuration is known to
-// run a build before the catalogue and session checkpoints (loop; the
-// version gate: fleet.OlderMemberKnown).
-func (n *Node) olderMemberKnown() bool { return n.fleet.OlderMemberKnown() }
-
-// admitForwarded decides whether the leader proposes one entry a follower
-// or light member forwarded (loop; fleet.AdmitForwarded).
-func (n *Node) admitForwarded(data []byte, fwd bool) error { return n.fleet.AdmitForwarded(data, fwd) }
-
 // staticUnavailable adds what this node knows of a static list mismatch to
 // the error of a call that found no leader in time (ctx's cause), so that
 // the caller learns why: errors.Is then matches lockerr.ErrInvalidConfig too.

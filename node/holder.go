@@ -86,13 +86,6 @@ func (n *Node) holderDeadline() time.Time {
 	return n.deadlineOn(n.lastAcked.Load().Add(n.cfg.SessionTTL - n.cfg.holderMargin()))
 }
 
-// noteAcked records that a keepalive sent at sent was acknowledged by the
-// leader. Only ever moves forward. The session's timer, armed for the
-// deadline it last saw, finds the later one when it fires and re-arms.
-func (n *Node) noteAcked(sent time.Time) {
-	n.lastAcked.Advance(sent)
-}
-
 // watchOwnSession gives the session just opened its context, the parent of
 // every Hold of the session, and arms the timer that cancels it
 // (lockerr.ErrSessionExpired) at the holder deadline.

@@ -205,7 +205,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	if n.closing.Load() {
 		return nil, lockerr.ErrClosed
 	}
-	ctx, cancel := n.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
+	ctx, cancel := n.cfg.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
 	defer cancel()
 	done := make(chan opResult, 1)
 	o := &op{
@@ -252,7 +252,7 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 	r := &n.loop.ops
 	switch {
 	case res.Err != nil:
-		r.complete(o, opResult{err: n.mapFSMError(res, o.cmd.Name)})
+		r.complete(o, opResult{err: fsmError(res, o.cmd.Name)})
 	case n.loop.own.closing:
 		// Close already told every holder their locks are lost and proposed
 		// the CloseSession that releases this grant (or this waiter) too:
@@ -311,7 +311,7 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	return h, fresh, nil
 }
 
-func (n *Node) mapFSMError(res lockfsm.Result, name string) error {
+func fsmError(res lockfsm.Result, name string) error {
 	switch {
 	case errors.Is(res.Err, lockfsm.ErrLocked):
 		if res.Holder.Owner == "" {
@@ -390,7 +390,7 @@ func (h *Hold) Release(ctx context.Context) error {
 			if cause := context.Cause(h.ctx); cause != nil && !errors.Is(cause, lockerr.ErrReleased) {
 				return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 			}
-			return n.mapFSMError(out.res, h.name)
+			return fsmError(out.res, h.name)
 		}
 		h.cancel(lockerr.ErrReleased)
 		return nil
@@ -421,10 +421,6 @@ func (h *Hold) releaseCommand() lockfsm.Command {
 		c.Token = h.token
 	}
 	return c
-}
-
-func (n *Node) onReleaseResult(o *op, res lockfsm.Result) {
-	n.loop.ops.complete(o, opResult{res: res})
 }
 
 // onEvent reacts to one lockfsm event: leader timers for every session, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -98,11 +99,11 @@ func (n *Node) leaderless() bool {
 var errTryLockBound = errors.New("no answer within the TryLock bound")
 
 // acquireContext bounds a TryLock by tryLockBound.
-func (n *Node) acquireContext(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
+func (c Config) acquireContext(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
 	if wait {
 		return ctx, func() {}
 	}
-	return context.WithTimeoutCause(ctx, n.cfg.tryLockBound(), errTryLockBound)
+	return context.WithTimeoutCause(ctx, c.tryLockBound(), errTryLockBound)
 }
 
 // acquireGaveUp is the error of an Acquire whose context ended: lockerr.ErrUnavailable
@@ -124,35 +125,35 @@ type leaderWatch struct {
 	since     time.Time // zero: there is a leader
 	warned    bool
 	hadLeader bool // a leader was known since this node started
+
+	// Set at start.
+	warnAfter time.Duration // leaderlessWarnAfter
+	log       *slog.Logger
 }
 
-// watchLeader runs every tick: WARN once after leaderlessWarnAfter without a
+// check runs every tick: WARN once after leaderlessWarnAfter without a
 // leader (INFO before this node first knew one: it is starting), INFO when
-// there is one again. A leader counts as seen while this
-// node leads.
-func (n *Node) watchLeader(now time.Time) {
-	w := &n.loop.noLead
-	if n.loop.isLeader {
-		n.leaderSeen.Advance(now)
-	}
-	if !n.leaderless() {
+// there is one again. leaderless is the node's leaderless(), leader the
+// leader it follows, closing whether Close has begun (no warning then).
+func (w *leaderWatch) check(now time.Time, leaderless bool, leader uint64, closing bool) {
+	if !leaderless {
 		w.hadLeader = true
 		if w.warned {
-			n.log.Info("cluster has a leader again", "leader", n.loop.leader, "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
+			w.log.Info("cluster has a leader again", "leader", leader, "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
 		}
-		*w = leaderWatch{hadLeader: true}
+		*w = leaderWatch{hadLeader: true, warnAfter: w.warnAfter, log: w.log}
 		return
 	}
 	if w.since.IsZero() {
 		w.since = now
 	}
-	if !w.warned && now.Sub(w.since) >= n.cfg.leaderlessWarnAfter() && !n.closing.Load() {
+	if !w.warned && now.Sub(w.since) >= w.warnAfter && !closing {
 		w.warned = true
-		log := n.log.Warn
+		log := w.log.Warn
 		if !w.hadLeader {
 			// A node that never had a leader is starting: the cluster forming
 			// or its other members not started yet is normal, not a fault.
-			log = n.log.Info
+			log = w.log.Info
 		}
 		log("no leader: locks can be neither taken nor released until a majority of voters is reachable",
 			"leaderless_for", now.Sub(w.since).Round(time.Millisecond))

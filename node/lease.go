@@ -49,7 +49,7 @@ type leaseHost Node
 func (h *leaseHost) Sessions() []lockfsm.SessionInfo { return h.fsm.Sessions() }
 func (h *leaseHost) Locks() []lockfsm.LockInfo       { return h.fsm.Locks() }
 func (h *leaseHost) HasSession(id uint64) bool       { return h.fsm.HasSession(id) }
-func (h *leaseHost) OlderMemberKnown() bool          { return (*Node)(h).olderMemberKnown() }
+func (h *leaseHost) OlderMemberKnown() bool          { return h.fleet.OlderMemberKnown() }
 
 // proposeAll proposes the engine's commands, in its order.
 func (n *Node) proposeAll(cmds []lockfsm.Command) {

@@ -76,7 +76,8 @@ type Node struct {
 	lastSent laterTime
 	// lastAcked is the send time (node clock, monotonic reading kept) of
 	// the last keepalive the leader acknowledged: the base of the holder
-	// deadline.
+	// deadline. It only moves forward; the session's timer, armed for the
+	// deadline it last saw, finds the later one when it fires and re-arms.
 	lastAcked laterTime
 	closing   atomic.Bool // Close has begun: new calls fail with lockerr.ErrClosed
 
@@ -338,6 +339,7 @@ func start(cfg Config) (*Node, error) {
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.tick = n.newTicker()
 	n.loop.peers = peerWatch{self: cfg.ID, within: cfg.electionTimeout() + cfg.TickInterval}
+	n.loop.noLead = leaderWatch{warnAfter: cfg.leaderlessWarnAfter(), log: n.log}
 	n.loop.snapIn = snapInbox{dir: n.snapDir, log: n.log}
 	n.loop.props = proposalBatch{rn: n.rn, id: cfg.ID}
 	n.loop.hints = commitHints{id: cfg.ID, off: cfg.NoCommitHints, rn: n.rn, storage: n.storage}
@@ -351,7 +353,7 @@ func start(cfg Config) (*Node, error) {
 		}
 	}
 	ok = true
-	n.warnIfInsecure()
+	cfg.warnIfInsecure(n.log)
 	n.log.Info("node started", "addr", n.addr, "bound", n.tr.Addr(), "applied", n.loop.lastApplied, "tls", cfg.TLS != nil)
 	n.bgwg.Add(3)
 	go func() {

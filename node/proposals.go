@@ -230,7 +230,7 @@ func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) 
 	case lockfsm.KindAcquire:
 		n.onAcquireResult(o, res)
 	case lockfsm.KindRelease, lockfsm.KindProclaim:
-		n.onReleaseResult(o, res)
+		r.complete(o, opResult{res: res})
 	case lockfsm.KindCancel:
 		if o.cancelOf != nil {
 			// The cancelled Acquire's outcome is now settled in lockfsm.

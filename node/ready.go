@@ -317,7 +317,10 @@ func (n *Node) onTick() error {
 	n.loop.reads.retry(now)
 	n.loop.reads.issue(n.clock.Now())
 	n.checkOwnSession(now)
-	n.watchLeader(now)
+	if n.loop.isLeader {
+		n.leaderSeen.Advance(now) // a leader counts as seen while this node leads
+	}
+	n.loop.noLead.check(now, n.leaderless(), n.loop.leader, n.closing.Load())
 	return n.maybeCommitFSM()
 }
 

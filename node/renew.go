@@ -49,7 +49,8 @@ func (h *Hold) Renew(ctx context.Context) error {
 	req := &transportpb.RenewRequest{Name: r.name, Token: r.token, Session: r.session, Owner: []byte(r.owner)}
 	var st keepaliveStatus
 	if lead == n.id {
-		st = n.localRenew(ctx, r)
+		st = n.awaitConfirmed(ctx, keepaliveWaiter{name: r.name, token: r.token, session: r.session, owner: r.owner,
+			renew: true})
 	} else {
 		resp, err := n.tr.Renew(ctx, lead, req)
 		if err != nil || resp.GetStatus() == transportpb.KeepaliveStatus_KEEPALIVE_STATUS_UNSPECIFIED {
@@ -71,9 +72,4 @@ func (h *Hold) Renew(ctx context.Context) error {
 		return lockerr.ErrNotHeld
 	}
 	return lockerr.ErrUnavailable
-}
-
-func (n *Node) localRenew(ctx context.Context, r renewRequest) keepaliveStatus {
-	return n.awaitConfirmed(ctx, keepaliveWaiter{name: r.name, token: r.token, session: r.session, owner: r.owner,
-		renew: true})
 }

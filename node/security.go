@@ -3,6 +3,7 @@ package node
 import (
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 
@@ -120,15 +121,15 @@ func tlsMemberID(t *transport.TLS) (string, uint64, error) {
 
 // warnIfInsecure logs, once at start, what running without TLS off
 // loopback means.
-func (n *Node) warnIfInsecure() {
-	if !n.cfg.Insecure || n.cfg.TLS != nil {
+func (c Config) warnIfInsecure(log *slog.Logger) {
+	if !c.Insecure || c.TLS != nil {
 		return
 	}
-	exposed := n.cfg.exposedAddrs()
+	exposed := c.exposedAddrs()
 	if len(exposed) == 0 {
 		return
 	}
-	n.log.Warn("INSECURE: serving without TLS on addresses other hosts can reach; anyone who can connect can "+
+	log.Warn("INSECURE: serving without TLS on addresses other hosts can reach; anyone who can connect can "+
 		"impersonate any member, crash this node, take or release its locks and remove it from the cluster",
-		"addrs", strings.Join(exposed, ", "), "gossip_encrypted", n.cfg.Gossip != nil && len(n.cfg.Gossip.Keys)+len(n.cfg.Gossip.SecretKey) > 0)
+		"addrs", strings.Join(exposed, ", "), "gossip_encrypted", c.Gossip != nil && len(c.Gossip.Keys)+len(c.Gossip.SecretKey) > 0)
 }

@@ -102,7 +102,7 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 	if s.id == 0 && s.nonce != 0 && ev.Seq == s.nonce && !s.closing {
 		s.id = ev.Session
 		s.nonce = 0
-		n.noteAcked(s.openSentAt)
+		n.lastAcked.Advance(s.openSentAt)
 		n.watchOwnSession()
 		n.sess.set(s.id)
 		n.recordSession(s.id)
@@ -255,7 +255,7 @@ func (n *Node) keepaliveLoop() {
 		cancel()
 		switch st {
 		case keepaliveOK:
-			n.noteAcked(sent)
+			n.lastAcked.Advance(sent)
 		case keepaliveNotLeader, keepaliveFailed:
 			if n.light() {
 				n.tryDo(func() { n.fwd.LeaderLost(lead) })
@@ -283,7 +283,9 @@ const (
 
 func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveStatus {
 	if lead == n.id {
-		return n.localKeepalive(ctx, sess)
+		// Served in this node's loop like a call from another member, once
+		// the leader confirmed its leadership with a quorum (confirm.go).
+		return n.awaitConfirmed(ctx, keepaliveWaiter{session: sess})
 	}
 	req := &transportpb.KeepaliveRequest{Session: sess}
 	resp, err := n.tr.Keepalive(ctx, lead, req)
@@ -291,13 +293,6 @@ func (n *Node) sendKeepalive(ctx context.Context, lead, sess uint64) keepaliveSt
 		return keepaliveFailed
 	}
 	return keepaliveStatus(resp.GetStatus())
-}
-
-// localKeepalive serves a keepalive inside the loop (for the leader's own
-// session and for calls arriving from other nodes). It answers once the
-// leader has confirmed its leadership with a quorum (confirm.go).
-func (n *Node) localKeepalive(ctx context.Context, sess uint64) keepaliveStatus {
-	return n.awaitConfirmed(ctx, keepaliveWaiter{session: sess})
 }
 
 // onRestored reconciles the node's callers with a lock table that was just
