@@ -205,7 +205,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	if n.closing.Load() {
 		return nil, lockerr.ErrClosed
 	}
-	ctx, cancel := n.cfg.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
+	ctx, cancel := n.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
 	defer cancel()
 	done := make(chan opResult, 1)
 	o := &op{

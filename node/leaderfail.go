@@ -99,11 +99,11 @@ func (n *Node) leaderless() bool {
 var errTryLockBound = errors.New("no answer within the TryLock bound")
 
 // acquireContext bounds a TryLock by tryLockBound.
-func (c Config) acquireContext(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
+func (n *Node) acquireContext(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
 	if wait {
 		return ctx, func() {}
 	}
-	return context.WithTimeoutCause(ctx, c.tryLockBound(), errTryLockBound)
+	return context.WithTimeoutCause(ctx, n.cfg.tryLockBound(), errTryLockBound)
 }
 
 // acquireGaveUp is the error of an Acquire whose context ended: lockerr.ErrUnavailable
