@@ -9,8 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -21,10 +24,10 @@ import (
 
 // The committer is the goroutine that does the lock table's disk work, so
 // the loop never waits for it: the periodic commit of lockfsm's dirty
-// records (maybeCommitFSM), the snapshots (snapshot.go) and the restores
+// records (fsmJobs.maybeCommit), the snapshots (snapshot.go) and the restores
 // from a leader's snapshot. The loop prepares each job without I/O and
 // hands it over; one job is in flight at a time, and its outcome comes back
-// to the loop (onFSMJobDone), or stops the node.
+// to the loop (fsmJobs.done), or stops the node.
 
 // fsmJob is one job for the committer: a lock-table batch to write and,
 // for a snapshot, what to do once it is written; or a restore.
@@ -32,6 +35,128 @@ type fsmJob struct {
 	batch   *lockfsm.CommitBatch
 	snap    *snapJob    // nil: just the batch
 	restore *restoreJob // non-nil: restore the lock table (no batch)
+}
+
+// fsmJobs is the loop's side of the committer: the job in flight (one at a
+// time), when the next periodic commit and snapshot are due, and the raft
+// log writes held for a restore (snapshot.go). Owned by the loop.
+type fsmJobs struct {
+	busy       bool    // a job (commit, snapshot, restore) is with the committer
+	job        *fsmJob // that job
+	sinceSnap  uint64  // entries applied since the last snapshot
+	snapshots  uint64  // snapshots started (metrics; a failed one stops the node)
+	lastCommit time.Time
+	// restore: a snapshot from the leader being restored into the lock
+	// table; held: the raft log writes waiting for it.
+	restore *restoreJob
+	held    []*raftpb.Message
+
+	// Set at start.
+	fsm         *lockfsm.FSM
+	k           *knobs.Node
+	clock       Clock
+	to          chan<- *fsmJob // the committer's jobs
+	commitEvery time.Duration  // CommitInterval
+	snapEvery   uint64         // SnapshotEvery
+}
+
+// send hands j to the committer. Only with none in flight.
+func (f *fsmJobs) send(j *fsmJob) {
+	f.busy, f.job = true, j
+	f.to <- j // capacity 1 and nothing in flight: never blocks
+}
+
+// maybeCommit writes the lock table's dirty records to its bbolt file
+// every CommitInterval. The raft log is the durability source, so this only
+// bounds how much a restart replays. The records are encoded here and
+// written (one bbolt transaction, two fdatasyncs) by the committer, so the
+// loop does not stop for the disk; one job (a batch, or a batch and a
+// snapshot) is in flight at a time.
+func (f *fsmJobs) maybeCommit() error {
+	now := f.clock.Now()
+	if now.Sub(f.lastCommit) < f.commitEvery || f.busy {
+		return nil // not yet, or still writing the last job: try again next time
+	}
+	f.lastCommit = now
+	if f.fsm.DurableIndex() == f.fsm.AppliedIndex() {
+		return nil
+	}
+	if err := f.k.CommitError(); err != nil {
+		return err
+	}
+	f.send(&fsmJob{batch: f.fsm.PrepareCommit()})
+	return nil
+}
+
+// maybeSnapshot starts a snapshot every SnapshotEvery applied entries, once
+// the committer is free; cs is the configuration applied at the lock
+// table's applied index. It does no I/O.
+func (f *fsmJobs) maybeSnapshot(cs *raftpb.ConfState) error {
+	if f.sinceSnap < f.snapEvery || f.busy {
+		return nil // not yet, or the committer is busy: a later turn starts it
+	}
+	idx := f.fsm.AppliedIndex()
+	if idx == 0 {
+		return nil
+	}
+	if err := f.k.CommitError(); err != nil {
+		return err
+	}
+	f.sinceSnap = 0
+	f.lastCommit = f.clock.Now()
+	f.snapshots++
+	f.send(&fsmJob{
+		batch: f.fsm.PrepareCommit(),
+		snap:  &snapJob{index: idx, cs: proto.Clone(cs).(*raftpb.ConfState)},
+	})
+	return nil
+}
+
+// hold holds a raft log write m: a restore is under way, or m carries a
+// snapshot with data, which starts one.
+func (f *fsmJobs) hold(m *raftpb.Message) {
+	f.held = append(f.held, m)
+	if f.restore != nil {
+		return
+	}
+	md := m.Snapshot.GetMetadata()
+	f.restore = &restoreJob{index: md.GetIndex(), cs: md.GetConfState()}
+	if !f.busy {
+		f.startRestore()
+	} // else startPending starts it once the committer is free
+}
+
+// startRestore hands the pending restore to the committer.
+func (f *fsmJobs) startRestore() {
+	f.restore.sent = true
+	f.send(&fsmJob{restore: f.restore})
+}
+
+// done records that the committer finished the job in flight without
+// error. It returns the restore that job was, if any: the loop swaps the
+// restored table in (finishRestore), then calls startPending.
+func (f *fsmJobs) done() *restoreJob {
+	j := f.job
+	f.busy, f.job = false, nil
+	if j == nil {
+		return nil
+	}
+	return j.restore
+}
+
+// startPending starts a restore that waited for the committer.
+func (f *fsmJobs) startPending() {
+	if r := f.restore; r != nil && !r.sent {
+		f.startRestore()
+	}
+}
+
+// release ends the restore under way and returns the raft log writes held
+// for it, in order.
+func (f *fsmJobs) release() []*raftpb.Message {
+	held := f.held
+	f.restore, f.held = nil, nil
+	return held
 }
 
 // committer does the jobs. Its fields are set once, at start; the lock

@@ -51,7 +51,6 @@ type MetricsHooks struct {
 // metrics. Plain integers: only the loop touches them.
 type loopCounters struct {
 	leaderChanges   uint64 // times this node saw a new leader (not counting "none")
-	snapshots       uint64 // snapshots this node took
 	sessionsExpired uint64 // sessions the cluster expired (applied here)
 	leasesExpired   uint64 // per-lock leases that ran out (applied here)
 	pushesReceived  uint64 // results and events pushed to this light member
@@ -271,7 +270,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 	s := MetricsSnapshot{
 		ID: n.id, Leader: n.loop.leader, IsLeader: n.loop.isLeader, Session: n.loop.own.id,
 		Applied: n.loop.lastApplied, Table: n.fsm.Stats(),
-		LeaderChanges: c.leaderChanges, SnapshotsTaken: c.snapshots, SnapshotsRestored: n.snapshotsRestored.Load(),
+		LeaderChanges: c.leaderChanges, SnapshotsTaken: n.loop.jobs.snapshots, SnapshotsRestored: n.snapshotsRestored.Load(),
 		SessionsExpired: c.sessionsExpired, LeasesExpired: c.leasesExpired,
 		PushesSent: n.fwd.PushesSent(), PushesReceived: c.pushesReceived, Relearned: n.relearned.Load(),
 		Extra: map[string]uint64{"appends_sent": n.loop.appendsSent, "entries_sent": n.loop.entriesSent,

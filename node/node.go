@@ -103,16 +103,9 @@ type loopState struct {
 	confState   *raftpb.ConfState
 	confIndex   uint64 // changes up to here are in the configuration raft started with
 	lastApplied uint64
-	sinceSnap   uint64
-	lastCommit  time.Time
-	fsmBusy     bool    // a lock-table job (commit, snapshot, restore) is with the committer
-	fsmJob      *fsmJob // that job
-	// restore: a snapshot from the leader being restored into the lock
-	// table; held: the raft log writes waiting for it (snapshot.go).
-	restore  *restoreJob
-	held     []*raftpb.Message
-	events   []lockfsm.Event
-	stopWith error // set to stop serving with this error (lockerr.ErrRemoved)
+	jobs        fsmJobs // the committer's work, as the loop sees it (committer.go)
+	events      []lockfsm.Event
+	stopWith    error // set to stop serving with this error (lockerr.ErrRemoved)
 
 	ops   opRegistry
 	holds holdRegistry
@@ -346,7 +339,8 @@ func start(cfg Config) (*Node, error) {
 	n.loop.reads = readIndexState{rn: n.rn, retryAfter: cfg.RetryInterval}
 	n.loop.confirm = confirmer{rn: n.rn, lease: n.loop.lease, retryAfter: cfg.RetryInterval, heartbeat: cfg.heartbeatInterval()}
 	n.loop.lastApplied = n.fsm.AppliedIndex()
-	n.loop.lastCommit = n.clock.Now()
+	n.loop.jobs = fsmJobs{lastCommit: n.clock.Now(), fsm: n.fsm, k: n.k, clock: n.clock, to: n.com.jobs,
+		commitEvery: cfg.CommitInterval, snapEvery: cfg.SnapshotEvery}
 	if cfg.Gossip != nil {
 		if err := n.startGossip(); err != nil {
 			return nil, err
@@ -454,11 +448,14 @@ func (n *Node) run() {
 			return
 		case err := <-n.com.done:
 			if err != nil {
-				n.loop.fsmBusy = false
+				n.loop.jobs.busy = false
 				n.fail(err) // a failed lock-table commit or restore: stop like a failed log write
 				return
 			}
-			n.onFSMJobDone()
+			if r := n.loop.jobs.done(); r != nil {
+				n.finishRestore(r) // a restore from the leader's snapshot: swap the table in
+			}
+			n.loop.jobs.startPending()
 		case <-n.stopc:
 			return
 		}

@@ -49,11 +49,11 @@ func (n *Node) handleReady() error {
 					return err
 				}
 			}
-			if n.loop.restore != nil || snap {
+			if n.loop.jobs.restore != nil || snap {
 				// A snapshot from the leader: the lock table is restored from
 				// it on the committer (snapshot.go), and this write and every
 				// later one wait for that, in order.
-				n.holdForRestore(m)
+				n.loop.jobs.hold(m)
 				continue
 			}
 			n.appendToLog(m)
@@ -103,7 +103,7 @@ func (n *Node) handleReady() error {
 	}
 	n.loop.reads.answer(rd.ReadStates, n.loop.lastApplied) // inspection reads (readindex.go)
 	n.loop.reads.issue(n.clock.Now())
-	return n.maybeSnapshot()
+	return n.loop.jobs.maybeSnapshot(n.loop.confState)
 }
 
 // appendToLog hands a raft log write to the appender.
@@ -226,11 +226,11 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			}
 		}
 		if idx > n.loop.lastApplied {
-			n.loop.sinceSnap += idx - n.loop.lastApplied
+			n.loop.jobs.sinceSnap += idx - n.loop.lastApplied
 			n.loop.lastApplied = idx
 		}
 	}
-	return n.maybeCommitFSM()
+	return n.loop.jobs.maybeCommit()
 }
 
 // applyConfChange applies the configuration change at idx and persists the
@@ -264,49 +264,6 @@ func (n *Node) applyConfChange(idx uint64, cc raftpb.ConfChangeI) error {
 	return nil
 }
 
-// maybeCommitFSM writes the lock table's dirty records to its bbolt file
-// every CommitInterval. The raft log is the durability source, so this only
-// bounds how much a restart replays. The records are encoded here and
-// written (one bbolt transaction, two fdatasyncs) by the committer
-// goroutine, so the loop does not stop for the disk; one job (a batch, or a
-// batch and a snapshot: snapshot.go) is in flight at a time.
-func (n *Node) maybeCommitFSM() error {
-	now := n.clock.Now()
-	if now.Sub(n.loop.lastCommit) < n.cfg.CommitInterval || n.loop.fsmBusy {
-		return nil // not yet, or still writing the last job: try again next time
-	}
-	n.loop.lastCommit = now
-	if n.fsm.DurableIndex() == n.fsm.AppliedIndex() {
-		return nil
-	}
-	if err := n.k.CommitError(); err != nil {
-		return err
-	}
-	n.sendFSMJob(&fsmJob{batch: n.fsm.PrepareCommit()})
-	return nil
-}
-
-// sendFSMJob hands j to the committer. Only with none in flight.
-func (n *Node) sendFSMJob(j *fsmJob) {
-	n.loop.fsmBusy = true
-	n.loop.fsmJob = j
-	n.com.jobs <- j // capacity 1 and nothing in flight: never blocks
-}
-
-// onFSMJobDone runs in the loop when the committer reports the job in
-// flight done without error: it finishes a restore, or starts one that was
-// waiting for the committer.
-func (n *Node) onFSMJobDone() {
-	j := n.loop.fsmJob
-	n.loop.fsmBusy, n.loop.fsmJob = false, nil
-	if j != nil && j.restore != nil {
-		n.finishRestore(j.restore)
-	}
-	if r := n.loop.restore; r != nil && !r.sent {
-		n.startRestore()
-	}
-}
-
 // onTick runs once per raft tick inside the loop. An error is a storage
 // failure: the loop must stop.
 func (n *Node) onTick() error {
@@ -321,7 +278,7 @@ func (n *Node) onTick() error {
 		n.leaderSeen.Advance(now) // a leader counts as seen while this node leads
 	}
 	n.loop.noLead.check(now, n.leaderless(), n.loop.leader, n.closing.Load())
-	return n.maybeCommitFSM()
+	return n.loop.jobs.maybeCommit()
 }
 
 // transferLeadership hands leadership to the most caught-up voter and closes

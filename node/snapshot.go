@@ -27,14 +27,13 @@ package node
 // A crash between any two steps leaves either no new snapshot (the raft log
 // still starts before it) or a complete one. One job runs at a time; the
 // loop sends the next commit or snapshot only once the committer reported
-// the last, and a restore waits for it (onFSMJobDone).
+// the last, and a restore waits for it (fsmJobs.done).
 
 import (
 	"slices"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/lockfsm"
 )
@@ -45,29 +44,6 @@ type snapJob struct {
 	cs    *raftpb.ConfState // the configuration applied at index
 }
 
-// maybeSnapshot starts a snapshot every SnapshotEvery applied entries, once
-// the committer is free. Runs in the loop; it does no I/O.
-func (n *Node) maybeSnapshot() error {
-	if n.loop.sinceSnap < n.cfg.SnapshotEvery || n.loop.fsmBusy {
-		return nil // not yet, or the committer is busy: a later turn starts it
-	}
-	idx := n.fsm.AppliedIndex()
-	if idx == 0 {
-		return nil
-	}
-	if err := n.k.CommitError(); err != nil {
-		return err
-	}
-	n.loop.sinceSnap = 0
-	n.loop.lastCommit = n.clock.Now()
-	n.loop.stats.snapshots++ // started; a failure stops the node
-	n.sendFSMJob(&fsmJob{
-		batch: n.fsm.PrepareCommit(),
-		snap:  &snapJob{index: idx, cs: proto.Clone(n.loop.confState).(*raftpb.ConfState)},
-	})
-	return nil
-}
-
 // Restoring a snapshot from the leader, off the loop.
 //
 // A follower far behind is sent a snapshot; raft hands it to the loop as a
@@ -76,7 +52,7 @@ func (n *Node) maybeSnapshot() error {
 // from the snapshot's index), and the write must follow the restore so
 // that a crash between them leaves a lock table that is ahead of the raft
 // log (replay skips what it holds), never behind it. So the loop holds that
-// write, and every raft log write after it, in order (holdForRestore); the
+// write, and every raft log write after it, in order (fsmJobs.hold); the
 // committer reads and verifies the file and rewrites locks.db
 // (committer.restore); then the loop swaps the restored table in and
 // releases the writes (finishRestore). Meanwhile raft applies nothing (it
@@ -91,26 +67,6 @@ type restoreJob struct {
 	rs    *lockfsm.Restored // set by the committer once locks.db holds it
 }
 
-// holdForRestore holds a raft log write m: a restore is under way, or m
-// carries a snapshot with data, which starts one. Runs in the loop.
-func (n *Node) holdForRestore(m *raftpb.Message) {
-	n.loop.held = append(n.loop.held, m)
-	if n.loop.restore != nil {
-		return
-	}
-	md := m.Snapshot.GetMetadata()
-	n.loop.restore = &restoreJob{index: md.GetIndex(), cs: md.GetConfState()}
-	if !n.loop.fsmBusy {
-		n.startRestore()
-	} // else onFSMJobDone starts it once the committer is free
-}
-
-// startRestore hands the pending restore to the committer.
-func (n *Node) startRestore() {
-	n.loop.restore.sent = true
-	n.sendFSMJob(&fsmJob{restore: n.loop.restore})
-}
-
 // finishRestore swaps the restored lock table in and releases the held
 // raft log writes, the snapshot's first. Runs in the loop.
 func (n *Node) finishRestore(j *restoreJob) {
@@ -122,14 +78,13 @@ func (n *Node) finishRestore(j *restoreJob) {
 	n.loop.times.restart(j.index + 1)
 	n.loop.lease.LoadTable(n.clock.Now())
 	n.onRestored(j.index)
-	held := n.loop.held
-	n.loop.restore, n.loop.held = nil, nil
+	held := n.loop.jobs.release()
 	for i, m := range held {
 		if i > 0 && hasSnap(m) && len(m.Snapshot.GetData()) > 0 {
 			// The leader sent a newer snapshot meanwhile: restore it too,
 			// and hold what follows it.
 			for _, later := range held[i:] {
-				n.holdForRestore(later)
+				n.loop.jobs.hold(later)
 			}
 			return
 		}
@@ -161,8 +116,8 @@ func snapshotIncludes(m *raftpb.Message) bool {
 // snapshot it sends at send time for the same reason. Loop.
 func (n *Node) snapshotForNewMember(to, index uint64) {
 	n.rn.ReportSnapshot(to, raft.SnapshotFailure)
-	if n.loop.sinceSnap < n.cfg.SnapshotEvery {
+	if n.loop.jobs.sinceSnap < n.cfg.SnapshotEvery {
 		n.log.Info("snapshot for a member added after the latest one", "member", to, "latest", index)
-		n.loop.sinceSnap = n.cfg.SnapshotEvery // maybeSnapshot at the end of this turn, or once the committer is free
+		n.loop.jobs.sinceSnap = n.cfg.SnapshotEvery // maybeSnapshot at the end of this turn, or once the committer is free
 	}
 }

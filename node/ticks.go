@@ -52,7 +52,7 @@ func (h *tickHost) Leader() (id uint64, leading bool) { return h.loop.leader, h.
 func (h *tickHost) Holding() bool                     { return h.fwd.Holding() }
 
 func (h *tickHost) Settled() bool {
-	return !h.loop.fsmBusy && h.fsm.DurableIndex() == h.fsm.AppliedIndex()
+	return !h.loop.jobs.busy && h.fsm.DurableIndex() == h.fsm.AppliedIndex()
 }
 
 // Idle: an open session, and nothing that the tick retries or checks.
