@@ -213,24 +213,25 @@ var ErrNoGossip = errors.New("lockraft: gossip is not configured")
 // remove the old one everywhere. A member started without keys cannot start
 // encrypting at run time.
 func (n *Node) AddGossipKey(key []byte) error {
-	return n.gossipKey(key, (*membership.Membership).AddKey)
+	return gossipKey(n.ml, key, (*membership.Membership).AddKey)
 }
 
 // UseGossipKey: see AddGossipKey.
 func (n *Node) UseGossipKey(key []byte) error {
-	return n.gossipKey(key, (*membership.Membership).UseKey)
+	return gossipKey(n.ml, key, (*membership.Membership).UseKey)
 }
 
 // RemoveGossipKey: see AddGossipKey.
 func (n *Node) RemoveGossipKey(key []byte) error {
-	return n.gossipKey(key, (*membership.Membership).RemoveKey)
+	return gossipKey(n.ml, key, (*membership.Membership).RemoveKey)
 }
 
-func (n *Node) gossipKey(key []byte, f func(*membership.Membership, []byte) error) error {
-	if n.ml == nil {
+// gossipKey applies a key change f to ml (nil: no gossip).
+func gossipKey(ml *membership.Membership, key []byte, f func(*membership.Membership, []byte) error) error {
+	if ml == nil {
 		return ErrNoGossip
 	}
-	if err := f(n.ml, key); err != nil {
+	if err := f(ml, key); err != nil {
 		return fmt.Errorf("%w: %v", lockerr.ErrInvalidConfig, err)
 	}
 	return nil

@@ -22,14 +22,15 @@ import (
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
-// initFwd makes the node's forwarding state (start, before the loop runs).
-func (n *Node) initFwd() {
-	cfg := forward.Config{ID: n.id, RetryInterval: n.cfg.RetryInterval, SessionTTL: n.cfg.SessionTTL,
-		Net: n.tr, Table: n.fsm, ErrCode: errCode, Stop: n.stopc}
-	if m := n.cfg.Metrics; m != nil && m.Forward != nil {
-		cfg.Forwarded = m.Forward
+// forwardConfig is the forwarding state's configuration: the node's, its
+// network, its lock table and its stop channel.
+func (c Config) forwardConfig(net transport.Network, table *lockfsm.FSM, stop <-chan struct{}) forward.Config {
+	fc := forward.Config{ID: c.ID, RetryInterval: c.RetryInterval, SessionTTL: c.SessionTTL,
+		Net: net, Table: table, ErrCode: errCode, Stop: stop}
+	if m := c.Metrics; m != nil && m.Forward != nil {
+		fc.Forwarded = m.Forward
 	}
-	n.fwd = forward.New(cfg, (*fwdHost)(n))
+	return fc
 }
 
 // light reports whether this node is a light member: gossip, no raft state.

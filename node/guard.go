@@ -363,11 +363,12 @@ func (g *msgGuard) noteAppend(m *raftpb.Message) {
 	}
 }
 
-// view is raft's state for checkRemote (loop).
-func (n *Node) view() raftView {
-	st := n.rn.BasicStatus()
-	return raftView{id: n.id, term: st.GetTerm(), lead: st.Lead, isLeader: st.RaftState == raft.StateLeader,
-		lastIndex: n.loop.guard.lastIndex}
+// view is raft's state for checkRemote: rn's, with the last index as of
+// the last Ready; self is this node's id.
+func (g *msgGuard) view(rn *raft.RawNode, self uint64) raftView {
+	st := rn.BasicStatus()
+	return raftView{id: self, term: st.GetTerm(), lead: st.Lead, isLeader: st.RaftState == raft.StateLeader,
+		lastIndex: g.lastIndex}
 }
 
 // stepRemote judges messages from peers and steps those that pass (loop).
@@ -376,14 +377,14 @@ func (n *Node) view() raftView {
 // current term cannot: the common case on a loaded leader).
 func (n *Node) stepRemote(msgs []*raftpb.Message) {
 	g := &n.loop.guard
-	v := n.view()
+	v := g.view(n.rn, n.id)
 	for _, m := range msgs {
 		if m.GetType() == raftpb.MessageType_MsgHeartbeat && g.appStepped {
 			g.deferred = append(g.deferred, m)
 			continue
 		}
 		v.lastIndex = g.lastIndex
-		if !n.admitIn(m, v) {
+		if !n.admit(m, v) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgApp || m.GetType() == raftpb.MessageType_MsgSnap {
@@ -392,16 +393,15 @@ func (n *Node) stepRemote(msgs []*raftpb.Message) {
 		n.step([]*raftpb.Message{m})
 		if !(m.GetTerm() == v.term && (m.GetType() == raftpb.MessageType_MsgAppResp ||
 			m.GetType() == raftpb.MessageType_MsgHeartbeatResp)) {
-			v = n.view()
+			v = g.view(n.rn, n.id)
 		}
 	}
 }
 
-// admit reports whether a remote message may be stepped, refusing (and
-// logging once per sender and interval) the others.
-func (n *Node) admit(m *raftpb.Message) bool { return n.admitIn(m, n.view()) }
-
-func (n *Node) admitIn(m *raftpb.Message, v raftView) bool {
+// admit reports whether a remote message may be stepped, judged against
+// raft's state v, refusing (and logging once per sender and interval) the
+// others.
+func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 	err := checkRemote(m, v)
 	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
 		err = n.authoriseProposal(m)

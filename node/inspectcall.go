@@ -73,14 +73,6 @@ var inspectOps = map[string]transportpb.InspectOp{
 // reads as a local caller would.
 func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
 	n := (*Node)(h)
-	b, err := n.serveInspect(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	return &transportpb.InspectResponse{Json: b}, nil
-}
-
-func (n *Node) serveInspect(ctx context.Context, in *transportpb.InspectRequest) ([]byte, error) {
 	r := inspectRequest{Name: in.GetName(), Prefix: in.GetPrefix(), After: in.GetAfter(),
 		Limit: int(min(in.GetLimit(), 1<<20)), Stale: in.GetStale(), To: in.GetTo()}
 	for name, op := range inspectOps {
@@ -118,5 +110,9 @@ func (n *Node) serveInspect(ctx context.Context, in *transportpb.InspectRequest)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(out)
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	return &transportpb.InspectResponse{Json: b}, nil
 }

@@ -323,14 +323,14 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.ops.init()
 	n.loop.holds.init()
-	n.initFwd()
+	n.fwd = forward.New(cfg.forwardConfig(n.tr, n.fsm, n.stopc), (*fwdHost)(n))
 	n.loop.observe = observations{byName: map[string]*observed{}, fsm: n.fsm, fwd: n.fwd}
 	n.loop.own.toClose = map[uint64]time.Time{}
 	if n.loop.own.earlier, err = loadEarlierSession(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
-	n.loop.tick = n.newTicker()
+	n.loop.tick = tick.New(cfg.tickConfig(n.k, n.clock), (*tickHost)(n), n.rn)
 	n.loop.peers = peerWatch{self: cfg.ID, within: cfg.electionTimeout() + cfg.TickInterval}
 	n.loop.noLead = leaderWatch{warnAfter: cfg.leaderlessWarnAfter(), log: n.log}
 	n.loop.snapIn = snapInbox{dir: n.snapDir, log: n.log}

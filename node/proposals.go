@@ -204,7 +204,12 @@ func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) 
 	if cmd.Kind == lockfsm.KindCloseSession && res.Err != nil {
 		// Already gone (expired, or closed by an earlier copy): stop
 		// proposing its close; if it was ours and we are closing, done.
-		n.onSessionGone(cmd.Session)
+		s := &n.loop.own
+		delete(s.toClose, cmd.Session)
+		if cmd.Session == s.id && s.closing {
+			n.onOwnSessionEnded(&lockfsm.Event{Kind: lockfsm.EventSessionEnded, Session: cmd.Session,
+				Reason: lockfsm.ReasonSessionClosed})
+		}
 		return
 	}
 	if cmd.Session == 0 || cmd.Session != n.loop.own.id {

@@ -48,20 +48,15 @@ func loadEarlierSession(dir string) (uint64, error) {
 }
 
 // recordSession notes a light member's new session id (0: none) in its data
-// directory, durably: the next incarnation ends it.
-func (n *Node) recordSession(id uint64) {
-	if !n.light() {
-		return
-	}
-	path := filepath.Join(n.cfg.DataDir, sessionFile)
+// directory dir, durably: the next incarnation ends it.
+func recordSession(dir string, id uint64) error {
+	path := filepath.Join(dir, sessionFile)
 	tmp := path + ".tmp"
 	err := writeFileSync(tmp, []byte(fmt.Sprintf("session=%d\n", id)))
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
-	if err != nil {
-		n.log.Warn("could not record the session id; a restart will leave it to expire by TTL", "session", id, "err", err)
-	}
+	return err
 }
 
 // closeEarlierSessions proposes, ahead of this node's OpenSession, the end

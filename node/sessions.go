@@ -105,7 +105,11 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		n.lastAcked.Advance(s.openSentAt)
 		n.watchOwnSession()
 		n.sess.set(s.id)
-		n.recordSession(s.id)
+		if n.light() {
+			if err := recordSession(n.cfg.DataDir, s.id); err != nil {
+				n.log.Warn("could not record the session id; a restart will leave it to expire by TTL", "session", s.id, "err", err)
+			}
+		}
 		n.log.Info("session opened", "session", s.id)
 		// Sessions of earlier incarnations of this node hold locks for
 		// callers that no longer exist: release them now rather than at TTL.
@@ -121,15 +125,6 @@ func (n *Node) onSessionOpenedEvent(_ uint64, ev *lockfsm.Event) {
 		// A duplicate of our open (a retry that also committed) or a late
 		// one from an earlier incarnation.
 		s.toClose[ev.Session] = time.Time{}
-	}
-}
-
-// onSessionGone: a CloseSession found its session already gone.
-func (n *Node) onSessionGone(id uint64) {
-	s := &n.loop.own
-	delete(s.toClose, id)
-	if id == s.id && s.closing {
-		n.onOwnSessionEnded(&lockfsm.Event{Kind: lockfsm.EventSessionEnded, Session: id, Reason: lockfsm.ReasonSessionClosed})
 	}
 }
 

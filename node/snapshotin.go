@@ -37,7 +37,7 @@ type snapInbox struct {
 // stepSnapshot judges and steps a received MsgSnap whose file is at file
 // (loop).
 func (n *Node) stepSnapshot(m *raftpb.Message, file string) {
-	if !n.members.Allows(m.GetFrom()) || !n.admit(m) {
+	if !n.members.Allows(m.GetFrom()) || !n.admit(m, n.loop.guard.view(n.rn, n.id)) {
 		_ = os.Remove(file)
 		return
 	}

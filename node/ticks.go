@@ -3,6 +3,7 @@ package node
 import (
 	"time"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/node/internal/tick"
 )
 
@@ -29,19 +30,19 @@ func (c Config) lightIdleTick() time.Duration {
 	return max(c.TickInterval, c.KeepaliveInterval)
 }
 
-// newTicker makes the loop's tickers (start, once raft exists).
-func (n *Node) newTicker() *tick.Ticker {
-	c := n.cfg
-	return tick.New(tick.Config{
+// tickConfig is the Ticker's view of the node's configuration, knobs and
+// clock.
+func (c Config) tickConfig(k *knobs.Node, clock Clock) tick.Config {
+	return tick.Config{
 		Interval:       c.TickInterval,
 		HeartbeatTicks: c.HeartbeatTicks,
 		ElectionTicks:  c.ElectionTicks,
 		LightIdle:      c.lightIdleTick(),
 		QuietFor:       c.quietFor(),
-		Always:         n.k.FollowerExpiry,
-		NewTicker:      n.clock.NewTicker,
-		AfterFunc:      n.clock.AfterFunc,
-	}, (*tickHost)(n), n.rn)
+		Always:         k.FollowerExpiry,
+		NewTicker:      clock.NewTicker,
+		AfterFunc:      clock.AfterFunc,
+	}
 }
 
 // tickHost is the node as its Ticker's Host (loop).
