@@ -69,21 +69,11 @@ func (l *laterTime) Advance(t time.Time) {
 	}
 }
 
-// deadlineOn is the holder-side deadline d as the node compares it: d itself,
-// on the monotonic clock; with the planted bug TestHooks.WallClockDeadline,
-// d without its monotonic reading, so comparisons use the wall clock.
-func (n *Node) deadlineOn(d time.Time) time.Time {
-	if n.k.WallClockDeadline {
-		return d.Round(0)
-	}
-	return d
-}
-
 // holderDeadline is when this node must consider its session lost: the send
 // time of the last acknowledged keepalive plus the TTL, minus the drift
 // margin (S5), on the node's monotonic clock.
 func (n *Node) holderDeadline() time.Time {
-	return n.deadlineOn(n.lastAcked.Load().Add(n.cfg.SessionTTL - n.cfg.holderMargin()))
+	return n.k.Deadline(n.lastAcked.Load().Add(n.cfg.SessionTTL - n.cfg.holderMargin()))
 }
 
 // watchOwnSession gives the session just opened its context, the parent of
@@ -197,10 +187,10 @@ type grantLease struct {
 	watchStarted bool // loop
 }
 
-// newGrantLease starts the holder side of a new leased grant, counted from
-// base; its context (the parent of the grant's Holds) is a child of the
-// session's.
-func (n *Node) newGrantLease(session context.Context, key holdKey, filed string, lease time.Duration, base time.Time) *grantLease {
+// newGrantLease starts the holder side of a new leased grant of node n,
+// counted from base; its context (the parent of the grant's Holds) is a
+// child of the session's.
+func newGrantLease(n *Node, session context.Context, key holdKey, filed string, lease time.Duration, base time.Time) *grantLease {
 	g := &grantLease{n: n, key: key, filed: filed, lease: lease}
 	g.base.Advance(base)
 	g.ctx, g.cancel = context.WithCancelCause(session)
@@ -211,18 +201,18 @@ func (n *Node) newGrantLease(session context.Context, key holdKey, filed string,
 // minus twice the drift share of the lease and a tick.
 func (g *grantLease) deadline() time.Time {
 	margin := time.Duration(2*g.n.cfg.DriftRatio*float64(g.lease)) + g.n.cfg.TickInterval
-	return g.n.deadlineOn(g.base.Load().Add(g.lease - margin))
+	return g.n.k.Deadline(g.base.Load().Add(g.lease - margin))
 }
 
-// startLease starts checking a grant's lease (loop): on the loop's ticks and
-// with a timer of its own that cancels the grant's Holds at the deadline.
-func (n *Node) startLease(g *grantLease) {
+// start starts checking the lease (loop): on the loop's ticks and with a
+// timer of its own that cancels the grant's Holds at the deadline.
+func (g *grantLease) start() {
 	if g.watchStarted {
 		return
 	}
 	g.watchStarted = true
-	n.loop.own.leased = append(n.loop.own.leased, g)
-	(&deadlineWatch{n: n, ctx: g.ctx, deadline: g.deadline,
+	g.n.loop.own.leased = append(g.n.loop.own.leased, g)
+	(&deadlineWatch{n: g.n, ctx: g.ctx, deadline: g.deadline,
 		expire: func() { g.cancel(lockerr.ErrLeaseExpired) }}).start()
 }
 
@@ -261,7 +251,7 @@ func (n *Node) handOut(o *op, token uint64, undated bool) {
 		// A fresh lease starts here; a shared one is already watched,
 		// unless its first Hold is still being confirmed: watch it now,
 		// as this Hold is handed out.
-		n.startLease(h.lease)
+		h.lease.start()
 	}
 	delete(r.queued, o.cmd.Seq)
 	r.complete(o, opResult{hold: h})
@@ -295,7 +285,7 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 	}
 	if err == nil && h.ctx.Err() == nil && !n.clock.Now().After(h.lease.deadline()) {
 		delete(r.queued, o.cmd.Seq)
-		n.startLease(h.lease)
+		h.lease.start()
 		r.complete(o, opResult{hold: h})
 		return
 	}

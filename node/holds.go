@@ -240,7 +240,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	select {
 	case out := <-done:
 		if out.hold != nil {
-			n.releaseInBackground(out.hold)
+			out.hold.releaseInBackground()
 		}
 	default:
 	}
@@ -275,7 +275,7 @@ func (n *Node) onAcquireResult(o *op, res lockfsm.Result) {
 // fails if that deadline has already passed: lockerr.ErrSessionExpired, or
 // lockerr.ErrLeaseExpired for a reentrant Hold of a lease that ran out. fresh: the
 // Hold starts a new leased grant, whose lease the caller must start
-// (startLease) or confirm first.
+// (grantLease.start) or confirm first.
 func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	s := &n.loop.own
 	if s.ctx == nil || s.ctx.Err() != nil || n.clock.Now().After(n.holderDeadline()) {
@@ -297,7 +297,7 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	} else if o.hold != nil && o.hold.lease > 0 {
 		// Counted from the Acquire's first send, which is before the
 		// leader applied the grant and started its lease.
-		h.lease = n.newGrantLease(s.ctx, h.key(), h.name, o.hold.lease, o.hold.sentAt)
+		h.lease = newGrantLease(n, s.ctx, h.key(), h.name, o.hold.lease, o.hold.sentAt)
 		fresh = true
 	}
 	if h.lease != nil {
@@ -401,10 +401,11 @@ func (h *Hold) Release(ctx context.Context) error {
 
 // releaseInBackground releases a hold nobody will use (a grant that raced
 // its caller's cancellation).
-func (n *Node) releaseInBackground(h *Hold) {
+func (h *Hold) releaseInBackground() {
 	if !h.released.CompareAndSwap(false, true) {
 		return
 	}
+	n := h.n
 	_ = n.do(context.Background(), func() {
 		n.loop.holds.drop(h)
 		n.submit(&op{cmd: h.releaseCommand()})

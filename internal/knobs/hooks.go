@@ -66,6 +66,16 @@ func (k *Node) PushesDropped() bool {
 	return k != nil && k.DropPushes != nil && k.DropPushes()
 }
 
+// Deadline is a holder-side deadline d as the node compares it: d itself,
+// on the monotonic clock; with WallClockDeadline, d without its monotonic
+// reading, so comparisons use the wall clock.
+func (k *Node) Deadline(d time.Time) time.Time {
+	if k != nil && k.WallClockDeadline {
+		return d.Round(0)
+	}
+	return d
+}
+
 // StampEntries tells Stages that m's entries passed stage on node.
 func (k *Node) StampEntries(node uint64, stage Stage, m *raftpb.Message) {
 	if k == nil || k.Stages == nil {
