@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -75,18 +76,8 @@ func (n *Node) startTransfer(to uint64) error {
 	if !n.loop.isLeader {
 		return fmt.Errorf("%w: leader is %016x", lockerr.ErrNotLeader, n.loop.leader)
 	}
-	st := n.rn.Status()
 	if to == 0 {
-		var bestMatch uint64
-		for id, pr := range st.Progress {
-			if id == n.id || pr.IsLearner || !pr.RecentActive {
-				continue
-			}
-			if pr.Match >= bestMatch {
-				to, bestMatch = id, pr.Match
-			}
-		}
-		if to == 0 {
+		if to = transferee(n.rn.Status(), n.id, true); to == 0 {
 			return fmt.Errorf("%w: no other voter was heard from recently", lockerr.ErrUnavailable)
 		}
 	}
@@ -100,6 +91,48 @@ func (n *Node) startTransfer(to uint64) error {
 	n.rn.TransferLeader(to)
 	n.log.Info("leadership transfer requested by an operator", "to", to)
 	return nil
+}
+
+// transferLeadership hands leadership to the most caught-up voter and closes
+// done when this node no longer leads (or there is no one to hand it to):
+// Close and Leave, so that the cluster does not wait an election timeout
+// (loop).
+func (n *Node) transferLeadership(done chan struct{}) {
+	if !n.loop.isLeader {
+		close(done)
+		return
+	}
+	best := transferee(n.rn.Status(), n.id, false)
+	if best == 0 {
+		close(done)
+		return
+	}
+	n.loop.props.flush() // raft drops proposals while a transfer is in progress
+	n.rn.TransferLeader(best)
+	n.loop.demote = append(n.loop.demote, done) // closed when this node stops leading
+}
+
+// transferee is the voter other than self to hand leadership to: the most
+// caught-up one, preferring those heard from lately (a transfer to a
+// crashed or cut-off voter only times out after two election timeouts).
+// RecentActive is reset every election timeout, so right after that reset
+// no one may look active: then any is taken, unless recentOnly. 0: none.
+func transferee(st raft.Status, self uint64, recentOnly bool) uint64 {
+	var best, bestMatch uint64
+	var bestActive bool
+	for id, pr := range st.Progress {
+		if id == self || pr.IsLearner || (recentOnly && !pr.RecentActive) {
+			continue
+		}
+		switch {
+		case pr.RecentActive && !bestActive:
+		case pr.RecentActive == bestActive && pr.Match >= bestMatch:
+		default:
+			continue
+		}
+		best, bestMatch, bestActive = id, pr.Match, pr.RecentActive
+	}
+	return best
 }
 
 // RemoveMember removes voter or learner id from the raft configuration and

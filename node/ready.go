@@ -280,39 +280,3 @@ func (n *Node) onTick() error {
 	n.loop.noLead.check(now, n.leaderless(), n.loop.leader, n.closing.Load())
 	return n.loop.jobs.maybeCommit()
 }
-
-// transferLeadership hands leadership to the most caught-up voter and closes
-// done when this node no longer leads (or there is no one to hand it to).
-func (n *Node) transferLeadership(done chan struct{}) {
-	if !n.loop.isLeader {
-		close(done)
-		return
-	}
-	st := n.rn.Status()
-	// The most caught-up voter, preferring those heard from lately: a
-	// transfer to a crashed or cut-off voter only times out after two
-	// election timeouts. (RecentActive is reset every election timeout, so
-	// right after that reset no one may look active: then take any.)
-	var best uint64
-	var bestMatch uint64
-	var bestActive bool
-	for id, pr := range st.Progress {
-		if id == n.id || pr.IsLearner {
-			continue
-		}
-		switch {
-		case pr.RecentActive && !bestActive:
-		case pr.RecentActive == bestActive && pr.Match >= bestMatch:
-		default:
-			continue
-		}
-		best, bestMatch, bestActive = id, pr.Match, pr.RecentActive
-	}
-	if best == 0 {
-		close(done)
-		return
-	}
-	n.loop.props.flush() // raft drops proposals while a transfer is in progress
-	n.rn.TransferLeader(best)
-	n.loop.demote = append(n.loop.demote, done) // closed when this node stops leading
-}
