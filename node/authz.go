@@ -56,10 +56,6 @@ var forwardedKinds = map[lockfsm.Kind]ownerRule{
 	lockfsm.KindProclaim: bySession,
 }
 
-// MaxSessionTTL bounds a session's TTL: a session (and the locks of a
-// crashed holder) never outlives its last keepalive by more than this.
-const MaxSessionTTL = time.Hour
-
 var (
 	// errNotYours: the command or call concerns another member's session or
 	// hold.

@@ -97,26 +97,6 @@ func (h *commitHints) noteAppended(m *raftpb.Message) {
 	}
 }
 
-// onDurable is called (loop) for each MsgStorageAppendResp from the appender,
-// after raft stepped it. It records how far this node's log is durable and,
-// on a leader, queues a hint for each follower that may use it.
-func (n *Node) onDurable(m *raftpb.Message) {
-	h := &n.loop.hints
-	term, idx, ok := h.durable(m)
-	if !ok || h.off {
-		return
-	}
-	if n.loop.isLeader {
-		// Only while the configuration allows it: see the safety argument.
-		if term == n.loop.term && n.loop.lease.Active() && h.confIndex <= n.loop.lastApplied &&
-			commitHintQuorum(n.loop.confState) {
-			h.queue(term, idx, n.loop.confState.GetVoters())
-		}
-		return
-	}
-	h.commit(n.loop.guard.lastIndex) // the leader's hint may have come first
-}
-
 // durable records that this node's log is durable through m's index in
 // m's term (a MsgStorageAppendResp); ok false if m says nothing new.
 func (h *commitHints) durable(m *raftpb.Message) (term, idx uint64, ok bool) {

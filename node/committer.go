@@ -37,6 +37,20 @@ type fsmJob struct {
 	restore *restoreJob // non-nil: restore the lock table (no batch)
 }
 
+// snapJob is the snapshot part of a committer job.
+type snapJob struct {
+	index uint64            // the lock table's applied index when the batch was prepared
+	cs    *raftpb.ConfState // the configuration applied at index
+}
+
+// restoreJob is a restore of the lock table from the snapshot file at index.
+type restoreJob struct {
+	index uint64
+	cs    *raftpb.ConfState
+	sent  bool              // handed to the committer
+	rs    *lockfsm.Restored // set by the committer once locks.db holds it
+}
+
 // fsmJobs is the loop's side of the committer: the job in flight (one at a
 // time), when the next periodic commit and snapshot are due, and the raft
 // log writes held for a restore (snapshot.go). Owned by the loop.

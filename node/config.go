@@ -436,3 +436,29 @@ func MinSessionTTL(election time.Duration) time.Duration {
 	step := max(election/10, 1)
 	return (ttl + step - 1) / step * step
 }
+
+// MaxSessionTTL bounds a session's TTL: a session (and the locks of a
+// crashed holder) never outlives its last keepalive by more than this.
+const MaxSessionTTL = time.Hour
+
+// MetricsHooks receive latencies from the node's hot paths. A nil field is
+// skipped. Each is called from the node's goroutines (the loop, the
+// appender, a forwarding goroutine) and must be fast, non-blocking, safe for
+// concurrent use and allocation-free (a prometheus Histogram's Observe is).
+type MetricsHooks struct {
+	// Commit: one of this node's commands (Acquire, Release, Cancel), from
+	// its first proposal to its result applied here (on a light member:
+	// pushed back by the leader).
+	Commit func(time.Duration)
+	// Fsync: one raft log save (write and fdatasync) by the appender.
+	Fsync func(time.Duration)
+	// Forward: one call carrying a light member's queued commands to the
+	// leader, until the leader's reply.
+	Forward func(time.Duration)
+	// QueueHead ("grant after head of queue"): for an Acquire of this node
+	// that queued, from the apply of the entry that made it the head of its
+	// name's queue to the apply of the entry that granted it, on this node's
+	// clock: how long it waited for the holder alone, not behind other
+	// waiters. Raft members only (a light member does not apply the log).
+	QueueHead func(time.Duration)
+}

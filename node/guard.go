@@ -3,14 +3,12 @@ package node
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/confchange"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
-	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -24,7 +22,8 @@ import (
 // embedding the node with it). The transport already drops what no remote
 // peer may send (raft's local messages, messages naming raft's local
 // threads, a sender other than the authenticated peer). What is left is
-// judged here, in the loop, against raft's state before raft sees it:
+// judged by the rules here, in the loop (remote.go), against raft's state
+// before raft sees it:
 //
 //   - checkRemote: the shape of each message type and its indexes and terms
 //     against what raft can accept without panicking. Every message whose
@@ -49,7 +48,7 @@ import (
 // per sender and interval; one a correct peer may send across a leader
 // change (errStale) is dropped quietly. As a last line, a panic in the loop stops the
 // node with lockerr.ErrInternal instead of killing the process or running on state
-// it can no longer trust (recoverLoop).
+// it can no longer trust (recoverLoop, node.go).
 
 // Limits on values raft would take at face value. Indexes and terms far
 // below 2^64 leave raft's arithmetic (index+1, term+1) room; real ones are
@@ -369,108 +368,6 @@ func (g *msgGuard) view(rn *raft.RawNode, self uint64) raftView {
 	st := rn.BasicStatus()
 	return raftView{id: self, term: st.GetTerm(), lead: st.Lead, isLeader: st.RaftState == raft.StateLeader,
 		lastIndex: g.lastIndex}
-}
-
-// stepRemote judges messages from peers and steps those that pass (loop).
-// raft's state is read once and again only after a message that may have
-// changed it (a leader's append response or heartbeat response of the
-// current term cannot: the common case on a loaded leader).
-func (n *Node) stepRemote(msgs []*raftpb.Message) {
-	g := &n.loop.guard
-	v := g.view(n.rn, n.id)
-	for _, m := range msgs {
-		if m.GetType() == raftpb.MessageType_MsgHeartbeat && g.appStepped {
-			g.deferred = append(g.deferred, m)
-			continue
-		}
-		v.lastIndex = g.lastIndex
-		if !n.admit(m, v) {
-			continue
-		}
-		if m.GetType() == raftpb.MessageType_MsgApp || m.GetType() == raftpb.MessageType_MsgSnap {
-			g.appStepped = true
-		}
-		n.step([]*raftpb.Message{m})
-		if !(m.GetTerm() == v.term && (m.GetType() == raftpb.MessageType_MsgAppResp ||
-			m.GetType() == raftpb.MessageType_MsgHeartbeatResp)) {
-			v = g.view(n.rn, n.id)
-		}
-	}
-}
-
-// admit reports whether a remote message may be stepped, judged against
-// raft's state v, refusing (and logging once per sender and interval) the
-// others.
-func (n *Node) admit(m *raftpb.Message, v raftView) bool {
-	err := checkRemote(m, v)
-	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
-		err = n.authoriseProposal(m)
-	}
-	switch {
-	case errors.Is(err, errStale):
-		n.log.Debug("stale raft message dropped", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
-		return false
-	case err != nil:
-		n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", err)
-		return false
-	}
-	return true
-}
-
-// authoriseProposal keeps the entries of a forwarded proposal that the
-// sender may propose (its own sessions' commands) and refuses the message if
-// one may not be; entries of a session the leader cannot place yet
-// (sessionOwner) are dropped quietly: the proposer retries.
-func (n *Node) authoriseProposal(m *raftpb.Message) error {
-	keep := m.Entries[:0]
-	for _, e := range m.GetEntries() {
-		cmd, err := lockfsm.DecodeCommand(e.GetData())
-		if err != nil {
-			return fmt.Errorf("%w: undecodable command: %v", errGuard, err)
-		}
-		switch err := n.authorise(m.GetFrom(), &cmd); {
-		case err == nil:
-			keep = append(keep, e)
-		case errors.Is(err, errUnknownSession):
-		default:
-			return err
-		}
-	}
-	clear(m.Entries[len(keep):])
-	m.Entries = keep
-	return nil
-}
-
-// endOfTurn runs after the turn's Readys (loop): a received snapshot raft
-// did not take is discarded, and the heartbeats that waited for raft's last
-// index to be exact again are judged now. true: it stepped messages, so
-// there may be Readys to handle.
-func (n *Node) endOfTurn() bool {
-	n.loop.snapIn.dropUnaccepted()
-	g := &n.loop.guard
-	if len(g.deferred) == 0 {
-		return false
-	}
-	d := g.deferred
-	g.deferred = nil
-	n.stepRemote(d) // after a Ready appStepped is false: they are judged, not deferred again
-	clear(d)
-	return true
-}
-
-// recoverLoop is the loop's last line of defence (deferred by run): a panic
-// (raft's on input that passed validation, or a bug) stops the node with
-// lockerr.ErrInternal — every caller is failed, every handle lost, the keepalives
-// stop so the session expires — instead of killing the embedding process or
-// running on with raft's state half updated.
-func (n *Node) recoverLoop() {
-	r := recover()
-	if r == nil {
-		return
-	}
-	err := fmt.Errorf("%w: %v", lockerr.ErrInternal, r)
-	n.log.Error("raft loop panicked; node stopped", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	n.stopServing(err)
 }
 
 // isHeartbeat: a heartbeat or its answer, whose context may carry contact

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -20,7 +19,7 @@ import (
 // a VM resume, date -s) moves none of them. Never store one as UnixNano or
 // rebuild it with time.Unix: that drops the monotonic reading, and Before,
 // After and Sub then compare wall clocks (review finding 2; the planted bug
-// TestHooks.WallClockDeadline does exactly that). The clock assumption is
+// knobs.Node.WallClockDeadline does exactly that). The clock assumption is
 // only that monotonic clocks run at rates within DriftRatio of each other.
 //
 // Deadlines. The session's is the send time of the last acknowledged
@@ -45,29 +44,6 @@ import (
 // retained Duplicate result, a result re-learned through fwd-status, or one
 // whose lease counted from the Acquire's first send has already run out) is
 // first re-based by one renewal (confirmLeasedGrant), or given back.
-
-// laterTime is a time that only moves forward. Safe for concurrent use.
-type laterTime struct{ p atomic.Pointer[time.Time] }
-
-func (l *laterTime) Load() time.Time {
-	if p := l.p.Load(); p != nil {
-		return *p
-	}
-	return time.Time{}
-}
-
-// Advance moves l to t if t is later.
-func (l *laterTime) Advance(t time.Time) {
-	for {
-		cur := l.p.Load()
-		if cur != nil && !t.After(*cur) {
-			return
-		}
-		if l.p.CompareAndSwap(cur, &t) {
-			return
-		}
-	}
-}
 
 // holderDeadline is when this node must consider its session lost: the send
 // time of the last acknowledged keepalive plus the TTL, minus the drift

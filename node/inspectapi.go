@@ -125,6 +125,17 @@ func (n *Node) readTable(ctx context.Context, opts ReadOptions, fn func()) error
 	return n.linearRead(ctx, fn)
 }
 
+// linearRead runs fn inside the loop once this replica has applied
+// everything committed before the call (a ReadIndex round). fn must not
+// block. linearRead returns once fn has been scheduled or failed; the caller
+// waits for fn's own reply. It fails with ctx's cause or lockerr.ErrClosed.
+func (n *Node) linearRead(ctx context.Context, fn func()) error {
+	return n.do(ctx, func() {
+		n.loop.reads.next = append(n.loop.reads.next, pendingRead{ctx: ctx, run: fn})
+		n.loop.reads.issue(n.clock.Now())
+	})
+}
+
 func (n *Node) stoppedErr() error {
 	if err := n.err(); err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -21,57 +20,6 @@ import (
 //   - the node logs at WARN, once, when it has had no leader for
 //     leaderlessWarnAfter, and at INFO when it has one again;
 //   - Ready waits until the node can serve.
-
-// watchedID is an id (the leader this node sees, its session) that any
-// goroutine reads lock-free and can wait on for a change. The loop sets it
-// (and a light member's forwarding the leader).
-type watchedID struct {
-	v     atomic.Uint64
-	epoch atomic.Pointer[chan struct{}] // closed (and replaced) whenever v changes
-}
-
-// Load is the id now.
-func (w *watchedID) Load() uint64 { return w.v.Load() }
-
-// set records id and wakes whoever waits on a change.
-func (w *watchedID) set(id uint64) {
-	if w.v.Swap(id) == id {
-		return
-	}
-	ch := make(chan struct{})
-	if old := w.epoch.Swap(&ch); old != nil {
-		close(*old)
-	}
-}
-
-// changed returns a channel that is closed at the next change.
-func (w *watchedID) changed() <-chan struct{} {
-	if c := w.epoch.Load(); c != nil {
-		return *c
-	}
-	ch := make(chan struct{})
-	if w.epoch.CompareAndSwap(nil, &ch) {
-		return ch
-	}
-	return *w.epoch.Load()
-}
-
-// ctxDone is a context that is done when ch is closed.
-func ctxDone(ch <-chan struct{}) context.Context { return chanContext(ch) }
-
-type chanContext <-chan struct{}
-
-func (c chanContext) Deadline() (deadline time.Time, ok bool) { return }
-func (c chanContext) Done() <-chan struct{}                   { return c }
-func (c chanContext) Err() error {
-	select {
-	case <-c:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (c chanContext) Value(any) any { return nil }
 
 // tryLockBound is how long TryLock waits for its answer: two election
 // timeouts, time for one election and a commit.

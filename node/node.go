@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -486,6 +487,21 @@ func (n *Node) run() {
 	}
 }
 
+// recoverLoop is the loop's last line of defence (deferred by run): a panic
+// (raft's on input that passed validation, or a bug) stops the node with
+// lockerr.ErrInternal — every caller is failed, every handle lost, the keepalives
+// stop so the session expires — instead of killing the embedding process or
+// running on with raft's state half updated.
+func (n *Node) recoverLoop() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	err := fmt.Errorf("%w: %v", lockerr.ErrInternal, r)
+	n.log.Error("raft loop panicked; node stopped", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	n.stopServing(err)
+}
+
 // readyLoop flushes the turn's proposals and handles Readys until raft has
 // none (loop).
 func (n *Node) readyLoop() error {
@@ -551,6 +567,26 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			n.onDurable(m)
 		}
 	}
+}
+
+// onDurable is called (loop) for each MsgStorageAppendResp from the appender,
+// after raft stepped it. It records how far this node's log is durable and,
+// on a leader, queues a hint for each follower that may use it.
+func (n *Node) onDurable(m *raftpb.Message) {
+	h := &n.loop.hints
+	term, idx, ok := h.durable(m)
+	if !ok || h.off {
+		return
+	}
+	if n.loop.isLeader {
+		// Only while the configuration allows it: see the safety argument.
+		if term == n.loop.term && n.loop.lease.Active() && h.confIndex <= n.loop.lastApplied &&
+			commitHintQuorum(n.loop.confState) {
+			h.queue(term, idx, n.loop.confState.GetVoters())
+		}
+		return
+	}
+	h.commit(n.loop.guard.lastIndex) // the leader's hint may have come first
 }
 
 // fail stops serving after a storage error: the node must not acknowledge

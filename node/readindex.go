@@ -46,17 +46,6 @@ type readIndexState struct {
 	retryAfter time.Duration // RetryInterval
 }
 
-// linearRead runs fn inside the loop once this replica has applied
-// everything committed before the call (a ReadIndex round). fn must not
-// block. linearRead returns once fn has been scheduled or failed; the caller
-// waits for fn's own reply. It fails with ctx's cause or lockerr.ErrClosed.
-func (n *Node) linearRead(ctx context.Context, fn func()) error {
-	return n.do(ctx, func() {
-		n.loop.reads.next = append(n.loop.reads.next, pendingRead{ctx: ctx, run: fn})
-		n.loop.reads.issue(n.clock.Now())
-	})
-}
-
 // issue starts a round for the queued reads unless one is out that is
 // younger than RetryInterval (they join the next round).
 func (r *readIndexState) issue(now time.Time) {

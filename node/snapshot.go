@@ -34,15 +34,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/lockraft/lockraft/lockfsm"
 )
-
-// snapJob is the snapshot part of a committer job.
-type snapJob struct {
-	index uint64            // the lock table's applied index when the batch was prepared
-	cs    *raftpb.ConfState // the configuration applied at index
-}
 
 // Restoring a snapshot from the leader, off the loop.
 //
@@ -58,14 +50,6 @@ type snapJob struct {
 // releases the writes (finishRestore). Meanwhile raft applies nothing (it
 // applies no entry while a snapshot is pending) and cannot campaign, and
 // the loop keeps ticking, answering and checking holders.
-
-// restoreJob is a restore of the lock table from the snapshot file at index.
-type restoreJob struct {
-	index uint64
-	cs    *raftpb.ConfState
-	sent  bool              // handed to the committer
-	rs    *lockfsm.Restored // set by the committer once locks.db holds it
-}
 
 // finishRestore swaps the restored lock table in and releases the held
 // raft log writes, the snapshot's first. Runs in the loop.

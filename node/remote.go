@@ -1,0 +1,102 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/lockfsm"
+)
+
+// Remote raft messages on their way into the loop: each is judged by the
+// guard (guard.go) against raft's state, a forwarded proposal's commands are
+// authorised (authz.go), and heartbeats that arrive after an append in the
+// same turn wait for the end of the turn.
+
+// stepRemote judges messages from peers and steps those that pass (loop).
+// raft's state is read once and again only after a message that may have
+// changed it (a leader's append response or heartbeat response of the
+// current term cannot: the common case on a loaded leader).
+func (n *Node) stepRemote(msgs []*raftpb.Message) {
+	g := &n.loop.guard
+	v := g.view(n.rn, n.id)
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgHeartbeat && g.appStepped {
+			g.deferred = append(g.deferred, m)
+			continue
+		}
+		v.lastIndex = g.lastIndex
+		if !n.admit(m, v) {
+			continue
+		}
+		if m.GetType() == raftpb.MessageType_MsgApp || m.GetType() == raftpb.MessageType_MsgSnap {
+			g.appStepped = true
+		}
+		n.step([]*raftpb.Message{m})
+		if !(m.GetTerm() == v.term && (m.GetType() == raftpb.MessageType_MsgAppResp ||
+			m.GetType() == raftpb.MessageType_MsgHeartbeatResp)) {
+			v = g.view(n.rn, n.id)
+		}
+	}
+}
+
+// admit reports whether a remote message may be stepped, judged against
+// raft's state v, refusing (and logging once per sender and interval) the
+// others.
+func (n *Node) admit(m *raftpb.Message, v raftView) bool {
+	err := checkRemote(m, v)
+	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
+		err = n.authoriseProposal(m)
+	}
+	switch {
+	case errors.Is(err, errStale):
+		n.log.Debug("stale raft message dropped", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
+		return false
+	case err != nil:
+		n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", err)
+		return false
+	}
+	return true
+}
+
+// authoriseProposal keeps the entries of a forwarded proposal that the
+// sender may propose (its own sessions' commands) and refuses the message if
+// one may not be; entries of a session the leader cannot place yet
+// (sessionOwner) are dropped quietly: the proposer retries.
+func (n *Node) authoriseProposal(m *raftpb.Message) error {
+	keep := m.Entries[:0]
+	for _, e := range m.GetEntries() {
+		cmd, err := lockfsm.DecodeCommand(e.GetData())
+		if err != nil {
+			return fmt.Errorf("%w: undecodable command: %v", errGuard, err)
+		}
+		switch err := n.authorise(m.GetFrom(), &cmd); {
+		case err == nil:
+			keep = append(keep, e)
+		case errors.Is(err, errUnknownSession):
+		default:
+			return err
+		}
+	}
+	clear(m.Entries[len(keep):])
+	m.Entries = keep
+	return nil
+}
+
+// endOfTurn runs after the turn's Readys (loop): a received snapshot raft
+// did not take is discarded, and the heartbeats that waited for raft's last
+// index to be exact again are judged now. true: it stepped messages, so
+// there may be Readys to handle.
+func (n *Node) endOfTurn() bool {
+	n.loop.snapIn.dropUnaccepted()
+	g := &n.loop.guard
+	if len(g.deferred) == 0 {
+		return false
+	}
+	d := g.deferred
+	g.deferred = nil
+	n.stepRemote(d) // after a Ready appStepped is false: they are judged, not deferred again
+	clear(d)
+	return true
+}
