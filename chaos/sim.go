@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"runtime"
+	"slices"
 	"testing"
 	"testing/cryptotest"
 	"testing/synctest"
@@ -25,11 +26,16 @@ func RunSim(t *testing.T, rc RunConfig) (*Report, error) {
 	var err error
 	synctest.Test(t, func(t *testing.T) {
 		cryptotest.SetGlobalRandom(t, rc.Seed)
-		rc.Sim = true
+		rc.Sim, rc.checkLater = true, true
 		if rc.BaseDir == "" {
 			rc.BaseDir = t.TempDir()
 		}
 		rep, err = Run(context.Background(), rc)
 	})
+	if rep != nil && rep.checkLater != nil {
+		rep.checkLater()
+		rep.checkLater = nil
+		slices.Sort(rep.Notes)
+	}
 	return rep, err
 }
