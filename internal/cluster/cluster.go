@@ -106,10 +106,10 @@ type Options[M Member] struct {
 	SimTrace func(simnet.Event)
 	// Gossip: members find each other by gossip, so the harness binds no
 	// listener for them (a member listens where it chooses) and gives each
-	// start the running members' gossip addresses (Spec.Seeds). A member's
-	// raft id is then its own, not its id here: the cuts (Partition,
-	// Isolate, CutOff, Cut, OneWay, Bridge) name raft ids by the harness's
-	// ids and do not apply; block raft ids through Faults(id) instead.
+	// start the running members' gossip addresses (Spec.Seeds). A member
+	// then picks its own raft id, and the cuts (Partition, Isolate, CutOff,
+	// Cut, OneWay, Bridge), which block the harness's ids as raft ids, miss
+	// it: block its peers' raft ids through Faults(id) instead.
 	Gossip bool
 	// Initial is how many members (ids 1..Initial) Start starts; the others
 	// wait for StartMember or StartVia (default Size; negative: none).
