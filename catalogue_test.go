@@ -3,7 +3,6 @@ package lockraft_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,67 +14,29 @@ import (
 	"github.com/lockraft/lockraft"
 )
 
-// joinThree starts a 3-member cluster through the public API (static peers,
-// real gRPC on loopback, real files).
-func joinThree(t *testing.T, opts ...lockraft.Option) []*lockraft.Node {
-	t.Helper()
-	var lns []net.Listener
-	var peers []string
-	for i := 0; i < 3; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		peers = append(peers, ln.Addr().String())
-	}
-	members := map[uint64]string{}
-	for i, p := range peers {
-		members[uint64(i+1)] = p
-	}
-	nodes := make([]*lockraft.Node, 3)
-	for i := range nodes {
-		o := append([]lockraft.Option{lockraft.WithDataDir(t.TempDir()), lockraft.WithListener(lns[i]),
-			lockraft.WithStaticMembers(uint64(i+1), members), fast()}, opts...)
-		n, err := lockraft.Join(nil, o...)
-		require.NoError(t, err)
-		nodes[i] = n
-	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, n := range nodes {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				n.Close(ctx)
-			})
-		}
-		wg.Wait()
-	})
-	return nodes
-}
-
 // TestRWLockAPI (S1, S2, L2): readers on two nodes share, a writer on the
 // third waits and is fenced above them, a reader's WLock is ErrUpgrade, a
 // mutex Lock of the name ErrWrongKind.
 func TestRWLockAPI(t *testing.T) {
-	nodes := joinThree(t)
+	cl := joinCluster(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r1, err := nodes[0].RLock(ctx, "cfg")
+	r1, err := cl.Member(1).RLock(ctx, "cfg")
 	require.NoError(t, err)
 	require.True(t, r1.Shared())
-	r2, err := nodes[1].TryRLock(ctx, "cfg", lockraft.WithOwner("reader-2"))
+	r2, err := cl.Member(2).TryRLock(ctx, "cfg", lockraft.WithOwner("reader-2"))
 	require.NoError(t, err)
-	_, err = nodes[1].WLock(ctx, "cfg", lockraft.WithOwner("reader-2"))
+	_, err = cl.Member(2).WLock(ctx, "cfg", lockraft.WithOwner("reader-2"))
 	require.ErrorIs(t, err, lockraft.ErrUpgrade)
-	_, err = nodes[2].TryWLock(ctx, "cfg")
+	_, err = cl.Member(3).TryWLock(ctx, "cfg")
 	require.ErrorIs(t, err, lockraft.ErrLocked)
 	require.True(t, lockraft.IsRetryable(err))
-	_, err = nodes[2].TryLock(ctx, "cfg")
+	_, err = cl.Member(3).TryLock(ctx, "cfg")
 	require.ErrorIs(t, err, lockraft.ErrWrongKind)
 
 	got := make(chan *lockraft.Lock, 1)
 	go func() {
-		w, err := nodes[2].WLock(ctx, "cfg")
+		w, err := cl.Member(3).WLock(ctx, "cfg")
 		if err != nil {
 			t.Error(err)
 		}
@@ -99,22 +60,22 @@ func TestRWLockAPI(t *testing.T) {
 // acquisition has its own lease: an unrenewed one ends (Context first) and
 // its permits come back; bad input is refused.
 func TestSemaphoreAPI(t *testing.T) {
-	nodes := joinThree(t)
+	cl := joinCluster(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	pool := nodes[0].Semaphore("pool", 2)
+	pool := cl.Member(1).Semaphore("pool", 2)
 	require.Equal(t, 2, pool.Size())
 	a, err := pool.Acquire(ctx, 1, lockraft.WithLease(600*time.Millisecond))
 	require.NoError(t, err)
-	b, err := nodes[1].Semaphore("pool", 2).Acquire(ctx, 1)
+	b, err := cl.Member(2).Semaphore("pool", 2).Acquire(ctx, 1)
 	require.NoError(t, err)
-	_, err = nodes[2].Semaphore("pool", 2).TryAcquire(ctx, 1)
+	_, err = cl.Member(3).Semaphore("pool", 2).TryAcquire(ctx, 1)
 	require.ErrorIs(t, err, lockraft.ErrLocked)
-	_, err = nodes[2].Semaphore("pool", 3).TryAcquire(ctx, 1)
+	_, err = cl.Member(3).Semaphore("pool", 3).TryAcquire(ctx, 1)
 	require.ErrorIs(t, err, lockraft.ErrPermitsMismatch)
 	waiting := make(chan *lockraft.Permit, 1)
 	go func() {
-		p, err := nodes[2].Semaphore("pool", 2).Acquire(ctx, 1)
+		p, err := cl.Member(3).Semaphore("pool", 2).Acquire(ctx, 1)
 		if err != nil {
 			t.Error(err)
 		}
@@ -134,7 +95,7 @@ func TestSemaphoreAPI(t *testing.T) {
 	require.NoError(t, c.Release(ctx))
 
 	for _, bad := range []struct{ size, k int }{{0, 1}, {-1, 1}, {2, 0}, {2, 3}, {2, -1}, {lockraft.MaxPermits + 1, 1}} {
-		_, err := nodes[0].Semaphore("bad", bad.size).Acquire(ctx, bad.k)
+		_, err := cl.Member(1).Semaphore("bad", bad.size).Acquire(ctx, bad.k)
 		require.ErrorIs(t, err, lockraft.ErrBadPermits, "%+v", bad)
 	}
 }
@@ -145,12 +106,12 @@ func TestSemaphoreAPI(t *testing.T) {
 // session ends: the next campaigner leads in that entry, with a higher
 // term); the old leadership's Context ended first.
 func TestElectionAPI(t *testing.T) {
-	nodes := joinThree(t)
+	cl := joinCluster(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l1, err := nodes[0].Campaign(ctx, "sched", "n0", lockraft.WithOwner("scheduler-0"))
+	l1, err := cl.Member(1).Campaign(ctx, "sched", "n0", lockraft.WithOwner("scheduler-0"))
 	require.NoError(t, err)
-	_, err = nodes[0].Campaign(ctx, "sched", "again", lockraft.WithOwner("scheduler-0"))
+	_, err = cl.Member(1).Campaign(ctx, "sched", "again", lockraft.WithOwner("scheduler-0"))
 	require.ErrorIs(t, err, lockraft.ErrHoldConflict, "the leader campaigning again")
 	type item struct {
 		l   lockraft.Leader
@@ -160,7 +121,7 @@ func TestElectionAPI(t *testing.T) {
 	octx, ocancel := context.WithCancel(ctx)
 	go func() {
 		defer close(items)
-		for l, err := range nodes[2].Observe(octx, "sched") {
+		for l, err := range cl.Member(3).Observe(octx, "sched") {
 			items <- item{l, err}
 			if err != nil {
 				return
@@ -186,7 +147,7 @@ func TestElectionAPI(t *testing.T) {
 	require.Equal(t, l1.Token(), first.Token)
 	second := make(chan *lockraft.Leadership, 1)
 	go func() {
-		l2, err := nodes[1].Campaign(ctx, "sched", "n1")
+		l2, err := cl.Member(2).Campaign(ctx, "sched", "n1")
 		if err != nil {
 			t.Error(err)
 		}
@@ -197,10 +158,11 @@ func TestElectionAPI(t *testing.T) {
 	// The second campaign waits in the queue before the leader's node closes,
 	// so the close hands the election over in one entry (no "nobody" between).
 	require.Eventually(t, func() bool {
-		v, ok, err := nodes[0].InspectLock(ctx, "sched")
+		v, ok, err := cl.Member(1).InspectLock(ctx, "sched")
 		return err == nil && ok && len(v.Waiters) == 1
 	}, 10*time.Second, 5*time.Millisecond, "the second campaign waits")
-	require.NoError(t, nodes[0].Close(ctx))
+	require.NoError(t, cl.Member(1).Close(ctx))
+	cl.Stopped(1)
 	require.ErrorIs(t, context.Cause(l1.Context()), lockraft.ErrClosed, "the old leader was told first")
 	l2 := <-second
 	require.NotNil(t, l2)
@@ -216,7 +178,7 @@ func TestElectionAPI(t *testing.T) {
 			require.ErrorIs(t, it.err, context.Canceled)
 		}
 	}
-	_, err = nodes[1].Campaign(ctx, "sched", strings.Repeat("v", lockraft.MaxValueLen+1))
+	_, err = cl.Member(2).Campaign(ctx, "sched", strings.Repeat("v", lockraft.MaxValueLen+1))
 	require.ErrorIs(t, err, lockraft.ErrInvalidValue)
 }
 
@@ -224,15 +186,15 @@ func TestElectionAPI(t *testing.T) {
 // opposite orders from three nodes under contention all complete; bad
 // input is refused before anything is proposed.
 func TestLockAllAPI(t *testing.T) {
-	nodes := joinThree(t)
+	cl := joinCluster(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := nodes[0].LockAll(ctx, []string{"a", "b", "c"})
+	l, err := cl.Member(1).LockAll(ctx, []string{"a", "b", "c"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "c"}, l.Names())
-	_, err = nodes[1].TryLockAll(ctx, []string{"c", "d"})
+	_, err = cl.Member(2).TryLockAll(ctx, []string{"c", "d"})
 	require.ErrorIs(t, err, lockraft.ErrLocked)
-	d, err := nodes[1].TryLock(ctx, "d")
+	d, err := cl.Member(2).TryLock(ctx, "d")
 	require.NoError(t, err, "TryLockAll took none of its names")
 	require.NoError(t, d.Unlock(ctx))
 	require.NoError(t, l.Unlock(ctx))
@@ -245,7 +207,7 @@ func TestLockAllAPI(t *testing.T) {
 		if i%2 == 1 {
 			names = []string{"y", "x"}
 		}
-		n := nodes[i%3]
+		n := cl.Member(uint64(i%3 + 1))
 		wg.Go(func() {
 			for j := 0; j < 3; j++ {
 				l, err := n.LockAll(ctx, names)
@@ -266,19 +228,19 @@ func TestLockAllAPI(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, overlaps.Load())
 
-	_, err = nodes[0].LockAll(ctx, nil)
+	_, err = cl.Member(1).LockAll(ctx, nil)
 	require.ErrorIs(t, err, lockraft.ErrInvalidName)
-	_, err = nodes[0].LockAll(ctx, []string{"p", "p"})
+	_, err = cl.Member(1).LockAll(ctx, []string{"p", "p"})
 	require.ErrorIs(t, err, lockraft.ErrDuplicateName)
 	many := make([]string, lockraft.MaxMultiNames+1)
 	for i := range many {
 		many[i] = fmt.Sprint("n", i)
 	}
-	_, err = nodes[0].LockAll(ctx, many)
+	_, err = cl.Member(1).LockAll(ctx, many)
 	require.ErrorIs(t, err, lockraft.ErrTooManyNames)
-	sem, err := nodes[0].Semaphore("s", 1).Acquire(ctx, 1)
+	sem, err := cl.Member(1).Semaphore("s", 1).Acquire(ctx, 1)
 	require.NoError(t, err)
-	_, err = nodes[0].TryLockAll(ctx, []string{"q", "s"})
+	_, err = cl.Member(1).TryLockAll(ctx, []string{"q", "s"})
 	require.ErrorIs(t, err, lockraft.ErrWrongKind)
 	require.NoError(t, sem.Release(ctx))
 }
@@ -287,11 +249,11 @@ func TestLockAllAPI(t *testing.T) {
 // overlap; Unlock without Lock panics; Lock panics on an error it can never
 // get past (a name in use as another kind, a closed node).
 func TestLocker(t *testing.T) {
-	nodes := joinThree(t)
+	cl := joinCluster(t, 3, 0)
 	var inside, overlaps, count atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 6; i++ {
-		mu := nodes[i%3].Locker("shared")
+		mu := cl.Member(uint64(i%3 + 1)).Locker("shared")
 		wg.Go(func() {
 			for j := 0; j < 5; j++ {
 				mu.Lock()
@@ -308,14 +270,16 @@ func TestLocker(t *testing.T) {
 	require.Zero(t, overlaps.Load())
 	require.EqualValues(t, 30, count.Load())
 
-	require.Panics(t, func() { nodes[0].Locker("never-locked").Unlock() })
+	require.Panics(t, func() { cl.Member(1).Locker("never-locked").Unlock() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sem, err := nodes[0].Semaphore("sem-name", 1).Acquire(ctx, 1)
+	sem, err := cl.Member(1).Semaphore("sem-name", 1).Acquire(ctx, 1)
 	require.NoError(t, err)
 	require.PanicsWithValue(t, `lockraft: Locker("sem-name").Lock: lockraft: name is in use as another kind of lock: "sem-name"`,
-		func() { nodes[1].Locker("sem-name").Lock() })
+		func() { cl.Member(2).Locker("sem-name").Lock() })
 	require.NoError(t, sem.Release(ctx))
-	require.NoError(t, nodes[2].Close(ctx))
-	require.Panics(t, func() { nodes[2].Locker("after-close").Lock() })
+	closed := cl.Member(3)
+	require.NoError(t, closed.Close(ctx))
+	cl.Stopped(3)
+	require.Panics(t, func() { closed.Locker("after-close").Lock() })
 }

@@ -23,10 +23,11 @@ func opsOf(prim, kind, result string) map[string]string {
 // position and request; and the operations are counted under their own
 // "primitive" label, never all as "mutex".
 func TestCatalogueInspectionAndMetrics(t *testing.T) {
-	c := newOpsCluster(t)
-	lead := c.leader()
-	a, b := c.nodes[(lead+1)%3], c.nodes[(lead+2)%3]
-	reg := c.regs[(lead+1)%3]
+	regs := registries(3)
+	c := joinCluster(t, 3, 0, withRegistries(regs))
+	lead := leader(t, c)
+	a, b := c.Member(after(lead, 1)), c.Member(after(lead, 2))
+	reg := regs[after(lead, 1)]
 	ro := b.AdminHandler()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -170,5 +171,5 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 		require.Equal(t, m.want, value(t, reg, "lockraft_operations_total", opsOf(m.prim, m.kind, m.result)),
 			fmt.Sprintf("%s %s %s", m.prim, m.kind, m.result))
 	}
-	require.Equal(t, 1.0, value(t, c.regs[(lead+2)%3], "lockraft_operations_total", opsOf("semaphore", "trylock", "invalid")))
+	require.Equal(t, 1.0, value(t, regs[after(lead, 2)], "lockraft_operations_total", opsOf("semaphore", "trylock", "invalid")))
 }

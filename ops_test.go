@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,113 +14,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft"
-	"github.com/lockraft/lockraft/internal/faults"
-	"github.com/lockraft/lockraft/internal/knobs"
-	"github.com/lockraft/lockraft/node"
+	"github.com/lockraft/lockraft/internal/cluster"
 )
 
-// opsCluster is three real nodes started through the public API (real gRPC
-// on loopback, real bbolt files), each with its own Prometheus registry and
-// fault injector.
-type opsCluster struct {
-	t      *testing.T
-	peers  []string
-	lns    []net.Listener
-	dirs   []string
-	nodes  []*lockraft.Node
-	regs   []*prometheus.Registry
-	faults []*faults.Faults
+// registries makes a Prometheus registry for each of members 1..n.
+func registries(n int) map[uint64]*prometheus.Registry {
+	regs := map[uint64]*prometheus.Registry{}
+	for id := uint64(1); id <= uint64(n); id++ {
+		regs[id] = prometheus.NewRegistry()
+	}
+	return regs
 }
 
-func newOpsCluster(t *testing.T, start ...int) *opsCluster {
-	t.Helper()
-	c := &opsCluster{t: t, nodes: make([]*lockraft.Node, 3)}
-	for i := range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		c.lns = append(c.lns, ln)
-		c.peers = append(c.peers, ln.Addr().String())
-		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint(i)))
-		c.regs = append(c.regs, prometheus.NewRegistry())
-		c.faults = append(c.faults, &faults.Faults{})
-	}
-	if len(start) == 0 {
-		start = []int{0, 1, 2}
-	}
-	for _, i := range start {
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, n := range c.nodes {
-			if n != nil {
-				wg.Go(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					defer cancel()
-					n.Close(ctx)
-				})
-			}
-		}
-		wg.Wait()
-	})
-	return c
+// withRegistries gives each member of a cluster its own registry, regs[id].
+func withRegistries(regs map[uint64]*prometheus.Registry) func(cluster.Spec) lockraft.Option {
+	return func(s cluster.Spec) lockraft.Option { return lockraft.WithMetrics(regs[s.ID]) }
 }
 
-func (c *opsCluster) start(i int) {
-	c.t.Helper()
-	f := c.faults[i]
-	n, err := lockraft.Join(c.peers, lockraft.WithDataDir(c.dirs[i]), lockraft.WithListener(c.lns[i]),
-		lockraft.WithListenAddr(c.peers[i]), lockraft.WithMetrics(c.regs[i]), fast(),
-		lockraft.WithNodeConfig(func(cfg *node.Config) { knobs.Plant(cfg, f.Knobs(nil)) }))
-	require.NoError(c.t, err)
-	c.nodes[i] = n
-}
-
-// leader waits until every running node agrees on a leader; its index.
-func (c *opsCluster) leader() int {
-	c.t.Helper()
-	idx := -1
-	require.Eventually(c.t, func() bool {
-		var lead uint64
-		for _, n := range c.nodes {
-			if n == nil {
-				continue
-			}
-			if l := n.Leader(); l == 0 || (lead != 0 && l != lead) {
-				return false
-			} else {
-				lead = l
-			}
-		}
-		for i, n := range c.nodes {
-			if n != nil && n.ID() == lead {
-				idx = i
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 10*time.Millisecond)
-	return idx
-}
-
-func (c *opsCluster) isolate(i int) {
-	for j, f := range c.faults {
-		if j == i {
-			continue
-		}
-		id := uint64(j + 1)
-		f.BlockOut(uint64(i + 1))
-		f.BlockIn(uint64(i + 1))
-		c.faults[i].BlockOut(id)
-		c.faults[i].BlockIn(id)
-	}
-}
-
-func (c *opsCluster) heal() {
-	for _, f := range c.faults {
-		f.Heal()
-	}
-}
+// after is the member k places after id among members 1..3, cyclically.
+func after(id uint64, k int) uint64 { return (id-1+uint64(k))%3 + 1 }
 
 // metric finds one sample of family name whose labels include want.
 func metric(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) *dto.Metric {
@@ -180,10 +89,11 @@ func ops(kind, result string) map[string]string {
 // per queued grant, the lock-table gauges showing the held lock and its
 // waiter, raft gauges consistent across the three registries.
 func TestMetricsAfterScriptedWorkload(t *testing.T) {
-	c := newOpsCluster(t)
-	lead := c.leader()
-	a, b := c.nodes[(lead+1)%3], c.nodes[(lead+2)%3] // two followers
-	reg := c.regs[(lead+1)%3]
+	regs := registries(3)
+	c := joinCluster(t, 3, 0, withRegistries(regs))
+	lead := leader(t, c)
+	a, b := c.Member(after(lead, 1)), c.Member(after(lead, 2)) // two followers
+	reg := regs[after(lead, 1)]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -244,12 +154,12 @@ func TestMetricsAfterScriptedWorkload(t *testing.T) {
 	require.Equal(t, 3.0, value(t, reg, "lockraft_sessions", nil))
 
 	leaders := 0.0
-	for i, r := range c.regs {
+	for id, r := range regs {
 		leaders += value(t, r, "lockraft_raft_is_leader", nil)
-		require.Equal(t, 1.0, value(t, r, "lockraft_node_up", nil), "node %d", i)
+		require.Equal(t, 1.0, value(t, r, "lockraft_node_up", nil), "node %d", id)
 	}
 	require.Equal(t, 1.0, leaders, "exactly one registry reports leading")
-	lr := c.regs[lead]
+	lr := regs[lead]
 	for _, n := range []*lockraft.Node{a, b} {
 		require.NotNil(t, metric(t, lr, "lockraft_raft_peer_lag_entries", map[string]string{"peer": fmt.Sprintf("%016x", n.ID()), "role": "voter"}))
 	}
@@ -307,30 +217,31 @@ func adminGet(t *testing.T, h http.Handler, method, path string, out any) int {
 // partition heals; /healthz stays 200 throughout (alive) and is 503 once the
 // node is closed.
 func TestReadiness(t *testing.T) {
-	c := newOpsCluster(t, 0)
-	h := c.nodes[0].AdminHandler()
+	c := joinCluster(t, 3, 1, withRegistries(registries(3))) // member 1 alone: 2 and 3 start later
+	h := c.Member(1).AdminHandler()
 	var body map[string]any
 	require.Equal(t, http.StatusServiceUnavailable, adminGet(t, h, "GET", "/readyz", &body))
 	require.Equal(t, false, body["ready"])
 	require.Contains(t, body["reason"], "no leader")
 	require.Equal(t, http.StatusOK, adminGet(t, h, "GET", "/healthz", nil))
 
-	c.start(1)
-	c.start(2)
+	require.NoError(t, c.StartMember(2))
+	require.NoError(t, c.StartMember(3))
 	require.Eventually(t, func() bool { return adminGet(t, h, "GET", "/readyz", nil) == http.StatusOK }, 10*time.Second, 10*time.Millisecond)
 
-	c.isolate(0)
+	c.CutOff(1)
 	require.Eventually(t, func() bool {
 		return adminGet(t, h, "GET", "/readyz", &body) == http.StatusServiceUnavailable
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Contains(t, body["reason"], "no leader")
 	require.Equal(t, http.StatusOK, adminGet(t, h, "GET", "/healthz", nil), "alive while partitioned")
-	c.heal()
+	c.Heal()
 	require.Eventually(t, func() bool { return adminGet(t, h, "GET", "/readyz", nil) == http.StatusOK }, 15*time.Second, 10*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, c.nodes[0].Close(ctx))
+	require.NoError(t, c.Member(1).Close(ctx))
+	c.Stopped(1)
 	require.Equal(t, http.StatusServiceUnavailable, adminGet(t, h, "GET", "/healthz", nil))
 	require.Equal(t, http.StatusServiceUnavailable, adminGet(t, h, "GET", "/readyz", nil))
 }
@@ -338,21 +249,21 @@ func TestReadiness(t *testing.T) {
 // TestAdminHandler: the JSON views and the operator actions, with their
 // errors as JSON and HTTP status codes.
 func TestAdminHandler(t *testing.T) {
-	c := newOpsCluster(t)
-	lead := c.leader()
-	fol := (lead + 1) % 3
+	c := joinCluster(t, 3, 0, withRegistries(registries(3)))
+	lead := leader(t, c)
+	fol := after(lead, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := c.nodes[lead].Lock(ctx, "stock/sku-a", lockraft.WithOwner("order-17"))
+	l, err := c.Member(lead).Lock(ctx, "stock/sku-a", lockraft.WithOwner("order-17"))
 	require.NoError(t, err)
 	defer l.Unlock(ctx)
 
-	require.NoError(t, c.nodes[fol].Ready(ctx), "the follower's session opens")
-	ro := c.nodes[fol].AdminHandler()
+	require.NoError(t, c.Member(fol).Ready(ctx), "the follower's session opens")
+	ro := c.Member(fol).AdminHandler()
 	var st lockraft.StatusView
 	require.Equal(t, 200, adminGet(t, ro, "GET", "/status", &st))
-	require.Equal(t, lockraft.MemberID(c.nodes[fol].ID()), st.ID)
-	require.Equal(t, lockraft.MemberID(c.nodes[lead].ID()), st.Leader)
+	require.Equal(t, lockraft.MemberID(c.Member(fol).ID()), st.ID)
+	require.Equal(t, lockraft.MemberID(c.Member(lead).ID()), st.Leader)
 	require.Equal(t, "voter", st.Role)
 	require.True(t, st.Ready)
 	require.Equal(t, lockraft.Version, st.Version)
@@ -387,38 +298,38 @@ func TestAdminHandler(t *testing.T) {
 	// Operator actions: off by default.
 	require.Equal(t, 403, adminGet(t, ro, "POST", "/leader/transfer", &e))
 	require.Equal(t, "forbidden", e["code"])
-	op := c.nodes[fol].AdminHandler(lockraft.WithOperatorActions())
+	op := c.Member(fol).AdminHandler(lockraft.WithOperatorActions())
 	// Transfer asked of a follower, to that follower.
 	var tr map[string]string
-	require.Equal(t, 200, adminGet(t, op, "POST", "/leader/transfer?to="+lockraft.MemberID(c.nodes[fol].ID()).String(), &tr))
-	require.Equal(t, lockraft.MemberID(c.nodes[fol].ID()).String(), tr["leader"])
-	require.Eventually(t, func() bool { return c.nodes[fol].Leader() == c.nodes[fol].ID() }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 200, adminGet(t, op, "POST", "/leader/transfer?to="+lockraft.MemberID(c.Member(fol).ID()).String(), &tr))
+	require.Equal(t, lockraft.MemberID(c.Member(fol).ID()).String(), tr["leader"])
+	require.Eventually(t, func() bool { return c.Member(fol).Leader() == c.Member(fol).ID() }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, 404, adminGet(t, op, "POST", "/leader/transfer?to=00000000000000ff", &e))
 	require.Equal(t, "not_member", e["code"])
 	require.Equal(t, 400, adminGet(t, op, "POST", "/members/remove?id=zz", &e))
 
 	// Removal: refused of a non-leader (409 naming the leader), refused for
 	// the leader itself, done by the leader.
-	newLead, other := fol, (fol+1)%3
-	if c.nodes[other].ID() == c.nodes[newLead].ID() {
-		other = (fol + 2) % 3
+	newLead, other := fol, after(fol, 1)
+	if c.Member(other).ID() == c.Member(newLead).ID() {
+		other = after(fol, 2)
 	}
-	opOther := c.nodes[other].AdminHandler(lockraft.WithOperatorActions())
-	require.Equal(t, 409, adminGet(t, opOther, "POST", "/members/remove?id="+lockraft.MemberID(c.nodes[other].ID()).String(), &e))
+	opOther := c.Member(other).AdminHandler(lockraft.WithOperatorActions())
+	require.Equal(t, 409, adminGet(t, opOther, "POST", "/members/remove?id="+lockraft.MemberID(c.Member(other).ID()).String(), &e))
 	require.Equal(t, "not_leader", e["code"])
-	require.Equal(t, lockraft.MemberID(c.nodes[newLead].ID()).String(), e["leader"])
-	require.Equal(t, 409, adminGet(t, op, "POST", "/members/remove?id="+lockraft.MemberID(c.nodes[newLead].ID()).String(), &e))
+	require.Equal(t, lockraft.MemberID(c.Member(newLead).ID()).String(), e["leader"])
+	require.Equal(t, 409, adminGet(t, op, "POST", "/members/remove?id="+lockraft.MemberID(c.Member(newLead).ID()).String(), &e))
 	require.Equal(t, "refused", e["code"])
 	var rm map[string]string
-	require.Equal(t, 200, adminGet(t, op, "POST", "/members/remove?id="+lockraft.MemberID(c.nodes[other].ID()).String(), &rm))
+	require.Equal(t, 200, adminGet(t, op, "POST", "/members/remove?id="+lockraft.MemberID(c.Member(other).ID()).String(), &rm))
 	require.Equal(t, 200, adminGet(t, op, "GET", "/members", &mv))
 	require.Len(t, mv.Members, 2, "%+v", mv)
 	for _, m := range mv.Members {
-		require.NotEqual(t, lockraft.MemberID(c.nodes[other].ID()), m.ID)
+		require.NotEqual(t, lockraft.MemberID(c.Member(other).ID()), m.ID)
 	}
 	// The removed member stops being part of the cluster; stop it.
 	ctxc, cancelc := context.WithTimeout(ctx, time.Second)
-	c.nodes[other].Close(ctxc)
+	c.Member(other).Close(ctxc)
 	cancelc()
-	c.nodes[other] = nil
+	c.Stopped(other)
 }

@@ -541,23 +541,11 @@ func finishReport(rep *Report, ops []Op, end int64, h *History, applied *Applied
 			rep.Notes = append(rep.Notes, "history not saved: "+err.Error())
 		}
 	}
-	// Decide first without the partial linearizations (their memory grows
-	// with the square of a partition's size); compute them only to draw a
-	// violation.
-	res := CheckCatalogueResult(ops, outcomes, rc.CheckTimeout)
-	rep.Linearizable = res
-	switch res {
-	case porcupine.Illegal:
-		viol("porcupine: history not linearizable under the model of its primitives")
-		_, info := CheckCatalogue(ops, outcomes, rc.CheckTimeout)
-		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
-			if porcupine.Visualize(CatalogueModel(), info, f) == nil {
-				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())
-			}
-			f.Close()
-		}
-	case porcupine.Unknown:
-		rep.Notes = append(rep.Notes, "porcupine timed out: linearizability not decided")
+	check := func() { checkLinearizable(rep, ops, outcomes, rc, viol) }
+	if rc.checkLater {
+		rep.checkLater = check // RunSim: outside its bubble, where time is real
+	} else {
+		check()
 	}
 	rep.Writes, rep.Stale, rep.Accepted, rep.Live = store.Counts()
 	if rep.Accepted > 0 {
@@ -684,4 +672,27 @@ func (c *GossipCluster) removedWhileAway(ctx context.Context, slot uint64) bool 
 		sleepCtx(ctx, 50*time.Millisecond)
 	}
 	return false
+}
+
+// checkLinearizable judges the history with porcupine under the model of
+// each primitive, bounded by rc.CheckTimeout.
+func checkLinearizable(rep *Report, ops []Op, outcomes Outcomes, rc RunConfig, viol func(string, ...any)) {
+	// Decide first without the partial linearizations (their memory grows
+	// with the square of a partition's size); compute them only to draw a
+	// violation.
+	res := CheckCatalogueResult(ops, outcomes, rc.CheckTimeout)
+	rep.Linearizable = res
+	switch res {
+	case porcupine.Illegal:
+		viol("porcupine: history not linearizable under the model of its primitives")
+		_, info := CheckCatalogue(ops, outcomes, rc.CheckTimeout)
+		if f, err := os.CreateTemp("", fmt.Sprintf("chaos-%d-*.html", rc.Seed)); err == nil {
+			if porcupine.Visualize(CatalogueModel(), info, f) == nil {
+				rep.Notes = append(rep.Notes, "porcupine visualization: "+f.Name())
+			}
+			f.Close()
+		}
+	case porcupine.Unknown:
+		rep.Notes = append(rep.Notes, "porcupine timed out: linearizability not decided")
+	}
 }

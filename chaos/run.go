@@ -51,6 +51,10 @@ type RunConfig struct {
 	Sim bool
 	// SimTrace, if set, is told every event of the simulation's network.
 	SimTrace func(simnet.Event)
+	// checkLater: RunSim runs porcupine itself, after the bubble (inside it
+	// the check's time bound would be fake time, which a busy check never
+	// lets advance).
+	checkLater bool
 	// HistoryFile, if set, receives the run's history (gob, SavedHistory)
 	// before the end checks, to study the checker offline.
 	HistoryFile string
@@ -75,7 +79,9 @@ type Report struct {
 	// Trace is the simulation's network trace hash (0 over gRPC): the same
 	// seed gives the same one.
 	Trace uint64
-	Notes []string // informational
+
+	checkLater func()   // RunSim: the linearizability check, to run outside the bubble
+	Notes      []string // informational
 }
 
 // S5Exempt: faults under which the holder cannot learn first by design: a

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -37,7 +38,8 @@ const outsider = 77 // a certificate of the cluster's CA, not a member
 // follower b waits for it.
 type attackSetup struct {
 	pki           *testPKI
-	tc            *testCluster
+	tc            *cluster.Cluster[*Node]
+	logs          *logSink // every node's log lines
 	lead, a, b    uint64
 	held          *Hold
 	waiter        chan *Hold
@@ -50,8 +52,8 @@ type attackSetup struct {
 
 func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
 	t.Helper()
-	s := &attackSetup{pki: newTestPKI(t), waiter: make(chan *Hold, 1)}
-	s.tc = newTestCluster(t, 3, append([]func(*Config){s.pki.tune, func(c *Config) {
+	s := &attackSetup{pki: newTestPKI(t), waiter: make(chan *Hold, 1), logs: &logSink{}}
+	s.tc = newCluster(t, 3, append([]func(*Config){withLogs(t, s.logs), s.pki.tune, func(c *Config) {
 		c.SessionTTL = 30 * time.Second
 		c.KeepaliveInterval = time.Second
 		c.Observer = func(r ApplyRecord) {
@@ -63,8 +65,8 @@ func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
 			}
 		}
 	}}, tune...)...)
-	s.lead = s.tc.leader()
-	for id := range s.tc.nodes {
+	s.lead = leader(t, s.tc)
+	for id := range s.tc.All() {
 		if id != s.lead {
 			if s.a == 0 {
 				s.a = id
@@ -75,19 +77,19 @@ func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
 	}
 	ctx := ctxT(t, 30*time.Second)
 	var err error
-	s.held, err = s.tc.nodes[s.a].Acquire(ctx, "stock", "owner-a", true, 0)
+	s.held, err = s.tc.Member(s.a).Acquire(ctx, "stock", "owner-a", true, 0)
 	require.NoError(t, err)
 	go func() {
-		h, err := s.tc.nodes[s.b].Acquire(ctx, "stock", "owner-b", true, 0)
+		h, err := s.tc.Member(s.b).Acquire(ctx, "stock", "owner-b", true, 0)
 		if err == nil {
 			s.waiter <- h
 		}
 	}()
-	require.Eventually(t, func() bool { return s.tc.nodes[s.lead].waiters("stock") == 1 }, 10*time.Second, 5*time.Millisecond)
-	s.sessA, _, s.tokenA = lockState(t, s.tc.nodes[s.lead], "stock")
+	require.Eventually(t, func() bool { return s.tc.Member(s.lead).waiters("stock") == 1 }, 10*time.Second, 5*time.Millisecond)
+	s.sessA, _, s.tokenA = lockState(t, s.tc.Member(s.lead), "stock")
 	require.NotZero(t, s.sessA)
 	s.sameLock(t) // every replica has applied the grant and b's wait before the attack
-	for id, n := range s.tc.nodes {
+	for id, n := range s.tc.All() {
 		require.Eventually(t, func() bool { return n.waiters("stock") == 1 }, 10*time.Second, 5*time.Millisecond, "node %d", id)
 	}
 	s.mu.Lock()
@@ -101,7 +103,7 @@ func newAttackSetup(t *testing.T, tune ...func(*Config)) *attackSetup {
 // again: waiting cannot hide a move.
 func (s *attackSetup) sameLock(t *testing.T) {
 	t.Helper()
-	for id, n := range s.tc.nodes {
+	for id, n := range s.tc.All() {
 		require.Eventually(t, func() bool {
 			sess, owner, tok := lockState(t, n, "stock")
 			return sess == s.sessA && owner == "owner-a" && tok == s.tokenA
@@ -114,7 +116,7 @@ func (s *attackSetup) sameLock(t *testing.T) {
 // waits, and the cluster serves.
 func (s *attackSetup) untouched(t *testing.T) {
 	t.Helper()
-	for id, n := range s.tc.nodes {
+	for id, n := range s.tc.All() {
 		require.NoError(t, n.err(), "node %d stopped", id)
 	}
 	s.sameLock(t)
@@ -137,7 +139,7 @@ func (s *attackSetup) untouched(t *testing.T) {
 		t.Fatalf("b was granted the lock (token %d)", h.Token())
 	default:
 	}
-	s.tc.serving(t, "probe")
+	serving(t, s.tc, "probe")
 }
 
 // loggedOnce waits until node id counted at least n refusals of kind and
@@ -145,11 +147,11 @@ func (s *attackSetup) untouched(t *testing.T) {
 func (s *attackSetup) loggedOnce(t *testing.T, id uint64, kind, msg string, source uint64, n uint64) {
 	t.Helper()
 	lines := func() int {
-		return s.tc.logs.count(fmt.Sprintf("n=%d ", id), `msg="`+msg+`"`, fmt.Sprintf("source=%d ", source))
+		return s.logs.count(fmt.Sprintf("n=%d ", id), `msg="`+msg+`"`, fmt.Sprintf("source=%d ", source))
 	}
-	require.Eventually(t, func() bool { return refusals(s.tc.nodes[id], kind) >= n && lines() >= 1 }, 10*time.Second,
+	require.Eventually(t, func() bool { return refusals(s.tc.Member(id), kind) >= n && lines() >= 1 }, 10*time.Second,
 		5*time.Millisecond, "node %d counted %d %q refusals, want %d, and a line from %d", id,
-		refusals(s.tc.nodes[id], kind), kind, n, source)
+		refusals(s.tc.Member(id), kind), kind, n, source)
 	require.Equal(t, 1, lines(), "one log line for %d refusals", n)
 }
 
@@ -160,9 +162,9 @@ func (s *attackSetup) loggedOnce(t *testing.T, id uint64, kind, msg string, sour
 // committed; the loop never panics on input.)
 func TestAttackHeartbeatBeyondLogRefused(t *testing.T) {
 	s := newAttackSetup(t)
-	f := s.tc.nodes[s.a]
+	f := s.tc.Member(s.a)
 	term := raftTerm(t, f)
-	tr := attacker(t, "test", s.pki.member("test", s.lead), s.lead, map[uint64]string{s.a: s.tc.addrs[s.a]})
+	tr := attacker(t, "test", s.pki.member("test", s.lead), s.lead, map[uint64]string{s.a: s.tc.Addr(s.a)})
 	const tries = 50
 	for i := range tries {
 		// Also of term 0, which raft steps as a local message, skipping its
@@ -205,15 +207,15 @@ func TestAttackConfChangeProposalsRefused(t *testing.T) {
 	}
 	props = append(props, empty)
 	// As member b (a real member's certificate), to the leader.
-	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.lead: s.tc.addrs[s.lead], s.a: s.tc.addrs[s.a]})
+	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.lead: s.tc.Addr(s.lead), s.a: s.tc.Addr(s.a)})
 	for _, ents := range props {
 		tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgProp.Enum(), From: new(s.b), To: new(s.lead), Entries: ents}})
 	}
 	// And to a follower, which would have forwarded it.
 	tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgProp.Enum(), From: new(s.b), To: new(s.a), Entries: props[1]}})
 	s.loggedOnce(t, s.lead, "raft message", "refused raft message", s.b, uint64(len(props)))
-	require.Eventually(t, func() bool { return refusals(s.tc.nodes[s.a], "raft message") >= 1 }, 10*time.Second, 5*time.Millisecond)
-	for id, n := range s.tc.nodes {
+	require.Eventually(t, func() bool { return refusals(s.tc.Member(s.a), "raft message") >= 1 }, 10*time.Second, 5*time.Millisecond)
+	for id, n := range s.tc.All() {
 		v, l, err := n.ConfState(ctxT(t, 5*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []uint64{1, 2, 3}, v, "node %d voters", id)
@@ -234,7 +236,7 @@ func TestAttackLocalMessagesRefused(t *testing.T) {
 	// handshake (transport.New will not even start with it, so a raw client).
 	cert, key, err := s.pki.ca.Member("test", raft.LocalApplyThread, nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	require.NoError(t, err)
-	conn, err := grpc.NewClient(s.tc.addrs[s.a], grpc.WithTransportCredentials(
+	conn, err := grpc.NewClient(s.tc.Addr(s.a), grpc.WithTransportCredentials(
 		credentials.NewTLS(rawTLS(t, s.pki.ca.Pool(), cert, key))))
 	require.NoError(t, err)
 	defer conn.Close()
@@ -242,11 +244,11 @@ func TestAttackLocalMessagesRefused(t *testing.T) {
 		"lockraft-from", fmt.Sprint(uint64(raft.LocalApplyThread)))
 	_, err = transportpb.NewRaftClient(conn).Keepalive(ctx, &transportpb.KeepaliveRequest{Session: s.sessA})
 	require.Error(t, err)
-	require.Eventually(t, func() bool { return refusals(s.tc.nodes[s.a], "connection") >= 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return refusals(s.tc.Member(s.a), "connection") >= 1 }, 10*time.Second, 5*time.Millisecond)
 
 	// (b) a member's certificate sending raft's local messages, as itself
 	// and as a local thread.
-	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.addrs[s.a]})
+	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.Addr(s.a)})
 	huge := []*raftpb.Entry{{Index: new(uint64(1 << 40))}}
 	tr.Send([]*raftpb.Message{
 		{Type: raftpb.MessageType_MsgStorageApplyResp.Enum(), From: new(s.b), To: new(s.a), Entries: huge},
@@ -266,9 +268,9 @@ func TestAttackLocalMessagesRefused(t *testing.T) {
 // and the guard checks again. (S7.)
 func TestAttackUnknownMessageTypeRefused(t *testing.T) {
 	s := newAttackSetup(t)
-	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.addrs[s.a]})
+	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.Addr(s.a)})
 	neg, unknown := raftpb.MessageType(-5), raftpb.EntryType(77)
-	term := raftTerm(t, s.tc.nodes[s.a])
+	term := raftTerm(t, s.tc.Member(s.a))
 	tr.Send([]*raftpb.Message{
 		{Type: &neg, From: new(s.b), To: new(s.a), Term: new(term)},
 		{Type: raftpb.MessageType_MsgApp.Enum(), From: new(s.b), To: new(s.a), Term: new(term),
@@ -286,13 +288,13 @@ func TestAttackRemovedNoticeRefused(t *testing.T) {
 	s := newAttackSetup(t)
 	ctx := ctxT(t, 10*time.Second)
 	notice := &transportpb.RemovedRequest{Term: 1 << 40, Applied: 1 << 40, Voters: []uint64{s.lead, s.b, outsider}}
-	out := attacker(t, "test", s.pki.member("test", outsider), outsider, map[uint64]string{s.a: s.tc.addrs[s.a]})
+	out := attacker(t, "test", s.pki.member("test", outsider), outsider, map[uint64]string{s.a: s.tc.Addr(s.a)})
 	for range 10 {
 		_, err := out.Removed(ctx, s.a, notice)
 		require.ErrorIs(t, err, transport.ErrPermissionDenied)
 	}
 	notice.Voters = []uint64{s.lead, s.b}
-	insider := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.addrs[s.a]})
+	insider := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.a: s.tc.Addr(s.a)})
 	_, err := insider.Removed(ctx, s.a, notice)
 	require.ErrorIs(t, err, transport.ErrPermissionDenied, "b is a member but not a's leader")
 	s.loggedOnce(t, s.a, "call", "refused call", outsider, 10)
@@ -306,12 +308,12 @@ func TestAttackRemovedNoticeRefused(t *testing.T) {
 // does not panic. (L1.)
 func TestAttackLeaveRemovesOnlyTheCaller(t *testing.T) {
 	s := newAttackSetup(t)
-	tr := attacker(t, "test", s.pki.member("test", outsider), outsider, map[uint64]string{s.lead: s.tc.addrs[s.lead]})
+	tr := attacker(t, "test", s.pki.member("test", outsider), outsider, map[uint64]string{s.lead: s.tc.Addr(s.lead)})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := tr.Leave(ctx, s.lead, &transportpb.LeaveRequest{})
 	require.NoError(t, err, "the outsider is not in the configuration: nothing to remove")
-	for id, n := range s.tc.nodes {
+	for id, n := range s.tc.All() {
 		v, _, err := n.ConfState(ctxT(t, 5*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []uint64{1, 2, 3}, v, "node %d voters", id)
@@ -340,7 +342,7 @@ func TestAttackForwardedCommandsForOthersRefused(t *testing.T) {
 	}
 	for _, as := range []uint64{outsider, s.b} {
 		tr := attacker(t, "test", s.pki.member("test", as), as,
-			map[uint64]string{s.lead: s.tc.addrs[s.lead], s.a: s.tc.addrs[s.a]})
+			map[uint64]string{s.lead: s.tc.Addr(s.lead), s.a: s.tc.Addr(s.a)})
 		for _, c := range forged {
 			_, err := tr.FwdPropose(ctx, s.lead, &transportpb.FwdProposeRequest{Commands: [][]byte{c}})
 			require.ErrorIs(t, err, transport.ErrPermissionDenied, "as %d", as)
@@ -366,7 +368,7 @@ func TestAttackForwardedCommandsForOthersRefused(t *testing.T) {
 	// as another member's commands: both counted and logged once.
 	s.loggedOnce(t, s.lead, "call", "refused call", outsider, uint64(2*(len(forged)+3)))
 	s.loggedOnce(t, s.lead, "raft message", "refused raft message", s.b, 2) // b's and the stranger's proposal
-	require.Equal(t, 1, s.tc.logs.count(fmt.Sprintf("n=%d ", s.lead), `msg="refused raft message"`, fmt.Sprintf("source=%d ", outsider)))
+	require.Equal(t, 1, s.logs.count(fmt.Sprintf("n=%d ", s.lead), `msg="refused raft message"`, fmt.Sprintf("source=%d ", outsider)))
 	s.untouched(t)
 }
 
@@ -377,7 +379,7 @@ func TestAttackForwardedCommandsForOthersRefused(t *testing.T) {
 // file removed. (S7.)
 func TestAttackSnapshotsRefused(t *testing.T) {
 	s := newAttackSetup(t)
-	f := s.tc.nodes[s.a]
+	f := s.tc.Member(s.a)
 	send := func(as uint64, index uint64) chan bool {
 		dir := t.TempDir()
 		h := &snapReports{done: make(chan bool, 1)}
@@ -385,7 +387,7 @@ func TestAttackSnapshotsRefused(t *testing.T) {
 			SnapshotDir: dir, Handler: h, TLS: s.pki.member("test", as), Formation: f.formation()})
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })
-		tr.AddPeer(s.a, s.tc.addrs[s.a])
+		tr.AddPeer(s.a, s.tc.Addr(s.a))
 		require.NoError(t, os.WriteFile(transport.SnapshotPath(dir, index), []byte("forged lock table"), 0o600))
 		tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgSnap.Enum(), From: new(as), To: new(s.a),
 			Term: new(raftTerm(t, f)), Snapshot: &raftpb.Snapshot{Data: []byte("x"), Metadata: &raftpb.SnapshotMetadata{
@@ -428,9 +430,9 @@ func (n *Node) loopHas(cond func() bool) bool {
 // 11). Now a hint counts only from the leader raft follows, in its term.
 func TestAttackForgedCommitHintIgnored(t *testing.T) {
 	s := newAttackSetup(t)
-	f := s.tc.nodes[s.a]
+	f := s.tc.Member(s.a)
 	for _, as := range []uint64{s.b, s.lead} {
-		tr := attacker(t, "test", s.pki.member("test", as), as, map[uint64]string{s.a: s.tc.addrs[s.a]})
+		tr := attacker(t, "test", s.pki.member("test", as), as, map[uint64]string{s.a: s.tc.Addr(s.a)})
 		tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgHeartbeat.Enum(), From: new(as), To: new(s.a),
 			Term: new(uint64(1 << 61)), Index: new(uint64(1 << 40)), Context: commitHintContext}})
 	}
@@ -469,7 +471,7 @@ func (n *Node) loopUsedHints() uint64 {
 func TestAttackCatalogueCommandsForOthersRefused(t *testing.T) {
 	s := newAttackSetup(t)
 	ctx := ctxT(t, 20*time.Second)
-	na, nb := s.tc.nodes[s.a], s.tc.nodes[s.b]
+	na, nb := s.tc.Member(s.a), s.tc.Member(s.b)
 	el, err := na.AcquireWith(ctx, Request{Name: "el", Owner: "leader-a", Wait: true, Primitive: lockfsm.PrimElection, Value: "a"})
 	require.NoError(t, err)
 	// One token shared by a's and b's readers: both queue behind a's
@@ -478,10 +480,10 @@ func TestAttackCatalogueCommandsForOthersRefused(t *testing.T) {
 	require.NoError(t, err)
 	ra := acquireAsync(ctx, na, Request{Name: "shared", Owner: "ra", Wait: true, Primitive: lockfsm.PrimRW,
 		Shared: true, Lease: 20 * time.Second})
-	require.Eventually(t, func() bool { return s.tc.nodes[s.lead].waiters("shared") == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return s.tc.Member(s.lead).waiters("shared") == 1 }, 10*time.Second, 5*time.Millisecond)
 	rb := acquireAsync(ctx, nb, Request{Name: "shared", Owner: "rb", Wait: true, Primitive: lockfsm.PrimRW,
 		Shared: true, Lease: 20 * time.Second})
-	require.Eventually(t, func() bool { return s.tc.nodes[s.lead].waiters("shared") == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return s.tc.Member(s.lead).waiters("shared") == 2 }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, w.Release(ctx))
 	ha, hb := ra.wait(t), rb.wait(t)
 	require.Equal(t, ha.Token(), hb.Token(), "one token for both readers")
@@ -501,7 +503,7 @@ func TestAttackCatalogueCommandsForOthersRefused(t *testing.T) {
 			ExtraNames: []string{"m2"}}),
 	}
 	tr := attacker(t, "test", s.pki.member("test", s.b), s.b,
-		map[uint64]string{s.lead: s.tc.addrs[s.lead], s.a: s.tc.addrs[s.a]})
+		map[uint64]string{s.lead: s.tc.Addr(s.lead), s.a: s.tc.Addr(s.a)})
 	for _, c := range forged {
 		_, err := tr.FwdPropose(ctx, s.lead, &transportpb.FwdProposeRequest{Commands: [][]byte{c}})
 		require.ErrorIs(t, err, transport.ErrPermissionDenied)
@@ -523,13 +525,13 @@ func TestAttackCatalogueCommandsForOthersRefused(t *testing.T) {
 	// a's own Proclaim, forwarded by a follower, is proposed.
 	require.NoError(t, el.Proclaim(ctx, "a2"), "a's own proclaim from a follower")
 	// Nothing else of a's changed: its reader, its handles.
-	li, ok := lockFound(s.tc.nodes[s.lead], "el")
+	li, ok := lockFound(s.tc.Member(s.lead), "el")
 	require.True(t, ok)
 	require.Equal(t, "a2", li.Value)
-	li, ok = lockFound(s.tc.nodes[s.lead], "shared")
+	li, ok = lockFound(s.tc.Member(s.lead), "shared")
 	require.True(t, ok)
 	require.Len(t, li.Holds, 2)
-	_, ok = lockFound(s.tc.nodes[s.lead], "sem")
+	_, ok = lockFound(s.tc.Member(s.lead), "sem")
 	require.False(t, ok)
 	for _, h := range []*Hold{el, ha, hb} {
 		require.NoError(t, h.Context().Err())

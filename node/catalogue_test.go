@@ -109,10 +109,10 @@ func applied(t *testing.T, n *Node) uint64 {
 // reader's write request is refused (lockerr.ErrUpgrade); other kinds on the name
 // are refused (lockerr.ErrWrongKind) and change nothing.
 func TestRWLock(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.nodes[1], tc.nodes[2], tc.nodes[3]
+	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
 	r1, err := n1.AcquireWith(ctx, rwReq("rw", "r1", true, true))
 	require.NoError(t, err)
@@ -185,10 +185,10 @@ func TestRWLock(t *testing.T) {
 // (lockerr.ErrPermitsMismatch), as is bad input before anything is proposed
 // (lockerr.ErrBadPermits).
 func TestSemaphore(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.nodes[1], tc.nodes[2], tc.nodes[3]
+	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
 	a, err := n1.AcquireWith(ctx, semReq("pool", "a", 2, 3, true))
 	require.NoError(t, err)
@@ -258,10 +258,10 @@ func lockFound(n *Node, name string) (lockfsm.LockInfo, bool) {
 // Context first, then the cluster takes its permit back), the renewed one
 // stays.
 func TestSemaphoreLeasePerPermit(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.nodes[1], tc.nodes[2], tc.nodes[3]
+	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 	h, err := n1.AcquireWith(ctx, semReq("lp", "h", 2, 2, true))
 	require.NoError(t, err)
 	lease := 800 * time.Millisecond
@@ -382,14 +382,14 @@ func nextChange(t *testing.T, ch <-chan LeaderChange) LeaderChange {
 // changes the log applied.
 func TestElection(t *testing.T) {
 	var log leaderLog
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		if c.ID == 2 {
 			c.Observer = log.observe
 		}
 	})
-	tc.leader()
+	leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.nodes[1], tc.nodes[2], tc.nodes[3]
+	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
 	o, err := n3.Observe(ctx, "leader")
 	require.NoError(t, err)
@@ -469,10 +469,10 @@ func TestElection(t *testing.T) {
 // behind it even when the name is free; opposite orders never deadlock;
 // bad input is refused before anything is proposed.
 func TestMultiNameLock(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.nodes[1], tc.nodes[2], tc.nodes[3]
+	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
 	b, err := n1.Acquire(ctx, "b", "holder-b", true, 0)
 	require.NoError(t, err)
@@ -516,7 +516,7 @@ func TestMultiNameLock(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := 0; i < 20; i++ {
-		n := tc.nodes[uint64(i%3+1)]
+		n := tc.Member(uint64(i%3 + 1))
 		names := []string{"x", "y", "z"}
 		if i%2 == 1 {
 			names = []string{"z", "y", "x"}
@@ -563,8 +563,8 @@ func TestMultiNameLock(t *testing.T) {
 // at random moments while the lock is handed around (grants racing the
 // cancellation) leave nothing behind: at the end every name is free.
 func TestCatalogueCancelLeavesNothing(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	kinds := map[string]func(owner string) Request{
 		"rw": func(o string) Request {
 			return rwReq("c-rw", o, len(o)%2 == 0, true)
@@ -583,7 +583,7 @@ func TestCatalogueCancelLeavesNothing(t *testing.T) {
 	var wg sync.WaitGroup
 	for kind, req := range kinds {
 		for g := 0; g < 6; g++ {
-			n := tc.nodes[uint64(g%3+1)]
+			n := tc.Member(uint64(g%3 + 1))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -603,7 +603,7 @@ func TestCatalogueCancelLeavesNothing(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	for _, n := range tc.nodes {
+	for _, n := range tc.All() {
 		require.Eventually(t, func() bool {
 			locks, err := n.Locks(context.Background())
 			return err == nil && len(locks) == 0
@@ -620,20 +620,20 @@ func TestCatalogueCancelLeavesNothing(t *testing.T) {
 func TestElectionHandsOverAfterLeaderCrash(t *testing.T) {
 	for _, raftLeader := range []bool{false, true} {
 		t.Run(fmt.Sprintf("raft-leader=%v", raftLeader), func(t *testing.T) {
-			tc := newTestCluster(t, 3)
-			lead := tc.leader()
+			tc := newCluster(t, 3)
+			lead := leader(t, tc)
 			ctx := ctxT(t, 30*time.Second)
-			victim := tc.follower()
+			victim := follower(t, tc)
 			if raftLeader {
 				victim = lead
 			}
 			var next *Node
-			for id, n := range tc.nodes {
+			for id, n := range tc.All() {
 				if id != victim {
 					next = n
 				}
 			}
-			l, err := tc.nodes[victim].AcquireWith(ctx, campaignReq("svc", "victim", "v"))
+			l, err := tc.Member(victim).AcquireWith(ctx, campaignReq("svc", "victim", "v"))
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return len(lockInfo(t, next, "svc").Holds) == 1 }, 5*time.Second,
 				5*time.Millisecond, "next applied the campaign")
@@ -642,7 +642,7 @@ func TestElectionHandsOverAfterLeaderCrash(t *testing.T) {
 			p := acquireAsync(ctx, next, campaignReq("svc", "next", "n"))
 			requireWaiters(t, next, "svc", 1)
 			start := time.Now()
-			tc.crash(victim)
+			tc.Crash(victim)
 			h := p.wait(t)
 			took := time.Since(start)
 			cfg := next.cfg
@@ -670,11 +670,11 @@ func TestElectionHandsOverAfterLeaderCrash(t *testing.T) {
 // replica applied.
 func TestObserveAcrossRaftFailover(t *testing.T) {
 	logs := map[uint64]*leaderLog{1: {}, 2: {}, 3: {}}
-	tc := newTestCluster(t, 3, func(c *Config) { c.Observer = logs[c.ID].observe })
-	lead := tc.leader()
+	tc := newCluster(t, 3, func(c *Config) { c.Observer = logs[c.ID].observe })
+	lead := leader(t, tc)
 	ctx := ctxT(t, 60*time.Second)
 	var watcher, speaker *Node
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		switch {
 		case id == lead:
 		case watcher == nil:
@@ -693,7 +693,7 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 	crashed := false
 	for i := 1; i <= 40; i++ {
 		if i == 15 {
-			tc.crash(lead)
+			tc.Crash(lead)
 			crashed = true
 		}
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -726,10 +726,10 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 // lease alive on the leader, and both handles stay live; when the group is
 // released, both are told.
 func TestMultiNameReentrantOtherOrder(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	n := tc.nodes[tc.follower()]
+	n := tc.Member(follower(t, tc))
 	lease := 800 * time.Millisecond
 	r1 := multiReq("o", true, "ra", "rb", "rc")
 	r1.Lease = lease

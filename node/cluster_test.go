@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"testing"
@@ -13,22 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockraft/lockraft/internal/faults"
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/lockerr"
 )
-
-// testCluster is N real nodes: real bbolt files in t.TempDir(), real gRPC on
-// loopback. Logs go to t.Log so they print only when a test fails.
-type testCluster struct {
-	t       *testing.T
-	dirs    map[uint64]string
-	addrs   map[uint64]string
-	members []Member
-	nodes   map[uint64]*Node
-	faults  map[uint64]*faults.Faults
-	tune    func(*Config)
-	logs    *logSink // every node's log lines, besides t.Log
-}
 
 func fastConfig(c *Config) {
 	c.TickInterval = 20 * time.Millisecond
@@ -42,63 +28,59 @@ func fastConfig(c *Config) {
 	c.TryLockTimeout = 2 * time.Second
 }
 
-func newTestCluster(t *testing.T, size int, tune ...func(*Config)) *testCluster {
+// newCluster starts a static cluster of size nodes in the harness
+// (internal/cluster): real bbolt files in t.TempDir(), real gRPC on
+// loopback, each node's faults (tc.Faults(id)) in its knobs.
+func newCluster(t testing.TB, size int, tune ...func(*Config)) *cluster.Cluster[*Node] {
 	t.Helper()
-	tc := &testCluster{t: t, dirs: map[uint64]string{}, addrs: map[uint64]string{}, nodes: map[uint64]*Node{},
-		faults: map[uint64]*faults.Faults{}, logs: &logSink{}}
-	tc.tune = func(c *Config) {
-		fastConfig(c)
+	return startCluster(t, cluster.Options[*Node]{Size: size}, func(s cluster.Spec) Config {
+		return Config{ID: s.ID, ClusterID: "test", DataDir: s.Dir, Members: members(s.Peers), Listener: s.Listener}
+	}, tune)
+}
+
+// startCluster starts opts's members in the harness, each from the Config
+// base makes of its Spec with the test defaults (fastConfig, logs to t.Log,
+// the harness's knobs) and then tune applied in order: a tune may read
+// c.ID, change anything, or plant bugs in the knobs (knobsOfConfig). Every
+// member is crashed when the test ends.
+func startCluster(t testing.TB, opts cluster.Options[*Node], base func(cluster.Spec) Config, tune []func(*Config)) *cluster.Cluster[*Node] {
+	t.Helper()
+	opts.Dir = t.TempDir() // removed after the members stop (cleanups run last-registered first)
+	opts.Start = func(s cluster.Spec) (*Node, error) {
+		cfg := base(s)
+		cfg.Logger = testLogger(t, s.ID)
+		cfg.knobs = s.Knobs
+		fastConfig(&cfg)
 		for _, f := range tune {
-			f(c)
+			f(&cfg)
 		}
-	}
-	lns := map[uint64]net.Listener{}
-	for i := 1; i <= size; i++ {
-		id := uint64(i)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns[id] = ln
-		tc.addrs[id] = ln.Addr().String()
-		tc.dirs[id] = t.TempDir()
-		tc.faults[id] = &faults.Faults{}
-		tc.members = append(tc.members, Member{ID: id, Addr: tc.addrs[id]})
-	}
-	for id := uint64(1); id <= uint64(size); id++ {
-		tc.startWith(id, lns[id])
-	}
-	t.Cleanup(func() {
-		for _, n := range tc.nodes {
-			n.Crash()
+		n, err := Start(cfg)
+		if err != nil {
+			return nil, err
 		}
-	})
-	return tc
+		if s.Addr != "" {
+			formationByAddr.Store(s.Addr, n.formation())
+		}
+		return n, nil
+	}
+	c, err := cluster.Start(opts)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
 }
 
-func (tc *testCluster) config(id uint64) Config {
-	cfg := Config{
-		ID:        id,
-		DataDir:   tc.dirs[id],
-		Members:   tc.members,
-		Logger:    testLoggerTo(tc.t, id, tc.logs),
-		ClusterID: "test",
-		knobs:     tc.faults[id].Knobs(nil),
+// members are the harness's founding members as node.Members.
+func members(ps []cluster.Peer) []Member {
+	ms := make([]Member, len(ps))
+	for i, p := range ps {
+		ms[i] = Member{ID: p.ID, Addr: p.Addr}
 	}
-	tc.tune(&cfg)
-	return cfg
+	return ms
 }
 
-func (tc *testCluster) startWith(id uint64, ln net.Listener) {
-	tc.t.Helper()
-	cfg := tc.config(id)
-	if ln != nil {
-		cfg.Listener = ln
-	} else {
-		cfg.ListenAddr = tc.addrs[id]
-	}
-	n, err := Start(cfg)
-	require.NoError(tc.t, err)
-	tc.nodes[id] = n
-	formationByAddr.Store(tc.addrs[id], n.formation())
+// withLogs sends every node's log lines to sink too, besides t.Log.
+func withLogs(t testing.TB, sink *logSink) func(*Config) {
+	return func(c *Config) { c.Logger = testLoggerTo(t, c.ID, sink) }
 }
 
 // formationByAddr: the formation id of the test node at an address, so that
@@ -107,71 +89,35 @@ func (tc *testCluster) startWith(id uint64, ln net.Listener) {
 // carries it in the clear).
 var formationByAddr sync.Map
 
-// restart starts a stopped node again from its data directory, on its old
-// address.
-func (tc *testCluster) restart(id uint64) {
-	tc.t.Helper()
-	var ln net.Listener
-	var err error
-	require.Eventually(tc.t, func() bool {
-		ln, err = net.Listen("tcp", tc.addrs[id])
-		return err == nil
-	}, 5*time.Second, 10*time.Millisecond, "rebind %s", tc.addrs[id])
-	tc.startWith(id, ln)
-}
-
-// isolate cuts id off from every other node, both ways.
-func (tc *testCluster) isolate(id uint64) {
-	for other, f := range tc.faults {
-		if other == id {
-			continue
-		}
-		f.BlockOut(id)
-		f.BlockIn(id)
-		tc.faults[id].BlockOut(other)
-		tc.faults[id].BlockIn(other)
-	}
-}
-
-func (tc *testCluster) heal() {
-	for _, f := range tc.faults {
-		f.Heal()
-	}
-}
-
-func (tc *testCluster) crash(id uint64) {
-	tc.nodes[id].Crash()
-	delete(tc.nodes, id)
-}
-
-// leader waits until all running nodes agree on one leader and returns it.
-func (tc *testCluster) leader() uint64 {
-	tc.t.Helper()
-	var lead uint64
-	require.Eventually(tc.t, func() bool {
-		lead = 0
-		for _, n := range tc.nodes {
-			l := n.Leader()
-			if l == 0 || (lead != 0 && l != lead) {
-				return false
-			}
-			lead = l
-		}
-		_, running := tc.nodes[lead]
-		return running
-	}, 10*time.Second, 5*time.Millisecond)
+// leader waits until every running node agrees on a running leader and
+// returns it.
+func leader(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lead, err := tc.WaitLeader(ctx)
+	require.NoError(t, err)
 	return lead
 }
 
-func (tc *testCluster) follower() uint64 {
-	lead := tc.leader()
-	for id := range tc.nodes {
+// follower waits for a leader and returns a running node that is not it.
+func follower(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
+	t.Helper()
+	lead := leader(t, tc)
+	for id := range tc.All() {
 		if id != lead {
 			return id
 		}
 	}
-	tc.t.Fatal("no follower")
+	t.Fatal("no follower")
 	return 0
+}
+
+// configOf is the Config node id was last started with (its defaults
+// filled in).
+func configOf(tc *cluster.Cluster[*Node], id uint64) Config {
+	n, _ := tc.Node(id)
+	return n.cfg
 }
 
 func testLogger(t testing.TB, id uint64) *slog.Logger { return testLoggerTo(t, id, nil) }
@@ -204,11 +150,11 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestClusterLockUnlock(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 10*time.Second)
 	var last uint64
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		h, err := n.Acquire(ctx, "a", fmt.Sprintf("owner-%d", id), true, 0)
 		require.NoError(t, err)
 		require.Greater(t, h.Token(), last, "tokens strictly increase")

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/internal/cluster"
 )
 
 func TestCommitHintQuorumIsTwo(t *testing.T) {
@@ -68,19 +70,19 @@ func TestHintedCommit(t *testing.T) {
 // loadFollowers runs pairs Lock+Unlock pairs from 16 callers on the
 // followers of tc (distinct names) and returns the cluster's hint counters:
 // sent by the leader, used by the followers.
-func loadFollowers(t *testing.T, tc *testCluster, pairs int) (sent, used uint64) {
+func loadFollowers(t *testing.T, tc *cluster.Cluster[*Node], pairs int) (sent, used uint64) {
 	t.Helper()
-	lead := tc.leader()
+	lead := leader(t, tc)
 	ctx := ctxT(t, 60*time.Second)
 	var followers []*Node
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		if id != lead {
 			followers = append(followers, n)
 		}
 	}
 	callPairs(t, ctx, 16, int64(pairs), func(g int) *Node { return followers[g%len(followers)] },
 		func(g int, i int64) (string, string) { return fmt.Sprintf("hint/%d/%d", g, i), "o" })
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		st, err := n.Status(ctx)
 		require.NoError(t, err)
 		if id == lead {
@@ -98,20 +100,20 @@ func loadFollowers(t *testing.T, tc *testCluster, pairs int) (sent, used uint64)
 // none is sent.
 func TestFollowersCommitOnLeaderHints(t *testing.T) {
 	t.Run("three voters", func(t *testing.T) {
-		tc := newTestCluster(t, 3)
+		tc := newCluster(t, 3)
 		sent, used := loadFollowers(t, tc, 1600)
 		t.Logf("hints sent %d, used %d", sent, used)
 		require.Positive(t, sent)
 		require.Positive(t, used)
 	})
 	t.Run("hints off", func(t *testing.T) {
-		tc := newTestCluster(t, 3, func(c *Config) { c.NoCommitHints = true })
+		tc := newCluster(t, 3, func(c *Config) { c.NoCommitHints = true })
 		sent, used := loadFollowers(t, tc, 320)
 		require.Zero(t, sent)
 		require.Zero(t, used)
 	})
 	t.Run("five voters", func(t *testing.T) {
-		tc := newTestCluster(t, 5)
+		tc := newCluster(t, 5)
 		sent, used := loadFollowers(t, tc, 320)
 		require.Zero(t, sent)
 		require.Zero(t, used)

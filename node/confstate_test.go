@@ -108,22 +108,21 @@ func TestS1RestartKeepsLatestConfiguration(t *testing.T) {
 // refuse later writes after a failure) could restart later with an older
 // configuration than the one it had applied.
 func TestS3FailedConfStateWriteStopsNode(t *testing.T) {
-	f := newGossipFleet(t, "confwrite", 3)
-	f.tune = func(c *Config) { withFaults(c) }
-	f.start(1)
-	f.start(2, f.nodes[1].GossipAddr())
-	f.start(3, f.nodes[1].GossipAddr())
-	f.waitConf(30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := f.leader(5 * time.Second)
+	f := newGossipCluster(t, "confwrite", 4, 3)
+	startSlot(t, f, 1)
+	startSlot(t, f, 2, f.Member(1).GossipAddr())
+	startSlot(t, f, 3, f.Member(1).GossipAddr())
+	waitConf(t, f, 30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
+	lead := fleetLeader(t, f, 5*time.Second)
 	var x *Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != lead {
 			x = n
 		}
 	}
-	faultsOf(x).FailConfStates(errors.New("disk full"))
-	f.start(4, f.nodes[1].GossipAddr()) // the leader adds it as a learner: a configuration change
-	f.waitConf(30*time.Second, "learner added", func(v, l []uint64) bool { return len(l) == 1 })
+	faultsOf(f, x).FailConfStates(errors.New("disk full"))
+	startSlot(t, f, 4, f.Member(1).GossipAddr()) // the leader adds it as a learner: a configuration change
+	waitConf(t, f, 30*time.Second, "learner added", func(v, l []uint64) bool { return len(l) == 1 })
 	require.Eventually(t, func() bool { return errors.Is(x.err(), lockerr.ErrStorage) }, 10*time.Second, 5*time.Millisecond,
 		"the voter whose configuration write failed kept serving (err %v)", x.err())
 	require.ErrorContains(t, x.err(), "disk full")

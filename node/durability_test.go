@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
@@ -63,20 +64,20 @@ func (r *releaseLog) observe(rec ApplyRecord) {
 // release stays released, and new tokens are higher than all old ones.
 func TestFullClusterCrashKeepsAcknowledgedState(t *testing.T) {
 	logs := map[uint64]*releaseLog{}
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		c.CommitInterval = time.Hour // the lock table is never committed: restart replays the raft log
 		if logs[c.ID] == nil {
 			logs[c.ID] = newReleaseLog()
 		}
 		c.Observer = logs[c.ID].observe
 	})
-	tc.leader()
+	leader(t, tc)
 	ctx := ctxT(t, 20*time.Second)
 	held := map[string]*Hold{}
 	var maxToken uint64
 	for i := 0; i < 12; i++ {
 		name := fmt.Sprintf("res/%d", i)
-		n := tc.nodes[uint64(i%3+1)]
+		n := tc.Member(uint64(i%3 + 1))
 		h, err := n.Acquire(ctx, name, fmt.Sprintf("o%d", i), true, 0)
 		require.NoError(t, err)
 		maxToken = max(maxToken, h.Token())
@@ -86,14 +87,14 @@ func TestFullClusterCrashKeepsAcknowledgedState(t *testing.T) {
 			held[name] = h
 		}
 	}
-	for id := range tc.nodes {
-		tc.crash(id)
+	for id := range tc.All() {
+		tc.Crash(id)
 	}
 	for id := uint64(1); id <= 3; id++ {
 		logs[id] = newReleaseLog()
-		tc.restart(id)
+		require.NoError(t, tc.Restart(id))
 	}
-	tc.leader()
+	leader(t, tc)
 	// Each restarted node closes its earlier session: the held locks come
 	// back as releases with their original tokens.
 	require.Eventually(t, func() bool {
@@ -118,7 +119,7 @@ func TestFullClusterCrashKeepsAcknowledgedState(t *testing.T) {
 		}
 	}
 	for i := 0; i < 12; i++ {
-		h, err := tc.nodes[uint64(i%3+1)].Acquire(ctx, fmt.Sprintf("res/%d", i), "after", false, 0)
+		h, err := tc.Member(uint64(i%3+1)).Acquire(ctx, fmt.Sprintf("res/%d", i), "after", false, 0)
 		require.NoError(t, err)
 		require.Greater(t, h.Token(), maxToken, "tokens keep increasing across a full restart")
 	}
@@ -127,12 +128,12 @@ func TestFullClusterCrashKeepsAcknowledgedState(t *testing.T) {
 
 // requireSameTables checks S7: every replica's lock table is byte-identical
 // once they have applied the same index.
-func requireSameTables(t *testing.T, tc *testCluster) {
+func requireSameTables(t *testing.T, tc *cluster.Cluster[*Node]) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var first []byte
 		var firstIdx uint64
-		for _, n := range tc.nodes {
+		for _, n := range tc.All() {
 			b, idx, err := n.TableSnapshot(context.Background())
 			require.NoError(t, err)
 			if first == nil {
@@ -152,14 +153,14 @@ func requireSameTables(t *testing.T, tc *testCluster) {
 // back it is sent a snapshot (streamed by the transport), restores its lock
 // table from it, and ends byte-identical to the others.
 func TestFollowerCatchesUpBySnapshot(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		c.SnapshotEvery = 50
 		c.CompactKeep = 10
 	})
 	ctx := ctxT(t, 30*time.Second)
-	f := tc.follower()
-	tc.crash(f)
-	n := tc.nodes[tc.leader()]
+	f := follower(t, tc)
+	tc.Crash(f)
+	n := tc.Member(leader(t, tc))
 	var holds []*Hold
 	for i := 0; i < 150; i++ {
 		if i%10 == 0 {
@@ -173,14 +174,14 @@ func TestFollowerCatchesUpBySnapshot(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, h.Release(ctx))
 	}
-	tc.restart(f)
+	require.NoError(t, tc.Restart(f))
 	require.Eventually(t, func() bool {
-		st, err := tc.nodes[f].Status(ctx)
+		st, err := tc.Member(f).Status(ctx)
 		return err == nil && st.SnapshotsRestored > 0
 	}, 15*time.Second, 20*time.Millisecond, "the follower was not sent a snapshot")
 	requireSameTables(t, tc)
 	// And it serves locks afterwards.
-	h, err := tc.nodes[f].Acquire(ctx, "after-snapshot", "f", true, 0)
+	h, err := tc.Member(f).Acquire(ctx, "after-snapshot", "f", true, 0)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
 	for _, h := range holds {
@@ -192,11 +193,11 @@ func TestFollowerCatchesUpBySnapshot(t *testing.T) {
 // new one and Lock works again. The time from the crash to the next
 // successful Lock is reported.
 func TestLeaderFailover(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	var survivor *Node
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		if id != lead {
 			survivor = n
 		}
@@ -204,13 +205,13 @@ func TestLeaderFailover(t *testing.T) {
 	h, err := survivor.Acquire(ctx, "before", "s", true, 0)
 	require.NoError(t, err)
 	start := time.Now()
-	tc.crash(lead)
+	tc.Crash(lead)
 	h2, err := survivor.Acquire(ctx, "after", "s", true, 0)
 	require.NoError(t, err)
 	took := time.Since(start)
-	el := tc.config(1).electionTimeout()
+	el := configOf(tc, 1).electionTimeout()
 	t.Logf("crash → next Lock granted: %v (election timeout %v)", took, el)
-	require.NotEqual(t, lead, tc.leader())
+	require.NotEqual(t, lead, leader(t, tc))
 	require.NoError(t, h2.Release(ctx))
 	// The hold taken before the failover survived it.
 	require.NoError(t, h.Context().Err())
@@ -220,10 +221,10 @@ func TestLeaderFailover(t *testing.T) {
 // TestCloseReleasesEverything: a graceful Close releases the node's locks
 // and removes its waiters in one entry; a waiter elsewhere is granted.
 func TestCloseReleasesEverything(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 20*time.Second)
-	a, b := tc.nodes[1], tc.nodes[2]
+	a, b := tc.Member(1), tc.Member(2)
 	ha, err := a.Acquire(ctx, "x", "a", true, 0)
 	require.NoError(t, err)
 	_, err = a.Acquire(ctx, "y", "a", true, 0)
@@ -238,7 +239,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	requireWaiters(t, b, "x", 1)
 	start := time.Now()
 	require.NoError(t, a.Close(ctx))
-	delete(tc.nodes, 1)
+	tc.Stopped(1)
 	select {
 	case h := <-got:
 		t.Logf("graceful close → next grant: %v", time.Since(start))
@@ -257,21 +258,21 @@ func TestCloseReleasesEverything(t *testing.T) {
 // acknowledging anything it could not make durable; the rest of the cluster
 // carries on.
 func TestDiskFailureStopsServing(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	ctx := ctxT(t, 20*time.Second)
-	h, err := tc.nodes[a].Acquire(ctx, "disk", "a", true, 0)
+	h, err := tc.Member(a).Acquire(ctx, "disk", "a", true, 0)
 	require.NoError(t, err)
-	tc.faults[a].FailWrites(errors.New("injected: no space left on device"))
-	_, err = tc.nodes[a].Acquire(ctx, "other", "a", true, 0)
+	tc.Faults(a).FailWrites(errors.New("injected: no space left on device"))
+	_, err = tc.Member(a).Acquire(ctx, "other", "a", true, 0)
 	require.ErrorIs(t, err, lockerr.ErrStorage)
 	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrStorage)
-	_, err = tc.nodes[a].Acquire(ctx, "again", "a", true, 0)
+	_, err = tc.Member(a).Acquire(ctx, "again", "a", true, 0)
 	require.ErrorIs(t, err, lockerr.ErrStorage, "a failed node keeps refusing")
 	// The others still serve, and a's lock moves on once its session expires.
 	b := otherThan(tc, lead, a)
-	h2, err := tc.nodes[b].Acquire(ctx, "disk", "b", true, 0)
+	h2, err := tc.Member(b).Acquire(ctx, "disk", "b", true, 0)
 	require.NoError(t, err)
 	require.Greater(t, h2.Token(), h.Token())
 }

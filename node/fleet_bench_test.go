@@ -52,8 +52,11 @@ func BenchmarkLeaderCPUPerThousandOps(b *testing.B) {
 				}
 				pinLoopThread(c)
 			})
-			nodes := f.running()
-			lead := f.leader(10 * time.Second)
+			var nodes []*Node
+			for _, n := range f.All() {
+				nodes = append(nodes, n)
+			}
+			lead := fleetLeader(b, f, 10*time.Second)
 			const pairs = 2000
 			// Warm up: one pair from every member.
 			runPairs(b, nodes, len(nodes))

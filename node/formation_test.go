@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node/internal/fleet"
@@ -27,7 +28,7 @@ type formations struct {
 	wg      sync.WaitGroup
 }
 
-func watchFormations(t *testing.T, fleets ...*gossipFleet) *formations {
+func watchFormations(t *testing.T, fleets ...*cluster.Cluster[*Node]) *formations {
 	w := &formations{ids: map[string][]string{}, stopped: map[string]error{}, done: make(chan struct{})}
 	w.wg.Add(1)
 	go func() {
@@ -41,7 +42,7 @@ func watchFormations(t *testing.T, fleets ...*gossipFleet) *formations {
 			case <-tick.C:
 			}
 			for _, f := range fleets {
-				for _, n := range f.running() {
+				for _, n := range f.All() {
 					id, err := n.formation(), n.err()
 					w.mu.Lock()
 					if id != "" && !slices.Contains(w.ids[id], n.gossipName()) {
@@ -94,36 +95,36 @@ func (w *formations) snapshot() (map[string][]string, map[string]error) {
 func TestS1IslandsFormOneCluster(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		islandA      []int
-		islandB      []int
+		islandA      []uint64
+		islandB      []uint64
 		formsDuring  bool // founders 1, 2, 3 all in one island
 		partitionFor time.Duration
 	}{
-		{"founders in one island", []int{1, 2, 3}, []int{4, 5, 6}, true, 0},
-		{"founders split 2|1", []int{1, 4, 3}, []int{2, 5, 6}, false, 4 * time.Second},
+		{"founders in one island", []uint64{1, 2, 3}, []uint64{4, 5, 6}, true, 0},
+		{"founders split 2|1", []uint64{1, 4, 3}, []uint64{2, 5, 6}, false, 4 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newGossipFleet(t, "islands", 3)
+			f := newGossipCluster(t, "islands", 6, 3)
 			w := watchFormations(t, f)
-			startIsland := func(members []int) {
+			startIsland := func(members []uint64) {
 				seed := ""
 				for _, i := range members {
 					if seed == "" {
-						seed = f.start(i).GossipAddr()
+						seed = startSlot(t, f, i).GossipAddr()
 						continue
 					}
-					f.start(i, seed)
+					startSlot(t, f, i, seed)
 				}
 			}
 			startIsland(tc.islandA)
 			startIsland(tc.islandB)
 			if tc.formsDuring {
-				f.waitConf(30*time.Second, "island A formed", func(v, l []uint64) bool { return len(v) == 3 })
+				waitConf(t, f, 30*time.Second, "island A formed", func(v, l []uint64) bool { return len(v) == 3 })
 				// Island B sees three members too, for well over the settle
 				// time, and must stay out of raft.
 				require.Never(t, func() bool {
 					for _, i := range tc.islandB {
-						if f.nodes[i].storage.HasState() || f.nodes[i].formation() != "" {
+						if f.Member(i).storage.HasState() || f.Member(i).formation() != "" {
 							return true
 						}
 					}
@@ -140,29 +141,29 @@ func TestS1IslandsFormOneCluster(t *testing.T) {
 			require.Empty(t, stopped)
 
 			// Heal: island B's members learn island A's.
-			_, err := f.nodes[tc.islandB[0]].ml.Join([]string{f.nodes[tc.islandA[0]].GossipAddr()})
+			_, err := f.Member(tc.islandB[0]).ml.Join([]string{f.Member(tc.islandA[0]).GossipAddr()})
 			require.NoError(t, err)
 			all := map[uint64]bool{}
-			for _, n := range f.running() {
+			for _, n := range f.All() {
 				all[n.ID()] = true
 			}
-			voters, learners := f.waitConf(120*time.Second, "one cluster with all 6", func(v, l []uint64) bool {
+			voters, learners := waitConf(t, f, 120*time.Second, "one cluster with all 6", func(v, l []uint64) bool {
 				return len(v) == 5 && len(l) == 1
 			})
 			for _, id := range append(slices.Clone(voters), learners...) {
 				require.True(t, all[id], "member %x is one of the fleet", id)
 			}
-			lead := f.leader(5 * time.Second)
+			lead := fleetLeader(t, f, 5*time.Second)
 			ids, stopped = w.snapshot()
 			require.Len(t, ids, 1, "exactly one formation: %v", ids)
 			require.Empty(t, stopped, "nobody was stopped (told removed)")
-			for _, n := range f.running() {
+			for _, n := range f.All() {
 				// A learner just added adopts the id with its first raft traffic.
 				require.Eventually(t, func() bool { return n.formation() == lead.formation() }, 20*time.Second, 10*time.Millisecond,
 					"%s belongs to the one cluster", n.gossipName())
 			}
 			ctx := ctxT(t, 60*time.Second)
-			for _, n := range f.running() {
+			for _, n := range f.All() {
 				lockUnlock(t, ctx, n, "one-cluster")
 			}
 			t.Logf("one cluster %s: voters %x learners %x", lead.formation(), voters, learners)
@@ -178,26 +179,24 @@ func TestS1IslandsFormOneCluster(t *testing.T) {
 // adds, removes or tells anyone anything, no raft message crosses, and both
 // keep serving.
 func TestS1FormedClustersWithOneIDNeverMerge(t *testing.T) {
-	a := newGossipFleet(t, "twin", 3)
-	a.prefix = "a"
-	b := newGossipFleet(t, "twin", 3)
-	b.prefix = "b"
+	a := newGossipCluster(t, "twin", 3, 3, prefixed("a"))
+	b := newGossipCluster(t, "twin", 3, 3, prefixed("b"))
 	w := watchFormations(t, a, b)
-	for _, f := range []*gossipFleet{a, b} {
-		f.start(1)
-		f.start(2, f.nodes[1].GossipAddr())
-		f.start(3, f.nodes[1].GossipAddr())
+	for _, f := range []*cluster.Cluster[*Node]{a, b} {
+		startSlot(t, f, 1)
+		startSlot(t, f, 2, f.Member(1).GossipAddr())
+		startSlot(t, f, 3, f.Member(1).GossipAddr())
 	}
-	va, _ := a.waitConf(30*time.Second, "a formed", func(v, l []uint64) bool { return len(v) == 3 })
-	vb, _ := b.waitConf(30*time.Second, "b formed", func(v, l []uint64) bool { return len(v) == 3 })
+	va, _ := waitConf(t, a, 30*time.Second, "a formed", func(v, l []uint64) bool { return len(v) == 3 })
+	vb, _ := waitConf(t, b, 30*time.Second, "b formed", func(v, l []uint64) bool { return len(v) == 3 })
 	ids, _ := w.snapshot()
 	require.Len(t, ids, 2)
 
-	_, err := b.nodes[1].ml.Join([]string{a.nodes[1].GossipAddr()})
+	_, err := b.Member(1).ml.Join([]string{a.Member(1).GossipAddr()})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		for _, f := range []*gossipFleet{a, b} {
-			for _, n := range f.running() {
+		for _, f := range []*cluster.Cluster[*Node]{a, b} {
+			for _, n := range f.All() {
 				if len(n.Members()) != 6 {
 					return false
 				}
@@ -211,8 +210,8 @@ func TestS1FormedClustersWithOneIDNeverMerge(t *testing.T) {
 		_, stopped := w.snapshot()
 		return len(stopped) > 0
 	}, 3*time.Second, 20*time.Millisecond, "a member was stopped")
-	va2, la := a.waitConf(time.Second, "a unchanged", func(v, l []uint64) bool { return true })
-	vb2, lb := b.waitConf(time.Second, "b unchanged", func(v, l []uint64) bool { return true })
+	va2, la := waitConf(t, a, time.Second, "a unchanged", func(v, l []uint64) bool { return true })
+	vb2, lb := waitConf(t, b, time.Second, "b unchanged", func(v, l []uint64) bool { return true })
 	require.Equal(t, va, va2)
 	require.Equal(t, vb, vb2)
 	require.Empty(t, la)
@@ -220,9 +219,21 @@ func TestS1FormedClustersWithOneIDNeverMerge(t *testing.T) {
 	ids2, _ := w.snapshot()
 	require.Equal(t, ids, ids2, "formation ids unchanged")
 	ctx := ctxT(t, 60*time.Second)
-	for _, f := range []*gossipFleet{a, b} {
-		for _, n := range f.running() {
+	for _, f := range []*cluster.Cluster[*Node]{a, b} {
+		for _, n := range f.All() {
 			lockUnlock(t, ctx, n, "twin")
+		}
+	}
+}
+
+// prefixed names a fleet's slots "<prefix>-<i>" rather than after its
+// ClusterID, its founders too: two founding sets with one ClusterID.
+func prefixed(prefix string) func(*Config) {
+	rename := func(name string) string { return prefix + name[strings.LastIndex(name, "-"):] }
+	return func(c *Config) {
+		c.Gossip.Name = rename(c.Gossip.Name)
+		for i, f := range c.Gossip.Founders {
+			c.Gossip.Founders[i] = rename(f)
 		}
 	}
 }
@@ -257,8 +268,8 @@ func lockUnlock(t *testing.T, ctx context.Context, n *Node, name string) {
 // already adopted, a founders list that differs, a question meant for
 // another node, and raft data.
 func TestFormationAnswersAreDurable(t *testing.T) {
-	f := newGossipFleet(t, "answers", 3)
-	n := f.start(2) // a founder, alone: nobody forms
+	f := newGossipCluster(t, "answers", 3, 3)
+	n := startSlot(t, f, 2) // a founder, alone: nobody forms
 	ask := func(n *Node, r fleet.FormRequest) fleet.FormReply {
 		t.Helper()
 		return n.fleet.Answer(99, r)
@@ -287,13 +298,13 @@ func TestFormationAnswersAreDurable(t *testing.T) {
 
 	// The answer is in the data directory: after a restart it still holds.
 	id := n.ID()
-	f.crash(2)
-	n = f.start(2)
+	f.Crash(2)
+	n = startSlot(t, f, 2)
 	require.Equal(t, id, n.ID())
 	require.Equal(t, idA, n.formation())
 	rep = ask(n, req)
 	require.False(t, rep.Adopted, "a restart does not free the answer")
-	ident, ok, err := readIdentity(f.dirs[2])
+	ident, ok, err := readIdentity(f.Dir(2))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, idA, ident.formation)
@@ -357,7 +368,7 @@ func TestGossipDevelopmentModeForms(t *testing.T) {
 func TestS1LightMembersBindToTheirCluster(t *testing.T) {
 	f, lights := lightFleet(t, "bind", 6, nil)
 	require.NotEmpty(t, lights)
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	require.NotEmpty(t, lead.formation())
 	for _, n := range lights {
 		require.Eventually(t, func() bool { return n.formation() == lead.formation() }, 10*time.Second, 10*time.Millisecond,

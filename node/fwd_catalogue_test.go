@@ -40,10 +40,10 @@ func TestLightMemberCatalogue(t *testing.T) {
 	})
 	require.NotEmpty(t, lights)
 	a := lights[0]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 60*time.Second)
 	var voter *Node // a raft member that is not the leader: it survives the leader's crash
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != lead && !n.light() {
 			voters, _, err := n.ConfState(ctx)
 			if err == nil && slices.Contains(voters, n.ID()) {
@@ -114,17 +114,17 @@ func TestLightMemberCatalogue(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		proclaim(i)
 	}
-	faultsOf(a).DropPushes(true) // these changes are lost on the way
+	faultsOf(f, a).DropPushes(true) // these changes are lost on the way
 	for i := 6; i <= 10; i++ {
 		proclaim(i)
 	}
-	faultsOf(a).DropPushes(false)
+	faultsOf(f, a).DropPushes(false)
 	for i := 11; i <= 15; i++ {
 		proclaim(i)
 	}
-	for i, n := range f.nodes {
+	for i, n := range f.All() {
 		if n == lead {
-			f.crash(i)
+			f.Crash(i)
 		}
 	}
 	for i := 16; i <= 25; i++ {
@@ -231,9 +231,9 @@ func TestLargestCommandFits(t *testing.T) {
 func TestLargestLockAllForwarded(t *testing.T) {
 	f, lights := lightFleet(t, "bigcmd", 6, nil)
 	require.NotEmpty(t, lights)
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	var follower *Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != lead && !n.light() {
 			follower = n
 			break

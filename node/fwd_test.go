@@ -10,31 +10,30 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/lockerr"
 )
 
-// lightFleet starts n instances with 3 voters and 2 learners at most; the
-// rest are light members. It returns the fleet once the configuration is
-// 3 voters + min(2, n-3) learners and every instance has a session.
-func lightFleet(t testing.TB, cluster string, size int, tune func(*Config)) (*gossipFleet, []*Node) {
+// lightFleet starts a fleet of size instances with 3 voters and 2 learners
+// at most; the rest are light members. It returns the fleet once the
+// configuration is 3 voters + min(2, size-3) learners and every instance
+// has a session.
+func lightFleet(t testing.TB, name string, size int, tune func(*Config)) (*cluster.Cluster[*Node], []*Node) {
 	t.Helper()
-	f := newGossipFleet(t, cluster, 3)
-	f.founders = []int{0, 1, 2}
-	f.tune = func(c *Config) {
+	f := newGossipCluster(t, name, size, 3, func(c *Config) {
 		c.Gossip.Thresholds.MaxVoters = 3
 		if tune != nil {
 			tune(c)
 		}
-	}
-	f.start(0)
-	seed := f.nodes[0].GossipAddr()
-	for i := 1; i < size; i++ {
-		f.start(i, seed)
+	})
+	seed := startSlot(t, f, 1).GossipAddr()
+	for i := uint64(2); i <= uint64(size); i++ {
+		startSlot(t, f, i, seed)
 	}
 	learners := min(2, size-3)
-	f.waitConf(60*time.Second, "3 voters + learners", func(v, l []uint64) bool { return len(v) == 3 && len(l) == learners })
+	waitConf(t, f, 60*time.Second, "3 voters + learners", func(v, l []uint64) bool { return len(v) == 3 && len(l) == learners })
 	require.Eventually(t, func() bool {
-		for _, n := range f.running() {
+		for _, n := range f.All() {
 			if n.sess.Load() == 0 {
 				return false
 			}
@@ -42,15 +41,15 @@ func lightFleet(t testing.TB, cluster string, size int, tune func(*Config)) (*go
 		return true
 	}, 60*time.Second, 20*time.Millisecond, "every instance has a session")
 	// A learner just added may not have received raft state yet.
-	require.Eventually(t, func() bool { return len(f.lightNodes()) == size-3-learners }, 20*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(lightNodes(f)) == size-3-learners }, 20*time.Second, 10*time.Millisecond,
 		"every member outside the configuration is light, no other")
-	return f, f.lightNodes()
+	return f, lightNodes(f)
 }
 
-// lightNodes are the running instances outside the raft configuration.
-func (f *gossipFleet) lightNodes() []*Node {
+// lightNodes are the running instances of f outside the raft configuration.
+func lightNodes(f *cluster.Cluster[*Node]) []*Node {
 	var out []*Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n.light() {
 			out = append(out, n)
 		}
@@ -63,7 +62,7 @@ func TestLightMemberLockUnlock(t *testing.T) {
 	f, lights := lightFleet(t, "light", 7, nil)
 	require.Len(t, lights, 2)
 	a, b := lights[0], lights[1]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 20*time.Second)
 
 	// Lock, reentrancy, TryLock refused to another owner, Unlock.
@@ -137,13 +136,13 @@ func (n *Node) waiters(name string) int {
 func TestLightMemberCrashReleasesAfterTTL(t *testing.T) {
 	f, lights := lightFleet(t, "lightcrash", 6, nil)
 	a := lights[0]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 20*time.Second)
 	_, err := a.Acquire(ctx, "crash", "alice", true, 0)
 	require.NoError(t, err)
-	for i, n := range f.nodes {
+	for i, n := range f.All() {
 		if n == a {
-			f.crash(i)
+			f.Crash(i)
 		}
 	}
 	start := time.Now()
@@ -158,11 +157,11 @@ func TestLightMemberCrashReleasesAfterTTL(t *testing.T) {
 func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	f, lights := lightFleet(t, "lightfail", 6, nil)
 	a := lights[0]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	// Held by a voter that is not the leader, so it survives the change.
 	var holder *Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != lead && !n.light() {
 			voters, _, err := n.ConfState(ctx)
 			if err == nil && slices.Contains(voters, n.ID()) {
@@ -188,10 +187,10 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	// From now on no push (and no result in a reply) reaches the light
 	// member: the grant must be re-learned with fwd-status from the new
 	// leader.
-	faultsOf(a).DropPushes(true)
-	for i, n := range f.nodes {
+	faultsOf(f, a).DropPushes(true)
+	for i, n := range f.All() {
 		if n == lead {
-			f.crash(i)
+			f.Crash(i)
 		}
 	}
 	require.Eventually(t, func() bool { l := holder.Leader(); return l != 0 && l != lead.ID() }, 10*time.Second, 10*time.Millisecond)
@@ -202,7 +201,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 		require.Greater(t, hh.Token(), h.Token())
 		t.Logf("light now: %v, relearned %d", a.light(), a.relearned.Load())
 		require.Positive(t, a.relearned.Load(), "granted through fwd-status")
-		faultsOf(a).DropPushes(false)
+		faultsOf(f, a).DropPushes(false)
 		require.NoError(t, hh.Release(ctx))
 	case <-ctx.Done():
 		t.Fatal("light waiter never granted after the leader change")
@@ -232,7 +231,7 @@ func TestFleetOf50(t *testing.T) {
 	require.Len(t, lights, 45)
 	ctx := ctxT(t, 60*time.Second)
 	var wg sync.WaitGroup
-	for i, n := range f.running() {
+	for i, n := range f.All() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -258,7 +257,7 @@ func TestFleetOf50(t *testing.T) {
 func TestLightMemberWaitDoesNotPoll(t *testing.T) {
 	f, lights := lightFleet(t, "nopoll", 6, nil)
 	a := lights[0]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	h, err := lead.Acquire(ctx, "np", "holder", true, 0)
 	require.NoError(t, err)
@@ -272,7 +271,7 @@ func TestLightMemberWaitDoesNotPoll(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return lead.waiters("np") == 1 }, 5*time.Second, 5*time.Millisecond)
 	served := func() (sum uint64) {
-		for _, n := range f.running() {
+		for _, n := range f.All() {
 			sum += n.statusServed.Load()
 		}
 		return sum

@@ -15,73 +15,33 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/cluster"
+	"github.com/lockraft/lockraft/internal/faults"
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node/internal/fleet"
 )
 
-// gossipFleet is a set of real nodes (real gRPC, bbolt, memberlist on
-// loopback) that find each other by gossip. Instance i is named
-// "<cluster>-<i>", as a StatefulSet names its pods; the founders are
-// instances 1..expect unless the test sets founders.
-type gossipFleet struct {
-	t        testing.TB
-	cluster  string
-	prefix   string // of instance names; default cluster
-	expect   int
-	founders []int
-	mu       sync.Mutex
-	nodes    map[int]*Node
-	dirs     map[int]string
-	tune     func(*Config) // applied after the defaults
-}
-
-func newGossipFleet(t testing.TB, cluster string, expect int) *gossipFleet {
-	f := &gossipFleet{t: t, cluster: cluster, expect: expect, nodes: map[int]*Node{}, dirs: map[int]string{}}
-	for i := 1; i <= expect; i++ {
-		f.founders = append(f.founders, i)
-	}
-	t.Cleanup(func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, n := range f.nodes {
-			n.Crash()
-		}
-	})
-	return f
-}
-
-func (f *gossipFleet) config(i int, seeds []string) Config {
-	if f.dirs[i] == "" {
-		f.dirs[i] = f.t.TempDir()
-		// Cleanups run last-registered first: stop the instance on this
-		// directory before TempDir removes it (a running member may still
-		// write there, e.g. a light member's session file).
-		f.t.Cleanup(func() {
-			f.mu.Lock()
-			n := f.nodes[i]
-			f.mu.Unlock()
-			if n != nil {
-				n.Crash()
-			}
-		})
-	}
+// newGossipCluster is a fleet of size real nodes (real gRPC, bbolt, memberlist on
+// loopback) in the harness, slots 1..size, that find each other by gossip;
+// none runs yet: startSlot starts one. Slot i is named "<name>-<i>", as a
+// StatefulSet names its pods, and name is the ClusterID; the founders are
+// slots 1..expect (with expect 1, slot 1 forms alone: the development
+// mode). tune applies after the defaults; every slot has its Faults
+// (f.Faults(slot), faultsOf), which block raft ids (a gossip member's
+// raft id is not its slot).
+func newGossipCluster(t testing.TB, name string, size, expect int, tune ...func(*Config)) *cluster.Cluster[*Node] {
+	t.Helper()
 	var founders []string
-	for _, j := range f.founders {
-		founders = append(founders, f.name(j))
+	for i := 1; i <= expect; i++ {
+		founders = append(founders, fmt.Sprintf("%s-%d", name, i))
 	}
-	if f.expect == 1 && i == f.founders[0] {
-		founders = nil // the development mode: the first instance founds alone
-	}
-	cfg := Config{
-		DataDir:   f.dirs[i],
-		ClusterID: f.cluster,
-		Logger:    testLogger(f.t, uint64(i)),
-		Gossip: &GossipConfig{
-			Seeds:           seeds,
-			Name:            f.name(i),
-			Founders:        founders,
-			BootstrapExpect: f.expect,
+	return startCluster(t, cluster.Options[*Node]{Size: size, Gossip: true, Initial: -1}, func(s cluster.Spec) Config {
+		g := &GossipConfig{
+			Seeds:           s.Seeds,
+			Name:            fmt.Sprintf("%s-%d", name, s.ID),
+			Founders:        slices.Clone(founders),
+			BootstrapExpect: expect,
 			Timing:          membership.FastTiming(),
 			Thresholds: membership.Thresholds{
 				StabilizeFor:   300 * time.Millisecond,
@@ -92,60 +52,48 @@ func (f *gossipFleet) config(i int, seeds []string) Config {
 				DeadLearnerAfter: 3 * time.Second,
 			},
 			ReconcileEvery: 100 * time.Millisecond,
-		},
+		}
+		if expect == 1 && s.ID == 1 {
+			g.Founders = nil // the development mode: the first slot founds alone
+		}
+		return Config{DataDir: s.Dir, ClusterID: name, Gossip: g}
+	}, tune)
+}
+
+// startSlot starts slot i of fleet f (from its data directory, if it ran
+// before), joining through seeds (none: alone), and returns its node.
+func startSlot(t testing.TB, f *cluster.Cluster[*Node], i uint64, seeds ...string) *Node {
+	t.Helper()
+	require.NoError(t, f.StartVia(i, seeds...))
+	return f.Member(i)
+}
+
+// slotOf is the slot of f that runs n (0: none).
+func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
+	for i, m := range f.All() {
+		if m == n {
+			return i
+		}
 	}
-	fastConfig(&cfg)
-	withFaults(&cfg) // every fleet member can be cut off (faultsOf)
-	if f.tune != nil {
-		f.tune(&cfg)
+	return 0
+}
+
+// faultsOf is the Faults of the slot of f that runs n.
+func faultsOf(f *cluster.Cluster[*Node], n *Node) *faults.Faults {
+	i := slotOf(f, n)
+	if i == 0 {
+		panic("faultsOf: the node does not run in the fleet")
 	}
-	return cfg
+	return f.Faults(i)
 }
 
-func (f *gossipFleet) name(i int) string {
-	if f.prefix != "" {
-		return fmt.Sprintf("%s-%d", f.prefix, i)
-	}
-	return fmt.Sprintf("%s-%d", f.cluster, i)
-}
-
-// start starts instance i with the given seeds.
-func (f *gossipFleet) start(i int, seeds ...string) *Node {
-	f.t.Helper()
-	n, err := Start(f.config(i, seeds))
-	require.NoError(f.t, err)
-	f.mu.Lock()
-	f.nodes[i] = n
-	f.mu.Unlock()
-	return n
-}
-
-func (f *gossipFleet) crash(i int) {
-	f.mu.Lock()
-	n := f.nodes[i]
-	delete(f.nodes, i)
-	f.mu.Unlock()
-	n.Crash()
-}
-
-func (f *gossipFleet) running() []*Node {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*Node
-	for _, n := range f.nodes {
-		out = append(out, n)
-	}
-	return out
-}
-
-// leader returns the running node that leads, once every running node
-// that is in the configuration agrees.
-func (f *gossipFleet) leader(timeout time.Duration) *Node {
-	f.t.Helper()
+// fleetLeader returns the running node of f that leads.
+func fleetLeader(t testing.TB, f *cluster.Cluster[*Node], timeout time.Duration) *Node {
+	t.Helper()
 	var lead *Node
-	require.Eventually(f.t, func() bool {
+	require.Eventually(t, func() bool {
 		lead = nil
-		for _, n := range f.running() {
+		for _, n := range f.All() {
 			if n.Leader() == n.ID() {
 				lead = n
 			}
@@ -155,12 +103,12 @@ func (f *gossipFleet) leader(timeout time.Duration) *Node {
 	return lead
 }
 
-// waitConf waits until the leader's configuration satisfies ok.
-func (f *gossipFleet) waitConf(timeout time.Duration, what string, ok func(voters, learners []uint64) bool) (voters, learners []uint64) {
-	f.t.Helper()
+// waitConf waits until the configuration of f's leader satisfies ok.
+func waitConf(t testing.TB, f *cluster.Cluster[*Node], timeout time.Duration, what string, ok func(voters, learners []uint64) bool) (voters, learners []uint64) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		for _, n := range f.running() {
+		for _, n := range f.All() {
 			if n.Leader() != n.ID() {
 				continue
 			}
@@ -174,23 +122,23 @@ func (f *gossipFleet) waitConf(timeout time.Duration, what string, ok func(voter
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	f.t.Fatalf("configuration never reached %s: last voters %x learners %x", what, voters, learners)
+	t.Fatalf("configuration never reached %s: last voters %x learners %x", what, voters, learners)
 	return nil, nil
 }
 
 func TestGossipFormAndGrow(t *testing.T) {
-	f := newGossipFleet(t, "grow", 3)
+	f := newGossipCluster(t, "grow", 7, 3)
 	start := time.Now()
-	f.start(1)
-	for i := 2; i <= 5; i++ {
+	startSlot(t, f, 1)
+	for i := uint64(2); i <= 5; i++ {
 		// Each is given one seed: the previous instance.
-		prev := f.nodes[i-1].GossipAddr()
-		f.start(i, prev)
+		prev := f.Member(i - 1).GossipAddr()
+		startSlot(t, f, i, prev)
 	}
-	voters, _ := f.waitConf(20*time.Second, "formed", func(v, l []uint64) bool { return len(v) >= 3 })
+	voters, _ := waitConf(t, f, 20*time.Second, "formed", func(v, l []uint64) bool { return len(v) >= 3 })
 	t.Logf("formed with voters %x after %v", voters, time.Since(start))
 	ids := map[uint64]bool{}
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		ids[n.ID()] = true
 	}
 	for _, v := range voters {
@@ -199,7 +147,7 @@ func TestGossipFormAndGrow(t *testing.T) {
 	// Every instance sees the same leader: one cluster.
 	require.Eventually(t, func() bool {
 		lead := uint64(0)
-		for _, n := range f.running() {
+		for _, n := range f.All() {
 			if l := n.Leader(); l == 0 || (lead != 0 && l != lead) {
 				return false
 			}
@@ -208,13 +156,13 @@ func TestGossipFormAndGrow(t *testing.T) {
 		return true
 	}, 20*time.Second, 20*time.Millisecond, "one leader for all five")
 
-	f.start(6, f.nodes[5].GossipAddr())
-	f.start(7, f.nodes[6].GossipAddr())
-	voters, learners := f.waitConf(30*time.Second, "5 voters + 2 learners", func(v, l []uint64) bool { return len(v) == 5 && len(l) == 2 })
+	startSlot(t, f, 6, f.Member(5).GossipAddr())
+	startSlot(t, f, 7, f.Member(6).GossipAddr())
+	voters, learners := waitConf(t, f, 30*time.Second, "5 voters + 2 learners", func(v, l []uint64) bool { return len(v) == 5 && len(l) == 2 })
 	t.Logf("voters %x learners %x after %v", voters, learners, time.Since(start))
 
 	ctx := ctxT(t, 10*time.Second)
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if slices.Contains(voters, n.ID()) || slices.Contains(learners, n.ID()) {
 			h, err := n.Acquire(ctx, "grow", fmt.Sprintf("o-%x", n.ID()), true, 0)
 			require.NoError(t, err)
@@ -224,13 +172,13 @@ func TestGossipFormAndGrow(t *testing.T) {
 }
 
 func TestGossipReplaceDeadVoter(t *testing.T) {
-	f := newGossipFleet(t, "heal", 3)
-	f.start(1)
-	for i := 2; i <= 4; i++ {
-		f.start(i, f.nodes[1].GossipAddr())
+	f := newGossipCluster(t, "heal", 4, 3)
+	startSlot(t, f, 1)
+	for i := uint64(2); i <= 4; i++ {
+		startSlot(t, f, i, f.Member(1).GossipAddr())
 	}
-	voters, learners := f.waitConf(20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	lead := f.leader(5 * time.Second)
+	voters, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	lead := fleetLeader(t, f, 5*time.Second)
 
 	// A lock held on the leader across the whole failure, and a stream of
 	// lock operations that must keep succeeding.
@@ -264,16 +212,16 @@ func TestGossipReplaceDeadVoter(t *testing.T) {
 		}
 	}()
 
-	var victim int
-	for i, n := range f.nodes {
+	var victim uint64
+	for i, n := range f.All() {
 		if n != lead && slices.Contains(voters, n.ID()) {
 			victim = i
 		}
 	}
-	victimID := f.nodes[victim].ID()
+	victimID := f.Member(victim).ID()
 	killed := time.Now()
-	f.crash(victim)
-	voters, learners = f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
+	f.Crash(victim)
+	voters, learners = waitConf(t, f, 20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)
 	})
 	t.Logf("voter %x replaced after %v: voters %x learners %x", victimID, time.Since(killed), voters, learners)
@@ -288,27 +236,27 @@ func TestGossipReplaceDeadVoter(t *testing.T) {
 }
 
 func TestGossipRestartRejoins(t *testing.T) {
-	f := newGossipFleet(t, "restart", 3)
-	f.start(1)
-	f.start(2, f.nodes[1].GossipAddr())
-	f.start(3, f.nodes[2].GossipAddr())
-	voters, _ := f.waitConf(20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := f.leader(5 * time.Second)
+	f := newGossipCluster(t, "restart", 3, 3)
+	startSlot(t, f, 1)
+	startSlot(t, f, 2, f.Member(1).GossipAddr())
+	startSlot(t, f, 3, f.Member(2).GossipAddr())
+	voters, _ := waitConf(t, f, 20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 20*time.Second)
 	h, err := lead.Acquire(ctx, "before", "o", true, 0)
 	require.NoError(t, err)
-	var victim int
-	for i, n := range f.nodes {
+	var victim uint64
+	for i, n := range f.All() {
 		if n != lead {
 			victim = i
 		}
 	}
-	oldID := f.nodes[victim].ID()
-	f.crash(victim)
-	n := f.start(victim, lead.GossipAddr())
+	oldID := f.Member(victim).ID()
+	f.Crash(victim)
+	n := startSlot(t, f, victim, lead.GossipAddr())
 	require.Equal(t, oldID, n.ID(), "restarted with its old raft id")
 	require.Eventually(t, func() bool { return n.Leader() != 0 && n.Leader() == lead.Leader() }, 10*time.Second, 10*time.Millisecond)
-	after, _ := f.waitConf(10*time.Second, "same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+	after, _ := waitConf(t, f, 10*time.Second, "same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
 	require.Equal(t, voters, after)
 	// It serves locks in the old cluster: the name held before is still held.
 	_, err = n.Acquire(ctx, "before", "other", false, 0)
@@ -320,32 +268,32 @@ func TestGossipRestartRejoins(t *testing.T) {
 }
 
 func TestGossipClustersNeverMerge(t *testing.T) {
-	a := newGossipFleet(t, "alpha", 3)
-	b := newGossipFleet(t, "beta", 3)
-	a.start(1)
-	b.start(1, a.nodes[1].GossipAddr()) // a wrong seed: the other cluster
-	for i := 2; i <= 3; i++ {
-		a.start(i, a.nodes[1].GossipAddr(), b.nodes[1].GossipAddr())
-		b.start(i, b.nodes[1].GossipAddr(), a.nodes[1].GossipAddr())
+	a := newGossipCluster(t, "alpha", 3, 3)
+	b := newGossipCluster(t, "beta", 3, 3)
+	startSlot(t, a, 1)
+	startSlot(t, b, 1, a.Member(1).GossipAddr()) // a wrong seed: the other cluster
+	for i := uint64(2); i <= 3; i++ {
+		startSlot(t, a, i, a.Member(1).GossipAddr(), b.Member(1).GossipAddr())
+		startSlot(t, b, i, b.Member(1).GossipAddr(), a.Member(1).GossipAddr())
 	}
-	va, _ := a.waitConf(20*time.Second, "alpha formed", func(v, l []uint64) bool { return len(v) == 3 })
-	vb, _ := b.waitConf(20*time.Second, "beta formed", func(v, l []uint64) bool { return len(v) == 3 })
+	va, _ := waitConf(t, a, 20*time.Second, "alpha formed", func(v, l []uint64) bool { return len(v) == 3 })
+	vb, _ := waitConf(t, b, 20*time.Second, "beta formed", func(v, l []uint64) bool { return len(v) == 3 })
 	for _, id := range va {
 		require.NotContains(t, vb, id)
 	}
-	for _, f := range []*gossipFleet{a, b} {
-		for _, n := range f.running() {
+	for name, f := range map[string]*cluster.Cluster[*Node]{"alpha": a, "beta": b} {
+		for _, n := range f.All() {
 			for _, m := range n.Members() {
-				require.Equal(t, f.cluster, m.Meta.ClusterID)
+				require.Equal(t, name, m.Meta.ClusterID)
 			}
 		}
 	}
 }
 
 func TestGossipSingleNodeAndLeave(t *testing.T) {
-	f := newGossipFleet(t, "single", 1)
-	n := f.start(1)
-	f.waitConf(10*time.Second, "1 voter", func(v, l []uint64) bool { return len(v) == 1 && v[0] == n.ID() })
+	f := newGossipCluster(t, "single", 3, 1)
+	n := startSlot(t, f, 1)
+	waitConf(t, f, 10*time.Second, "1 voter", func(v, l []uint64) bool { return len(v) == 1 && v[0] == n.ID() })
 	ctx := ctxT(t, 10*time.Second)
 	h, err := n.Acquire(ctx, "x", "o", true, 0)
 	require.NoError(t, err)
@@ -353,16 +301,14 @@ func TestGossipSingleNodeAndLeave(t *testing.T) {
 
 	// Two more join (never re-bootstrapping: the first has data); then a
 	// voter leaves (Leave: for good) and is removed from the configuration.
-	f.start(2, n.GossipAddr())
-	f.start(3, n.GossipAddr())
-	voters, _ := f.waitConf(20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
-	leaver := f.nodes[2]
+	startSlot(t, f, 2, n.GossipAddr())
+	startSlot(t, f, 3, n.GossipAddr())
+	voters, _ := waitConf(t, f, 20*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	leaver := f.Member(2)
 	require.Contains(t, voters, leaver.ID())
 	require.NoError(t, leaver.Leave(ctx))
-	f.mu.Lock()
-	delete(f.nodes, 2)
-	f.mu.Unlock()
-	f.waitConf(10*time.Second, "leaver removed", func(v, l []uint64) bool {
+	f.Stopped(2)
+	waitConf(t, f, 10*time.Second, "leaver removed", func(v, l []uint64) bool {
 		return !slices.Contains(v, leaver.ID()) && !slices.Contains(l, leaver.ID())
 	})
 }
@@ -390,34 +336,29 @@ func (s *syncBuffer) String() string {
 // the refusal is logged clearly on the member it tried to reach.
 func TestGossipWrongKeyRefused(t *testing.T) {
 	key := []byte("0123456789abcdef")
-	f := newGossipFleet(t, "keyed", 3)
 	var logs syncBuffer
-	start := func(i int, k []byte, seeds ...string) *Node {
-		cfg := f.config(i, seeds)
-		cfg.Gossip.SecretKey = k
-		if i == 1 {
-			cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), nil))
+	f := newGossipCluster(t, "keyed", 4, 3, func(c *Config) {
+		c.Gossip.SecretKey = key
+		switch c.Gossip.Name {
+		case "keyed-1":
+			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), nil))
+		case "keyed-4": // the intruder
+			c.Gossip.SecretKey = []byte("fedcba9876543210")
 		}
-		n, err := Start(cfg)
-		require.NoError(t, err)
-		f.mu.Lock()
-		f.nodes[i] = n
-		f.mu.Unlock()
-		return n
-	}
-	first := start(1, key)
-	start(2, key, first.GossipAddr())
-	start(3, key, first.GossipAddr())
-	voters, _ := f.waitConf(20*time.Second, "keyed cluster formed", func(v, l []uint64) bool { return len(v) == 3 })
-	intruder := start(4, []byte("fedcba9876543210"), first.GossipAddr())
+	})
+	first := startSlot(t, f, 1)
+	startSlot(t, f, 2, first.GossipAddr())
+	startSlot(t, f, 3, first.GossipAddr())
+	voters, _ := waitConf(t, f, 20*time.Second, "keyed cluster formed", func(v, l []uint64) bool { return len(v) == 3 })
+	intruder := startSlot(t, f, 4, first.GossipAddr())
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "decrypt") }, 10*time.Second, 20*time.Millisecond,
 		"the refusal of a wrong-key member must be logged")
-	for _, n := range []*Node{first, f.nodes[2], f.nodes[3]} {
+	for _, n := range []*Node{first, f.Member(2), f.Member(3)} {
 		for _, m := range n.Members() {
 			require.NotEqual(t, intruder.ID(), m.Meta.RaftID, "wrong-key member admitted to gossip")
 		}
 	}
-	v, l := f.waitConf(5*time.Second, "configuration unchanged", func(v, l []uint64) bool { return len(v) == 3 })
+	v, l := waitConf(t, f, 5*time.Second, "configuration unchanged", func(v, l []uint64) bool { return len(v) == 3 })
 	require.ElementsMatch(t, voters, v)
 	require.NotContains(t, append(v, l...), intruder.ID())
 }
@@ -427,14 +368,14 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 // longer a member, so it stops with lockerr.ErrRemoved instead of campaigning
 // forever with Lock calls that never return.
 func TestGossipRemovedWhileAwayStops(t *testing.T) {
-	f := newGossipFleet(t, "removed", 3)
-	f.start(1)
-	for i := 2; i <= 4; i++ {
-		f.start(i, f.nodes[1].GossipAddr())
+	f := newGossipCluster(t, "removed", 4, 3)
+	startSlot(t, f, 1)
+	for i := uint64(2); i <= 4; i++ {
+		startSlot(t, f, i, f.Member(1).GossipAddr())
 	}
-	_, learners := f.waitConf(20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	var slot int
-	for i, n := range f.nodes {
+	_, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	var slot uint64
+	for i, n := range f.All() {
 		if n.ID() == learners[0] {
 			slot = i
 		}
@@ -442,14 +383,14 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	require.NotZero(t, slot)
 	// In the configuration is not yet holding raft state: the premise is a
 	// member that comes back *with* its data.
-	learner := f.nodes[slot]
+	learner := f.Member(slot)
 	require.Eventually(t, func() bool { return learner.storage.HasState() }, 20*time.Second, 10*time.Millisecond,
 		"the learner never received raft state")
-	f.crash(slot)
-	f.waitConf(20*time.Second, "the dead learner removed", func(v, l []uint64) bool {
+	f.Crash(slot)
+	waitConf(t, f, 20*time.Second, "the dead learner removed", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(l, learners[0])
 	})
-	back := f.start(slot, f.running()[0].GossipAddr()) // instance 1 may be the one that was crashed
+	back := startSlot(t, f, slot, f.Member(f.Running()[0]).GossipAddr()) // slot 1 may be the one that was crashed
 	require.Equal(t, learners[0], back.ID(), "restarted with its data and id")
 	// The leader notices it on its next reconcile; until then a call may
 	// still go through. It must end up stopped with lockerr.ErrRemoved, not hanging.
@@ -477,15 +418,14 @@ func TestGossipRemovedWhileAwayStops(t *testing.T) {
 // expired on arrival and was given up at once: the Acquire failed with
 // lockerr.ErrSessionExpired or the session was replaced.
 func TestSessionOpenedLateIsKept(t *testing.T) {
-	f := newGossipFleet(t, "late", 3)
-	f.founders = []int{0, 1, 2}
-	n0 := f.start(0)
+	f := newGossipCluster(t, "late", 3, 3)
+	n0 := startSlot(t, f, 1)
 	ttl := n0.cfg.SessionTTL
-	// The premise is elapsed time: instance 0 tries to open its session
-	// alone, with no cluster to answer, for longer than a TTL.
+	// The premise is elapsed time: the first founder tries to open its
+	// session alone, with no cluster to answer, for longer than a TTL.
 	time.Sleep(ttl + ttl/2)
-	f.start(1, n0.GossipAddr())
-	f.start(2, n0.GossipAddr())
+	startSlot(t, f, 2, n0.GossipAddr())
+	startSlot(t, f, 3, n0.GossipAddr())
 	ctx := ctxT(t, 30*time.Second)
 	h, err := n0.Acquire(ctx, "late", "o", true, 0)
 	require.NoError(t, err)
@@ -508,20 +448,20 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // fail with lockerr.ErrClosed. Found by the churn soak (members closed while one of
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
-	f := newGossipFleet(t, "closegrant", 3)
-	f.start(1)
-	for i := 2; i <= 4; i++ {
-		f.start(i, f.nodes[1].GossipAddr())
+	f := newGossipCluster(t, "closegrant", 4, 3)
+	startSlot(t, f, 1)
+	for i := uint64(2); i <= 4; i++ {
+		startSlot(t, f, i, f.Member(1).GossipAddr())
 	}
-	_, learners := f.waitConf(30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	_, learners := waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
 	var a *Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n.ID() == learners[0] {
 			a = n
 		}
 	}
 	require.NotNil(t, a)
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 
 	type result struct {
@@ -546,12 +486,12 @@ func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	// this disturbs nobody), while what it proposes still reaches the
 	// leader: "inflight" is granted and "queued" passes to its waiter.
 	var peers []uint64
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != a {
 			peers = append(peers, n.ID())
 		}
 	}
-	faultsOf(a).BlockIn(peers...)
+	faultsOf(f, a).BlockIn(peers...)
 	lock("inflight")
 	require.Eventually(t, func() bool { return lead.holderOf("inflight") == "closing" }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, h.Release(ctx))
@@ -561,7 +501,7 @@ func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- a.Close(ctx) }()
 	require.Eventually(t, a.closing.Load, 5*time.Second, time.Millisecond, "Close began")
-	faultsOf(a).Heal()
+	faultsOf(f, a).Heal()
 
 	for range 2 {
 		select {
@@ -611,22 +551,22 @@ func (n *Node) holderOf(name string) string {
 // the killed victim unhealthy; the replacement must still wait the
 // threshold from there.
 func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
-	f := newGossipFleet(t, "marks", 3)
-	f.start(1)
-	for i := 2; i <= 4; i++ {
-		f.start(i, f.nodes[1].GossipAddr())
+	f := newGossipCluster(t, "marks", 4, 3)
+	startSlot(t, f, 1)
+	for i := uint64(2); i <= 4; i++ {
+		startSlot(t, f, i, f.Member(1).GossipAddr())
 	}
-	voters, _ := f.waitConf(20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	lead := f.leader(5 * time.Second)
+	voters, _ := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	victim := 0
-	for i, n := range f.nodes {
+	victim := uint64(0)
+	for i, n := range f.All() {
 		if n != lead && slices.Contains(voters, n.ID()) {
 			victim = i
 		}
 	}
-	victimID := f.nodes[victim].ID()
-	f.crash(victim)
+	victimID := f.Member(victim).ID()
+	f.Crash(victim)
 	require.Eventually(t, func() bool {
 		mv, err := lead.InspectMembers(ctx, ReadOptions{})
 		if err != nil {
@@ -645,7 +585,7 @@ func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 		marks.ByID[victimID] = fleet.HealthMark{Healthy: false, Role: 2, Since: planted.Add(-time.Hour)}
 		marks.Term = lead.loop.lease.Term() - 1
 	}))
-	f.waitConf(20*time.Second, "victim replaced", func(v, l []uint64) bool {
+	waitConf(t, f, 20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)
 	})
 	t.Logf("voter %x replaced %v after the stale mark was planted", victimID, time.Since(planted))

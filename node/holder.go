@@ -106,7 +106,11 @@ func (w *deadlineWatch) check() {
 	default:
 	}
 	now, d := w.n.clock.Now(), w.deadline()
-	if now.After(d) {
+	if !now.Before(d) {
+		// At the deadline, not only after it: a timer armed for d fires at
+		// d, and on a clock that does not move on by itself (the
+		// simulation's) re-arming for 0 would fire again at the same
+		// instant for ever. Giving up at d is the holder's side of S5 too.
 		w.expire()
 		// The loop catches up at once if it is free, else on its next
 		// tick: it gives the session up (or drops the lease's handles).

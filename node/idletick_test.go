@@ -26,12 +26,12 @@ func (n *Node) tickPeriod() time.Duration {
 // it (the holder deadline has its own timer), and once healed it works
 // again (L1).
 func TestIdleLightMemberTicksSlowly(t *testing.T) {
-	f, lights := lightFleet(t, "idletick", 6, func(c *Config) { withFaults(c) })
+	f, lights := lightFleet(t, "idletick", 6, nil)
 	a := lights[0]
 	require.Greater(t, a.cfg.lightIdleTick(), a.cfg.TickInterval, "the test needs a slower idle tick than the raft tick")
 	require.Eventually(t, func() bool { return a.tickPeriod() == a.cfg.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
 		"the idle light member ticks every %v", a.cfg.lightIdleTick())
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if !n.light() {
 			// Eventually: a member that just got raft state switches at the
 			// end of its next loop turn. A raft member keeps raft's ticks:
@@ -50,17 +50,17 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	require.Eventually(t, func() bool { return a.tickPeriod() == a.cfg.lightIdleTick() }, 10*time.Second, 10*time.Millisecond,
 		"holding a lock without a lease is idle")
 	lost := lostAt(h)
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	got, grantedAt := grantAsync(t, lead, "idle", "b")
 	require.Eventually(t, func() bool { return lead.waiters("idle") == 1 }, 10*time.Second, 5*time.Millisecond)
 	var peers []uint64
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != a {
 			peers = append(peers, n.ID())
 		}
 	}
-	faultsOf(a).BlockOut(peers...)
-	faultsOf(a).BlockIn(peers...)
+	faultsOf(f, a).BlockOut(peers...)
+	faultsOf(f, a).BlockIn(peers...)
 	h2 := <-got
 	require.NotNil(t, h2)
 	require.False(t, lost().IsZero(), "the idle light holder was not told before the lock was granted elsewhere")
@@ -70,7 +70,7 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	require.Greater(t, h2.Token(), h.Token())
 	require.NoError(t, h2.Release(ctx))
 
-	faultsOf(a).Heal()
+	faultsOf(f, a).Heal()
 	h3, err := a.Acquire(ctx, "after-heal", "a", true, 0)
 	require.NoError(t, err)
 	require.NoError(t, h3.Release(ctx))

@@ -57,17 +57,17 @@ func tableOf(t *testing.T, n *Node, name string) (lockfsm.LockInfo, map[uint64]u
 // and by a follower — holder, token, member, and the waiters in FIFO order
 // with positions — and matches the lock table; the listing pages by prefix.
 func TestInspectHoldersAndQueue(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
-	fol := tc.follower()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
+	fol := follower(t, tc)
 	var other uint64
-	for id := range tc.nodes {
+	for id := range tc.All() {
 		if id != lead && id != fol {
 			other = id
 		}
 	}
 	ctx := ctxT(t, 20*time.Second)
-	h, err := tc.nodes[fol].Acquire(ctx, "stock/sku-a", "holder", true, 0)
+	h, err := tc.Member(fol).Acquire(ctx, "stock/sku-a", "holder", true, 0)
 	require.NoError(t, err)
 	waiters := []struct {
 		id    uint64
@@ -76,16 +76,16 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 	got := make(chan *Hold, len(waiters))
 	for i, w := range waiters {
 		go func() {
-			hh, err := tc.nodes[w.id].Acquire(ctx, "stock/sku-a", w.owner, true, 0)
+			hh, err := tc.Member(w.id).Acquire(ctx, "stock/sku-a", w.owner, true, 0)
 			if err == nil {
 				got <- hh
 			}
 		}()
-		require.Eventually(t, func() bool { return tc.nodes[lead].waiters("stock/sku-a") == i+1 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return tc.Member(lead).waiters("stock/sku-a") == i+1 }, 5*time.Second, 5*time.Millisecond)
 	}
-	want, nodeOf := tableOf(t, tc.nodes[lead], "stock/sku-a")
+	want, nodeOf := tableOf(t, tc.Member(lead), "stock/sku-a")
 	for _, id := range []uint64{lead, fol, other} {
-		v, ok, err := tc.nodes[id].InspectLock(ctx, "stock/sku-a", ReadOptions{})
+		v, ok, err := tc.Member(id).InspectLock(ctx, "stock/sku-a", ReadOptions{})
 		require.NoError(t, err)
 		require.True(t, ok)
 		requireViewMatches(t, want, v, nodeOf)
@@ -103,24 +103,24 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 			require.True(t, v.Holder.ExpiresAt.IsZero())
 		}
 	}
-	_, ok, err := tc.nodes[fol].InspectLock(ctx, "nobody/here", ReadOptions{})
+	_, ok, err := tc.Member(fol).InspectLock(ctx, "nobody/here", ReadOptions{})
 	require.NoError(t, err)
 	require.False(t, ok)
 
 	// Listing: 5 more names, paged 2 at a time under "stock/".
 	for i := range 5 {
-		hh, err := tc.nodes[other].Acquire(ctx, fmt.Sprintf("stock/sku-%c", 'b'+i), "o", true, 0)
+		hh, err := tc.Member(other).Acquire(ctx, fmt.Sprintf("stock/sku-%c", 'b'+i), "o", true, 0)
 		require.NoError(t, err)
 		defer hh.Release(ctx)
 	}
-	hx, err := tc.nodes[other].Acquire(ctx, "zzz/other", "o", true, 0)
+	hx, err := tc.Member(other).Acquire(ctx, "zzz/other", "o", true, 0)
 	require.NoError(t, err)
 	defer hx.Release(ctx)
 	var names []string
 	after := ""
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 10)
-		p, err := tc.nodes[fol].InspectLocks(ctx, "stock/", after, 2, ReadOptions{})
+		p, err := tc.Member(fol).InspectLocks(ctx, "stock/", after, 2, ReadOptions{})
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(p.Locks), 2)
 		for _, l := range p.Locks {
@@ -132,7 +132,7 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 		after = p.Next
 	}
 	require.Equal(t, []string{"stock/sku-a", "stock/sku-b", "stock/sku-c", "stock/sku-d", "stock/sku-e", "stock/sku-f"}, names)
-	_, err = tc.nodes[fol].InspectLocks(ctx, "", "", MaxPageLimit+1, ReadOptions{})
+	_, err = tc.Member(fol).InspectLocks(ctx, "", "", MaxPageLimit+1, ReadOptions{})
 	require.ErrorIs(t, err, lockerr.ErrInvalidConfig)
 
 	require.NoError(t, h.Release(ctx))
@@ -147,21 +147,21 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 // always shows the new holder; a Stale read may not. Every default read
 // must see it; the stale misses are only counted (they depend on timing).
 func TestInspectIsLinearizable(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
-	fol := tc.follower()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
+	fol := follower(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	staleMisses := 0
 	for i := range 30 {
 		name := fmt.Sprintf("lin-%d", i)
-		h, err := tc.nodes[lead].Acquire(ctx, name, "o", true, 0)
+		h, err := tc.Member(lead).Acquire(ctx, name, "o", true, 0)
 		require.NoError(t, err)
-		sv, sok, err := tc.nodes[fol].InspectLock(ctx, name, ReadOptions{Stale: true})
+		sv, sok, err := tc.Member(fol).InspectLock(ctx, name, ReadOptions{Stale: true})
 		require.NoError(t, err)
 		if !sok || sv.Holder == nil || sv.Holder.Token != h.Token() {
 			staleMisses++
 		}
-		v, ok, err := tc.nodes[fol].InspectLock(ctx, name, ReadOptions{})
+		v, ok, err := tc.Member(fol).InspectLock(ctx, name, ReadOptions{})
 		require.NoError(t, err)
 		require.True(t, ok, "round %d: a linearizable read on a follower missed a committed grant", i)
 		require.Equal(t, h.Token(), v.Holder.Token)
@@ -175,7 +175,7 @@ func TestInspectIsLinearizable(t *testing.T) {
 func TestInspectOnLightMember(t *testing.T) {
 	f, lights := lightFleet(t, "inspectlight", 7, nil)
 	a, b := lights[0], lights[1]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	h, err := a.Acquire(ctx, "x", "alice", true, 0)
 	require.NoError(t, err)

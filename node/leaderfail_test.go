@@ -37,7 +37,7 @@ func TestHealthySessionsSurviveBackToBackFailovers(t *testing.T) {
 	const tick = 50 * time.Millisecond
 	et := 10 * tick
 	ttl := b2bTTL(t, et)
-	tc := newTestCluster(t, 5, func(c *Config) {
+	tc := newCluster(t, 5, func(c *Config) {
 		c.TickInterval = tick
 		c.SessionTTL = ttl
 		c.KeepaliveInterval = ttl / 10
@@ -47,33 +47,33 @@ func TestHealthySessionsSurviveBackToBackFailovers(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	for attempt := 1; ; attempt++ {
 		require.Less(t, attempt, 10, "the holder's or the waiter's node kept winning the elections")
-		l1 := tc.leader()
+		l1 := leader(t, tc)
 		a := otherThan(tc, l1)
 		b := otherThan(tc, l1, a)
-		h, err := tc.nodes[a].Acquire(ctx, "x", "a", true, 0)
+		h, err := tc.Member(a).Acquire(ctx, "x", "a", true, 0)
 		require.NoError(t, err)
 		waitErr := make(chan error, 1)
 		go func() {
-			h2, err := tc.nodes[b].Acquire(ctx, "x", "b", true, 0)
+			h2, err := tc.Member(b).Acquire(ctx, "x", "b", true, 0)
 			if err == nil {
 				err = h2.Release(ctx)
 			}
 			waitErr <- err
 		}()
-		requireWaiters(t, tc.nodes[b], "x", 1)
+		requireWaiters(t, tc.Member(b), "x", 1)
 		// Two back-to-back failovers.
-		tc.crash(l1)
-		l2 := tc.leader()
+		tc.Crash(l1)
+		l2 := leader(t, tc)
 		if l2 == a || l2 == b {
 			t.Logf("attempt %d: n%d (holder or waiter) won; again", attempt, l2)
 			require.NoError(t, h.Release(ctx))
 			require.NoError(t, <-waitErr)
-			tc.restart(l1)
+			require.NoError(t, tc.Restart(l1))
 			continue
 		}
 		killed2 := time.Now()
-		tc.crash(l2)
-		l3 := tc.leader()
+		tc.Crash(l2)
+		l3 := leader(t, tc)
 		t.Logf("killed n%d, then n%d as soon as it led; n%d leads %v later", l1, l2, l3, time.Since(killed2))
 		// Both sessions must outlive a TTL after that.
 		require.Never(t, func() bool {
@@ -96,25 +96,25 @@ func TestHealthySessionsSurviveBackToBackFailovers(t *testing.T) {
 // left queued, and an Unlock of a lock it held reports lockerr.ErrSessionExpired
 // (and lockerr.ErrNotHeld): the documented errors.
 func TestSessionExpiredErrors(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := tc.nodes[a].Acquire(ctx, "held", "a", true, 0)
+	h, err := tc.Member(a).Acquire(ctx, "held", "a", true, 0)
 	require.NoError(t, err)
-	hl, err := tc.nodes[lead].Acquire(ctx, "busy", "l", true, 0)
+	hl, err := tc.Member(lead).Acquire(ctx, "busy", "l", true, 0)
 	require.NoError(t, err)
 	waitErr := make(chan error, 1)
 	go func() {
-		_, err := tc.nodes[a].Acquire(ctx, "busy", "a-waits", true, 0)
+		_, err := tc.Member(a).Acquire(ctx, "busy", "a-waits", true, 0)
 		waitErr <- err
 	}()
-	requireWaiters(t, tc.nodes[lead], "busy", 1)
-	tc.isolate(a)
+	requireWaiters(t, tc.Member(lead), "busy", 1)
+	tc.CutOff(a)
 	select {
 	case err := <-waitErr:
 		require.ErrorIs(t, err, lockerr.ErrSessionExpired, "the waiting Lock")
-	case <-time.After(2 * tc.config(a).SessionTTL):
+	case <-time.After(2 * configOf(tc, a).SessionTTL):
 		t.Fatal("the waiting Lock did not end with its session")
 	}
 	<-h.Context().Done()
@@ -122,8 +122,8 @@ func TestSessionExpiredErrors(t *testing.T) {
 	err = h.Release(ctx)
 	require.ErrorIs(t, err, lockerr.ErrSessionExpired, "Unlock after the session ended")
 	require.ErrorIs(t, err, lockerr.ErrNotHeld)
-	tc.heal()
-	requireWaiters(t, tc.nodes[lead], "busy", 0)
+	tc.Heal()
+	requireWaiters(t, tc.Member(lead), "busy", 0)
 	require.NoError(t, hl.Release(ctx))
 }
 
@@ -186,19 +186,19 @@ func (h recHandler) WithGroup(g string) slog.Handler {
 func TestClusterThatCannotServe(t *testing.T) {
 	var rec logRecorder
 	var cut uint64 = 3
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		if c.ID == cut {
 			c.Logger = slog.New(rec.handler(slog.LevelInfo, c.Logger.Handler()))
 		}
 		c.TryLockTimeout = 0 // the default bound
 	})
-	tc.leader()
-	n := tc.nodes[cut]
-	cfg := tc.config(cut)
+	leader(t, tc)
+	n := tc.Member(cut)
+	cfg := configOf(tc, cut)
 	et := cfg.electionTimeout()
 	ctx := ctxT(t, 30*time.Second)
 	require.NoError(t, n.Ready(ctx))
-	tc.isolate(cut)
+	tc.CutOff(cut)
 
 	start := time.Now()
 	guard, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the old code hung here
@@ -225,20 +225,20 @@ func TestClusterThatCannotServe(t *testing.T) {
 	require.Eventually(t, func() bool { return rec.count(slog.LevelWarn, "no leader") == 1 }, 10*et, et/10, "one WARN without a leader")
 	time.Sleep(2 * cfg.leaderlessWarnAfter())
 	require.Equal(t, 1, rec.count(slog.LevelWarn, "no leader"), "the WARN is logged once")
-	tc.heal()
+	tc.Heal()
 	require.NoError(t, n.Ready(ctx))
 	require.Eventually(t, func() bool { return rec.count(slog.LevelInfo, "cluster has a leader again") == 1 }, 10*et, et/10)
 
 	// Cut off again: Close with a 5 s deadline returns well before it.
 	require.Eventually(t, func() bool { return n.sess.Load() != 0 }, 10*et, et/10)
-	tc.isolate(cut)
+	tc.CutOff(cut)
 	require.Eventually(t, func() bool { return n.Leader() == 0 }, 10*et, et/20)
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	start = time.Now()
 	err = n.Close(cctx)
 	ccancel()
 	took = time.Since(start)
-	delete(tc.nodes, cut)
+	tc.Stopped(cut)
 	t.Logf("Close without a quorum: %v after %v", err, took)
 	require.ErrorIs(t, err, lockerr.ErrUnavailable)
 	require.Contains(t, err.Error(), "expires it")
@@ -250,19 +250,19 @@ func TestClusterThatCannotServe(t *testing.T) {
 // without a quorum, returns promptly with an error that says its locks expire
 // by TTL (it waited ~3.5 s and returned a bare lockerr.ErrUnavailable before).
 func TestLastMembersClose(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
-	et := tc.config(1).electionTimeout()
+	tc := newCluster(t, 3)
+	leader(t, tc)
+	et := configOf(tc, 1).electionTimeout()
 	for id := uint64(1); id <= 3; id++ {
-		require.NoError(t, tc.nodes[id].Ready(ctxT(t, 10*time.Second)))
+		require.NoError(t, tc.Member(id).Ready(ctxT(t, 10*time.Second)))
 	}
 	for id := uint64(1); id <= 3; id++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
-		err := tc.nodes[id].Close(ctx)
+		err := tc.Member(id).Close(ctx)
 		cancel()
 		took := time.Since(start)
-		delete(tc.nodes, id)
+		tc.Stopped(id)
 		t.Logf("Close n%d: %v after %v", id, err, took)
 		if id < 3 {
 			require.NoError(t, err)

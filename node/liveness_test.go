@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -37,8 +38,8 @@ func testSeed(t *testing.T) uint64 {
 // end its Lock call). cut, if not 0, is a node the test keeps isolated: the
 // churn's heals leave it so. It returns the leaderless gaps it caused: from
 // each hit until another leader was seen.
-func leaderChurn(t *testing.T, tc *testCluster, rng *rand.Rand, stop <-chan struct{}, cut uint64, spare ...uint64) []gap {
-	et := tc.config(1).electionTimeout()
+func leaderChurn(t *testing.T, tc *cluster.Cluster[*Node], rng *rand.Rand, stop <-chan struct{}, cut uint64, spare ...uint64) []gap {
+	et := configOf(tc, 1).electionTimeout()
 	var gaps []gap
 	var victim uint64 // isolated by the churn, until undone
 	var undo func()
@@ -60,7 +61,7 @@ func leaderChurn(t *testing.T, tc *testCluster, rng *rand.Rand, stop <-chan stru
 				return gaps
 			case <-time.After(2 * time.Millisecond):
 			}
-			for id, n := range tc.nodes {
+			for id, n := range tc.All() {
 				if l := n.Leader(); l == id && id != victim && id != cut {
 					lead = id
 				}
@@ -75,7 +76,7 @@ func leaderChurn(t *testing.T, tc *testCluster, rng *rand.Rand, stop <-chan stru
 			return gaps
 		case <-time.After(wait):
 		}
-		if tc.nodes[lead] == nil || tc.nodes[lead].Leader() != lead {
+		if tc.Member(lead) == nil || tc.Member(lead).Leader() != lead {
 			continue // it lost leadership meanwhile
 		}
 		restore()
@@ -83,13 +84,13 @@ func leaderChurn(t *testing.T, tc *testCluster, rng *rand.Rand, stop <-chan stru
 		if contains(spare, lead) {
 			t.Logf("churn %d: isolate leader n%d", len(gaps), lead)
 			id := lead
-			tc.isolate(id)
-			victim, undo = id, func() { tc.unisolate(id, cut) }
+			tc.CutOff(id)
+			victim, undo = id, func() { tc.Unisolate(id, cut) }
 		} else {
 			t.Logf("churn %d: kill leader n%d", len(gaps), lead)
 			id := lead
-			tc.crash(id)
-			undo = func() { tc.restart(id) }
+			tc.Crash(id)
+			undo = func() { require.NoError(t, tc.Restart(id)) }
 		}
 	}
 }
@@ -121,19 +122,6 @@ func contains(ids []uint64, id uint64) bool {
 	return false
 }
 
-// unisolate undoes isolate(id) alone, except towards keep (still cut off).
-func (tc *testCluster) unisolate(id, keep uint64) {
-	for other, f := range tc.faults {
-		if other == id || other == keep {
-			continue
-		}
-		f.UnblockOut(id)
-		f.UnblockIn(id)
-		tc.faults[id].UnblockOut(other)
-		tc.faults[id].UnblockIn(other)
-	}
-}
-
 // TestCrashedHolderReleasedUnderLeaderChurn (L3, S5): a holder's node
 // crashes (or is cut off) while the leader is killed or partitioned every
 // 0.5–2 election timeouts. However many leaders come and go, the next
@@ -153,7 +141,7 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 			// churn may have cut the waiter's own node off meanwhile.
 			var gmu sync.Mutex
 			var committed time.Time
-			tc := newTestCluster(t, 5, func(c *Config) {
+			tc := newCluster(t, 5, func(c *Config) {
 				c.Observer = func(r ApplyRecord) {
 					for _, ev := range r.Events {
 						if ev.Kind == lockfsm.EventGranted && ev.Name == "gamma" && ev.Owner == "b" {
@@ -167,10 +155,10 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 				}
 			})
 			grantApplied := func() time.Time { gmu.Lock(); defer gmu.Unlock(); return committed }
-			lead := tc.leader()
+			lead := leader(t, tc)
 			a := otherThan(tc, lead)
 			b := otherThan(tc, lead, a)
-			cfg := tc.config(a)
+			cfg := configOf(tc, a)
 			// The round trips and fsyncs of an election's last steps and of
 			// the expiry's commit (5 ticks), and the silence threshold for
 			// the corner where the leader that saw the last keepalive is
@@ -179,12 +167,12 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 			slack := 5*cfg.TickInterval + cfg.silenceThreshold()
 			bound := cfg.SessionTTL + 2*cfg.electionTimeout() + slack
 			ctx := ctxT(t, 60*time.Second)
-			h, err := tc.nodes[a].Acquire(ctx, "gamma", "a", true, 0)
+			h, err := tc.Member(a).Acquire(ctx, "gamma", "a", true, 0)
 			require.NoError(t, err)
 			lost := lostAt(h)
-			holder := tc.nodes[a]
-			got, _ := grantAsync(t, tc.nodes[b], "gamma", "b")
-			requireWaiters(t, tc.nodes[b], "gamma", 1)
+			holder := tc.Member(a)
+			got, _ := grantAsync(t, tc.Member(b), "gamma", "b")
+			requireWaiters(t, tc.Member(b), "gamma", 1)
 
 			stop := make(chan struct{})
 			hits := make(chan []gap, 1)
@@ -193,9 +181,9 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 			time.Sleep(time.Duration(rng.Int64N(int64(cfg.electionTimeout()))))
 			var cutLast time.Time
 			if mode == "crashed" {
-				tc.crash(a)
+				tc.Crash(a)
 			} else {
-				tc.isolate(a)
+				tc.CutOff(a)
 				cutLast = holder.LastKeepaliveSent() // later sends reach no one
 			}
 			var keep uint64
@@ -266,30 +254,30 @@ func TestReviveBeforeAck(t *testing.T) {
 			name = "planted-" + planted
 		}
 		t.Run(name, func(t *testing.T) {
-			tc := newTestCluster(t, 5, func(c *Config) {
+			tc := newCluster(t, 5, func(c *Config) {
 				knobsOfConfig(c).AckWhileMarked = planted == "AckWhileMarked"
 				knobsOfConfig(c).ReviveAsSilenceZero = planted == "ReviveAsSilenceZero"
 			})
-			lead := tc.leader()
+			lead := leader(t, tc)
 			a := otherThan(tc, lead)
 			b := otherThan(tc, lead, a)
 			ctx := ctxT(t, 30*time.Second)
-			h, err := tc.nodes[a].Acquire(ctx, "r", "a", true, 0)
+			h, err := tc.Member(a).Acquire(ctx, "r", "a", true, 0)
 			require.NoError(t, err)
-			sess := tc.nodes[a].sess.Load()
-			holder := tc.nodes[a]
+			sess := tc.Member(a).sess.Load()
+			holder := tc.Member(a)
 
 			// Cut a off from the leader until its session is marked silent.
-			tc.faults[a].BlockOut(lead)
-			tc.faults[a].BlockIn(lead)
-			tc.faults[lead].BlockOut(a)
-			tc.faults[lead].BlockIn(a)
+			tc.Faults(a).BlockOut(lead)
+			tc.Faults(a).BlockIn(lead)
+			tc.Faults(lead).BlockOut(a)
+			tc.Faults(lead).BlockIn(a)
 			require.Eventually(t, func() bool {
-				s, ok := tableSession(t, tc.nodes[b], sess)
+				s, ok := tableSession(t, tc.Member(b), sess)
 				return ok && s.Silent && s.SilenceMillis >= 300
 			}, 5*time.Second, 5*time.Millisecond, "a's session never checkpointed silent")
 			healed := time.Now()
-			tc.heal()
+			tc.Heal()
 			require.Eventually(t, func() bool { return holder.lastAcked.Load().After(healed) },
 				5*time.Second, time.Millisecond, "no keepalive acknowledged after the heal")
 			// Stay a while (keepalives acknowledged), then go at once. The
@@ -302,10 +290,10 @@ func TestReviveBeforeAck(t *testing.T) {
 				5*time.Second, time.Millisecond, "no keepalive acknowledged while staying")
 
 			// Cut a off again, at once, and kill the leader.
-			tc.isolate(a)
+			tc.CutOff(a)
 			lost := lostAt(h)
-			tc.crash(lead)
-			got, grantedAt := grantAsync(t, tc.nodes[b], "r", "b")
+			tc.Crash(lead)
+			got, grantedAt := grantAsync(t, tc.Member(b), "r", "b")
 			h2 := <-got
 			require.NotNil(t, h2)
 			deadline := holder.holderDeadline()

@@ -117,12 +117,12 @@ func (c *fifoChecker) remove(name string, k uint64) {
 // their hold counts come out right.
 func TestMutualExclusionAndFIFOUnderContention(t *testing.T) {
 	fifo := newFIFOChecker()
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		if c.ID == 1 {
 			c.Observer = fifo.observe
 		}
 	})
-	tc.leader()
+	leader(t, tc)
 	res := newFencedResource()
 	names := []string{"hot/a", "hot/b"}
 	duration := 3 * time.Second
@@ -136,7 +136,7 @@ func TestMutualExclusionAndFIFOUnderContention(t *testing.T) {
 	var ops, reentered atomic.Int64
 	errc := make(chan error, 64)
 	for g := 0; g < 32; g++ {
-		n := tc.nodes[uint64(g%3+1)]
+		n := tc.Member(uint64(g%3 + 1))
 		rng := rand.New(rand.NewPCG(seed, uint64(g)))
 		wg.Add(1)
 		go func() {
@@ -217,9 +217,9 @@ func TestFIFOCheckerCatchesReorder(t *testing.T) {
 // TestLockOnFollowerAndTryLock: a follower grants like the leader; TryLock
 // never queues and reports lockerr.ErrLocked at once.
 func TestLockOnFollowerAndTryLock(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	f := tc.nodes[tc.follower()]
-	lead := tc.nodes[tc.leader()]
+	tc := newCluster(t, 3)
+	f := tc.Member(follower(t, tc))
+	lead := tc.Member(leader(t, tc))
 	ctx := ctxT(t, 10*time.Second)
 	h, err := f.Acquire(ctx, "job/nightly", "f-owner", true, 0)
 	require.NoError(t, err)
@@ -227,7 +227,7 @@ func TestLockOnFollowerAndTryLock(t *testing.T) {
 	require.ErrorIs(t, err, lockerr.ErrLocked)
 	require.Contains(t, err.Error(), "f-owner", "lockerr.ErrLocked names the holder")
 	// TryLock left no waiter behind, on any replica.
-	for _, n := range tc.nodes {
+	for _, n := range tc.All() {
 		requireWaiters(t, n, "job/nightly", 0)
 	}
 	require.NoError(t, h.Release(ctx))
@@ -254,10 +254,10 @@ func requireWaiters(t *testing.T, n *Node, name string, want int) {
 // waits leaves no waiter; the next Lock by someone else after the holder
 // releases is granted at once.
 func TestCancelledLockLeavesNothing(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	ctx := ctxT(t, 10*time.Second)
-	a, b, c := tc.nodes[1], tc.nodes[2], tc.nodes[3]
+	a, b, c := tc.Member(1), tc.Member(2), tc.Member(3)
 	h, err := a.Acquire(ctx, "r", "holder", true, 0)
 	require.NoError(t, err)
 	for i := 0; i < 5; i++ {
@@ -266,7 +266,7 @@ func TestCancelledLockLeavesNothing(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	}
-	for _, n := range tc.nodes {
+	for _, n := range tc.All() {
 		requireWaiters(t, n, "r", 0)
 	}
 	require.NoError(t, h.Release(ctx))
@@ -281,14 +281,14 @@ func TestCancelledLockLeavesNothing(t *testing.T) {
 // moments while the lock is handed around; whatever the interleaving, no
 // abandoned call ends up holding the lock. A final TryLock must succeed.
 func TestCancelRacingGrantLeavesNothing(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.leader()
+	tc := newCluster(t, 3)
+	leader(t, tc)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	var wg sync.WaitGroup
 	var granted, gaveUp atomic.Int64
 	for g := 0; g < 12; g++ {
-		n := tc.nodes[uint64(g%3+1)]
+		n := tc.Member(uint64(g%3 + 1))
 		rng := rand.New(rand.NewPCG(seed, uint64(g)))
 		wg.Add(1)
 		go func() {
@@ -311,19 +311,19 @@ func TestCancelRacingGrantLeavesNothing(t *testing.T) {
 	t.Logf("granted %d, gave up %d", granted.Load(), gaveUp.Load())
 	require.Positive(t, gaveUp.Load())
 	ctx := ctxT(t, 5*time.Second)
-	for _, n := range tc.nodes {
+	for _, n := range tc.All() {
 		requireWaiters(t, n, "contended", 0)
 	}
 	var h *Hold
 	defer func() {
 		if t.Failed() {
-			locks, _ := tc.nodes[1].Locks(context.Background())
+			locks, _ := tc.Member(1).Locks(context.Background())
 			t.Logf("lock table: %+v", locks)
 		}
 	}()
 	require.Eventually(t, func() bool {
 		var err error
-		h, err = tc.nodes[1].Acquire(ctx, "contended", "final", false, 0)
+		h, err = tc.Member(1).Acquire(ctx, "contended", "final", false, 0)
 		return err == nil
 	}, 5*time.Second, 10*time.Millisecond, "an abandoned Lock was left holding the name")
 	require.NoError(t, h.Release(ctx))

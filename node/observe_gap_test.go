@@ -40,10 +40,10 @@ func TestObserveNoSilentGap(t *testing.T) {
 	})
 	require.NotEmpty(t, lights)
 	a := lights[0]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 90*time.Second)
 	var voter *Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != lead && !n.light() {
 			voters, _, err := n.ConfState(ctx)
 			if err == nil && slices.Contains(voters, n.ID()) {
@@ -124,11 +124,11 @@ func TestObserveNoSilentGap(t *testing.T) {
 	// 1. The election leaves the table twice while pushes are lost.
 	x := campaign("x")
 	until("x")
-	faultsOf(a).DropPushes(true)
+	faultsOf(f, a).DropPushes(true)
 	require.NoError(t, x.Release(ctx))
 	y := campaign("y")
 	require.NoError(t, y.Release(ctx))
-	faultsOf(a).DropPushes(false)
+	faultsOf(f, a).DropPushes(false)
 	z := campaign("z")
 	until("z")
 	require.Equal(t, applied(first.Index), seen, "part 1: the light member observed exactly the applied changes")
@@ -136,7 +136,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 
 	// 2. Promotion of the light member to learner (a snapshot restore) with
 	// changes it never got.
-	faultsOf(a).DropPushes(true)
+	faultsOf(f, a).DropPushes(true)
 	for i := 1; i <= 5; i++ {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := z.Proclaim(pctx, fmt.Sprintf("p%d", i)); err != nil {
@@ -148,9 +148,9 @@ func TestObserveNoSilentGap(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, learners)
 	crashed := false
-	for i, n := range f.nodes {
+	for i, n := range f.All() {
 		if n != nil && n.ID() == learners[0] {
-			f.crash(i)
+			f.Crash(i)
 			crashed = true
 			break
 		}
@@ -158,7 +158,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	require.True(t, crashed)
 	require.Eventually(t, func() bool { return !a.light() }, 60*time.Second, 20*time.Millisecond,
 		"the light member is promoted to learner")
-	faultsOf(a).DropPushes(false)
+	faultsOf(f, a).DropPushes(false)
 	require.NoError(t, z.Release(ctx))
 	fin := campaign("final")
 	var end error
@@ -197,15 +197,15 @@ func TestObserveNoSilentGap(t *testing.T) {
 // then sees the next change.
 func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	logs := map[uint64]*leaderLog{1: {}, 2: {}, 3: {}}
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		c.SnapshotEvery = 50
 		c.CompactKeep = 10
 		c.Observer = logs[c.ID].observe
 	})
 	ctx := ctxT(t, 60*time.Second)
-	lead := tc.nodes[tc.leader()]
-	fid := tc.follower()
-	f := tc.nodes[fid]
+	lead := tc.Member(leader(t, tc))
+	fid := follower(t, tc)
+	f := tc.Member(fid)
 	o, err := f.Observe(ctx, "sr")
 	require.NoError(t, err)
 	ch := make(chan LeaderChange, 1024)
@@ -216,12 +216,12 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	got := nextChange(t, ch)
 	require.Equal(t, "v0", got.Value)
 
-	tc.isolate(fid)
+	tc.CutOff(fid)
 	for i := 1; i <= 80; i++ {
 		require.NoError(t, h.Proclaim(ctx, fmt.Sprintf("v%d", i)))
 	}
 	require.NoError(t, h.Release(ctx))
-	tc.heal()
+	tc.Heal()
 	require.Eventually(t, func() bool {
 		st, err := f.Status(ctx)
 		return err == nil && st.SnapshotsRestored > 0
@@ -274,9 +274,9 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 // as it would over the wire.
 func TestObserveLeaderRecordsCover(t *testing.T) {
 	logs := map[uint64]*leaderLog{1: {}, 2: {}, 3: {}}
-	tc := newTestCluster(t, 3, func(c *Config) { c.Observer = logs[c.ID].observe })
+	tc := newCluster(t, 3, func(c *Config) { c.Observer = logs[c.ID].observe })
 	ctx := ctxT(t, 60*time.Second)
-	lead := tc.nodes[tc.leader()]
+	lead := tc.Member(leader(t, tc))
 	h, err := lead.AcquireWith(ctx, campaignReq("tr", "lead", "v0"))
 	require.NoError(t, err)
 	for i := 1; i <= electionHistoryLen+6; i++ {

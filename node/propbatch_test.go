@@ -55,20 +55,20 @@ func sentAppends(t *testing.T, n *Node) (appends, entries uint64) {
 // (whose turn is forwarded to the leader as one MsgProp). Performance only;
 // the order of commands is unchanged (L2).
 func TestProposalsOfOneTurnShareAnAppend(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	ctx := ctxT(t, 10*time.Second)
 	// Sessions open and the log settles first.
-	for _, n := range tc.nodes {
+	for _, n := range tc.All() {
 		h, err := n.Acquire(ctx, "warm", "w", true, 0)
 		require.NoError(t, err)
 		require.NoError(t, h.Release(ctx))
 	}
 	const k = 32
-	for _, from := range []uint64{lead, tc.follower()} {
-		a0, e0 := sentAppends(t, tc.nodes[lead])
-		submitInOneTurn(t, tc.nodes[from], fmt.Sprintf("turn-%d", from), k)
-		a1, e1 := sentAppends(t, tc.nodes[lead])
+	for _, from := range []uint64{lead, follower(t, tc)} {
+		a0, e0 := sentAppends(t, tc.Member(lead))
+		submitInOneTurn(t, tc.Member(from), fmt.Sprintf("turn-%d", from), k)
+		a1, e1 := sentAppends(t, tc.Member(lead))
 		appends, entries := a1-a0, e1-e0
 		t.Logf("from node %d: %d commands reached 2 followers in %d appends (%d entries)", from, k, appends, entries)
 		require.GreaterOrEqual(t, entries, uint64(2*k), "every command reached both followers")
@@ -85,9 +85,9 @@ func TestProposalsOfOneTurnShareAnAppend(t *testing.T) {
 // Before issue 14 the leader proposed it as it was (this test asserted it
 // committed).
 func TestForwardedConfChangeIsRefused(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
-	f := tc.nodes[tc.follower()]
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
+	f := tc.Member(follower(t, tc))
 	ctx := ctxT(t, 10*time.Second)
 	const learner = 9
 	require.NoError(t, f.do(ctx, func() {
@@ -95,12 +95,12 @@ func TestForwardedConfChangeIsRefused(t *testing.T) {
 			Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(uint64(learner))}}}
 		require.NoError(t, f.rn.ProposeConfChange(cc))
 	}))
-	require.Eventually(t, func() bool { return refusals(tc.nodes[lead], "raft message") >= 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return refusals(tc.Member(lead), "raft message") >= 1 }, 10*time.Second, 5*time.Millisecond)
 	// A command after it commits everywhere; the change never does.
 	h, err := f.Acquire(ctx, "after", "o", true, 0)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
-	for _, n := range tc.nodes {
+	for _, n := range tc.All() {
 		_, learners, err := n.ConfState(ctx)
 		require.NoError(t, err)
 		require.NotContains(t, learners, uint64(learner), "node %d applied a forwarded configuration change", n.ID())

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/cluster"
 )
 
 // quietCluster is a 3-node cluster with production's timing shape
 // (heartbeat every 2 ticks, quiet for 2 heartbeats) at a 50 ms tick, so
 // that a loaded machine's scheduling does not end the quiet spells.
-func quietCluster(t *testing.T) *testCluster {
-	return newTestCluster(t, 3, func(c *Config) {
+func quietCluster(t *testing.T) *cluster.Cluster[*Node] {
+	return newCluster(t, 3, func(c *Config) {
 		c.TickInterval = 50 * time.Millisecond
 		c.ElectionTicks = 20
 		c.HeartbeatTicks = 2
@@ -22,9 +24,9 @@ func quietCluster(t *testing.T) *testCluster {
 }
 
 // loopValue reads a value inside node id's loop.
-func loopValue[T any](t *testing.T, tc *testCluster, id uint64, get func(n *Node) T) T {
+func loopValue[T any](t *testing.T, tc *cluster.Cluster[*Node], id uint64, get func(n *Node) T) T {
 	var v T
-	inLoop(t, tc.nodes[id], func() { v = get(tc.nodes[id]) })
+	inLoop(t, tc.Member(id), func() { v = get(tc.Member(id)) })
 	return v
 }
 
@@ -39,14 +41,14 @@ func leaderChanges(n *Node) uint64 { return n.loop.stats.leaderChanges }
 // leader (L1), and a lock taken before is still served by the new one.
 func TestQuietFollowersDoNotTick(t *testing.T) {
 	tc := quietCluster(t)
-	lead := tc.leader()
+	lead := leader(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	f := otherThan(tc, lead)
-	h, err := tc.nodes[f].Acquire(ctx, "q", "f", true, 0)
+	h, err := tc.Member(f).Acquire(ctx, "q", "f", true, 0)
 	require.NoError(t, err)
 
 	require.Eventually(t, func() bool {
-		for id := range tc.nodes {
+		for id := range tc.All() {
 			if id != lead && !loopValue(t, tc, id, isQuiet) {
 				return false
 			}
@@ -56,11 +58,11 @@ func TestQuietFollowersDoNotTick(t *testing.T) {
 
 	const window = 3 * time.Second // 60 ticks
 	before := map[uint64]uint64{}
-	for id := range tc.nodes {
+	for id := range tc.All() {
 		before[id] = loopValue(t, tc, id, tickWakes)
 	}
 	time.Sleep(window) // the quantity measured is what happens over a span of time
-	for id := range tc.nodes {
+	for id := range tc.All() {
 		got := loopValue(t, tc, id, tickWakes) - before[id]
 		t.Logf("node %d (leader %v): %d tick wake-ups in %v", id, id == lead, got, window)
 		if id == lead {
@@ -73,8 +75,8 @@ func TestQuietFollowersDoNotTick(t *testing.T) {
 	}
 
 	// The leader crashes: the quiet followers must notice and elect.
-	tc.crash(lead)
-	newLead := tc.leader()
+	tc.Crash(lead)
+	newLead := leader(t, tc)
 	require.NotEqual(t, lead, newLead)
 	require.NoError(t, h.Context().Err(), "the hold survives a failover")
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -92,18 +94,18 @@ func TestQuietFollowersDoNotTick(t *testing.T) {
 // anew.
 func TestStalledQuietFollowerDoesNotCampaign(t *testing.T) {
 	tc := quietCluster(t)
-	lead := tc.leader()
+	lead := leader(t, tc)
 	f := otherThan(tc, lead)
 	require.Eventually(t, func() bool { return loopValue(t, tc, f, isQuiet) }, 10*time.Second, 20*time.Millisecond,
 		"the follower should become quiet")
 	changes := loopValue(t, tc, f, leaderChanges)
 
-	tc.faults[f].PauseLoop()
-	time.Sleep(2 * tc.config(f).electionTimeout()) // the stall itself is the condition under test
-	tc.faults[f].Resume()
-	require.Eventually(t, func() bool { return tc.nodes[f].Leader() == lead }, 5*time.Second, 10*time.Millisecond)
+	tc.Faults(f).PauseLoop()
+	time.Sleep(2 * configOf(tc, f).electionTimeout()) // the stall itself is the condition under test
+	tc.Faults(f).Resume()
+	require.Eventually(t, func() bool { return tc.Member(f).Leader() == lead }, 5*time.Second, 10*time.Millisecond)
 	// Give a spurious pre-vote, had there been one, time to show.
 	require.Never(t, func() bool { return loopValue(t, tc, f, leaderChanges) != changes },
-		tc.config(f).electionTimeout(), 20*time.Millisecond, "the stalled follower campaigned against a live leader")
-	require.Equal(t, lead, tc.leader())
+		configOf(tc, f).electionTimeout(), 20*time.Millisecond, "the stalled follower campaigned against a live leader")
+	require.Equal(t, lead, leader(t, tc))
 }

@@ -24,18 +24,16 @@ import (
 // configuration before it is active, and must confirm its leadership
 // before telling anyone it was removed.
 func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
-	f := newGossipFleet(t, "lagging", 3)
-	f.tune = func(c *Config) {
-		withFaults(c)
+	f := newGossipCluster(t, "lagging", 4, 3, func(c *Config) {
 		c.NoCommitHints = true // commits reach C only through the leader's commit index
-	}
-	f.start(1)
-	f.start(2, f.nodes[1].GossipAddr())
-	f.start(3, f.nodes[1].GossipAddr())
-	f.waitConf(30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := f.leader(5 * time.Second)
+	})
+	startSlot(t, f, 1)
+	startSlot(t, f, 2, f.Member(1).GossipAddr())
+	startSlot(t, f, 3, f.Member(1).GossipAddr())
+	waitConf(t, f, 30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
+	lead := fleetLeader(t, f, 5*time.Second)
 	var c *Node
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		if n != lead {
 			c = n
 			break
@@ -67,13 +65,13 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 	}
 	first, _ := status(c)
 	frozen.Store(first)
-	faultsOf(c).RewriteIn(clamp)
+	faultsOf(f, c).RewriteIn(clamp)
 	// A commit index that arrived before the clamp took effect stays.
 	now, _ := status(c)
 	frozen.Store(max(first, now))
 
-	x := f.start(4, f.nodes[1].GossipAddr())
-	f.waitConf(30*time.Second, "X added as a learner", func(v, l []uint64) bool { return slices.Contains(l, x.ID()) })
+	x := startSlot(t, f, 4, f.Member(1).GossipAddr())
+	waitConf(t, f, 30*time.Second, "X added as a learner", func(v, l []uint64) bool { return slices.Contains(l, x.ID()) })
 	require.Eventually(t, x.storage.HasState, 20*time.Second, 5*time.Millisecond, "X never received raft data")
 	require.Eventually(t, func() bool {
 		for _, m := range c.Members() {
@@ -88,7 +86,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 
 	// C leads, and cannot commit an entry of its term: its followers'
 	// acknowledgements are lost.
-	faultsOf(c).RewriteIn(func(m *raftpb.Message) *raftpb.Message {
+	faultsOf(f, c).RewriteIn(func(m *raftpb.Message) *raftpb.Message {
 		if m.GetType() == raftpb.MessageType_MsgAppResp {
 			return nil
 		}
@@ -98,7 +96,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 		if c.Leader() == c.ID() {
 			return true
 		}
-		for _, n := range f.running() {
+		for _, n := range f.All() {
 			if n.Leader() == n.ID() {
 				_ = n.do(context.Background(), func() { n.rn.TransferLeader(c.ID()) })
 			}
@@ -114,7 +112,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 		"X was told it was removed by a leader whose configuration lagged")
 
 	// C may commit again: it applies c and X is in its configuration.
-	faultsOf(c).RewriteIn(nil)
+	faultsOf(f, c).RewriteIn(nil)
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -13,27 +13,27 @@ import (
 // one commit of the restarted node knowing the leader, long before the old
 // session's TTL. Measured: restart → next waiter's grant.
 func TestRestartEndsOldSession(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) { c.SessionTTL = 10 * time.Second; c.KeepaliveInterval = time.Second })
-	lead := tc.leader()
+	tc := newCluster(t, 3, func(c *Config) { c.SessionTTL = 10 * time.Second; c.KeepaliveInterval = time.Second })
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	b := otherThan(tc, lead, a)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := tc.nodes[a].Acquire(ctx, "gamma", "a", true, 0)
+	h, err := tc.Member(a).Acquire(ctx, "gamma", "a", true, 0)
 	require.NoError(t, err)
-	got, grantedAt := grantAsync(t, tc.nodes[b], "gamma", "b")
-	requireWaiters(t, tc.nodes[b], "gamma", 1)
-	tc.crash(a)
+	got, grantedAt := grantAsync(t, tc.Member(b), "gamma", "b")
+	requireWaiters(t, tc.Member(b), "gamma", 1)
+	tc.Crash(a)
 	restarted := time.Now()
-	tc.restart(a)
+	require.NoError(t, tc.Restart(a))
 	var h2 *Hold
 	select {
 	case h2 = <-got:
-	case <-time.After(tc.config(a).SessionTTL / 2):
+	case <-time.After(configOf(tc, a).SessionTTL / 2):
 		t.Fatalf("the old session's lock was not released within half its TTL of the restart")
 	}
 	require.NotNil(t, h2)
 	took := grantedAt().Sub(restarted)
-	t.Logf("restart → next waiter's grant: %v (TTL %v)", took, tc.config(a).SessionTTL)
+	t.Logf("restart → next waiter's grant: %v (TTL %v)", took, configOf(tc, a).SessionTTL)
 	require.Greater(t, h2.Token(), h.Token())
 	// One commit after the restarted node hears from the leader: the
 	// restart itself (opening the data directory, replay) plus a heartbeat
@@ -50,23 +50,18 @@ func TestRestartEndsOldSession(t *testing.T) {
 func TestLightMemberRestartEndsOldSession(t *testing.T) {
 	f, lights := lightFleet(t, "lrestart", 6, func(c *Config) { c.SessionTTL = 10 * time.Second; c.KeepaliveInterval = time.Second })
 	light := lights[0]
-	idx := -1
-	for i, n := range f.nodes {
-		if n == light {
-			idx = i
-		}
-	}
-	require.GreaterOrEqual(t, idx, 0)
-	lead := f.leader(10 * time.Second)
+	idx := slotOf(f, light)
+	require.NotZero(t, idx)
+	lead := fleetLeader(t, f, 10*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	h, err := light.Acquire(ctx, "delta", "light", true, 0)
 	require.NoError(t, err)
 	got, grantedAt := grantAsync(t, lead, "delta", "leader")
 	requireWaiters(t, lead, "delta", 1)
 	seed := lead.GossipAddr()
-	f.crash(idx)
+	f.Crash(idx)
 	restarted := time.Now()
-	n := f.start(idx, seed)
+	n := startSlot(t, f, idx, seed)
 	require.True(t, n.light(), "the restarted member is light again")
 	var h2 *Hold
 	select {

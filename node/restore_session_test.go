@@ -28,7 +28,7 @@ func TestMemberAddedAfterSnapshotCatchesUp(t *testing.T) {
 	})
 	require.NotEmpty(t, lights)
 	a := lights[0]
-	lead := f.leader(5 * time.Second)
+	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 60*time.Second)
 	// Enough entries for the leader to snapshot and compact.
 	for i := 0; i < 120; i++ {
@@ -60,9 +60,9 @@ func TestMemberAddedAfterSnapshotCatchesUp(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, learners)
 	crashed := false
-	for slot, n := range f.nodes {
+	for slot, n := range f.All() {
 		if n.ID() == learners[0] {
-			f.crash(slot)
+			f.Crash(slot)
 			crashed = true
 			break
 		}
@@ -94,8 +94,8 @@ func TestMemberAddedAfterSnapshotCatchesUp(t *testing.T) {
 // promoted to learner may restore a snapshot older than its last grants.)
 // White-box: one fabricated hold and one queued Acquire on each side of i.
 func TestRestoreKeepsWhatIsNewerThanTheSnapshot(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	n := tc.nodes[tc.leader()]
+	tc := newCluster(t, 3)
+	n := tc.Member(leader(t, tc))
 	ctx := ctxT(t, 20*time.Second)
 	h, err := n.Acquire(ctx, "warm", "o", true, 0)
 	require.NoError(t, err)

@@ -21,14 +21,14 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// fixedPorts makes every slot of a gossip fleet keep its gossip and gRPC
-// ports across restarts (a StatefulSet pod keeps its address), and sets the
-// dead-voter threshold to a realistic 30 s.
-func fixedPorts(t testing.TB, f *gossipFleet) {
+// fixedPorts is a fleet's tune that makes every slot keep its gossip and
+// gRPC ports across restarts (a StatefulSet pod keeps its address), and
+// sets the dead-voter threshold to a realistic 30 s.
+func fixedPorts(t testing.TB) func(*Config) {
 	type ports struct{ gossip, grpc int }
 	byDir := map[string]ports{}
 	var mu sync.Mutex
-	f.tune = func(c *Config) {
+	return func(c *Config) {
 		mu.Lock()
 		p, ok := byDir[c.DataDir]
 		if !ok {
@@ -48,30 +48,27 @@ func fixedPorts(t testing.TB, f *gossipFleet) {
 // Before, Close removed the member from the configuration for good and the
 // restart stopped with lockerr.ErrRemoved a few seconds later.
 func TestCloseIsRestartable(t *testing.T) {
-	f := newGossipFleet(t, "closerestart", 3)
-	fixedPorts(t, f)
-	f.start(1)
-	f.start(2, f.nodes[1].GossipAddr())
-	f.start(3, f.nodes[1].GossipAddr())
-	voters, _ := f.waitConf(30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := f.leader(10 * time.Second)
-	victim := 0
-	for i, n := range f.nodes {
+	f := newGossipCluster(t, "closerestart", 3, 3, fixedPorts(t))
+	startSlot(t, f, 1)
+	startSlot(t, f, 2, f.Member(1).GossipAddr())
+	startSlot(t, f, 3, f.Member(1).GossipAddr())
+	voters, _ := waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	lead := fleetLeader(t, f, 10*time.Second)
+	victim := uint64(0)
+	for i, n := range f.All() {
 		if n != lead {
 			victim = i
 		}
 	}
 	ctx := ctxT(t, 60*time.Second)
-	v := f.nodes[victim]
+	v := f.Member(victim)
 	_, err := v.Acquire(ctx, "held", "v", true, 0)
 	require.NoError(t, err)
 	got, _ := grantAsync(t, lead, "held", "l")
 	requireWaiters(t, lead, "held", 1)
 	id := v.ID()
 	require.NoError(t, v.Close(ctx))
-	f.mu.Lock()
-	delete(f.nodes, victim)
-	f.mu.Unlock()
+	f.Stopped(victim)
 	select {
 	case h := <-got:
 		require.NotNil(t, h, "Close released the lock to the next waiter")
@@ -79,7 +76,7 @@ func TestCloseIsRestartable(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close did not release the lock at once")
 	}
-	n := f.start(victim, lead.GossipAddr())
+	n := startSlot(t, f, victim, lead.GossipAddr())
 	require.Equal(t, id, n.ID())
 	require.Eventually(t, func() bool { return n.sess.Load() != 0 }, 20*time.Second, 10*time.Millisecond, "the restarted member has a session")
 	h, err := n.Acquire(ctx, "after", "n", true, 0)
@@ -88,7 +85,7 @@ func TestCloseIsRestartable(t *testing.T) {
 	// Still a voter, and still serving well after a removal would have told
 	// it otherwise (the leader tells a removed member within its reconcile).
 	require.Never(t, func() bool { return n.err() != nil }, 3*time.Second, 20*time.Millisecond, "the restarted member stopped: %v", n.err())
-	after, _ := f.waitConf(10*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+	after, _ := waitConf(t, f, 10*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
 	require.Equal(t, voters, after)
 }
 
@@ -96,18 +93,18 @@ func TestCloseIsRestartable(t *testing.T) {
 // from the raft configuration (it panicked on a nil map before: the leave
 // call was served only in gossip mode).
 func TestLeaveStaticMode(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	ctx := ctxT(t, 20*time.Second)
-	require.NoError(t, tc.nodes[a].Leave(ctx))
-	delete(tc.nodes, a)
+	require.NoError(t, tc.Member(a).Leave(ctx))
+	tc.Stopped(a)
 	require.Eventually(t, func() bool {
-		v, _, err := tc.nodes[lead].ConfState(ctx)
+		v, _, err := tc.Member(lead).ConfState(ctx)
 		return err == nil && len(v) == 2 && !slices.Contains(v, a)
 	}, 10*time.Second, 10*time.Millisecond, "the leaving member is out of the configuration")
 	// The two left serve.
-	h, err := tc.nodes[lead].Acquire(ctx, "after-leave", "l", true, 0)
+	h, err := tc.Member(lead).Acquire(ctx, "after-leave", "l", true, 0)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
 }
@@ -120,26 +117,22 @@ func TestLeaveStaticMode(t *testing.T) {
 func TestRollingRestart(t *testing.T) {
 	for _, size := range []int{3, 5} {
 		t.Run(fmt.Sprintf("%d-members", size), func(t *testing.T) {
-			f := newGossipFleet(t, fmt.Sprintf("rolling%d", size), size)
-			fixedPorts(t, f)
-			ports := f.tune
-			f.tune = func(c *Config) {
-				ports(c)
+			f := newGossipCluster(t, fmt.Sprintf("rolling%d", size), size, size, fixedPorts(t), func(c *Config) {
 				// A stall of a few seconds (-race on two loaded cores) must not
 				// expire healthy sessions: that is not what this test is about.
 				c.SessionTTL = 5 * time.Second
+			})
+			startSlot(t, f, 1) // the founders are slots 1..size
+			for i := uint64(2); i <= uint64(size); i++ {
+				startSlot(t, f, i, f.Member(1).GossipAddr())
 			}
-			f.start(1) // the founders are slots 1..size
-			for i := 2; i <= size; i++ {
-				f.start(i, f.nodes[1].GossipAddr())
-			}
-			voters, _ := f.waitConf(60*time.Second, "all voters", func(v, l []uint64) bool { return len(v) == size })
+			voters, _ := waitConf(t, f, 60*time.Second, "all voters", func(v, l []uint64) bool { return len(v) == size })
 			// The traffic starts on a settled fleet: every member has a
 			// session and has taken and released a lock once. Formation
 			// (members added one by one while it starts) is not under test
 			// here; a session lost while forming is logged, and the member
 			// tries again with its new session.
-			for i, n := range f.nodes {
+			for i, n := range f.All() {
 				require.Eventually(t, func() bool {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
@@ -160,7 +153,7 @@ func TestRollingRestart(t *testing.T) {
 				stop chan struct{}
 				done chan struct{}
 			}
-			run := func(slot int, n *Node) *client {
+			run := func(slot uint64, n *Node) *client {
 				c := &client{stop: make(chan struct{}), done: make(chan struct{})}
 				go func() {
 					defer close(c.done)
@@ -188,32 +181,30 @@ func TestRollingRestart(t *testing.T) {
 				}()
 				return c
 			}
-			clients := map[int]*client{}
-			for i, n := range f.nodes {
+			clients := map[uint64]*client{}
+			for i, n := range f.All() {
 				clients[i] = run(i, n)
 			}
 			ctx := ctxT(t, 120*time.Second)
-			for slot := 1; slot <= size; slot++ {
-				n := f.nodes[slot]
+			for slot := uint64(1); slot <= uint64(size); slot++ {
+				n := f.Member(slot)
 				c := clients[slot]
 				close(c.stop)
 				<-c.done
 				start := time.Now()
 				require.NoError(t, n.Close(ctx), "Close of slot %d", slot)
 				closed := time.Since(start)
-				f.mu.Lock()
-				delete(f.nodes, slot)
-				f.mu.Unlock()
+				f.Stopped(slot)
 				var seed string
-				for _, o := range f.running() {
+				for _, o := range f.All() {
 					seed = o.GossipAddr()
 				}
-				n2 := f.start(slot, seed)
+				n2 := startSlot(t, f, slot, seed)
 				require.Equal(t, n.ID(), n2.ID())
 				require.Eventually(t, func() bool { return n2.sess.Load() != 0 && n2.Leader() != 0 }, 30*time.Second, 10*time.Millisecond,
 					"slot %d back with a session", slot)
 				t.Logf("slot %d (raft id %x): Close took %v, back with a session after %v", slot, n.ID(), closed, time.Since(start))
-				f.waitConf(30*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+				waitConf(t, f, 30*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
 				clients[slot] = run(slot, n2)
 				time.Sleep(300 * time.Millisecond) // traffic on the whole fleet between restarts
 			}
@@ -222,9 +213,9 @@ func TestRollingRestart(t *testing.T) {
 				close(c.stop)
 				<-c.done
 			}
-			after, _ := f.waitConf(10*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
+			after, _ := waitConf(t, f, 10*time.Second, "the same voters", func(v, l []uint64) bool { return slices.Equal(v, voters) })
 			require.Equal(t, voters, after, "voters back to the target, no member lost")
-			for _, n := range f.running() {
+			for _, n := range f.All() {
 				require.NoError(t, n.err(), "member %x stopped", n.ID())
 			}
 			mu.Lock()

@@ -48,9 +48,9 @@ func inLoop(t *testing.T, n *Node, f func()) {
 // reading, so a wall-clock step moves neither. Deadlines stored as UnixNano
 // and rebuilt with time.Unix have none: they are compared on the wall clock.
 func TestS5HolderDeadlinesKeepMonotonicReading(t *testing.T) {
-	tc := newTestCluster(t, 1)
-	tc.leader()
-	n := tc.nodes[1]
+	tc := newCluster(t, 1)
+	leader(t, tc)
+	n := tc.Member(1)
 	h, err := n.Acquire(ctxT(t, 10*time.Second), "leased", "o", true, 5*time.Second)
 	require.NoError(t, err)
 	sd, ld := n.holderDeadline(), h.leaseDeadline()
@@ -69,9 +69,9 @@ func TestS5HolderDeadlinesKeepMonotonicReading(t *testing.T) {
 //     has run out) of a lease the leader still runs: the renewal re-bases it
 //     and the Hold is handed out with a deadline ahead of it.
 func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
-	tc := newTestCluster(t, 1)
-	tc.leader()
-	n := tc.nodes[1]
+	tc := newCluster(t, 1)
+	leader(t, tc)
+	n := tc.Member(1)
 	openSession(t, n)
 	type handout struct {
 		res      opResult
@@ -145,14 +145,14 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 // handled by a loop that was stalled past the deadline) is not handed out
 // live: the session is given up first.
 func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	a := tc.follower()
-	n := tc.nodes[a]
+	tc := newCluster(t, 3)
+	a := follower(t, tc)
+	n := tc.Member(a)
 	ctx := ctxT(t, 30*time.Second)
 	h, err := n.Acquire(ctx, "held", "a", true, 0)
 	require.NoError(t, err)
 	sess := n.sess.Load()
-	tc.isolate(a)
+	tc.CutOff(a)
 	out := make(chan string, 1)
 	require.NoError(t, n.do(ctx, func() {
 		// The loop stalls here until the deadline has passed (read again
@@ -188,7 +188,7 @@ func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
 	require.NotContains(t, got, "LIVE")
 	<-h.Context().Done()
 	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
-	tc.heal()
+	tc.Heal()
 	h2, err := n.Acquire(ctx, "after-heal", "a", true, 0)
 	require.NoError(t, err, "the node opens a new session and serves again")
 	require.NoError(t, h2.Release(ctx))
@@ -198,9 +198,9 @@ func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
 // one leased grant from the queue twice (a push and a fwd-status answer)
 // makes one Hold, not a second one that outlives the first.
 func TestS5OneHoldPerLeasedGrant(t *testing.T) {
-	tc := newTestCluster(t, 1)
-	tc.leader()
-	n := tc.nodes[1]
+	tc := newCluster(t, 1)
+	leader(t, tc)
+	n := tc.Member(1)
 	openSession(t, n)
 	var handles int
 	inLoop(t, n, func() {
@@ -229,11 +229,11 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 	for _, leased := range []bool{false, true} {
 		name := map[bool]string{false: "session-cut-off", true: "lease-not-renewed"}[leased]
 		t.Run(name, func(t *testing.T) {
-			tc := newTestCluster(t, 3)
-			lead := tc.leader()
+			tc := newCluster(t, 3)
+			lead := leader(t, tc)
 			a := otherThan(tc, lead)
 			b := otherThan(tc, lead, a)
-			n := tc.nodes[a]
+			n := tc.Member(a)
 			ctx := ctxT(t, 30*time.Second)
 			lease := time.Duration(0)
 			if leased {
@@ -242,15 +242,15 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 			h, err := n.Acquire(ctx, "stock", "a", true, lease)
 			require.NoError(t, err)
 			lost := lostAt(h)
-			got, grantedAt := grantAsync(t, tc.nodes[b], "stock", "b")
-			requireWaiters(t, tc.nodes[b], "stock", 1)
+			got, grantedAt := grantAsync(t, tc.Member(b), "stock", "b")
+			requireWaiters(t, tc.Member(b), "stock", 1)
 			if !leased {
-				tc.isolate(a)
+				tc.CutOff(a)
 			}
-			tc.faults[a].PauseLoop()
+			tc.Faults(a).PauseLoop()
 			h2 := <-got
 			require.NotNil(t, h2)
-			tick := tc.config(a).TickInterval
+			tick := configOf(tc, a).TickInterval
 			deadline := n.holderDeadline()
 			want := lockerr.ErrSessionExpired
 			if leased {
@@ -265,8 +265,8 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 			require.Greater(t, h2.Token(), h.Token())
 			// The loop resumes, learns the session (or lease) was given
 			// up, and serves again.
-			tc.faults[a].Resume()
-			tc.heal()
+			tc.Faults(a).Resume()
+			tc.Heal()
 			h3, err := n.Acquire(ctx, "after", "a", true, 0)
 			require.NoError(t, err)
 			require.NoError(t, h3.Release(ctx))
@@ -282,10 +282,10 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 // even after the first Hold was released. The waiter is on the leader,
 // which applies the expiry first.
 func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
-	n := tc.nodes[a]
+	n := tc.Member(a)
 	ctx := ctxT(t, 30*time.Second)
 	h1, err := n.Acquire(ctx, "r", "a", true, 800*time.Millisecond)
 	require.NoError(t, err)
@@ -294,7 +294,7 @@ func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
 	require.Equal(t, h1.Token(), h2.Token(), "reentrant")
 	lost := lostAt(h2)
 	require.NoError(t, h1.Release(ctx)) // one level; the lock and its lease go on
-	got, grantedAt := grantAsync(t, tc.nodes[lead], "r", "b")
+	got, grantedAt := grantAsync(t, tc.Member(lead), "r", "b")
 	h3 := <-got
 	require.NotNil(t, h3)
 	require.False(t, lost().IsZero(), "the reentrant hold was not told before the lease ran out and the lock moved on")

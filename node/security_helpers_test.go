@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/certgen"
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -203,10 +204,10 @@ func refusals(n *Node, kind string) uint64 { return n.tr.Refusals(kind) }
 
 // serving checks the cluster still serves: a fresh lock on every node,
 // taken and released.
-func (tc *testCluster) serving(t *testing.T, name string) {
+func serving(t *testing.T, tc *cluster.Cluster[*Node], name string) {
 	t.Helper()
 	ctx := ctxT(t, 20*time.Second)
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		require.NoError(t, n.err(), "node %d stopped", id)
 		h, err := n.Acquire(ctx, name, fmt.Sprintf("probe-%d", id), true, 0)
 		require.NoError(t, err, "node %d", id)

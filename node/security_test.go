@@ -75,10 +75,10 @@ func TestSecureByDefault(t *testing.T) {
 // keepalives over the typed calls. (S1, L1.)
 func TestTLSClusterLockUnlock(t *testing.T) {
 	pki := newTestPKI(t)
-	tc := newTestCluster(t, 3, pki.tune)
-	tc.leader()
-	tc.serving(t, "tls")
-	for _, n := range tc.nodes {
+	tc := newCluster(t, 3, pki.tune)
+	leader(t, tc)
+	serving(t, tc, "tls")
+	for _, n := range tc.All() {
 		require.Zero(t, refusals(n, "connection")+refusals(n, "rpc")+refusals(n, "raft message")+refusals(n, "call"))
 	}
 }
@@ -88,26 +88,25 @@ func TestTLSClusterLockUnlock(t *testing.T) {
 // fleet forms and serves. (S1, L1.)
 func TestTLSGossipFleet(t *testing.T) {
 	pki := newTestPKI(t)
-	f := newGossipFleet(t, "tls-gossip", 3)
-	ids := map[int]uint64{}
-	f.tune = func(c *Config) {
+	ids := map[uint64]uint64{}
+	f := newGossipCluster(t, "tls-gossip", 3, 3, func(c *Config) {
 		id := certgen.RandomID()
 		c.TLS = pki.member(c.ClusterID, id)
 		c.Gossip.Keys = [][]byte{[]byte("0123456789abcdef0123456789abcdef")}
+	})
+	n1 := startSlot(t, f, 1) // the founders are instances 1..3
+	for i := uint64(2); i <= 3; i++ {
+		startSlot(t, f, i, n1.GossipAddr())
 	}
-	n1 := f.start(1) // the founders are instances 1..3
-	for i := 2; i <= 3; i++ {
-		f.start(i, n1.GossipAddr())
-	}
-	for i, n := range f.nodes {
+	for i, n := range f.All() {
 		_, id, err := tlsMemberID(n.cfg.TLS)
 		require.NoError(t, err)
 		require.Equal(t, id, n.ID(), "instance %d: raft id from the certificate", i)
 		ids[i] = id
 	}
-	f.waitConf(30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
 	ctx := ctxT(t, 20*time.Second)
-	for _, n := range f.running() {
+	for _, n := range f.All() {
 		h, err := n.Acquire(ctx, "g", fmt.Sprint(n.ID()), true, 0)
 		require.NoError(t, err)
 		require.NoError(t, h.Release(ctx))
@@ -121,19 +120,20 @@ func TestTLSGossipFleet(t *testing.T) {
 // the rest of the cluster serves on and the lock moves on after the TTL.
 // (S5, L3.)
 func TestLoopPanicStopsNodeCleanly(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
-	victim := tc.follower()
+	logs := &logSink{}
+	tc := newCluster(t, 3, withLogs(t, logs))
+	lead := leader(t, tc)
+	victim := follower(t, tc)
 	ctx := ctxT(t, 20*time.Second)
-	h, err := tc.nodes[victim].Acquire(ctx, "p", "victim", true, 0)
+	h, err := tc.Member(victim).Acquire(ctx, "p", "victim", true, 0)
 	require.NoError(t, err)
-	require.NoError(t, tc.nodes[victim].do(ctx, func() { panic("planted") }))
+	require.NoError(t, tc.Member(victim).do(ctx, func() { panic("planted") }))
 	<-h.Context().Done()
 	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrInternal)
-	_, err = tc.nodes[victim].Acquire(ctx, "q", "victim", true, 0)
+	_, err = tc.Member(victim).Acquire(ctx, "q", "victim", true, 0)
 	require.ErrorIs(t, err, lockerr.ErrInternal)
-	require.Equal(t, 1, tc.logs.count(fmt.Sprintf("n=%d ", victim), "raft loop panicked"))
-	h2, err := tc.nodes[lead].Acquire(ctx, "p", "next", true, 0)
+	require.Equal(t, 1, logs.count(fmt.Sprintf("n=%d ", victim), "raft loop panicked"))
+	h2, err := tc.Member(lead).Acquire(ctx, "p", "next", true, 0)
 	require.NoError(t, err, "the lock moves on once the stopped node's session expires")
 	require.NoError(t, h2.Release(ctx))
 }
@@ -147,19 +147,19 @@ func TestTLSCertificateRotationWithoutRestart(t *testing.T) {
 	var current atomic.Pointer[transport.TLS]
 	current.Store(cur)
 	rotating := &transport.TLS{Roots: cur.Roots, Certificate: func() (*tls.Certificate, error) { return current.Load().Certificate() }}
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		if c.ID == 1 {
 			c.TLS = rotating
 		} else {
 			pki.tune(c)
 		}
 	})
-	tc.leader()
+	leader(t, tc)
 	serial := func() string {
 		cl := pki.member("test", 2)
 		cert, _ := cl.Certificate()
 		pool, _ := cl.Roots()
-		c, err := tls.Dial("tcp", tc.addrs[1], &tls.Config{Certificates: []tls.Certificate{*cert}, RootCAs: pool,
+		c, err := tls.Dial("tcp", tc.Addr(1), &tls.Config{Certificates: []tls.Certificate{*cert}, RootCAs: pool,
 			InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
 		require.NoError(t, err)
 		defer c.Close()
@@ -173,5 +173,5 @@ func TestTLSCertificateRotationWithoutRestart(t *testing.T) {
 	current.Store(&transport.TLS{Roots: func() (*x509.CertPool, error) { return pki.ca.Pool(), nil },
 		Certificate: func() (*tls.Certificate, error) { return &pair, nil }})
 	require.NotEqual(t, before, serial(), "the next connection gets the new certificate")
-	tc.serving(t, "rotated")
+	serving(t, tc, "rotated")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/faults"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -54,8 +55,8 @@ func grantAsync(t *testing.T, n *Node, name, owner string) (<-chan *Hold, func()
 	return ch, func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
 }
 
-func otherThan(tc *testCluster, not ...uint64) uint64 {
-	for id := range tc.nodes {
+func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
+	for id := range tc.All() {
 		skip := false
 		for _, x := range not {
 			skip = skip || x == id
@@ -71,24 +72,24 @@ func otherThan(tc *testCluster, not ...uint64) uint64 {
 // Close. The next waiter, on another node, is granted once the session TTL
 // has passed since the last keepalive — not before — with a higher token.
 func TestCrashedHolderReleasedAfterTTL(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	b := otherThan(tc, lead, a)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := tc.nodes[a].Acquire(ctx, "cron/nightly", "a", true, 0)
+	h, err := tc.Member(a).Acquire(ctx, "cron/nightly", "a", true, 0)
 	require.NoError(t, err)
-	got, _ := grantAsync(t, tc.nodes[b], "cron/nightly", "b")
-	requireWaiters(t, tc.nodes[b], "cron/nightly", 1)
-	ttl := tc.config(a).SessionTTL
+	got, _ := grantAsync(t, tc.Member(b), "cron/nightly", "b")
+	requireWaiters(t, tc.Member(b), "cron/nightly", 1)
+	ttl := configOf(tc, a).SessionTTL
 	crash := time.Now()
-	tc.crash(a)
+	tc.Crash(a)
 	h2 := <-got
 	require.NotNil(t, h2)
 	took := time.Since(crash)
 	t.Logf("crash → next grant %v (TTL %v): %v after the TTL", took, ttl, took-ttl)
 	// The last keepalive left at most one interval before the crash.
-	require.GreaterOrEqual(t, took, ttl-tc.config(a).KeepaliveInterval, "granted before the session could have expired")
+	require.GreaterOrEqual(t, took, ttl-configOf(tc, a).KeepaliveInterval, "granted before the session could have expired")
 	require.Greater(t, h2.Token(), h.Token())
 }
 
@@ -110,23 +111,23 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tc := newTestCluster(t, c.size)
-			lead := tc.leader()
+			tc := newCluster(t, c.size)
+			lead := leader(t, tc)
 			a := otherThan(tc, lead)
 			if c.holderLeads {
 				a = lead
 			}
 			b := otherThan(tc, lead, a)
 			ctx := ctxT(t, 30*time.Second)
-			h, err := tc.nodes[a].Acquire(ctx, "stock/sku-42", "a", true, 0)
+			h, err := tc.Member(a).Acquire(ctx, "stock/sku-42", "a", true, 0)
 			require.NoError(t, err)
 			lost := lostAt(h)
-			got, grantedAt := grantAsync(t, tc.nodes[b], "stock/sku-42", "b")
-			requireWaiters(t, tc.nodes[b], "stock/sku-42", 1)
-			tc.isolate(a)
+			got, grantedAt := grantAsync(t, tc.Member(b), "stock/sku-42", "b")
+			requireWaiters(t, tc.Member(b), "stock/sku-42", 1)
+			tc.CutOff(a)
 			if c.failoverMid {
-				time.Sleep(tc.config(a).SessionTTL / 3) // let the old leader arm a deadline first
-				tc.crash(lead)
+				time.Sleep(configOf(tc, a).SessionTTL / 3) // let the old leader arm a deadline first
+				tc.Crash(lead)
 			}
 			h2 := <-got
 			require.NotNil(t, h2)
@@ -136,8 +137,8 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 			t.Logf("holder told %v before the waiter was granted", grantedAt().Sub(lost()))
 			require.Greater(t, h2.Token(), h.Token())
 			// The cut-off node comes back, opens a new session and works.
-			tc.heal()
-			h3, err := tc.nodes[a].Acquire(ctx, "after-heal", "a", true, 0)
+			tc.Heal()
+			h3, err := tc.Member(a).Acquire(ctx, "after-heal", "a", true, 0)
 			require.NoError(t, err)
 			require.NoError(t, h3.Release(ctx))
 		})
@@ -148,26 +149,26 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 // failover and more than a TTL after it (the new leader restarts their
 // deadlines and keepalives keep them).
 func TestSessionsSurviveFailover(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	b := otherThan(tc, lead, a)
 	ctx := ctxT(t, 30*time.Second)
-	ha, err := tc.nodes[a].Acquire(ctx, "x", "a", true, 0)
+	ha, err := tc.Member(a).Acquire(ctx, "x", "a", true, 0)
 	require.NoError(t, err)
-	hb, err := tc.nodes[b].Acquire(ctx, "y", "b", true, 0)
+	hb, err := tc.Member(b).Acquire(ctx, "y", "b", true, 0)
 	require.NoError(t, err)
-	tc.crash(lead)
-	tc.leader()
+	tc.Crash(lead)
+	leader(t, tc)
 	// Wait out more than a TTL on the new leader, counting from now.
-	ttl := tc.config(a).SessionTTL
+	ttl := configOf(tc, a).SessionTTL
 	deadline := time.Now().Add(ttl + ttl/2)
 	for time.Now().Before(deadline) {
 		require.NoError(t, ha.Context().Err())
 		require.NoError(t, hb.Context().Err())
 		time.Sleep(50 * time.Millisecond)
 	}
-	_, err = tc.nodes[b].Acquire(ctx, "x", "b2", false, 0)
+	_, err = tc.Member(b).Acquire(ctx, "x", "b2", false, 0)
 	require.ErrorIs(t, err, lockerr.ErrLocked, "a's lock must still be held")
 	require.NoError(t, ha.Release(ctx))
 	require.NoError(t, hb.Release(ctx))
@@ -177,15 +178,15 @@ func TestSessionsSurviveFailover(t *testing.T) {
 // lease runs out (holder told first, waiter granted with a higher token),
 // and kept for as long as it is renewed.
 func TestLeaseExpiryAndRenewal(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	b := otherThan(tc, lead, a)
 	ctx := ctxT(t, 30*time.Second)
 	lease := 600 * time.Millisecond
 
 	// Renewed: kept well past the lease.
-	h, err := tc.nodes[a].Acquire(ctx, "leased", "a", true, lease)
+	h, err := tc.Member(a).Acquire(ctx, "leased", "a", true, lease)
 	require.NoError(t, err)
 	until := time.Now().Add(3 * lease)
 	for time.Now().Before(until) {
@@ -196,7 +197,7 @@ func TestLeaseExpiryAndRenewal(t *testing.T) {
 
 	// Not renewed: expires; the holder is told before the waiter gets it.
 	lost := lostAt(h)
-	got, grantedAt := grantAsync(t, tc.nodes[b], "leased", "b")
+	got, grantedAt := grantAsync(t, tc.Member(b), "leased", "b")
 	h2 := <-got
 	require.NotNil(t, h2)
 	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrLeaseExpired)
@@ -207,17 +208,17 @@ func TestLeaseExpiryAndRenewal(t *testing.T) {
 	require.NoError(t, h2.Release(ctx))
 
 	// A waiter granted from the queue with a lease gets a dated lease too.
-	h3, err := tc.nodes[a].Acquire(ctx, "leased2", "a", true, 0)
+	h3, err := tc.Member(a).Acquire(ctx, "leased2", "a", true, 0)
 	require.NoError(t, err)
 	done := make(chan *Hold, 1)
 	go func() {
-		h, err := tc.nodes[b].Acquire(ctx, "leased2", "b", true, lease)
+		h, err := tc.Member(b).Acquire(ctx, "leased2", "b", true, lease)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- h
 	}()
-	requireWaiters(t, tc.nodes[b], "leased2", 1)
+	requireWaiters(t, tc.Member(b), "leased2", 1)
 	time.Sleep(lease) // the waiter's first send is now older than its lease
 	require.NoError(t, h3.Release(ctx))
 	h4 := <-done
@@ -232,7 +233,7 @@ func TestLockDelay(t *testing.T) {
 	delay := 800 * time.Millisecond
 	var mu sync.Mutex
 	var delayedAt, grantedAt time.Time
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		c.LockDelay = delay
 		if c.ID == 3 {
 			c.Observer = func(r ApplyRecord) {
@@ -252,30 +253,30 @@ func TestLockDelay(t *testing.T) {
 			}
 		}
 	})
-	lead := tc.leader()
+	lead := leader(t, tc)
 	a := otherThan(tc, lead, 3)
 	ctx := ctxT(t, 30*time.Second)
 	// A clean Unlock: no delay.
-	h, err := tc.nodes[a].Acquire(ctx, "d", "a", true, 0)
+	h, err := tc.Member(a).Acquire(ctx, "d", "a", true, 0)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
-	h, err = tc.nodes[3].Acquire(ctx, "d", "c", false, 0)
+	h, err = tc.Member(3).Acquire(ctx, "d", "c", false, 0)
 	require.NoError(t, err, "no lock-delay after a clean Unlock")
 	require.NoError(t, h.Release(ctx))
 
-	_, err = tc.nodes[a].Acquire(ctx, "d", "a", true, 0)
+	_, err = tc.Member(a).Acquire(ctx, "d", "a", true, 0)
 	require.NoError(t, err)
-	tc.crash(a)
+	tc.Crash(a)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !delayedAt.IsZero() }, 10*time.Second, 5*time.Millisecond)
-	_, err = tc.nodes[3].Acquire(ctx, "d", "c", false, 0)
+	_, err = tc.Member(3).Acquire(ctx, "d", "c", false, 0)
 	require.ErrorIs(t, err, lockerr.ErrLocked, "TryLock during the lock-delay")
-	h, err = tc.nodes[3].Acquire(ctx, "d", "c", true, 0)
+	h, err = tc.Member(3).Acquire(ctx, "d", "c", true, 0)
 	require.NoError(t, err)
 	mu.Lock()
 	gap := grantedAt.Sub(delayedAt)
 	mu.Unlock()
 	t.Logf("expiry → grant %v (lock-delay %v)", gap, delay)
-	require.GreaterOrEqual(t, gap, delay-2*tc.config(3).TickInterval, "granted inside the lock-delay")
+	require.GreaterOrEqual(t, gap, delay-2*configOf(tc, 3).TickInterval, "granted inside the lock-delay")
 	require.NoError(t, h.Release(ctx))
 }
 
@@ -345,25 +346,25 @@ func TestDefaultTimingsKeepTheFailoverBudget(t *testing.T) {
 // ever acknowledged and every holder gave its locks up at the TTL, on a
 // cluster that was merely slow.
 func TestKeepalivesSurviveSlowConfirmation(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) { c.RetryInterval = c.TickInterval })
-	lead := tc.leader()
+	tc := newCluster(t, 3, func(c *Config) { c.RetryInterval = c.TickInterval })
+	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	ctx := ctxT(t, 30*time.Second)
-	ha, err := tc.nodes[a].Acquire(ctx, "x", "a", true, 0)
+	ha, err := tc.Member(a).Acquire(ctx, "x", "a", true, 0)
 	require.NoError(t, err)
-	hl, err := tc.nodes[lead].Acquire(ctx, "y", "l", true, 0)
+	hl, err := tc.Member(lead).Acquire(ctx, "y", "l", true, 0)
 	require.NoError(t, err)
-	tick := tc.config(a).TickInterval
-	for id, f := range tc.faults {
+	tick := configOf(tc, a).TickInterval
+	for _, id := range tc.IDs() {
 		if id != lead {
-			f.SetMessagePolicy(faults.MessagePolicy{Seed: 1, Peers: []uint64{lead}, DelayRate: 1, DelayMin: 3 * tick, DelayMax: 4 * tick})
+			tc.Faults(id).SetMessagePolicy(faults.MessagePolicy{Seed: 1, Peers: []uint64{lead}, DelayRate: 1, DelayMin: 3 * tick, DelayMax: 4 * tick})
 		}
 	}
-	ttl := tc.config(a).SessionTTL
+	ttl := configOf(tc, a).SessionTTL
 	require.Never(t, func() bool { return ha.Context().Err() != nil || hl.Context().Err() != nil },
 		ttl+ttl/2, 10*time.Millisecond, "a hold was given up on a slow but healthy cluster")
-	for _, f := range tc.faults {
-		f.SetMessagePolicy(faults.MessagePolicy{})
+	for _, id := range tc.IDs() {
+		tc.Faults(id).SetMessagePolicy(faults.MessagePolicy{})
 	}
 	require.NoError(t, ha.Release(ctx))
 	require.NoError(t, hl.Release(ctx))

@@ -24,18 +24,18 @@ import (
 // the snapshot completes. With the disk work on the loop, every operation
 // waited for the disk.
 func TestL1LoopServesDuringSlowSnapshot(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		c.SnapshotEvery = 20
 		c.CompactKeep = 10
 	})
-	lead := tc.leader()
-	n := tc.nodes[lead]
+	lead := leader(t, tc)
+	n := tc.Member(lead)
 	ctx := ctxT(t, 60*time.Second)
 	held, err := n.Acquire(ctx, "held", "holder", true, 0)
 	require.NoError(t, err)
 
-	stalled := tc.faults[lead].StallSnapshots()
-	t.Cleanup(tc.faults[lead].ReleaseSnapshots)
+	stalled := tc.Faults(lead).StallSnapshots()
+	t.Cleanup(tc.Faults(lead).ReleaseSnapshots)
 	ttl := n.cfg.SessionTTL
 	// lockUnlock is one Lock+Unlock on the leader, bounded well below a TTL.
 	lockUnlock := func(name string) error {
@@ -76,7 +76,7 @@ func TestL1LoopServesDuringSlowSnapshot(t *testing.T) {
 	require.LessOrEqual(t, snap.GetMetadata().GetIndex(), uint64(1), "premise: the snapshot is still stalled (1 is the bootstrap's)")
 	t.Logf("%d Lock+Unlock on the leader during a %v snapshot stall", ops, time.Since(start))
 
-	tc.faults[lead].ReleaseSnapshots()
+	tc.Faults(lead).ReleaseSnapshots()
 	require.Eventually(t, func() bool {
 		snap, err := n.storage.Snapshot()
 		return err == nil && snap.GetMetadata().GetIndex() >= 20
@@ -114,14 +114,14 @@ func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 // restore and ends byte-identical to the others. With the restore on the
 // loop, every call to that node waited for the disk.
 func TestL1LoopServesDuringSlowRestore(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
+	tc := newCluster(t, 3, func(c *Config) {
 		c.SnapshotEvery = 50
 		c.CompactKeep = 10
 	})
 	ctx := ctxT(t, 60*time.Second)
-	f := tc.follower()
-	tc.crash(f)
-	lead := tc.nodes[tc.leader()]
+	f := follower(t, tc)
+	tc.Crash(f)
+	lead := tc.Member(leader(t, tc))
 	for i := 0; i < 150; i++ {
 		name := fmt.Sprintf("k/%d", i%20)
 		if i%10 == 0 {
@@ -133,10 +133,10 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 			require.NoError(t, h.Release(ctx))
 		}
 	}
-	stalled := tc.faults[f].StallSnapshots()
-	t.Cleanup(tc.faults[f].ReleaseSnapshots)
-	tc.restart(f)
-	n := tc.nodes[f]
+	stalled := tc.Faults(f).StallSnapshots()
+	t.Cleanup(tc.Faults(f).ReleaseSnapshots)
+	require.NoError(t, tc.Restart(f))
+	n := tc.Member(f)
 	select {
 	case <-stalled:
 	case <-ctx.Done():
@@ -161,7 +161,7 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 		calls++
 	}
 	t.Logf("%d Status calls answered by the restoring follower during a %v stall", calls, time.Since(start))
-	tc.faults[f].ReleaseSnapshots()
+	tc.Faults(f).ReleaseSnapshots()
 	require.Eventually(t, func() bool {
 		st, err := n.Status(ctx)
 		return err == nil && st.SnapshotsRestored > 0

@@ -16,12 +16,12 @@ import (
 // caller.
 func TestStageProbeStampsEveryStage(t *testing.T) {
 	probe := NewStageProbe(1 << 12)
-	tc := newTestCluster(t, 3, func(c *Config) { knobsOfConfig(c).Stages = probe })
-	lead := tc.leader()
+	tc := newCluster(t, 3, func(c *Config) { knobsOfConfig(c).Stages = probe })
+	lead := leader(t, tc)
 	ctx := ctxT(t, 10*time.Second)
-	for _, id := range []uint64{lead, tc.follower()} {
+	for _, id := range []uint64{lead, follower(t, tc)} {
 		for i := range 5 {
-			h, err := tc.nodes[id].Acquire(ctx, fmt.Sprintf("st/%d/%d", id, i), "o", true, 0)
+			h, err := tc.Member(id).Acquire(ctx, fmt.Sprintf("st/%d/%d", id, i), "o", true, 0)
 			require.NoError(t, err)
 			require.NoError(t, h.Release(ctx))
 		}

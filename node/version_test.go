@@ -15,15 +15,15 @@ import (
 // every replica stops applying there and stops serving with lockerr.ErrNewerVersion,
 // and nothing after that entry is applied.
 func TestS7NewerEntryStopsEveryReplica(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.nodes[tc.leader()]
+	tc := newCluster(t, 3)
+	lead := tc.Member(leader(t, tc))
 	_, err := lead.Acquire(ctxT(t, 10*time.Second), "before", "o", false, 0)
 	require.NoError(t, err)
 	// A well-formed command envelope of format version 9: the version byte,
 	// a kind, an empty field mask.
 	newer := []byte{9, 5, 0}
 	require.NoError(t, lead.do(context.Background(), func() { lead.loop.props.add(newer, nil) }))
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		require.Eventually(t, func() bool { return n.err() != nil }, 10*time.Second, 10*time.Millisecond,
 			"node %d kept serving past a newer-format entry", id)
 		require.ErrorIs(t, n.err(), lockerr.ErrNewerVersion, "node %d", id)

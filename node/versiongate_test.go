@@ -28,43 +28,44 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 	for _, claim := range []string{"lockraft/0.1", "-"} {
 		t.Run(claim, func(t *testing.T) {
 			old := uint64(3)
-			tc := newTestCluster(t, 3, func(c *Config) {
-				if c.ID == old {
+			upgraded := false
+			tc := newCluster(t, 3, func(c *Config) {
+				if c.ID == old && !upgraded {
 					knobsOfConfig(c).ClaimVersion = claim
 				}
 			})
-			lead := tc.leader()
+			lead := leader(t, tc)
 			if lead == old {
 				// Let another member lead: the old one's own gate does not
 				// count itself, and an old leader would not gate at all.
-				require.NoError(t, tc.nodes[old].do(context.Background(), func() {
+				require.NoError(t, tc.Member(old).do(context.Background(), func() {
 					done := make(chan struct{})
-					tc.nodes[old].transferLeadership(done)
+					tc.Member(old).transferLeadership(done)
 				}))
-				require.Eventually(t, func() bool { l := tc.leader(); return l != old }, 10*time.Second, 10*time.Millisecond)
-				lead = tc.leader()
+				require.Eventually(t, func() bool { l := leader(t, tc); return l != old }, 10*time.Second, 10*time.Millisecond)
+				lead = leader(t, tc)
 			}
 			var follower uint64
-			for id := range tc.nodes {
+			for id := range tc.All() {
 				if id != lead && id != old {
 					follower = id
 				}
 			}
 			ctx := ctxT(t, 20*time.Second)
 			// The mutex is not gated.
-			h, err := tc.nodes[follower].Acquire(ctx, "m", "o", false, 0)
+			h, err := tc.Member(follower).Acquire(ctx, "m", "o", false, 0)
 			require.NoError(t, err)
 			require.NoError(t, h.Release(ctx))
-			require.Eventually(t, func() bool { return applied(t, tc.nodes[lead]) == applied(t, tc.nodes[follower]) },
+			require.Eventually(t, func() bool { return applied(t, tc.Member(lead)) == applied(t, tc.Member(follower)) },
 				5*time.Second, 5*time.Millisecond)
-			before := map[uint64]uint64{lead: proposed(t, tc.nodes[lead]), follower: proposed(t, tc.nodes[follower])}
+			before := map[uint64]uint64{lead: proposed(t, tc.Member(lead)), follower: proposed(t, tc.Member(follower))}
 			for _, id := range []uint64{lead, follower} {
 				for _, r := range []Request{rwReq("g", "o", true, true), semReq("g", "o", 1, 2, true),
 					campaignReq("g", "o", "v"), multiReq("o", true, "g", "h")} {
-					_, err := tc.nodes[id].AcquireWith(ctx, r)
+					_, err := tc.Member(id).AcquireWith(ctx, r)
 					require.ErrorIs(t, err, lockerr.ErrOlderMembers, "node %d, %+v", id, r)
 				}
-				require.Equal(t, before[id], proposed(t, tc.nodes[id]), "node %d proposed nothing", id)
+				require.Equal(t, before[id], proposed(t, tc.Member(id)), "node %d proposed nothing", id)
 			}
 
 			// A light member's forwarded catalogue command: answered with
@@ -72,10 +73,10 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			// (The command is the follower's own, as the leader's
 			// authorisation requires of a forwarder.)
 			reply := make(chan *transportpb.FwdProposeResponse, 1)
-			fsess := tc.nodes[follower].sess.Load()
+			fsess := tc.Member(follower).sess.Load()
 			lc := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: fsess, Seq: 1 << 40, Name: "light", Owner: "o",
 				Primitive: lockfsm.PrimSemaphore, Permits: 1, Limit: 2}
-			ln := tc.nodes[lead]
+			ln := tc.Member(lead)
 			ferr := make(chan error, 1)
 			require.NoError(t, ln.do(ctx, func() { ferr <- ln.fwdProposeOnLeader(follower, [][]byte{lc.AppendEncode(nil)}, reply) }))
 			require.NoError(t, <-ferr)
@@ -95,7 +96,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			// A follower that proposes a catalogue entry anyway: the leader
 			// drops it. The mutex acquire proposed after it is applied, the
 			// catalogue one before it is not.
-			f := tc.nodes[follower]
+			f := tc.Member(follower)
 			require.NoError(t, f.do(ctx, func() {
 				c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: f.loop.own.id, Seq: 1 << 40, Name: "sneak",
 					Owner: "o", Primitive: lockfsm.PrimRW, Mode: lockfsm.ModeShared}
@@ -107,13 +108,13 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 			require.False(t, found, "the leader proposed a catalogue entry while a member is older")
 
 			// The old member is upgraded: restarted as this version.
-			tc.crash(old)
-			tc.tune = func(c *Config) { fastConfig(c) }
-			tc.restart(old)
+			tc.Crash(old)
+			upgraded = true
+			require.NoError(t, tc.Restart(old))
 			require.Eventually(t, func() bool {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
-				h, err := tc.nodes[follower].AcquireWith(cctx, rwReq("g", "o", true, false))
+				h, err := tc.Member(follower).AcquireWith(cctx, rwReq("g", "o", true, false))
 				if err != nil {
 					t.Logf("after the upgrade: %v", err)
 					return false
@@ -130,23 +131,23 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 // would stop every replica of this version at it (lockerr.ErrNewerVersion). The
 // cluster keeps serving.
 func TestForwardedNewerEntryNotProposed(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	lead := tc.leader()
-	f := tc.follower()
+	tc := newCluster(t, 3)
+	lead := leader(t, tc)
+	f := follower(t, tc)
 	ctx := ctxT(t, 20*time.Second)
 	newer := []byte{9, 5, 0} // a well-formed envelope of format version 9
-	ln := tc.nodes[lead]
+	ln := tc.Member(lead)
 	reply := make(chan *transportpb.FwdProposeResponse, 1)
 	ferr := make(chan error, 1)
 	require.NoError(t, ln.do(ctx, func() { ferr <- ln.fwdProposeOnLeader(f, [][]byte{newer}, reply) }))
 	require.ErrorIs(t, <-ferr, transport.ErrInvalidRequest, "refused as undecodable, whole")
-	require.NoError(t, tc.nodes[f].do(ctx, func() { tc.nodes[f].loop.props.add(newer, nil) }))
+	require.NoError(t, tc.Member(f).do(ctx, func() { tc.Member(f).loop.props.add(newer, nil) }))
 	// Entries proposed after them commit and apply on every node: had
 	// either been proposed, every node would have stopped at it first.
-	h, err := tc.nodes[f].Acquire(ctx, "after", "o", false, 0)
+	h, err := tc.Member(f).Acquire(ctx, "after", "o", false, 0)
 	require.NoError(t, err)
 	require.NoError(t, h.Release(ctx))
-	for id, n := range tc.nodes {
+	for id, n := range tc.All() {
 		require.NoError(t, n.err(), "node %d stopped", id)
 		h, err := n.Acquire(ctx, "still-serving", "o", false, 0)
 		require.NoError(t, err, "node %d", id)
@@ -165,7 +166,7 @@ func TestCheckpointsWaitForTheGate(t *testing.T) {
 			old := uint64(3)
 			var mu sync.Mutex
 			checkpoints := 0
-			tc := newTestCluster(t, 3, func(c *Config) {
+			tc := newCluster(t, 3, func(c *Config) {
 				if c.ID == old {
 					knobsOfConfig(c).ClaimVersion = claim
 				}
@@ -177,21 +178,21 @@ func TestCheckpointsWaitForTheGate(t *testing.T) {
 					}
 				}
 			})
-			lead := tc.leader()
+			lead := leader(t, tc)
 			if lead == old {
-				require.NoError(t, tc.nodes[old].do(context.Background(), func() {
-					tc.nodes[old].transferLeadership(make(chan struct{}))
+				require.NoError(t, tc.Member(old).do(context.Background(), func() {
+					tc.Member(old).transferLeadership(make(chan struct{}))
 				}))
-				require.Eventually(t, func() bool { return tc.leader() != old }, 10*time.Second, 10*time.Millisecond)
+				require.Eventually(t, func() bool { return leader(t, tc) != old }, 10*time.Second, 10*time.Millisecond)
 			}
 			// The old member has sent raft traffic: its version (or none) is known.
 			ctx := ctxT(t, 20*time.Second)
-			h, err := tc.nodes[tc.leader()].Acquire(ctx, "m", "o", false, 0)
+			h, err := tc.Member(leader(t, tc)).Acquire(ctx, "m", "o", false, 0)
 			require.NoError(t, err)
 			require.NoError(t, h.Release(ctx))
 			count := func() int { mu.Lock(); defer mu.Unlock(); return checkpoints }
 			start := time.Now()
-			tc.crash(old) // its session goes silent
+			tc.Crash(old) // its session goes silent
 			if claim == "" {
 				require.Eventually(t, func() bool { return count() > 0 }, 10*time.Second, 10*time.Millisecond,
 					"a silent session is checkpointed")
@@ -200,14 +201,14 @@ func TestCheckpointsWaitForTheGate(t *testing.T) {
 				// The open gate is recorded: a restarted member proposes
 				// checkpoints without waiting to hear from every member
 				// (the one crashed here included).
-				lead := tc.leader()
-				require.FileExists(t, filepath.Join(tc.dirs[lead], fleet.GateFile))
-				tc.crash(lead)
-				tc.restart(lead)
-				require.True(t, tc.nodes[lead].fleet.GateOpen(), "the gate is open at once after a restart")
+				lead := leader(t, tc)
+				require.FileExists(t, filepath.Join(tc.Dir(lead), fleet.GateFile))
+				tc.Crash(lead)
+				require.NoError(t, tc.Restart(lead))
+				require.True(t, tc.Member(lead).fleet.GateOpen(), "the gate is open at once after a restart")
 				return
 			}
-			window := max(3*took, 4*tc.nodes[tc.leader()].cfg.KeepaliveInterval)
+			window := max(3*took, 4*tc.Member(leader(t, tc)).cfg.KeepaliveInterval)
 			time.Sleep(window) // an absence: nothing to await
 			require.Zero(t, count(), "a checkpoint proposed while a member may be older (%v)", window)
 		})

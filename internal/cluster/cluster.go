@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net"
 	"os"
@@ -105,10 +106,13 @@ type Options[M Member] struct {
 	SimTrace func(simnet.Event)
 	// Gossip: members find each other by gossip, so the harness binds no
 	// listener for them (a member listens where it chooses) and gives each
-	// start the running members' gossip addresses (Spec.Seeds).
+	// start the running members' gossip addresses (Spec.Seeds). A member
+	// then picks its own raft id, and the cuts (Partition, Isolate, CutOff,
+	// Cut, OneWay, Bridge), which block the harness's ids as raft ids, miss
+	// it: block its peers' raft ids through Faults(id) instead.
 	Gossip bool
 	// Initial is how many members (ids 1..Initial) Start starts; the others
-	// wait for StartMember (default Size).
+	// wait for StartMember or StartVia (default Size; negative: none).
 	Initial int
 	// Start starts one incarnation of a member. Required.
 	Start func(Spec) (M, error)
@@ -157,10 +161,13 @@ func Start[M Member](opts Options[M]) (*Cluster[M], error) {
 		members: map[uint64]M{}, running: map[uint64]bool{}, paused: map[uint64]chan struct{}{},
 		disk: map[uint64]bool{}, incarn: map[uint64]int{}, gen: map[uint64]int{}, log: opts.Logger,
 	}
-	if opts.Initial == 0 {
+	switch {
+	case opts.Initial == 0:
 		opts.Initial = opts.Size
-		c.opts.Initial = opts.Size
+	case opts.Initial < 0:
+		opts.Initial = 0
 	}
+	c.opts.Initial = opts.Initial
 	if opts.Sim {
 		sopts := []simnet.Option{simnet.WithPolicy(opts.SimPolicy)}
 		if opts.SimTrace != nil {
@@ -196,7 +203,7 @@ func Start[M Member](opts Options[M]) (*Cluster[M], error) {
 		c.peers = append(c.peers, Peer{ID: id, Addr: c.addrs[id]})
 	}
 	for _, id := range c.ids[:opts.Initial] {
-		if err := c.start(id, lns[id]); err != nil {
+		if err := c.start(id, lns[id], c.seeds()); err != nil {
 			for _, l := range lns {
 				l.Close()
 			}
@@ -248,7 +255,9 @@ func (c *Cluster[M]) Net() *simnet.Network { return c.net }
 // Sim reports whether the members run on the in-memory network.
 func (c *Cluster[M]) Sim() bool { return c.net != nil }
 
-func (c *Cluster[M]) start(id uint64, ln net.Listener) error {
+// start starts an incarnation of member id on ln (nil: none) with the
+// given gossip seeds.
+func (c *Cluster[M]) start(id uint64, ln net.Listener, seeds []string) error {
 	c.mu.Lock()
 	c.incarn[id]++
 	inc := c.incarn[id]
@@ -258,7 +267,7 @@ func (c *Cluster[M]) start(id uint64, ln net.Listener) error {
 		inner = c.net.Start
 	}
 	spec := Spec{
-		ID: id, Incarnation: inc, Dir: c.Dir(id), Peers: slices.Clone(c.peers), Addr: c.addrs[id], Seeds: c.seeds(),
+		ID: id, Incarnation: inc, Dir: c.Dir(id), Peers: slices.Clone(c.peers), Addr: c.addrs[id], Seeds: seeds,
 		Clock: c.clocks[id], Knobs: c.faults[id].Knobs(&knobs.Node{Network: inner}),
 		Logger: c.log.With("n", id, "inc", inc),
 	}
@@ -279,11 +288,48 @@ func (c *Cluster[M]) start(id uint64, ln net.Listener) error {
 	return nil
 }
 
-// Node returns the running incarnation of member id and whether it runs.
+// Node returns member id's latest incarnation and whether it runs. A
+// member that stopped is returned as it was when it stopped (the zero M if
+// it never started).
 func (c *Cluster[M]) Node(id uint64) (M, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.members[id], c.running[id]
+}
+
+// Member returns the running incarnation of member id, or the zero M (nil
+// for a pointer) if it does not run.
+func (c *Cluster[M]) Member(id uint64) M {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running[id] {
+		var zero M
+		return zero
+	}
+	return c.members[id]
+}
+
+// All yields every running member and its id, in id order. The members are
+// those running when the loop begins: a member started or stopped by the
+// loop's body is not seen.
+func (c *Cluster[M]) All() iter.Seq2[uint64, M] {
+	return func(yield func(uint64, M) bool) {
+		c.mu.Lock()
+		var ids []uint64
+		var ms []M
+		for _, id := range c.ids {
+			if c.running[id] {
+				ids = append(ids, id)
+				ms = append(ms, c.members[id])
+			}
+		}
+		c.mu.Unlock()
+		for i, id := range ids {
+			if !yield(id, ms[i]) {
+				return
+			}
+		}
+	}
 }
 
 // Running lists the ids of the members that run.
@@ -362,7 +408,20 @@ func (c *Cluster[M]) StartFresh(id uint64) error {
 
 // Restart starts a crashed member again from its data directory, on its
 // old address. (StartMember is the same, for a member not started yet.)
+// A gossip-mode member joins through the running members' addresses.
 func (c *Cluster[M]) Restart(id uint64) error {
+	return c.restart(id, c.seeds())
+}
+
+// StartVia starts member id (if it does not run) as StartMember or Restart
+// do, except that a gossip-mode member (Options.Gossip) joins through the
+// given seeds rather than the running members' addresses; with none it
+// starts alone. Seeds may be anybody's: another cluster's members too.
+func (c *Cluster[M]) StartVia(id uint64, seeds ...string) error {
+	return c.restart(id, slices.Clone(seeds))
+}
+
+func (c *Cluster[M]) restart(id uint64, seeds []string) error {
 	if !c.Crashed(id) {
 		return nil
 	}
@@ -379,7 +438,7 @@ func (c *Cluster[M]) Restart(id uint64) error {
 		}
 	}
 	c.log.Info("restart", "n", id)
-	return c.start(id, ln)
+	return c.start(id, ln, seeds)
 }
 
 // StartMember starts a member that Options.Initial left out (or restarts
@@ -461,13 +520,22 @@ func (c *Cluster[M]) HealAll() error {
 	return nil
 }
 
-// Stop crashes every member (end of a run); over the in-memory network it
-// then closes the network, so that no goroutine is left.
+// Stop crashes every member (end of a run). Members without Crash are
+// closed all at once, since a Close waits for a quorum that members closed
+// before it would no longer make.
 func (c *Cluster[M]) Stop() {
+	var wg sync.WaitGroup
 	for _, id := range c.ids {
 		c.Resume(id)
+		if m, ok := c.Node(id); ok {
+			if _, crashes := any(m).(crasher); !crashes {
+				wg.Go(func() { c.Crash(id) })
+				continue
+			}
+		}
 		c.Crash(id)
 	}
+	wg.Wait()
 }
 
 // Close is Stop, and closes the in-memory network for good.

@@ -40,7 +40,23 @@ func (c *Cluster[M]) Isolate(id uint64) {
 	c.Partition([]uint64{id}, rest)
 }
 
-// Unisolate undoes Isolate(id) alone, except towards keep (still cut off;
+// CutOff cuts member id off from every other member, both ways, and leaves
+// the other cuts as they are (Isolate replaces them): members cut off one
+// after another are each alone. Unisolate undoes it.
+func (c *Cluster[M]) CutOff(id uint64) {
+	for _, other := range c.ids {
+		if other == id {
+			continue
+		}
+		c.faults[id].BlockOut(other)
+		c.faults[id].BlockIn(other)
+		c.faults[other].BlockOut(id)
+		c.faults[other].BlockIn(id)
+	}
+	c.log.Info("cut off", "n", id)
+}
+
+// Unisolate undoes Isolate(id) or CutOff(id) alone, except towards keep (still cut off;
 // 0: none).
 func (c *Cluster[M]) Unisolate(id, keep uint64) {
 	for _, other := range c.ids {

@@ -188,8 +188,18 @@ func decodeReport(b []byte, recv time.Time, drift float64) (*memberReport, bool)
 }
 
 // reportState is a new leader's collection of contact reports.
+//
+// A majority of E is enough to decide (pending ends): then the bases move to
+// the rank-th smallest reported moment, and marks may be proposed. It goes
+// on collecting (wanted) until every voter of E answered or two election
+// timeouts passed: every further report can only lower that rank-th
+// smallest value, so each one moves bases earlier again. That matters
+// under churn: a voter that restarted after a holder's last keepalive can
+// only report its own start, and a majority that includes such voters
+// would otherwise put the base at the latest of their restarts.
 type reportState struct {
-	wanted  bool     // collecting
+	wanted  bool     // collecting: rounds ask for reports
+	pending bool     // asked, and no majority answered yet: the bases wait
 	voters  []uint64 // the election configuration E
 	need    int      // a majority of it
 	got     map[uint64]*memberReport
@@ -209,14 +219,19 @@ func (r *reportState) openedFloor(session uint64) time.Time {
 	return floor
 }
 
-// kth returns the need-th smallest of the reporters' values of f.
+// kth returns the rank-th smallest of the reporters' values of f, rank =
+// |E| − need + 1. A quorum Q of the acknowledging leader's configuration
+// meets every majority of E (F2), so at most |E| − need voters of E are
+// outside Q, and only those can report a moment before the keepalive; the
+// rank-th smallest of any number of reports is then at or after it. With
+// exactly a majority of reports (and |E| odd) it is their latest.
 func (r *reportState) kth(f func(*memberReport) time.Time) time.Time {
 	vals := make([]time.Time, 0, len(r.got))
 	for _, m := range r.got {
 		vals = append(vals, f(m))
 	}
 	slices.SortFunc(vals, func(a, b time.Time) int { return a.Compare(b) })
-	return vals[r.need-1]
+	return vals[len(r.voters)-r.need]
 }
 
 // openedFloor is the earliest base a session may have: when this node
@@ -238,7 +253,7 @@ func (l *duties) startReports(e *Engine, now time.Time) bool {
 		return false
 	}
 	r := &l.reports
-	*r = reportState{wanted: true, voters: slices.Clone(cs.GetVoters()), got: map[uint64]*memberReport{}, started: now}
+	*r = reportState{wanted: true, pending: true, voters: slices.Clone(cs.GetVoters()), got: map[uint64]*memberReport{}, started: now}
 	r.need = len(r.voters)/2 + 1
 	self := &memberReport{any: e.seen.anyBound(l.term), start: e.seen.start, sessions: map[uint64]time.Time{},
 		opened: map[uint64]time.Time{}}
@@ -268,14 +283,18 @@ func (l *duties) onReport(e *Engine, from, term uint64, b []byte, recv time.Time
 }
 
 // addReport counts one voter's report; with a majority in, it moves every
-// base it can to the k-th smallest moment the reports prove.
+// base it can to the rank-th smallest moment the reports prove (kth), and
+// again with each later report.
 func (l *duties) addReport(e *Engine, from uint64, rep *memberReport, now time.Time) {
 	r := &l.reports
 	r.got[from] = rep
 	if len(r.got) < r.need {
 		return
 	}
-	r.wanted = false
+	r.pending = false
+	if len(r.got) == len(r.voters) {
+		r.wanted = false
+	}
 	moved := 0
 	for _, id := range sortedIDs(l.sessions) {
 		t := l.sessions[id]

@@ -63,12 +63,27 @@ func TestContactReportRoundTrip(t *testing.T) {
 
 	// The k-th smallest of a majority: one reporter that restarted after the
 	// holder's last keepalive cannot push the base below the others'.
-	rs := reportState{need: 2, got: map[uint64]*memberReport{
+	rs := reportState{voters: []uint64{1, 2, 3}, need: 2, got: map[uint64]*memberReport{
 		1: {start: now.Add(-time.Hour), sessions: map[uint64]time.Time{5: now.Add(-2 * time.Second)}},
 		2: {start: now.Add(-time.Hour), sessions: map[uint64]time.Time{5: now.Add(-2 * time.Second)}},
 		3: {start: now.Add(-100 * time.Millisecond)},
 	}}
 	require.Equal(t, now.Add(-2*time.Second), rs.kth(func(m *memberReport) time.Time { return m.session(5) }))
+
+	// Five voters (at most two outside any quorum that saw the holder): the
+	// third smallest, however many reported. A majority of three in which
+	// two restarted since the holder's last keepalive can only say "not
+	// since our starts"; each further report lowers the third smallest.
+	session5 := func(m *memberReport) time.Time { return m.session(5) }
+	seen := &memberReport{start: now.Add(-time.Hour), sessions: map[uint64]time.Time{5: now.Add(-2 * time.Second)}}
+	five := reportState{voters: []uint64{1, 2, 3, 4, 5}, need: 3, got: map[uint64]*memberReport{
+		1: seen, 2: {start: now.Add(-500 * time.Millisecond)}, 3: {start: now.Add(-100 * time.Millisecond)},
+	}}
+	require.Equal(t, now.Add(-100*time.Millisecond), five.kth(session5), "a majority: the latest of three")
+	five.got[4] = seen
+	require.Equal(t, now.Add(-500*time.Millisecond), five.kth(session5), "four: the third smallest")
+	five.got[5] = seen
+	require.Equal(t, now.Add(-2*time.Second), five.kth(session5), "five: the third smallest")
 }
 
 // TestHeartbeatExtension: the sessions ride after raft's 8-byte position,

@@ -344,9 +344,11 @@ func (l *duties) tick(e *Engine, now time.Time) []lockfsm.Command {
 func (l *duties) checkpoint(e *Engine, now time.Time) []lockfsm.Command {
 	r := &l.reports
 	if r.wanted && now.Sub(r.started) >= 2*e.cfg.ElectionTimeout {
-		e.log.Info("leader: no majority of contact reports; deadlines stay as armed", "term", l.term,
-			"reporters", len(r.got))
-		r.wanted = false
+		if r.pending {
+			e.log.Info("leader: no majority of contact reports; deadlines stay as armed", "term", l.term,
+				"reporters", len(r.got))
+		}
+		r.wanted, r.pending = false, false
 	}
 	var cmds []lockfsm.Command
 	var marks []lockfsm.Checkpoint
@@ -375,11 +377,11 @@ func (l *duties) checkpoint(e *Engine, now time.Time) []lockfsm.Command {
 			// (the election was silence too, and their keepalive senders
 			// call a new leader at once): marking them would hold their
 			// first keepalives back for a revive.
-			if r.wanted || now.Sub(t.base) < e.cfg.SilenceThreshold() || now.Sub(l.readyAt) < e.cfg.markGrace() {
+			if r.pending || now.Sub(t.base) < e.cfg.SilenceThreshold() || now.Sub(l.readyAt) < e.cfg.markGrace() {
 				continue
 			}
 		case ckInherited:
-			if r.wanted {
+			if r.pending {
 				continue
 			}
 		case ckMine:

@@ -403,7 +403,7 @@ func (s *scriptEnv) dumpState() {
 	fmt.Fprintf(&s.out, "leader=%v active=%v term=%d ready=%s\n", s.e.leader, l.active, l.term, ms(l.readyAt))
 	if r := &l.reports; r.wanted || len(r.got) > 0 {
 		got := sortedIDs(r.got)
-		fmt.Fprintf(&s.out, "reports wanted=%v need=%d got=%v\n", r.wanted, r.need, got)
+		fmt.Fprintf(&s.out, "reports wanted=%v pending=%v need=%d got=%v\n", r.wanted, r.pending, r.need, got)
 	}
 	for _, id := range sortedIDs(l.sessions) {
 		t := l.sessions[id]

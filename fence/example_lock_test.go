@@ -1,4 +1,4 @@
-package lockraft_test
+package fence_test
 
 import (
 	"context"
