@@ -210,3 +210,14 @@ func storageFailure(t *testing.T, raftLog bool) {
 		t.Fatalf("repaired node: %v", err)
 	}
 }
+
+// TestRestartedWaiter (L3): the leader's own waiter dies with it, the
+// leader restarts during the leaderless time; the restart must end its
+// earlier session before that session could expire, so the name reaches
+// the next live waiter (restartedwaiter.go).
+func TestRestartedWaiter(t *testing.T) {
+	rep := runRC(t, RunConfig{Duration: runDur(), Faults: []string{FaultRestartedWaiter}, Workload: DefaultWorkload()})
+	if rep.Injected[FaultRestartedWaiter] == 0 {
+		t.Error("no probe completed")
+	}
+}

@@ -42,6 +42,8 @@ type Cluster struct {
 	mu    sync.Mutex
 	drift float64       // node.Config.DriftRatio after Tune (0: not started yet)
 	ttl   time.Duration // node.Config.SessionTTL after Tune
+	et    time.Duration // the election timeout after Tune
+	ka    time.Duration // node.Config.KeepaliveInterval after Tune
 	logf  func(format string, a ...any)
 }
 
@@ -86,6 +88,7 @@ func NewCluster(opts Options, logf func(string, ...any)) (*Cluster, error) {
 			knobs.Plant(&cfg, s.Knobs)
 			c.mu.Lock()
 			c.drift, c.ttl = cfg.DriftRatio, cfg.SessionTTL
+			c.et, c.ka = time.Duration(cfg.ElectionTicks)*cfg.TickInterval, cfg.KeepaliveInterval
 			if c.drift == 0 {
 				c.drift = node.DefaultDriftRatio
 			}
@@ -145,6 +148,21 @@ func (c *Cluster) SessionTTL() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ttl
+}
+
+// ElectionTimeout is the nodes' base election timeout (ElectionTicks ×
+// TickInterval).
+func (c *Cluster) ElectionTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.et
+}
+
+// KeepaliveInterval is the nodes' configured node.Config.KeepaliveInterval.
+func (c *Cluster) KeepaliveInterval() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ka
 }
 
 // DriftRatio is the nodes' configured node.Config.DriftRatio: the bound on

@@ -50,6 +50,8 @@ var Groups = map[string][]string{
 	"churn":     {FaultChurn},
 	// leader-churn: its own schedule (leaderchurn.go), on 5 nodes.
 	"leader-churn": {FaultLeaderChurn},
+	// restarted-waiter: its own schedule (restartedwaiter.go).
+	"restarted-waiter": {FaultRestartedWaiter},
 }
 
 // ExpandFaults turns "partition,crash" (or "partition+crash") into fault
@@ -64,7 +66,7 @@ func ExpandFaults(s string) ([]string, error) {
 		}
 		switch f {
 		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn,
-			FaultWallBack, FaultWallForward, FaultClockDrift, FaultLeaderChurn:
+			FaultWallBack, FaultWallForward, FaultClockDrift, FaultLeaderChurn, FaultRestartedWaiter:
 			out = append(out, f)
 		case "":
 		default:

@@ -103,6 +103,7 @@ func S5Exempt(kinds []string) bool {
 // Run starts a cluster, runs the workload under the schedule, then checks.
 func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	leaderChurn := slices.Contains(rc.Faults, FaultLeaderChurn)
+	restartedWaiter := slices.Contains(rc.Faults, FaultRestartedWaiter)
 	if rc.Size == 0 {
 		rc.Size = 3
 		if leaderChurn {
@@ -128,6 +129,9 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 	if leaderChurn && (len(rc.Faults) != 1 || rc.Size < 5) {
 		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills), on 5 nodes or more", FaultLeaderChurn)
+	}
+	if restartedWaiter && len(rc.Faults) != 1 {
+		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills)", FaultRestartedWaiter)
 	}
 	if slices.Contains(rc.Faults, FaultChurn) {
 		if len(rc.Faults) != 1 {
@@ -160,11 +164,14 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	sched := &Schedule{C: c, Kinds: rc.Faults, RNG: rng, Logf: rc.Logf, LeaderClock: rc.LeaderClock, Applied: map[string]int{}}
 	done := make(chan struct{})
 	var probes []*probeResult
+	var waiters []*waiterProbe
 	go func() {
 		defer close(done)
 		switch {
 		case leaderChurn:
 			probes = runLeaderChurn(runCtx, c, rng, rc.Logf, sched.Applied)
+		case restartedWaiter:
+			waiters = runRestartedWaiter(runCtx, c, rng, rc.Logf, sched.Applied)
 		case len(rc.Faults) > 0:
 			sched.Run(runCtx)
 		}
@@ -247,6 +254,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval+rc.ExtraProbeSlack, viol,
 			func(s string) { rep.Notes = append(rep.Notes, s) })
 	}
+	waiterVerdicts(waiters, c.SessionTTL(), c.KeepaliveInterval(), viol, func(s string) { rep.Notes = append(rep.Notes, s) })
 	checkObservations(rep, w, c.Applied, viol)
 	if nw := c.Net(); nw != nil {
 		c.Stop()

@@ -524,14 +524,16 @@ func TestAttackCatalogueCommandsForOthersRefused(t *testing.T) {
 
 	// a's own Proclaim, forwarded by a follower, is proposed.
 	require.NoError(t, el.Proclaim(ctx, "a2"), "a's own proclaim from a follower")
-	// Nothing else of a's changed: its reader, its handles.
-	li, ok := lockFound(s.tc.Member(s.lead), "el")
+	// Nothing else of a's changed: its reader, its handles. Read where the
+	// proclaim is known applied (a's own table: Proclaim returns once a
+	// applied it); the leader may apply it a moment later.
+	li, ok := lockFound(na, "el")
 	require.True(t, ok)
 	require.Equal(t, "a2", li.Value)
-	li, ok = lockFound(s.tc.Member(s.lead), "shared")
+	li, ok = lockFound(na, "shared")
 	require.True(t, ok)
 	require.Len(t, li.Holds, 2)
-	_, ok = lockFound(s.tc.Member(s.lead), "sem")
+	_, ok = lockFound(na, "sem")
 	require.False(t, ok)
 	for _, h := range []*Hold{el, ha, hb} {
 		require.NoError(t, h.Context().Err())
