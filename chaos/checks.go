@@ -27,6 +27,7 @@ type AppliedLog struct {
 	holdFrom, holdTo map[string]time.Time
 	leaders          map[uint64][]node.LeaderChange // index -> election changes applied there
 	divergence       []string
+	life             []lifeAt // session and hold changes, in the order first applied (failover.go)
 	watch            struct {
 		id   uint64
 		inc  int
@@ -110,7 +111,7 @@ func (l *AppliedLog) Observe(id uint64, inc int, r node.ApplyRecord) {
 		}
 		l.mu.Unlock()
 	}
-	l.ObserveDigest(id, inc, r.Index, digest(r), gs)
+	l.ObserveDigest(id, inc, r.Index, digest(r), gs, lifeOf(r))
 }
 
 // Outcomes is what this log shows of each owner's hold, on h's clock: the
@@ -158,9 +159,10 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// ObserveDigest records one applied entry given as its digest and grants
-// (multi-process mode: node processes send these to the parent).
-func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, gs []grant) {
+// ObserveDigest records one applied entry given as its digest, grants and
+// session and hold changes (multi-process mode: node processes send these
+// to the parent).
+func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, gs []grant, life []lifeRec) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if old, ok := l.digest[index]; ok {
@@ -169,11 +171,15 @@ func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, g
 		}
 	} else {
 		l.digest[index] = d
+		now := time.Now()
+		for _, r := range life {
+			l.life = append(l.life, lifeAt{lifeRec: r, index: index, at: now})
+		}
 		for _, g := range gs {
 			l.grants[index] = append(l.grants[index], g)
 			l.owners[g.Owner] = true
 			if strings.HasPrefix(g.Owner, probeOwnerPrefix) {
-				l.grantedAt[g.Owner] = time.Now()
+				l.grantedAt[g.Owner] = now
 			}
 		}
 	}
@@ -190,6 +196,15 @@ func (l *AppliedLog) GrantedAt(owner string) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.grantedAt[owner]
+}
+
+// lifeCopy is the session and hold changes so far, in index order.
+func (l *AppliedLog) lifeCopy() []lifeAt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.life)
+	slices.SortStableFunc(out, func(a, b lifeAt) int { return cmpU64(a.index, b.index) })
+	return out
 }
 
 // Granted reports whether the log ever granted owner.

@@ -11,15 +11,28 @@ import (
 )
 
 // FaultLeaderChurn kills or partitions whoever leads every 0.5–2 election
-// timeouts after it is seen leading (at most one such victim down at a
-// time; the previous one is restarted or healed when the next is hit), on a
-// 5-node cluster so that a majority stays up with one crashed holder besides.
-// Alongside, crashed-holder probes: a lock is taken on one node, another
-// node waits for it, the holder's node is killed, and the wait must be
-// granted TTL after the holder's last keepalive plus only the time the
-// cluster had no leader after that deadline (L3: failovers carry a
-// session's silence over), and never before the holder's own deadline (S5).
-// The usual workload runs meanwhile and gets the usual checks.
+// timeouts after it is seen leading.
+//
+// On 5 nodes or more: at most one such victim down at a time (the previous
+// one is restarted or healed when the next is hit), so that a majority stays
+// up with one crashed holder besides. Alongside, crashed-holder probes: a
+// lock is taken on one node, another node waits for it, the holder's node is
+// killed, and the wait must be granted TTL after the holder's last keepalive
+// plus only the time the cluster had no leader after that deadline (L3:
+// failovers carry a session's silence over), and never before the holder's
+// own deadline (S5).
+//
+// On 3 nodes: leader kills only, each victim restarted from its data
+// directory 1–3 election timeouts after its kill, and the next leader hit
+// only once every member runs again (often right after the restart, while
+// the restarted member catches up). No probes: a crashed holder besides a
+// hit leader would leave no majority.
+//
+// On both, the applied log measures each kill (failover.go): the leaderless
+// time, the time to the next grant anywhere, and per name how long a hold
+// of a killed member's session stood in the way, which must stay within
+// TTL + the leaderless time after death + TTL (L3). The usual workload runs
+// meanwhile and gets the usual checks.
 const FaultLeaderChurn = "leader-churn"
 
 // probeOwnerPrefix marks the probes' owners (not the workload clients').
@@ -27,7 +40,11 @@ const probeOwnerPrefix = "probe-"
 
 // gap is a stretch of time in which the churn left the cluster without a
 // leader: from a hit until another leader was seen.
-type gap struct{ start, end time.Time }
+type gap struct {
+	start, end time.Time
+	victim     uint64
+	isolated   bool // the victim was cut off, not killed
+}
 
 // leaderless is how much of [from, to] fell in gaps.
 func leaderless(gaps []gap, from, to time.Time) time.Duration {
@@ -56,13 +73,18 @@ type leaderChurner struct {
 	logf func(string, ...any)
 	et   time.Duration
 	hits int
+	// restartAfter: a killed leader restarts 1–3 election timeouts after
+	// its kill, and the next hit waits until it runs (3 members).
+	restartAfter bool
 
 	mu      sync.Mutex
 	gaps    []gap
+	deaths  []death // leader kills and probe holders' kills
 	spare   map[uint64]bool
 	protect map[uint64]bool
 	victim  uint64
 	undo    func()
+	back    chan struct{} // restartAfter: closed once the last victim runs again
 }
 
 func (lc *leaderChurner) setRoles(spare, protect uint64) {
@@ -77,6 +99,38 @@ func (lc *leaderChurner) gapsCopy() []gap {
 	return append([]gap(nil), lc.gaps...)
 }
 
+func (lc *leaderChurner) deathsCopy() []death {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return append([]death(nil), lc.deaths...)
+}
+
+// crash kills id and notes its death.
+func (lc *leaderChurner) crash(id uint64) {
+	lc.c.Crash(id)
+	lc.mu.Lock()
+	lc.deaths = append(lc.deaths, death{id: id, at: time.Now()})
+	lc.mu.Unlock()
+}
+
+// restart restarts id if it is down and notes when it runs again.
+func (lc *leaderChurner) restart(id uint64) error {
+	err := lc.c.Restart(id)
+	lc.ranAgain(id, time.Now())
+	return err
+}
+
+// ranAgain notes that id runs again since at (every node, id 0).
+func (lc *leaderChurner) ranAgain(id uint64, at time.Time) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for i := range lc.deaths {
+		if d := &lc.deaths[i]; (id == 0 || d.id == id) && d.back.IsZero() {
+			d.back = at
+		}
+	}
+}
+
 func (lc *leaderChurner) restore() {
 	lc.mu.Lock()
 	undo := lc.undo
@@ -84,6 +138,21 @@ func (lc *leaderChurner) restore() {
 	lc.mu.Unlock()
 	if undo != nil {
 		undo()
+	}
+}
+
+// waitBack waits (bounded by ctx) until the last victim runs again
+// (restartAfter).
+func (lc *leaderChurner) waitBack(ctx context.Context) {
+	lc.mu.Lock()
+	back := lc.back
+	lc.mu.Unlock()
+	if back == nil {
+		return
+	}
+	select {
+	case <-back:
+	case <-ctx.Done():
 	}
 }
 
@@ -103,15 +172,23 @@ func (lc *leaderChurner) run(ctx context.Context) {
 				}
 			}
 		}
+		if lead == 0 {
+			return // the run ended first: the stretch stays open
+		}
 		lc.mu.Lock()
 		if k := len(lc.gaps); k > 0 && lc.gaps[k-1].end.IsZero() {
-			lc.gaps[k-1].end = time.Now()
+			g := &lc.gaps[k-1]
+			g.end = time.Now()
+			lc.logf("leader churn %d: n%d leads %v after the hit on n%d", lc.hits, lead, g.end.Sub(g.start).Round(time.Millisecond), g.victim)
 		}
 		lc.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
 		sleepCtx(ctx, lc.et/2+time.Duration(lc.rng.Int64N(int64(3*lc.et/2))))
+		if lc.restartAfter {
+			lc.waitBack(ctx)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -126,23 +203,49 @@ func (lc *leaderChurner) run(ctx context.Context) {
 		}
 		lc.restore()
 		lc.hits++
-		lc.mu.Lock()
-		lc.gaps = append(lc.gaps, gap{start: time.Now()})
 		id := lead
-		if spare {
+		lc.mu.Lock()
+		lc.gaps = append(lc.gaps, gap{start: time.Now(), victim: id, isolated: spare})
+		lc.mu.Unlock()
+		switch {
+		case spare:
 			lc.logf("leader churn %d: isolate leader n%d", lc.hits, id)
 			lc.c.Isolate(id)
+			lc.mu.Lock()
 			lc.victim, lc.undo = id, lc.c.Heal
-		} else {
+			lc.mu.Unlock()
+		case lc.restartAfter:
+			delay := lc.et + time.Duration(lc.rng.Int64N(int64(2*lc.et)))
+			lc.logf("leader churn %d: kill leader n%d, restart in %v", lc.hits, id, delay.Round(time.Millisecond))
+			lc.crash(id)
+			back := make(chan struct{})
+			var once sync.Once
+			restart := func() {
+				once.Do(func() {
+					if err := lc.restart(id); err != nil {
+						lc.logf("restart n%d: %v", id, err)
+					}
+					close(back)
+				})
+			}
+			lc.mu.Lock()
+			lc.undo, lc.back = restart, back
+			lc.mu.Unlock()
+			go func() {
+				sleepCtx(ctx, delay)
+				restart()
+			}()
+		default:
 			lc.logf("leader churn %d: kill leader n%d", lc.hits, id)
-			lc.c.Crash(id)
+			lc.crash(id)
+			lc.mu.Lock()
 			lc.undo = func() {
-				if err := lc.c.Restart(id); err != nil {
+				if err := lc.restart(id); err != nil {
 					lc.logf("restart n%d: %v", id, err)
 				}
 			}
+			lc.mu.Unlock()
 		}
-		lc.mu.Unlock()
 	}
 }
 
@@ -201,7 +304,7 @@ func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, r
 	}()
 	// Let the churn hit a leader or two first, then kill the holder.
 	sleepCtx(ctx, time.Duration(rng.Int64N(int64(2*lc.et))))
-	c.Crash(h)
+	lc.crash(h)
 	lc.setRoles(w, 0)
 	last, deadline := holder.LastKeepaliveSent(), holder.SessionDeadline()
 	var hw *node.Hold
@@ -223,7 +326,7 @@ func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, r
 	} else if at.IsZero() {
 		// The waiter lost its session (its node was isolated past its
 		// TTL): not a verdict on the crashed holder.
-		if err := c.Restart(h); err != nil {
+		if err := lc.restart(h); err != nil {
 			return nil, err
 		}
 		return nil, nil
@@ -238,24 +341,25 @@ func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, r
 	if at.Before(deadline) {
 		r.early = deadline.Sub(at)
 	}
-	if err := c.Restart(h); err != nil {
+	if err := lc.restart(h); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// runLeaderChurn is Run's schedule for FaultLeaderChurn: the churn and the
-// probes until ctx ends. It returns the probes' results.
-func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(string, ...any), applied map[string]int) []*probeResult {
-	var cfg node.Config
-	FastConfig(&cfg)
-	et := time.Duration(cfg.ElectionTicks) * cfg.TickInterval
-	lc := &leaderChurner{c: c, rng: rand.New(rand.NewPCG(rng.Uint64(), 0x1c)), logf: logf, et: et}
+// runLeaderChurn is Run's schedule for FaultLeaderChurn: the churn and,
+// on 5 nodes or more, the probes until ctx ends. It returns the probes'
+// results and the churner, whose gaps and deaths the failover measurement
+// reads.
+func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(string, ...any), applied map[string]int) ([]*probeResult, *leaderChurner) {
+	ttl, et := c.SessionTTL(), c.ElectionTimeout()
+	lc := &leaderChurner{c: c, rng: rand.New(rand.NewPCG(rng.Uint64(), 0x1c)), logf: logf, et: et,
+		restartAfter: len(c.IDs()) < 5}
 	done := make(chan struct{})
 	go func() { defer close(done); lc.run(ctx) }()
 	var results []*probeResult
-	for round := 1; ctx.Err() == nil; round++ {
-		r, err := probe(ctx, c, lc, rng, round, cfg.SessionTTL)
+	for round := 1; ctx.Err() == nil && !lc.restartAfter; round++ {
+		r, err := probe(ctx, c, lc, rng, round, ttl)
 		if err != nil {
 			logf("probe %d: %v", round, err)
 			continue
@@ -263,7 +367,7 @@ func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(s
 		if r != nil && r.pending {
 			// Only a probe that had its TTL before the run ended tells
 			// anything.
-			if r.took > cfg.SessionTTL {
+			if r.took > ttl {
 				results = append(results, r)
 			}
 			break
@@ -277,8 +381,10 @@ func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(s
 	}
 	<-done
 	applied[FaultLeaderChurn] = lc.hits
-	applied["probes"] = len(results)
-	return results
+	if !lc.restartAfter {
+		applied["probes"] = len(results)
+	}
+	return results, lc
 }
 
 // probeGrace is how long a probe still waiting when the run ends is given:

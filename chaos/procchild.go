@@ -43,20 +43,21 @@ func MaybeChild() {
 
 // event is one line a node process writes on stdout for the parent.
 type event struct {
-	T      string  `json:"t"` // begin, end, apply, idle
-	K      int     `json:"k,omitempty"`
-	Client int     `json:"c,omitempty"`
-	Kind   OpKind  `json:"kind,omitempty"`
-	Name   string  `json:"name,omitempty"`
-	Owner  string  `json:"owner,omitempty"`
-	Time   int64   `json:"time,omitempty"`
-	Held   int64   `json:"held,omitempty"`
-	Out    Outcome `json:"out,omitempty"`
-	Token  uint64  `json:"tok,omitempty"`
-	Err    string  `json:"err,omitempty"`
-	Index  uint64  `json:"i,omitempty"`
-	Digest string  `json:"d,omitempty"`
-	Grants []grant `json:"g,omitempty"`
+	T      string    `json:"t"` // begin, end, apply, idle
+	K      int       `json:"k,omitempty"`
+	Client int       `json:"c,omitempty"`
+	Kind   OpKind    `json:"kind,omitempty"`
+	Name   string    `json:"name,omitempty"`
+	Owner  string    `json:"owner,omitempty"`
+	Time   int64     `json:"time,omitempty"`
+	Held   int64     `json:"held,omitempty"`
+	Out    Outcome   `json:"out,omitempty"`
+	Token  uint64    `json:"tok,omitempty"`
+	Err    string    `json:"err,omitempty"`
+	Index  uint64    `json:"i,omitempty"`
+	Digest string    `json:"d,omitempty"`
+	Grants []grant   `json:"g,omitempty"`
+	Life   []lifeRec `json:"l,omitempty"`
 }
 
 type fenceReq struct {
@@ -162,7 +163,7 @@ func childMain(args []string) error {
 	// addresses (10.77.0.x), which only the lab's namespaces can reach.
 	cfg := node.Config{ID: *id, ClusterID: "chaos-procs", DataDir: *dir, Members: ms, Listener: ln, Insecure: true,
 		Observer: func(r node.ApplyRecord) {
-			c.emit(event{T: "apply", Index: r.Index, Digest: digest(r), Grants: grantsOf(r)})
+			c.emit(event{T: "apply", Index: r.Index, Digest: digest(r), Grants: grantsOf(r), Life: lifeOf(r)})
 		}}
 	if *gossipAddr != "" {
 		// Gossip mode (rolling restarts, procroll.go): the raft id is the one

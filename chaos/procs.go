@@ -388,7 +388,7 @@ func (r *procRun) onEvent(p *proc, e event) {
 	key := fmt.Sprintf("%d/%d/%d", p.id, p.inc, e.K)
 	switch e.T {
 	case "apply":
-		r.Applied.ObserveDigest(p.id, p.inc, e.Index, e.Digest, e.Grants)
+		r.Applied.ObserveDigest(p.id, p.inc, e.Index, e.Digest, e.Grants, e.Life)
 	case "probe-failed":
 		r.mu.Lock()
 		r.probeFailed[e.Owner] = e.Err

@@ -30,6 +30,9 @@ type RunConfig struct {
 	Workload    WorkloadOptions
 	Logf        func(string, ...any)
 	Logger      *slog.Logger // node logs (default discarded)
+	// Trace, if set, takes the nodes' elections apart for the leader-churn
+	// measurement (FailoverSummary.Elections); the logs go on to Logger.
+	Trace *ElectionTrace
 	// CheckTimeout bounds porcupine (default 60 s).
 	CheckTimeout time.Duration
 	// SkipDurability skips the full-cluster crash and replay at the end.
@@ -72,10 +75,12 @@ type Report struct {
 	Writes, Stale  int64
 	Accepted, Live int64
 	LongestGap     time.Duration
-	Injected       map[string]int
-	OpsByPrim      map[string]int // completed client operations per primitive
-	Observed       int            // election changes observers saw
-	Violations     []string       // must be empty
+	// Failover: what the leader kills cost (leader-churn only).
+	Failover   *FailoverSummary
+	Injected   map[string]int
+	OpsByPrim  map[string]int // completed client operations per primitive
+	Observed   int            // election changes observers saw
+	Violations []string       // must be empty
 	// Trace is the simulation's network trace hash (0 over gRPC): the same
 	// seed gives the same one.
 	Trace uint64
@@ -127,8 +132,8 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		defer os.RemoveAll(d)
 		rc.BaseDir = d
 	}
-	if leaderChurn && (len(rc.Faults) != 1 || rc.Size < 5) {
-		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills), on 5 nodes or more", FaultLeaderChurn)
+	if leaderChurn && (len(rc.Faults) != 1 || rc.Size < 3) {
+		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills), on 3 nodes or more", FaultLeaderChurn)
 	}
 	if restartedWaiter && len(rc.Faults) != 1 {
 		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills)", FaultRestartedWaiter)
@@ -140,6 +145,12 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		return runChurn(ctx, rc)
 	}
 	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
+	if rc.Trace != nil {
+		if rc.Logger != nil {
+			rc.Trace.next = rc.Logger.Handler()
+		}
+		rc.Logger = slog.New(rc.Trace)
+	}
 	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
 	c, err := NewCluster(Options{Size: rc.Size, BaseDir: rc.BaseDir, Seed: rc.Seed, Sim: rc.Sim, SimTrace: rc.SimTrace, Logger: rc.Logger, Tune: rc.Tune, Plant: rc.Plant}, rc.Logf)
 	if err != nil {
@@ -164,12 +175,13 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	sched := &Schedule{C: c, Kinds: rc.Faults, RNG: rng, Logf: rc.Logf, LeaderClock: rc.LeaderClock, Applied: map[string]int{}}
 	done := make(chan struct{})
 	var probes []*probeResult
+	var churner *leaderChurner
 	var waiters []*waiterProbe
 	go func() {
 		defer close(done)
 		switch {
 		case leaderChurn:
-			probes = runLeaderChurn(runCtx, c, rng, rc.Logf, sched.Applied)
+			probes, churner = runLeaderChurn(runCtx, c, rng, rc.Logf, sched.Applied)
 		case restartedWaiter:
 			waiters = runRestartedWaiter(runCtx, c, rng, rc.Logf, sched.Applied)
 		case len(rc.Faults) > 0:
@@ -185,6 +197,9 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 
 	// Settle: end every fault, restart crashed nodes (their restart closes
 	// the sessions of the crashed incarnation), wait for a leader.
+	if churner != nil {
+		churner.ranAgain(0, time.Now())
+	}
 	if err := c.HealAll(); err != nil {
 		return nil, err
 	}
@@ -198,6 +213,17 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	}
 	for _, s := range WaitIdentical(sctx, c) {
 		viol("%s", s)
+	}
+	var failover *FailoverSummary
+	var deadHolds []deadHold
+	if churner != nil {
+		// Before the durability check's full restart, which ends every
+		// session: every dead hold has been released by now (no leftovers).
+		failover, deadHolds = summarizeFailover(rc.Size, c.SessionTTL(), c.ElectionTimeout(), churner.gapsCopy(),
+			churner.deathsCopy(), c.Applied.lifeCopy())
+		if rc.Trace != nil {
+			failover.Elections = rc.Trace.breakdown(churner.gapsCopy(), c.ElectionTimeout())
+		}
 	}
 
 	// Durability: crash every node at once, wipe one node's lock table so its
@@ -251,8 +277,13 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		// the holder's last keepalive is lost before its mark commits and a
 		// voter of the next leader's majority restarted meanwhile
 		// (node/internal/lease).
-		probeVerdicts(probes, cfg.SessionTTL, 5*cfg.TickInterval+2*cfg.KeepaliveInterval+rc.ExtraProbeSlack, viol,
-			func(s string) { rep.Notes = append(rep.Notes, s) })
+		slack := 5*cfg.TickInterval + 2*cfg.KeepaliveInterval + rc.ExtraProbeSlack
+		if !churner.restartAfter {
+			probeVerdicts(probes, cfg.SessionTTL, slack, viol, func(s string) { rep.Notes = append(rep.Notes, s) })
+		}
+		failoverVerdicts(failover, deadHolds, churner.gapsCopy(), slack, viol)
+		rep.Failover = failover
+		rep.Notes = append(rep.Notes, failover.String())
 	}
 	waiterVerdicts(waiters, c.SessionTTL(), c.KeepaliveInterval(), viol, func(s string) { rep.Notes = append(rep.Notes, s) })
 	checkObservations(rep, w, c.Applied, viol)

@@ -3,7 +3,9 @@ package chaos
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,35 @@ var (
 	simSeeds    = flag.Int("sim.seeds", 6, "simulation: how many seeds TestSimulation runs")
 	simFrom     = flag.Uint64("sim.from", 1, "simulation: the first seed")
 	simDuration = flag.Duration("sim.duration", 3*time.Second, "simulation: simulated time of each run's workload")
+	simSizes    = flag.String("sim.sizes", "3,5", "simulation: TestSimulationLeaderChurn's cluster sizes")
+	simNodeLog  = flag.String("sim.nodelog", "", "simulation: write the nodes' logs (slog text, debug level, fake time) to this file")
 )
+
+// simSizeList is -sim.sizes.
+func simSizeList(t *testing.T) []int {
+	var out []int
+	for _, f := range strings.Split(*simSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("-sim.sizes: %v", err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// simLogger is -sim.nodelog's logger (nil: none).
+func simLogger(t *testing.T) *slog.Logger {
+	if *simNodeLog == "" {
+		return nil
+	}
+	f, err := os.Create(*simNodeLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
 
 // SimFaults are the fault kinds the simulation models: the network's
 // partitions and message faults, crashes, pauses and failing disks. Clock
@@ -33,12 +63,17 @@ var SimFaults = []string{FaultPartitionMajority, FaultIsolateLeader, FaultOneWay
 
 // simConfig is one seed's run: every primitive, every modelled fault on 3
 // nodes; every fourth seed the leader-churn schedule on 5 (leader kills and
-// isolations every 0.5–2 election timeouts, with crashed-holder probes).
+// isolations every 0.5–2 election timeouts, with crashed-holder probes),
+// and every eighth from 2 on its 3-member form (leader kills, each victim
+// restarted 1–3 election timeouts later).
 func simConfig(seed uint64) RunConfig {
 	rc := RunConfig{Seed: seed, Duration: *simDuration, Faults: SimFaults,
 		Workload: catalogueWorkload(append([]string{PrimMutex}, AllPrimitives...)...)}
-	if seed%4 == 0 {
+	switch {
+	case seed%4 == 0:
 		rc.Faults = []string{FaultLeaderChurn}
+	case seed%8 == 2:
+		rc.Faults, rc.Size = []string{FaultLeaderChurn}, 3
 	}
 	return rc
 }
@@ -144,4 +179,43 @@ func TestSimulationFindsPlantedBug(t *testing.T) {
 // summary is a run's violations and trace, for comparing two runs.
 func summary(r *Report) string {
 	return fmt.Sprintf("trace %016x: %s", r.Trace, strings.Join(r.Violations, "; "))
+}
+
+// TestSimulationLeaderChurn measures leader-churn on 3 and 5 members in
+// the simulation, where no scheduling noise enters the figures, and prints
+// the failover table over its seeds:
+//
+//	go test ./chaos/ -run '^TestSimulationLeaderChurn$' -count=1 -v -args -sim.seeds 20
+//
+// Every seed's run must end without violation (L3 on every dead hold,
+// and the probes' on 5 members).
+func TestSimulationLeaderChurn(t *testing.T) {
+	logger := simLogger(t)
+	for _, size := range simSizeList(t) {
+		var sum *FailoverSummary
+		for seed := *simFrom; seed < *simFrom+uint64(*simSeeds); seed++ {
+			rc := RunConfig{Seed: seed, Duration: *simDuration, Faults: []string{FaultLeaderChurn}, Size: size,
+				Workload: DefaultWorkload(), Logger: logger, Trace: NewElectionTrace(nil)}
+			if testing.Verbose() && *simSeeds == 1 {
+				rc.Logf = t.Logf
+			}
+			rep := runSim(t, rc)
+			if len(rep.Violations) > 0 {
+				t.Errorf("%d members, seed %d: %s\n  replay: go test ./chaos/ -run '^TestSimulationLeaderChurn$' -count=1 -v -args -sim.from %d -sim.seeds 1",
+					size, seed, strings.Join(rep.Violations, "; "), seed)
+			}
+			f := rep.Failover
+			if f == nil {
+				t.Fatalf("%d members, seed %d: no failover measurement", size, seed)
+			}
+			t.Logf("%d members, seed %d: %d kills, leaderless max %v, death → release max %v, trace %016x; %v",
+				size, seed, f.Kills, f.Leaderless.Max, f.Freed.Max, rep.Trace, f.Elections)
+			if sum == nil {
+				sum = f
+			} else {
+				sum.merge(f)
+			}
+		}
+		t.Logf("%s", sum)
+	}
 }

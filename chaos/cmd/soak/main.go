@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,7 +31,7 @@ func main() {
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
 	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated runs, each a fault group (partition, crash, pause, clock, wall, badclock, net, msgs, disk, churn, leader-churn) or kind (isolate-leader, wall-back, ...), or kinds and groups joined by + into one run (wall-back+isolate-leader); with -procs: kill, stop, partition, or kinds joined by +")
-	size := flag.Int("nodes", 0, "cluster size (0: 3, or 5 for leader-churn)")
+	sizes := flag.String("nodes", "0", "cluster size (0: 3, or 5 for leader-churn); a comma-separated list runs every fault at each size (-faults leader-churn -nodes 3,5)")
 	clients := flag.Int("clients", 3, "clients per node")
 	longHolds := flag.Float64("long-holds", 0, "share of critical sections held for up to 4 s (twice the session TTL) instead of 20 ms: a holder told of its loss late then shows as a live overlap (S5)")
 	verbose := flag.Bool("v", false, "log every fault")
@@ -53,18 +54,31 @@ func main() {
 		defer f.Close()
 		logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	fmt.Printf("seed %d, %v per fault, %d nodes (0: the fault's default) x %d clients\n", *seed, *dur, *size, *clients)
+	var sizeList []int
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			log.Fatalf("-nodes: %q is not a cluster size", f)
+		}
+		sizeList = append(sizeList, n)
+	}
+	fmt.Printf("seed %d, %v per fault, %v nodes (0: the fault's default) x %d clients\n", *seed, *dur, sizeList, *clients)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\toperations\tgrants\tviolations\tlongest unavailability\tporcupine\tstale rejected\tlive overlaps (S5)\tinjected\tper primitive\tobserved")
 	var violations []string // printed again after the table, so the end of the output has them
-	for _, f := range strings.Split(*faults, ",") {
+	var failovers []failoverRow
+	for _, run := range runs(strings.Split(*faults, ","), sizeList) {
+		f, size := run.fault, run.size
 		var rep *chaos.Report
 		var err error
 		if *procs {
 			kinds := strings.Split(f, "+") // kill+stop mixes kinds in one run
 			rep, err = chaos.RunProcs(context.Background(), chaos.ProcsConfig{Seed: *seed, Duration: *dur, Faults: kinds,
-				Size: *size, Clients: *clients, Logf: logf, CheckTimeout: 5 * time.Minute})
+				Size: size, Clients: *clients, Logf: logf, CheckTimeout: 5 * time.Minute})
 			f = "procs:" + f
+			if size != 0 {
+				f = fmt.Sprintf("%s/%d", f, size)
+			}
 		} else {
 			kinds, xerr := chaos.ExpandFaults(f)
 			if xerr != nil {
@@ -87,8 +101,11 @@ func main() {
 			if *histDir != "" {
 				histFile = filepath.Join(*histDir, fmt.Sprintf("%s-seed-%d.gob", f, *seed))
 			}
-			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: *size, LeaderClock: *leaderClock,
+			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: size, LeaderClock: *leaderClock,
 				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute, HistoryFile: histFile})
+			if size != 0 {
+				f = fmt.Sprintf("%s/%d", f, size)
+			}
 		}
 		if err != nil {
 			log.Fatalf("%s: %v", f, err)
@@ -103,12 +120,56 @@ func main() {
 		for _, n := range rep.Notes {
 			fmt.Fprintf(os.Stderr, "note [%s]: %s\n", f, n)
 		}
+		if rep.Failover != nil {
+			failovers = append(failovers, failoverRow{f, rep.Failover})
+		}
 	}
 	tw.Flush()
+	printFailovers(failovers)
 	for _, v := range violations {
 		fmt.Println(v)
 	}
 	if len(violations) > 0 {
 		os.Exit(1)
 	}
+}
+
+// run is one fault at one cluster size.
+type run struct {
+	fault string
+	size  int
+}
+
+// runs is every fault at every size.
+func runs(faults []string, sizes []int) []run {
+	var out []run
+	for _, f := range faults {
+		for _, n := range sizes {
+			out = append(out, run{f, n})
+		}
+	}
+	return out
+}
+
+type failoverRow struct {
+	run string
+	s   *chaos.FailoverSummary
+}
+
+// printFailovers prints what the leader kills cost, one row per
+// leader-churn run (chaos.FailoverSummary).
+func printFailovers(rows []failoverRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("leader kills (p50 / p99 / max); dead holds: a killed member's session's holds, death → release (the next waiter's grant)")
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "run\tmembers\tET\tTTL\tkills\tleaderless\tkill → next grant anywhere\tdead holds\tdeath → release\tworst − leaderless − TTL")
+	for _, r := range rows {
+		s := r.s
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%d\t%v\t%v\t%d\t%v\t%v\n", r.run, s.Members, s.ET, s.TTL, s.Kills, s.Leaderless, s.NoGrant,
+			s.DeadHolds, s.Freed, s.Over.Round(time.Millisecond))
+	}
+	tw.Flush()
 }
