@@ -1,6 +1,8 @@
 package node
 
 import (
+	"crypto/rand"
+	"math/big"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/knobs"
@@ -42,7 +44,19 @@ func (c Config) tickConfig(k *knobs.Node, clock Clock) tick.Config {
 		Always:         k.FollowerExpiry,
 		NewTicker:      clock.NewTicker,
 		AfterFunc:      clock.AfterFunc,
+		Now:            clock.Now,
+		Rand:           randN,
 	}
+}
+
+// randN draws uniformly from [0, n) from crypto/rand, as raft draws its
+// election timeouts (the simulation seeds both: chaos.RunSim).
+func randN(n int64) int64 {
+	v, err := rand.Int(rand.Reader, big.NewInt(n))
+	if err != nil {
+		return 0
+	}
+	return v.Int64()
 }
 
 // tickHost is the node as its Ticker's Host (loop).

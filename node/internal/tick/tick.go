@@ -61,6 +61,36 @@
 // (S5 counts on the holder's side, which gives up earlier). Confirmation
 // rounds ride on the heartbeat ticks as before.
 //
+// # A node that may campaign ticks on a phase of its own
+//
+// raft randomises each election timeout in whole ticks (ElectionTicks to
+// 2×ElectionTicks−1: ten values by default), and a follower campaigns on the
+// tick its count reaches it. If the followers tick in step, two that draw
+// the same count campaign in the same instant, each becomes a candidate
+// before the other's vote request arrives, both vote for themselves, and the
+// vote is split: nobody leads until another randomised timeout runs out
+// (and it can split again). In step is what they would be: the system
+// clock's tickers fall on the same multiples of their period in every
+// process whose clock agrees (node.SystemClock), and a follower leaving a
+// quiet spell would start its ticker when the leader's last heartbeat plus
+// QuietFor came, the same moment on every follower. Measured in the
+// simulation (chaos TestSimulationLeaderChurn, leader kills on 3 and 5
+// members): one failover in ten had a split vote, and they made every
+// leaderless stretch over two election timeouts (up to six).
+//
+// So a raft ticker made for a node that does not lead (follower,
+// pre-candidate, candidate) fires first after a random part of a period
+// (Config.Rand, drawn anew for each ticker) and every period from there, on
+// AfterFunc timers counted from that first fire: each such node ticks on a
+// phase of its own, as raft's own ticker would on machines started at
+// random moments, and equal counts fall up to a tick apart instead of
+// together. A leader's tickers (and a light member's) stay on the clock's
+// shared multiples: their wake-ups are what the alignment saves, and
+// whether a leader ticks in step with anyone decides no election. Nothing
+// else changes: raft counts the same ticks at the same rate, the first tick
+// after a quiet spell still catches up by the clock, and the election
+// timeout's range and the CheckQuorum lease are raft's own.
+//
 // # The fine ticker
 //
 // The fine ticker (a tenth of a tick) lets the leader propose an expiry
@@ -77,7 +107,10 @@
 // earlier).
 package tick
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Config is what a Ticker needs of the node's configuration.
 type Config struct {
@@ -94,9 +127,14 @@ type Config struct {
 	// needs them).
 	Always bool
 
-	// NewTicker and AfterFunc are the node's Clock's.
+	// NewTicker, AfterFunc and Now are the node's Clock's.
 	NewTicker func(d time.Duration) (<-chan time.Time, func())
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	Now       func() time.Time
+	// Rand, if set, draws uniformly from [0, n): the phase of a raft ticker
+	// made for a node that does not lead (see "ticks on a phase of its
+	// own"). Nil: every raft ticker comes from NewTicker.
+	Rand func(n int64) int64
 }
 
 // heartbeat is the heartbeat interval.
@@ -138,6 +176,7 @@ type Ticker struct {
 	c      <-chan time.Time
 	stop   func()
 	period time.Duration // 0 while quiet
+	phased bool          // the ticker is on a phase of its own (phasedTicker)
 	// perFire: raft ticks per ticker tick (HeartbeatTicks on a calm
 	// leader, else 1).
 	perFire int
@@ -285,14 +324,68 @@ func (t *Ticker) Sync(now time.Time) {
 		want = t.cfg.heartbeat()
 	}
 	t.perFire = per
-	if t.c != nil && t.period == want {
+	phased := t.ownPhase()
+	if t.c != nil && t.period == want && t.phased == phased {
 		return
 	}
 	if t.stop != nil {
 		t.stop()
 	}
-	t.c, t.stop = t.cfg.NewTicker(want)
-	t.period = want
+	if phased {
+		t.c, t.stop = phasedTicker(t.cfg.Now, t.cfg.AfterFunc, time.Duration(1+t.cfg.Rand(int64(want))), want)
+	} else {
+		t.c, t.stop = t.cfg.NewTicker(want)
+	}
+	t.period, t.phased = want, phased
+}
+
+// ownPhase reports whether the raft ticker should tick on a phase of its
+// own: this node may campaign (it does not lead, it is not light) and
+// Config.Rand is set.
+func (t *Ticker) ownPhase() bool {
+	if t.cfg.Rand == nil || t.cfg.Now == nil || t.host.Light() {
+		return false
+	}
+	_, leading := t.host.Leader()
+	return !leading
+}
+
+// phasedTicker fires first after `first` and then every d from that fire
+// on, each fire at its planned time on the clock (not one period after the
+// previous fire ran, so a late timer does not make later ticks late); fires
+// a slow receiver misses are dropped, as a time.Ticker drops them.
+func phasedTicker(now func() time.Time, after func(time.Duration, func()) func() bool, first, d time.Duration) (<-chan time.Time, func()) {
+	c := make(chan time.Time, 1)
+	var mu sync.Mutex
+	stopped := false
+	next := now().Add(first)
+	var stop func() bool
+	var fire func()
+	fire = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		at := now()
+		select {
+		case c <- at:
+		default:
+		}
+		for !next.After(at) {
+			next = next.Add(d)
+		}
+		stop = after(next.Sub(at), fire)
+	}
+	mu.Lock()
+	stop = after(first, fire)
+	mu.Unlock()
+	return c, func() {
+		mu.Lock()
+		stopped = true
+		stop()
+		mu.Unlock()
+	}
 }
 
 func (t *Ticker) stopRaftTicker() {
