@@ -30,6 +30,7 @@ import (
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/node/internal/campaign"
 	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/node/internal/lease"
@@ -122,6 +123,7 @@ type loopState struct {
 	peers   peerWatch      // the leader's memory of its peers' activity (metricsnode.go)
 	heads   queueHeads     // when this node's waiters reached the head of their queue (metricsnode.go)
 	tick    *tick.Ticker   // the raft ticker, a quiet follower's timer, the leader's fine ticker (ticks.go)
+	yield   campaign.Yield // standing aside for a peer's campaign (yield.go)
 	guard   msgGuard       // judging remote raft messages (guard.go)
 	snapIn  snapInbox      // received snapshot files, awaiting raft's verdict (snapshotin.go)
 	observe observations   // the elections this node's observers watch (observe.go)
@@ -330,6 +332,7 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.loop.lease = lease.New(cfg.leaseConfig(n.k, n.log), (*leaseHost)(n), n.clock.Now())
 	n.loop.tick = tick.New(cfg.tickConfig(n.k, n.clock), (*tickHost)(n), n.rn)
+	n.loop.yield.For = cfg.TickInterval
 	n.loop.peers = peerWatch{self: cfg.ID, within: cfg.electionTimeout() + cfg.TickInterval}
 	n.loop.noLead = leaderWatch{warnAfter: cfg.leaderlessWarnAfter(), log: n.log}
 	n.loop.snapIn = snapInbox{dir: n.snapDir, log: n.log}

@@ -37,6 +37,7 @@ func (n *Node) handleReady() error {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
 			n.loop.guard.noteAppend(m)
+			n.noteGrantedPreVotes(m, n.clock.Now())
 			if m.Term != nil {
 				n.termSeen.Store(m.GetTerm())
 			}
@@ -278,5 +279,6 @@ func (n *Node) onTick() error {
 		n.leaderSeen.Advance(now) // a leader counts as seen while this node leads
 	}
 	n.loop.noLead.check(now, n.leaderless(), n.loop.leader, n.closing.Load())
+	n.campaignAfterYield(now)
 	return n.loop.jobs.maybeCommit()
 }

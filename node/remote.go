@@ -27,7 +27,7 @@ func (n *Node) stepRemote(msgs []*raftpb.Message) {
 			continue
 		}
 		v.lastIndex = g.lastIndex
-		if !n.admit(m, v) {
+		if !n.admit(m, v) || n.loop.yield.Drop(n.clock.Now(), m) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgApp || m.GetType() == raftpb.MessageType_MsgSnap {
