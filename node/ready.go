@@ -37,7 +37,7 @@ func (n *Node) handleReady() error {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
 			n.loop.guard.noteAppend(m)
-			n.noteGrantedPreVotes(m, n.clock.Now())
+			noteGrantedPreVotes(&n.loop.yield, n.rn, n.id, m, n.clock.Now(), n.log)
 			if m.Term != nil {
 				n.termSeen.Store(m.GetTerm())
 			}
@@ -279,6 +279,6 @@ func (n *Node) onTick() error {
 		n.leaderSeen.Advance(now) // a leader counts as seen while this node leads
 	}
 	n.loop.noLead.check(now, n.leaderless(), n.loop.leader, n.closing.Load())
-	n.campaignAfterYield(now)
+	campaignAfterYield(&n.loop.yield, n.rn, n.loop.leader, n.light(), now, n.log)
 	return n.loop.jobs.maybeCommit()
 }
