@@ -78,14 +78,7 @@ func TestCrashReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = g.Close()
-	h, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close() }()
-	if !bytes.Equal(want, snapshotBytes(t, h)) {
-		t.Fatal("committed file differs from the in-memory state")
-	}
+	checkReopened(t, path, want, "committed file differs from the in-memory state")
 }
 
 func wantCorrupt(t *testing.T, path string, err error) {
@@ -337,14 +330,7 @@ func TestPrepareWriteCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = g.Close()
-	h, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close() }()
-	if !bytes.Equal(want, snapshotBytes(t, h)) {
-		t.Fatal("committed file differs from the in-memory state")
-	}
+	checkReopened(t, path, want, "committed file differs from the in-memory state")
 }
 
 // TestWriteDurableSnapshot (S7): a snapshot written from the file, while the in-memory state has moved on,
@@ -395,5 +381,19 @@ func TestWriteDurableSnapshot(t *testing.T) {
 	}
 	if _, err := f.WriteDurableSnapshot(io.Discard); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("damaged record: %v, want ErrCorrupt", err)
+	}
+}
+
+// checkReopened opens the state file at path afresh and fails with msg unless it holds the state whose
+// snapshot is want.
+func checkReopened(t *testing.T, path string, want []byte, msg string) {
+	t.Helper()
+	f, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if !bytes.Equal(want, snapshotBytes(t, f)) {
+		t.Fatal(msg)
 	}
 }
