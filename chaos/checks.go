@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -144,18 +145,8 @@ func (l *AppliedLog) LeaderChanges(name string) []node.LeaderChange {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b node.LeaderChange) int { return cmpU64(a.Index, b.Index) })
+	slices.SortFunc(out, func(a, b node.LeaderChange) int { return cmp.Compare(a.Index, b.Index) })
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ObserveDigest records one applied entry given as its digest and grants

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -223,10 +224,7 @@ func TestWALPreallocate(t *testing.T) {
 	full, err := os.ReadFile(seg)
 	require.NoError(t, err)
 	require.Equal(t, 4096, len(full), "one preallocated chunk")
-	used := len(full)
-	for used > 0 && full[used-1] == 0 {
-		used--
-	}
+	used := len(bytes.TrimRight(full, "\x00"))
 	require.Less(t, used, len(full))
 
 	// Reopen: the zeros are free space; the log is intact and grows in place.
@@ -247,10 +245,7 @@ func TestWALPreallocate(t *testing.T) {
 	// A torn write inside the preallocated space: garbage after the last record.
 	full, err = os.ReadFile(seg)
 	require.NoError(t, err)
-	used = len(full)
-	for used > 0 && full[used-1] == 0 {
-		used--
-	}
+	used = len(bytes.TrimRight(full, "\x00"))
 	torn := append([]byte(nil), full...)
 	copy(torn[used:], []byte{7, 0, 0, 0, 1, 2, 3, 4, 2, 9})
 	require.NoError(t, os.WriteFile(seg, torn, 0o600))
