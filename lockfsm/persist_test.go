@@ -29,13 +29,7 @@ func randomStream(t *testing.T, n int) []Command {
 // TestCrashReplay: apply, Commit, apply more, Close WITHOUT Commit, reopen, replay the tail from
 // DurableIndex: the snapshot equals the uninterrupted run's, byte for byte. fsync is on.
 func TestCrashReplay(t *testing.T) {
-	cmds := randomStream(t, 400)
-	ref := openTemp(t, "ref.db")
-	entries, err := runStream(t, ref, cmds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := snapshotBytes(t, ref)
+	entries, want := referenceRun(t)
 
 	path := filepath.Join(t.TempDir(), "crash.db")
 	f, err := Open(path, Options{})
@@ -277,13 +271,7 @@ func TestRetainedBound(t *testing.T) {
 // the rest from there gives the uninterrupted run's state, byte for byte; and a final Commit after the
 // batches writes exactly the in-memory state.
 func TestPrepareWriteCommit(t *testing.T) {
-	cmds := randomStream(t, 400)
-	ref := openTemp(t, "ref.db")
-	entries, err := runStream(t, ref, cmds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := snapshotBytes(t, ref)
+	entries, want := referenceRun(t)
 
 	path := filepath.Join(t.TempDir(), "batches.db")
 	f, err := Open(path, Options{})
@@ -396,4 +384,16 @@ func checkReopened(t *testing.T, path string, want []byte, msg string) {
 	if !bytes.Equal(want, snapshotBytes(t, f)) {
 		t.Fatal(msg)
 	}
+}
+
+// referenceRun applies a random stream of 400 commands to a fresh FSM and returns the entries and the
+// snapshot of the state they lead to.
+func referenceRun(t *testing.T) (entries [][]byte, want []byte) {
+	t.Helper()
+	ref := openTemp(t, "ref.db")
+	entries, err := runStream(t, ref, randomStream(t, 400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, snapshotBytes(t, ref)
 }
