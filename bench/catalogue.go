@@ -276,15 +276,11 @@ func (c *lockraftCaller) hold(ctx context.Context, r node.Request) (func(context
 // the next campaigner and an observer on the other follower; the leader's
 // node crashes: its session (and leadership) ends after the TTL.
 func lockraftElectionFailover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, err := startLockraft(dir, ttl)
+	c, ld, err := startWithLeader(dir, ttl)
 	if err != nil {
 		return 0, err
 	}
 	defer c.stop()
-	ld := c.leader()
-	if ld < 0 {
-		return 0, fmt.Errorf("no leader")
-	}
 	h, w := c.nodes[(ld+1)%3], c.nodes[(ld+2)%3]
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
 	defer cancel()
@@ -325,18 +321,20 @@ func lockraftElectionFailover(dir string, ttl time.Duration) (time.Duration, err
 
 func (c *etcdCaller) rlock(_ context.Context, name string) (func(context.Context) error, error) {
 	m := recipe.NewRWMutex(c.s, "/rw/"+name)
-	if err := m.RLock(); err != nil {
-		return nil, err
-	}
-	return func(context.Context) error { return m.RUnlock() }, nil
+	return lockedBy(m.RLock, m.RUnlock)
 }
 
 func (c *etcdCaller) wlock(_ context.Context, name string) (func(context.Context) error, error) {
 	m := recipe.NewRWMutex(c.s, "/rw/"+name)
-	if err := m.Lock(); err != nil {
+	return lockedBy(m.Lock, m.Unlock)
+}
+
+// lockedBy takes a side of an etcd RWMutex with lock and returns its unlock as a caller's.
+func lockedBy(lock, unlock func() error) (func(context.Context) error, error) {
+	if err := lock(); err != nil {
 		return nil, err
 	}
-	return func(context.Context) error { return m.Unlock() }, nil
+	return func(context.Context) error { return unlock() }, nil
 }
 
 // lockAll with etcd: a concurrency.Mutex per name, in sorted order.

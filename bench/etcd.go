@@ -187,18 +187,11 @@ func etcdCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	defer w.close()
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := w.lock(ctx, "s4/crash")
-		return err
-	})
+	got := waitGrant(ctx, w, "s4/crash")
 	time.Sleep(300 * time.Millisecond) // the waiter is queued
 	t0 := time.Now()
 	hc.Close() // keepalives stop; the lease is not revoked
-	r := <-got
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.t.Sub(t0), nil
+	return (<-got).since(t0)
 }
 
 // etcdFailover: stop the leader member; a client of the two others keeps

@@ -241,18 +241,11 @@ func mysqlCrashTakeover(ttl time.Duration, kind mysqlKind) (time.Duration, error
 	}
 	dead := holderConns()
 	waiter := &mysqlCaller{db: s.db, kind: kind, ttl: ttl}
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := waiter.lock(ctx, "s4/crash")
-		return err
-	})
+	got := waitGrant(ctx, waiter, "s4/crash")
 	time.Sleep(300 * time.Millisecond) // the waiter is waiting
 	t0 := time.Now()
 	for _, c := range dead {
 		c.Close()
 	}
-	r := <-got
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.t.Sub(t0), nil
+	return (<-got).since(t0)
 }

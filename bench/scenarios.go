@@ -525,17 +525,25 @@ func runS4Graceful(cfg config, sysName string, sys system, run int, rep *report)
 	return nil
 }
 
-// waitGrant runs lock in the background and returns a channel with the
-// grant time (or the error).
+// grantResult is when a lock asked for in the background was granted, or why it was not.
 type grantResult struct {
 	t   time.Time
 	err error
 }
 
-func waitGrant(ctx context.Context, lock func(context.Context) error) chan grantResult {
+// since is the time from t0 until the grant, or the error.
+func (r grantResult) since(t0 time.Time) (time.Duration, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.t.Sub(t0), nil
+}
+
+// waitGrant asks c for name in the background; the channel gets the grant's time or the error.
+func waitGrant(ctx context.Context, c caller, name string) chan grantResult {
 	ch := make(chan grantResult, 1)
 	go func() {
-		err := lock(ctx)
+		_, err := c.lock(ctx, name)
 		ch <- grantResult{time.Now(), err}
 	}()
 	return ch
