@@ -373,13 +373,8 @@ func etcdElectionFailover(dir string, ttl time.Duration) (time.Duration, error) 
 	defer c.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
 	defer cancel()
-	hc, err := newEtcdClient(c.endpoints[:1])
+	hc, hs, err := c.holderSession(ttl)
 	if err != nil {
-		return 0, err
-	}
-	hs, err := concurrency.NewSession(hc, concurrency.WithTTL(int(ttl.Seconds())))
-	if err != nil {
-		hc.Close()
 		return 0, err
 	}
 	if err := concurrency.NewElection(hs, "/el/c3").Campaign(ctx, "first"); err != nil {

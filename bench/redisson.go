@@ -61,23 +61,16 @@ end
 return 0`)
 )
 
-type redissonSystem struct {
-	srv *redisServer
-	cl  *redis.Client
-	ttl time.Duration
-}
+// redissonSystem is the redis system (one server, one shared client pool)
+// with Redisson's lock.
+type redissonSystem struct{ *redisSystem }
 
 func startRedisson(dir string, ttl time.Duration) (*redissonSystem, error) {
-	s, err := startRedisServer(dir, false)
+	r, err := startRedisSystem(dir, ttl, false)
 	if err != nil {
 		return nil, err
 	}
-	return &redissonSystem{srv: s, cl: newRedisClient(s.addr), ttl: ttl}, nil
-}
-
-func (r *redissonSystem) stop() {
-	r.cl.Close()
-	r.srv.end()
+	return &redissonSystem{r}, nil
 }
 
 func (r *redissonSystem) caller(int) (caller, error) {
