@@ -104,26 +104,33 @@ func rwStep(state string, in rwInput, out Outcome) (bool, string) {
 		}
 		return ""
 	}
+	return holdStep(state, in.Kind, out, writer != "" || len(readers) > 0, holds(), take, drop)
+}
+
+// holdStep is the step of every primitive's model but the mutex's (whose own step, model.go, is the same
+// over a single holder): an acquire that returned ok takes the primitive (the step fails if the state
+// does not allow it); a try's "locked" needs busy (the primitive was held); an acquire of unknown outcome
+// takes it if it can, else changes nothing; a release that returned ok needs the owner to hold
+// (holds) and drops the owner's hold; one of unknown outcome drops it if it is held.
+func holdStep(state string, kind OpKind, out Outcome, busy, holds bool, take func() (bool, string),
+	drop func() string) (bool, string) {
 	switch {
-	case in.Kind != OpUnlock && out == OK:
+	case kind != OpUnlock && out == OK:
 		return take()
-	case in.Kind == OpTryLock && out == Locked:
-		if in.Shared {
-			return writer != "" || len(readers) > 0, state
-		}
-		return writer != "" || len(readers) > 0, state
-	case in.Kind != OpUnlock: // unknown: takes it if it can
+	case kind == OpTryLock && out == Locked:
+		return busy, state
+	case kind != OpUnlock: // unknown: takes it if it can
 		if ok, s := take(); ok {
 			return true, s
 		}
 		return true, state
 	case out == OK:
-		if !holds() {
+		if !holds {
 			return false, state
 		}
 		return true, drop()
 	default: // Unlock unknown
-		if holds() {
+		if holds {
 			return true, drop()
 		}
 		return true, state
@@ -171,29 +178,12 @@ func semStep(state string, in semInput, out Outcome) (bool, string) {
 		m[in.Owner] = in.Permits
 		return true, semFormat(m)
 	}
-	switch {
-	case in.Kind != OpUnlock && out == OK:
-		return take()
-	case in.Kind == OpTryLock && out == Locked:
-		return used+in.Permits > in.Limit || used > 0, state
-	case in.Kind != OpUnlock:
-		if ok, s := take(); ok {
-			return true, s
-		}
-		return true, state
-	case out == OK:
-		if _, ok := m[in.Owner]; !ok {
-			return false, state
-		}
+	_, holds := m[in.Owner]
+	drop := func() string {
 		delete(m, in.Owner)
-		return true, semFormat(m)
-	default:
-		if _, ok := m[in.Owner]; ok {
-			delete(m, in.Owner)
-			return true, semFormat(m)
-		}
-		return true, state
+		return semFormat(m)
 	}
+	return holdStep(state, in.Kind, out, used+in.Permits > in.Limit || used > 0, holds, take, drop)
 }
 
 // multiState: "name=owner;..." sorted.
@@ -241,27 +231,7 @@ func multiStep(state string, in multiInput, out Outcome) (bool, string) {
 		}
 		return format()
 	}
-	switch {
-	case in.Kind != OpUnlock && out == OK:
-		return take()
-	case in.Kind == OpTryLock && out == Locked:
-		return len(m) > 0, state
-	case in.Kind != OpUnlock:
-		if ok, s := take(); ok {
-			return true, s
-		}
-		return true, state
-	case out == OK:
-		if !holdsAll() {
-			return false, state
-		}
-		return true, drop()
-	default:
-		if holdsAll() {
-			return true, drop()
-		}
-		return true, state
-	}
+	return holdStep(state, in.Kind, out, len(m) > 0, holdsAll(), take, drop)
 }
 
 // CatalogueModel is the porcupine model of every primitive; partitions by
