@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -152,15 +153,11 @@ func semParse(s string) map[string]int {
 	return m
 }
 
-func semFormat(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+// formatState writes a map state as "key=value;..." sorted by key.
+func formatState[V any](m map[string]V) string {
 	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%d;", k, m[k])
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s=%v;", k, m[k])
 	}
 	return b.String()
 }
@@ -176,12 +173,12 @@ func semStep(state string, in semInput, out Outcome) (bool, string) {
 			return false, state
 		}
 		m[in.Owner] = in.Permits
-		return true, semFormat(m)
+		return true, formatState(m)
 	}
 	_, holds := m[in.Owner]
 	drop := func() string {
 		delete(m, in.Owner)
-		return semFormat(m)
+		return formatState(m)
 	}
 	return holdStep(state, in.Kind, out, used+in.Permits > in.Limit || used > 0, holds, take, drop)
 }
@@ -193,18 +190,6 @@ func multiStep(state string, in multiInput, out Outcome) (bool, string) {
 		if n, o, ok := strings.Cut(kv, "="); ok {
 			m[n] = o
 		}
-	}
-	format := func() string {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var b strings.Builder
-		for _, k := range keys {
-			b.WriteString(k + "=" + m[k] + ";")
-		}
-		return b.String()
 	}
 	holdsAll := func() bool {
 		for _, n := range in.Names {
@@ -223,13 +208,13 @@ func multiStep(state string, in multiInput, out Outcome) (bool, string) {
 		for _, n := range in.Names {
 			m[n] = in.Owner
 		}
-		return true, format()
+		return true, formatState(m)
 	}
 	drop := func() string {
 		for _, n := range in.Names {
 			delete(m, n)
 		}
-		return format()
+		return formatState(m)
 	}
 	return holdStep(state, in.Kind, out, len(m) > 0, holdsAll(), take, drop)
 }
