@@ -68,11 +68,7 @@ func TestCrashReplay(t *testing.T) {
 		t.Fatal("replay after crash differs from the uninterrupted run")
 	}
 	// And the committed file alone (Commit, reopen) holds exactly that state.
-	if err := g.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	_ = g.Close()
-	checkReopened(t, path, want, "committed file differs from the in-memory state")
+	checkCommitted(t, g, path, want)
 }
 
 func wantCorrupt(t *testing.T, path string, err error) {
@@ -314,11 +310,7 @@ func TestPrepareWriteCommit(t *testing.T) {
 	if !bytes.Equal(want, snapshotBytes(t, g)) {
 		t.Fatal("replay after the batches differs from the uninterrupted run")
 	}
-	if err := g.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	_ = g.Close()
-	checkReopened(t, path, want, "committed file differs from the in-memory state")
+	checkCommitted(t, g, path, want)
 }
 
 // TestWriteDurableSnapshot (S7): a snapshot written from the file, while the in-memory state has moved on,
@@ -370,6 +362,17 @@ func TestWriteDurableSnapshot(t *testing.T) {
 	if _, err := f.WriteDurableSnapshot(io.Discard); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("damaged record: %v, want ErrCorrupt", err)
 	}
+}
+
+// checkCommitted commits f, closes it, and checks that the file at path then holds the state whose
+// snapshot is want.
+func checkCommitted(t *testing.T, f *FSM, path string, want []byte) {
+	t.Helper()
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	checkReopened(t, path, want, "committed file differs from the in-memory state")
 }
 
 // checkReopened opens the state file at path afresh and fails with msg unless it holds the state whose
