@@ -66,13 +66,7 @@ func (f *Faults) snapshotStall(stop <-chan struct{}) {
 		}
 	}
 	s.mu.Unlock()
-	if stall == nil {
-		return
-	}
-	select {
-	case <-stall:
-	case <-stop:
-	}
+	awaitGate(stall, stop)
 }
 
 // FailConfStates makes every following write of the raft configuration

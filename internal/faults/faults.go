@@ -119,12 +119,7 @@ func (f *Faults) waitLoop(stop <-chan struct{}) {
 	f.mu.RLock()
 	p := f.loop
 	f.mu.RUnlock()
-	if p != nil {
-		select {
-		case <-p:
-		case <-stop:
-		}
-	}
+	awaitGate(p, stop)
 }
 
 // waitIfPaused blocks while the node is paused (or until stop closes).
@@ -132,11 +127,16 @@ func (f *Faults) waitIfPaused(stop <-chan struct{}) {
 	f.mu.RLock()
 	p := f.paused
 	f.mu.RUnlock()
-	if p == nil {
+	awaitGate(p, stop)
+}
+
+// awaitGate blocks until gate or stop is closed; a nil gate is open.
+func awaitGate(gate, stop <-chan struct{}) {
+	if gate == nil {
 		return
 	}
 	select {
-	case <-p:
+	case <-gate:
 	case <-stop:
 	}
 }
