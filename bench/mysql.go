@@ -37,22 +37,14 @@ import (
 //     back); one that hangs with its connection open holds it forever.
 //     Each caller needs its own connection for as long as it holds.
 func init() {
-	register(systemFactory{
-		name:      "mysql-lock-table",
-		available: sqlserver.MariaDBAvailable,
-		start:     func(dir string, ttl time.Duration) (system, error) { return startMySQL(ttl, mysqlLockTable) },
-		crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) {
-			return mysqlCrashTakeover(ttl, mysqlLockTable)
-		},
-	})
-	register(systemFactory{
-		name:      "mysql-for-update",
-		available: sqlserver.MariaDBAvailable,
-		start:     func(dir string, ttl time.Duration) (system, error) { return startMySQL(ttl, mysqlForUpdate) },
-		crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) {
-			return mysqlCrashTakeover(ttl, mysqlForUpdate)
-		},
-	})
+	for name, kind := range map[string]mysqlKind{"mysql-lock-table": mysqlLockTable, "mysql-for-update": mysqlForUpdate} {
+		register(systemFactory{
+			name:          name,
+			available:     sqlserver.MariaDBAvailable,
+			start:         func(dir string, ttl time.Duration) (system, error) { return startMySQL(ttl, kind) },
+			crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) { return mysqlCrashTakeover(ttl, kind) },
+		})
+	}
 }
 
 type mysqlKind int
