@@ -47,6 +47,65 @@ func leaderless(gaps []gap, from, to time.Time) time.Duration {
 	return d
 }
 
+// churnState is what a leader churner, of nodes in this process
+// (leaderChurner) or of node processes (procChurner), keeps under its
+// mutex: the leaderless gaps it caused, the roles a probe gives two nodes,
+// and its last hit.
+type churnState struct {
+	mu      sync.Mutex
+	gaps    []gap
+	spare   uint64 // a probe's waiter: isolated rather than killed (0: none)
+	protect uint64 // a probe's holder before its planned crash: never hit (0: none)
+	victim  uint64 // the leader of the last hit while it is isolated
+	undo    func() // undoes the last hit
+}
+
+func (cs *churnState) setRoles(spare, protect uint64) {
+	cs.mu.Lock()
+	cs.spare, cs.protect = spare, protect
+	cs.mu.Unlock()
+}
+
+func (cs *churnState) gapsCopy() []gap {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return append([]gap(nil), cs.gaps...)
+}
+
+// restore undoes the last hit, if it is not undone yet.
+func (cs *churnState) restore() {
+	cs.mu.Lock()
+	undo := cs.undo
+	cs.undo, cs.victim = nil, 0
+	cs.mu.Unlock()
+	if undo != nil {
+		undo()
+	}
+}
+
+// lastVictim is the isolated leader of the last hit (0: none).
+func (cs *churnState) lastVictim() uint64 {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.victim
+}
+
+// leaderSeen ends the open gap: a leader other than the victim leads.
+func (cs *churnState) leaderSeen() {
+	cs.mu.Lock()
+	if k := len(cs.gaps); k > 0 && cs.gaps[k-1].end.IsZero() {
+		cs.gaps[k-1].end = time.Now()
+	}
+	cs.mu.Unlock()
+}
+
+// roleOf says whether id is protected from hits or spared from kills.
+func (cs *churnState) roleOf(id uint64) (protected, spare bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.protect == id, cs.spare == id
+}
+
 // leaderChurner hits the leader; spare nodes are isolated rather than
 // killed, and protected ones are never hit (a probe's holder before its
 // planned crash).
@@ -56,35 +115,7 @@ type leaderChurner struct {
 	logf func(string, ...any)
 	et   time.Duration
 	hits int
-
-	mu      sync.Mutex
-	gaps    []gap
-	spare   map[uint64]bool
-	protect map[uint64]bool
-	victim  uint64
-	undo    func()
-}
-
-func (lc *leaderChurner) setRoles(spare, protect uint64) {
-	lc.mu.Lock()
-	lc.spare, lc.protect = map[uint64]bool{spare: spare != 0}, map[uint64]bool{protect: protect != 0}
-	lc.mu.Unlock()
-}
-
-func (lc *leaderChurner) gapsCopy() []gap {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	return append([]gap(nil), lc.gaps...)
-}
-
-func (lc *leaderChurner) restore() {
-	lc.mu.Lock()
-	undo := lc.undo
-	lc.undo, lc.victim = nil, 0
-	lc.mu.Unlock()
-	if undo != nil {
-		undo()
-	}
+	churnState
 }
 
 // run hits leaders until ctx ends, then undoes the last hit.
@@ -94,20 +125,14 @@ func (lc *leaderChurner) run(ctx context.Context) {
 		var lead uint64
 		for lead == 0 && ctx.Err() == nil {
 			sleepCtx(ctx, 2*time.Millisecond)
-			lc.mu.Lock()
-			victim := lc.victim
-			lc.mu.Unlock()
+			victim := lc.lastVictim()
 			for _, id := range lc.c.IDs() {
 				if n := lc.c.Node(id); n != nil && n.Leader() == id && id != victim {
 					lead = id
 				}
 			}
 		}
-		lc.mu.Lock()
-		if k := len(lc.gaps); k > 0 && lc.gaps[k-1].end.IsZero() {
-			lc.gaps[k-1].end = time.Now()
-		}
-		lc.mu.Unlock()
+		lc.leaderSeen()
 		if ctx.Err() != nil {
 			return
 		}
@@ -118,9 +143,7 @@ func (lc *leaderChurner) run(ctx context.Context) {
 		if n := lc.c.Node(lead); n == nil || n.Leader() != lead {
 			continue // lost leadership meanwhile
 		}
-		lc.mu.Lock()
-		protected, spare := lc.protect[lead], lc.spare[lead]
-		lc.mu.Unlock()
+		protected, spare := lc.roleOf(lead)
 		if protected {
 			continue
 		}
