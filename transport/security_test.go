@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -337,39 +336,3 @@ func TestTLSFilesRotation(t *testing.T) {
 }
 
 type big struct{ s string }
-
-// The member URI is what certificates carry and what MemberIdentity reads;
-// reserved ids and several member URIs are refused.
-func TestMemberIdentity(t *testing.T) {
-	p := newPKI(t)
-	parse := func(uris ...string) (string, uint64, error) {
-		var us []*url.URL
-		for _, u := range uris {
-			pu, err := url.Parse(u)
-			require.NoError(t, err)
-			us = append(us, pu)
-		}
-		certPEM, keyPEM, err := p.ca.Issue("x", us, nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-		require.NoError(t, err)
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
-		return MemberIdentity(pair.Leaf)
-	}
-	cluster, id, err := parse(MemberURI("orders-prod", 3), "spiffe://example.org/x")
-	require.NoError(t, err)
-	require.Equal(t, "orders-prod", cluster)
-	require.Equal(t, uint64(3), id)
-	for _, bad := range [][]string{
-		nil,
-		{MemberURI("c", 0)},
-		{MemberURI("c", ^uint64(0))},
-		{MemberURI("c", ^uint64(0)-1)},
-		{MemberURI("c", 1), MemberURI("c", 2)},
-		{"lockraft://c/x"},
-	} {
-		_, _, err := parse(bad...)
-		require.ErrorIs(t, err, ErrIdentity, "%v", bad)
-	}
-	require.NoError(t, ValidateClusterID("orders-prod.eu"))
-	require.Error(t, ValidateClusterID("my cluster"))
-}
