@@ -321,11 +321,11 @@ func TestTLSFilesRotation(t *testing.T) {
 	require.NoError(t, err)
 	b := newNode(t, "c1", 2, withTLS(tl))
 	client := newNode(t, "c1", 1, withTLS(p.member("c1", 1)))
-	served := func() *big {
+	served := func() *servedSerial {
 		c, err := tls.Dial("tcp", b.t.Addr(), client.t.clientTLS(2))
 		require.NoError(t, err)
 		defer c.Close()
-		return &big{c.ConnectionState().PeerCertificates[0].SerialNumber.String()}
+		return &servedSerial{c.ConnectionState().PeerCertificates[0].SerialNumber.String()}
 	}
 	require.Equal(t, first.SerialNumber.String(), served().s)
 	second := issue()
@@ -335,4 +335,4 @@ func TestTLSFilesRotation(t *testing.T) {
 	require.Eventually(t, func() bool { return served().s == second.SerialNumber.String() }, waitFor, 50*time.Millisecond)
 }
 
-type big struct{ s string }
+type servedSerial struct{ s string }
