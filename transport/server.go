@@ -82,10 +82,10 @@ func remoteMessageOK(m *raftpb.Message, local, from uint64) (bool, string) {
 // Stream receives the batches of one peer for as long as the peer keeps the
 // stream open, delivering each batch with one Handler.Receive call. Each
 // batch is charged its decoding cost (budget.go) before it is decoded, and
-// refused whole (the stream ends) when it announces more than its bytes may
-// decode to (limits.go). Messages refused by remoteMessageOK, undecodable
-// ones and those beyond the batch's entry budget are dropped (and logged
-// once per peer and interval).
+// refused whole (the stream ends) when it announces more entries than
+// maxBatchEntries or more than its bytes may decode to (limits.go).
+// Messages refused by remoteMessageOK and undecodable ones are dropped (and
+// logged once per peer and interval).
 func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	ctx := stream.Context()
 	from, err := s.authenticate(ctx, "Stream")
@@ -113,7 +113,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 			wire += len(raw)
 			entries += n
 		}
-		if decodeAmplified(wire, len(raws), entries) {
+		if entries > maxBatchEntries || decodeAmplified(wire, len(raws), entries) {
 			s.t.refused.Refuse(refusedOversize, src, "reason", "batch decodes to more than its bytes allow",
 				"bytes", wire, "msgs", len(raws), "entries", entries)
 			return status.Errorf(codes.InvalidArgument, "%v: %d messages and %d entries in %d bytes", ErrLimit, len(raws), entries, wire)
@@ -124,20 +124,14 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 			return err
 		}
 		msgs := make([]*raftpb.Message, 0, len(raws))
-		budget := maxBatchEntries
 		for i, raw := range raws {
 			// raw is this batch's own copy (protobuf copies bytes fields out
 			// of gRPC's pooled buffer), so the message may alias it.
-			var m *raftpb.Message
-			err := ErrLimit
-			if counts[i] <= budget {
-				m, err = decodeCounted(raw, counts[i])
-			}
+			m, err := decodeCounted(raw, counts[i])
 			if err != nil {
 				s.t.refused.Refuse(refusedMessage, src, "reason", "undecodable or over limit", "err", err)
 				continue
 			}
-			budget -= len(m.GetEntries())
 			if ok, why := remoteMessageOK(m, local, from); !ok {
 				s.t.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
 					"msg_from", m.GetFrom(), "msg_to", m.GetTo())
