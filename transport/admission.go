@@ -213,8 +213,9 @@ func (l admissionListener) Accept() (net.Conn, error) {
 // by whoever closes it.
 type trackedConn struct {
 	net.Conn
-	t    *Transport
-	once sync.Once
+	t        *Transport
+	once     sync.Once
+	refusals atomic.Int32 // streams refused (admitStream)
 
 	mu   sync.Mutex
 	id   uint64            // the member it speaks for (TLS: its certificate; plaintext: its first stream)
@@ -302,15 +303,16 @@ func (t *Transport) admitConn(raw net.Conn, info credentials.AuthInfo) (*tracked
 	return tc, nil
 }
 
+// maxRefusedStreams is how many of a connection's streams may be refused
+// before the connection is closed: a peer that keeps opening what it may
+// not must go through a handshake again for each such burst.
+const maxRefusedStreams = 64
+
 // admitStream is gRPC's tap: it runs when a stream's headers arrive,
 // before any of its data is read, on the connection's reading goroutine
-// (so it must not block). A refusal ends the stream with its status.
+// (so it must not block). A refusal ends the stream with its status; after
+// maxRefusedStreams refusals the connection is closed.
 func (t *Transport) admitStream(ctx context.Context, info *tap.Info) (context.Context, error) {
-	method, ok := rpcKinds[info.FullMethodName]
-	if !ok {
-		return nil, status.Errorf(codes.Unimplemented, "unknown method %q", info.FullMethodName)
-	}
-	rpc := method.name
 	pr, _ := grpcpeer.FromContext(ctx)
 	var tc *trackedConn
 	if pr != nil {
@@ -321,6 +323,22 @@ func (t *Transport) admitStream(ctx context.Context, info *tap.Info) (context.Co
 	if tc == nil {
 		return nil, status.Error(codes.Unauthenticated, "connection not admitted")
 	}
+	admitted, err := t.admit(ctx, tc, info)
+	if err != nil && tc.refusals.Add(1) == maxRefusedStreams {
+		t.refused.Refuse(refusedConn, peerAddr(ctx), "reason", "too many refused streams; connection closed",
+			"refused", maxRefusedStreams)
+		go tc.Close() // not on the reading goroutine, which holds the connection's lock
+	}
+	return admitted, err
+}
+
+// admit decides on one stream of tc; see admitStream.
+func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) (context.Context, error) {
+	method, ok := rpcKinds[info.FullMethodName]
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "unknown method %q", info.FullMethodName)
+	}
+	rpc := method.name
 	md := info.Header
 	from, role, err := t.sender(ctx, tc, md, rpc)
 	if err != nil {

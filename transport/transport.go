@@ -108,14 +108,14 @@ const (
 	// maxStreams caps the concurrent RPCs of one connection (HTTP/2's
 	// SETTINGS_MAX_CONCURRENT_STREAMS: a peer's further RPCs wait for a
 	// slot): the message stream, a snapshot, and the calls of one peer
-	// (keepalives, forwarded commands, pushes, status, renewals) fit.
-	maxStreams = 32
+	// (keepalives, forwarded commands, pushes, status; renewals queue) fit.
+	maxStreams = 16
 	// serverStreamWindow is the receive window of each incoming stream: what
 	// a peer may send on a stream beyond what this node has read. gRPC opens
 	// a stream's window to a whole message when its reader starts reading a
 	// larger one, so it does not bound a message's size; it bounds what a
 	// peer can park unread (a call waiting for its turn: callserve.go):
-	// connsPerPeer × maxStreams × 256 KiB = 16 MiB per peer. A sender keeps
+	// connsPerPeer × maxStreams × 256 KiB = 8 MiB per peer. A sender keeps
 	// its batches within it (writeLoop), and at most this much of a raft
 	// stream is in flight per round trip (5 MB/s of small messages at 50 ms).
 	serverStreamWindow = 256 << 10
