@@ -7,12 +7,17 @@
 // unreachable instead. Snapshots (MsgSnap) travel on their own RPC together
 // with the snapshot file, so a multi-MiB transfer never delays heartbeats.
 //
-// Security (see README "Security"): with Config.TLS every connection is
+// Security (see docs/security.md): with Config.TLS every connection is
 // mutual TLS and the sender of everything that arrives is the member id its
-// verified certificate names (identity.go); without it (loopback quick
-// start, or an explicit insecure mode) the sender is a self-declared header.
-// Every stream, snapshot and call carries the cluster id and is rejected by a
-// node of another cluster. What a message announces is bounded before it is
+// verified certificate names, with the role the certificate gives it
+// (identity.go: voter, light, operator); without it (loopback quick start,
+// or an explicit insecure mode) the sender is a self-declared header and
+// every peer a voter. Every stream, snapshot and call carries the cluster
+// id and is rejected by a node of another cluster. A peer is identified and
+// admitted before anything it sends is decoded, with caps on connections and
+// streams and budgets for decoding (admission.go, budget.go); raft traffic
+// comes only from voters; a deny-list and Revoke refuse certificates and
+// members (denylist.go). What a message announces is bounded before it is
 // decoded (limits.go), raft messages a remote peer may never send are
 // dropped here, and refusals are logged once per source and interval.
 //
@@ -220,10 +225,11 @@ type Config struct {
 	// so a small queue costs retransmissions, a large one memory and latency.
 	QueueSize int
 	// MaxMsgSize bounds one gRPC message (default 4 MiB). Queued batches are
-	// coalesced up to this size. A single raft message larger than this is
-	// dropped; keep raft's MaxSizePerMsg well below it. It also sizes the
-	// gRPC flow-control windows: at least 1 MiB per stream, one batch per
-	// stream and two per connection.
+	// coalesced up to 256 KiB or this size, whichever is smaller (one receive
+	// window of the peer's stream: serverStreamWindow). A single raft message
+	// larger than this is dropped; keep raft's MaxSizePerMsg well below it. It
+	// also sizes the windows of this node's outgoing streams (their answers):
+	// at least 1 MiB per stream, one batch per stream and two per connection.
 	MaxMsgSize int
 	// TLS turns on mutual TLS with member identities (tls.go). nil means
 	// plaintext: every sender id is then a claim nobody checks, which is
