@@ -354,7 +354,7 @@ func TestAmplifiedBatchRefused(t *testing.T) {
 	require.NoError(t, s.Send(&transportpb.Batch{Msgs: [][]byte{empty, empty, empty, empty}}))
 	_, err = s.CloseAndRecv()
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-	require.EqualValues(t, 1, a.t.Refusals(refusedOversize))
+	require.EqualValues(t, 1, a.t.Refusals(refusedMessage))
 	got, _ := a.rec.received()
 	require.Empty(t, got)
 }

@@ -114,7 +114,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 			entries += n
 		}
 		if entries > maxBatchEntries || decodeAmplified(wire, len(raws), entries) {
-			s.t.refused.Refuse(refusedOversize, src, "reason", "batch decodes to more than its bytes allow",
+			s.t.refused.Refuse(refusedMessage, src, "reason", "batch announces more than its bytes may decode to",
 				"bytes", wire, "msgs", len(raws), "entries", entries)
 			return status.Errorf(codes.InvalidArgument, "%v: %d messages and %d entries in %d bytes", ErrLimit, len(raws), entries, wire)
 		}
