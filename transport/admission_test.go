@@ -243,11 +243,11 @@ func TestStreamCaps(t *testing.T) {
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	require.NoError(t, sn1.CloseSend())
 
-	release := make(chan struct{})
+	release := releaser(t)
 	var inside atomic.Int32
 	a.rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
 		inside.Add(1)
-		<-release
+		<-release.C
 		return &transportpb.KeepaliveResponse{}, nil
 	}
 	errs := make(chan error, 3)
@@ -257,12 +257,33 @@ func TestStreamCaps(t *testing.T) {
 			errs <- err
 		}()
 	}
-	err = <-errs
+	select {
+	case err = <-errs:
+	case <-time.After(waitFor):
+		t.Fatal("a third call was admitted beside two in flight")
+	}
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	require.Eventually(t, func() bool { return inside.Load() == 2 }, waitFor, tick)
-	close(release)
+	release.Close()
 	require.NoError(t, <-errs)
 	require.NoError(t, <-errs)
+}
+
+// gate holds handlers until Close (which a test's cleanup also does, before
+// the transport's: a failed test does not leave them blocked).
+type gate struct {
+	C    chan struct{}
+	once sync.Once
+}
+
+func (g *gate) Close() { g.once.Do(func() { close(g.C) }) }
+
+// releaser returns a gate closed at the latest when t ends (register it
+// after the nodes, so that it is closed before they are).
+func releaser(t *testing.T) *gate {
+	g := &gate{C: make(chan struct{})}
+	t.Cleanup(g.Close)
+	return g
 }
 
 // peersSnapshots counts the snapshot streams admitted (tests).
@@ -286,11 +307,11 @@ func TestCallRequestsBudgeted(t *testing.T) {
 	lim.peerCallBudget = 1 << 20
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	c := dialRaw(t, a.t.Addr(), nil, "c1", 2)
-	release := make(chan struct{})
+	release := releaser(t)
 	var inside atomic.Int32
 	a.rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
 		inside.Add(1)
-		<-release
+		<-release.C
 		return &transportpb.FwdProposeResponse{}, nil
 	}
 	req := &transportpb.FwdProposeRequest{Commands: [][]byte{make([]byte, 700<<10)}}
@@ -304,7 +325,7 @@ func TestCallRequestsBudgeted(t *testing.T) {
 	require.Eventually(t, func() bool { return inside.Load() == 1 }, waitFor, tick)
 	time.Sleep(200 * time.Millisecond) // the second would be inside by now if it were not held back
 	require.EqualValues(t, 1, inside.Load(), "two requests of 700 KiB held within a budget of 1 MiB")
-	close(release)
+	release.Close()
 	require.NoError(t, <-errs)
 	require.NoError(t, <-errs)
 	require.EqualValues(t, 2, inside.Load())
@@ -317,11 +338,11 @@ func TestRaftBatchesBudgeted(t *testing.T) {
 	lim := defaultLimits(DefaultMaxConns)
 	lim.raftBudget = 300 << 10
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
-	release := make(chan struct{})
+	release := releaser(t)
 	var inside atomic.Int32
 	a.rec.onReceive = func([]*raftpb.Message) {
 		inside.Add(1)
-		<-release
+		<-release.C
 	}
 	big := msgApp(2, 1, 1)
 	big.Entries = []*raftpb.Entry{{Term: new(uint64(1)), Index: new(uint64(1)), Data: make([]byte, 200<<10)}}
@@ -336,7 +357,7 @@ func TestRaftBatchesBudgeted(t *testing.T) {
 	require.Eventually(t, func() bool { return inside.Load() == 1 }, waitFor, tick)
 	time.Sleep(200 * time.Millisecond) // the second would be inside by now if it were not held back
 	require.EqualValues(t, 1, inside.Load(), "two batches of 200 KiB delivered within a budget of 300 KiB")
-	close(release)
+	release.Close()
 	require.Eventually(t, func() bool { got, _ := a.rec.received(); return len(got) == 2 }, waitFor, tick)
 }
 
