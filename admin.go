@@ -27,7 +27,10 @@ const (
 // AdminOption configures AdminHandler.
 type AdminOption func(*adminConfig)
 
-type adminConfig struct{ operator bool }
+type adminConfig struct {
+	operator bool
+	auth     *OperatorAuth // WithOperatorAuth (admin_auth.go)
+}
 
 // WithOperatorActions lets the handler act, not only read: POST
 // /leader/transfer and POST /members/remove. Without it they answer 403.
@@ -38,10 +41,13 @@ func WithOperatorActions() AdminOption { return func(c *adminConfig) { c.operato
 // example under /lockraft/ with http.StripPrefix). lockraft opens no port
 // by itself.
 //
-// Authorisation is the mounting service's: the handler checks nothing, and
-// its views name lock owners and members. Mount it where only operators (and
-// the orchestrator's probes) can reach it, behind the service's own
-// authentication; enable WithOperatorActions only there.
+// Authorisation: its views name lock owners and members, and operator
+// actions change the cluster. WithOperatorAuth makes the handler serve only
+// operators (a client certificate with the operator role, or a bearer
+// token; the probes stay open); without it the handler checks nothing, so
+// mount it where only operators (and the orchestrator's probes) can reach
+// it, behind the service's own authentication. Enable WithOperatorActions
+// only where operators are authenticated.
 //
 // Reads are linearizable unless ?stale=1; each request is bounded by
 // ?timeout= (a Go duration, default 5s, at most 60s). Answers are JSON;
@@ -56,8 +62,8 @@ func (n *Node) AdminHandler(opts ...AdminOption) http.Handler {
 	}
 	a := &admin{n: n, cfg: c}
 	mux := http.NewServeMux()
-	mux.HandleFunc(AdminHealthPath, a.get(a.health))
-	mux.HandleFunc(AdminReadyPath, a.get(a.ready))
+	mux.HandleFunc(AdminHealthPath, a.method(http.MethodGet, a.health, true))
+	mux.HandleFunc(AdminReadyPath, a.method(http.MethodGet, a.ready, true))
 	mux.HandleFunc(AdminStatusPath, a.get(a.status))
 	mux.HandleFunc(AdminMembersPath, a.get(a.members))
 	mux.HandleFunc(AdminLocksPath, a.get(a.locks))
@@ -98,11 +104,19 @@ type StatusView struct {
 
 type handlerFunc func(ctx context.Context, r *http.Request) (any, int, error)
 
-func (a *admin) get(h handlerFunc) http.HandlerFunc  { return a.method(http.MethodGet, h) }
-func (a *admin) post(h handlerFunc) http.HandlerFunc { return a.method(http.MethodPost, h) }
+func (a *admin) get(h handlerFunc) http.HandlerFunc  { return a.method(http.MethodGet, h, false) }
+func (a *admin) post(h handlerFunc) http.HandlerFunc { return a.method(http.MethodPost, h, false) }
 
-func (a *admin) method(m string, h handlerFunc) http.HandlerFunc {
+// method serves h for method m; a probe is open to all (WithOperatorAuth).
+func (a *admin) method(m string, h handlerFunc, probe bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if auth := a.cfg.auth; auth != nil && !probe {
+			if ok, why := auth.operator(r); !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockraft"`)
+				writeError(w, http.StatusUnauthorized, "unauthorized", "operators only: "+why, nil)
+				return
+			}
+		}
 		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", m)
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" not allowed; use "+m, nil)

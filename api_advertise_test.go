@@ -63,14 +63,7 @@ func TestAdvertiseAddrStatic(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var last uint64
-	for _, n := range nodes {
-		l, err := n.Lock(ctx, "adv")
-		require.NoError(t, err)
-		require.Greater(t, l.Token(), last)
-		last = l.Token()
-		require.NoError(t, l.Unlock(ctx))
-	}
+	lockInTurn(ctx, t, nodes, "adv")
 }
 
 // Gossip bound to 0.0.0.0 takes the host of WithAdvertiseAddr: what the

@@ -27,14 +27,7 @@ func TestJoinWithGossip(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var last uint64
-	for _, n := range nodes {
-		l, err := n.Lock(ctx, "gossip")
-		require.NoError(t, err)
-		require.Greater(t, l.Token(), last)
-		last = l.Token()
-		require.NoError(t, l.Unlock(ctx))
-	}
+	lockInTurn(ctx, t, nodes, "gossip")
 }
 
 // Gossip without founders is refused with a message that says what to

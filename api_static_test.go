@@ -132,14 +132,7 @@ func TestStaticMemberListsDiffer(t *testing.T) {
 			require.Contains(t, err.Error(), "static member list")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			var last uint64
-			for _, n := range nodes[:2] {
-				l, err := n.Lock(ctx, "static")
-				require.NoError(t, err)
-				require.Greater(t, l.Token(), last)
-				last = l.Token()
-				require.NoError(t, l.Unlock(ctx))
-			}
+			lockInTurn(ctx, t, nodes[:2], "static")
 			require.Eventually(t, func() bool {
 				return len(logs[0].find(slog.LevelError, "another static member list", tc.want))+
 					len(logs[1].find(slog.LevelError, "another static member list", tc.want)) > 0

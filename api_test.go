@@ -31,6 +31,20 @@ func fast() lockraft.Option {
 }
 
 // joinOne starts a single-member cluster through the public API.
+// lockInTurn has every node take and release name, one after the other:
+// each is granted, with a token above the previous one's.
+func lockInTurn(ctx context.Context, t *testing.T, nodes []*lockraft.Node, name string) {
+	t.Helper()
+	var last uint64
+	for _, n := range nodes {
+		l, err := n.Lock(ctx, name)
+		require.NoError(t, err)
+		require.Greater(t, l.Token(), last)
+		last = l.Token()
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
+
 func joinOne(t *testing.T, dir string) *lockraft.Node {
 	t.Helper()
 	addr := freeAddr(t)

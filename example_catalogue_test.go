@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"net"
-	"os"
 	"time"
 
 	"github.com/lockraft/lockraft"
@@ -16,23 +14,8 @@ import (
 // writer's token is above every reader's before it, so a resource can fence
 // writers against stale readers too.
 func ExampleNode_RLock() {
-	// A cluster of one, on loopback, in a temporary directory.
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -65,22 +48,8 @@ func ExampleNode_RLock() {
 // A semaphore of 3 permits: acquisitions of 2 and 1 fill it; a third waits
 // (or a try fails) until permits come back.
 func ExampleSemaphore_Acquire() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -113,22 +82,8 @@ func ExampleSemaphore_Acquire() {
 // among the campaigners. The leadership's Context ends before anyone else
 // can lead, and its Token is the term, higher for every new leader.
 func ExampleNode_Campaign() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -164,22 +119,8 @@ func ExampleNode_Campaign() {
 // Observe yields the election's current leader first, then every change of
 // leader or value, in log order.
 func ExampleNode_Observe() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -212,22 +153,8 @@ func ExampleNode_Observe() {
 // LockAll takes several names in one log entry, all or none: callers that
 // name them in any order never deadlock.
 func ExampleNode_LockAll() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -247,22 +174,8 @@ func ExampleNode_LockAll() {
 // Locker adapts a mutex to sync.Locker, for code that takes one; see Locker
 // for what it cannot do (no context, no token, no loss notice).
 func ExampleNode_Locker() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	mu := node.Locker("report/daily")
 	mu.Lock()

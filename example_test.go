@@ -137,6 +137,30 @@ func ExampleJoin_gossip() {
 	// orders-2 granted, token increased: true
 }
 
+// exampleNode starts a cluster of one, on loopback, in a temporary
+// directory, as ExampleNode_Lock does step by step; stop closes the node and
+// removes the directory.
+func exampleNode() (node *lockraft.Node, stop func()) {
+	dir, err := os.MkdirTemp("", "lockraft-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	node, err = lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
+		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return node, func() {
+		node.Close(context.Background())
+		os.RemoveAll(dir)
+	}
+}
+
 // Lock blocks until the lock is granted. The handle's Context ends when the
 // lock is lost or released (pass it to the work done under the lock), and
 // its Token fences that work at the resource.
@@ -181,22 +205,8 @@ func ExampleNode_Lock() {
 // TryLock never queues: it returns ErrLocked at once when another owner
 // holds the name. ErrLocked is worth retrying later (IsRetryable).
 func ExampleNode_TryLock() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -233,22 +243,8 @@ func ExampleNode_TryLock() {
 // token, one more hold) and each needs its own Unlock. Without WithOwner
 // every call is an owner of its own.
 func ExampleWithOwner() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -279,22 +275,8 @@ func ExampleWithOwner() {
 // is renewed. The holder's Context ends first, before the cluster can grant
 // the lock to anyone else.
 func ExampleWithLease() {
-	dir, err := os.MkdirTemp("", "lockraft-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	node, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(dir), lockraft.WithListener(ln),
-		lockraft.WithListenAddr(addr), lockraft.WithTimings(10*time.Millisecond, 10))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close(context.Background())
+	node, stop := exampleNode()
+	defer stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

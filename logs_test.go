@@ -52,14 +52,7 @@ func lifecycle(t *testing.T, nodes []*lockraft.Node, leave bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var last uint64
-	for _, n := range nodes {
-		l, err := n.Lock(ctx, "logs")
-		require.NoError(t, err)
-		require.Greater(t, l.Token(), last)
-		last = l.Token()
-		require.NoError(t, l.Unlock(ctx))
-	}
+	lockInTurn(ctx, t, nodes, "logs")
 	rest := nodes
 	if leave {
 		require.NoError(t, nodes[0].Leave(ctx))

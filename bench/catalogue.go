@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,19 +87,17 @@ func runC3(cfg config, f systemFactory, dir string, run int, rep *report) {
 	rep.fail(f.name, "C3", run, err)
 }
 
-var errNoCapability = errors.New("system lacks this primitive")
-
-type errOnce struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (e *errOnce) set(err error) {
-	e.mu.Lock()
-	if e.err == nil {
-		e.err = err
+// capable returns the callers as Cs, the interface of an optional capability; false if one lacks it.
+func capable[C any](cs []caller) ([]C, bool) {
+	out := make([]C, len(cs))
+	for i, c := range cs {
+		cc, ok := c.(C)
+		if !ok {
+			return nil, false
+		}
+		out[i] = cc
 	}
-	e.mu.Unlock()
+	return out, true
 }
 
 // C1: 16 readers and 1 writer on one name.
@@ -111,76 +108,38 @@ func runC1(cfg config, sysName string, sys system, run int, rep *report) error {
 		return err
 	}
 	defer closeCallers(cs)
-	for _, c := range cs {
-		if _, ok := c.(rwCaller); !ok {
-			return nil // not this system's primitive
-		}
+	rcs, ok := capable[rwCaller](cs)
+	if !ok {
+		return nil // not this system's primitive
 	}
 	name := fmt.Sprintf("c1/%d", run)
 	var readersIn, writersIn, violations atomic.Int64
-	var mu sync.Mutex
-	var rwaits, wwaits []time.Duration
 	var rgrants, wgrants atomic.Int64
-	var first errOnce
-	deadline := time.Now().Add(cfg.s3Dur)
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		writer := i == readers
-		rc := c.(rwCaller)
-		wg.Go(func() {
-			var lat []time.Duration
-			defer func() {
-				mu.Lock()
-				if writer {
-					wwaits = append(wwaits, lat...)
-				} else {
-					rwaits = append(rwaits, lat...)
-				}
-				mu.Unlock()
-			}()
-			for time.Now().Before(deadline) {
-				ctx, cancel := context.WithTimeout(context.Background(), cfg.opTimeout)
-				t := time.Now()
-				var unlock func(context.Context) error
-				var err error
-				if writer {
-					unlock, err = rc.wlock(ctx, name)
-				} else {
-					unlock, err = rc.rlock(ctx, name)
-				}
-				if err != nil {
-					cancel()
-					first.set(fmt.Errorf("caller %d: %w", i, err))
-					return
-				}
-				lat = append(lat, time.Since(t))
-				if writer {
-					if writersIn.Add(1) != 1 || readersIn.Load() != 0 {
-						violations.Add(1)
-					}
-					wgrants.Add(1)
-					writersIn.Add(-1)
-				} else {
-					readersIn.Add(1)
-					if writersIn.Load() != 0 {
-						violations.Add(1)
-					}
-					rgrants.Add(1)
-					readersIn.Add(-1)
-				}
-				err = unlock(ctx)
-				cancel()
-				if err != nil {
-					first.set(fmt.Errorf("caller %d unlock: %w", i, err))
-					return
-				}
+	waits, _, err := contend(cfg, cfg.s3Dur, len(rcs), func(i int) acquireFunc {
+		if i == readers {
+			return func(ctx context.Context) (func(context.Context) error, error) { return rcs[i].wlock(ctx, name) }
+		}
+		return func(ctx context.Context) (func(context.Context) error, error) { return rcs[i].rlock(ctx, name) }
+	}, func(i int, _ time.Time) {
+		if i == readers {
+			if writersIn.Add(1) != 1 || readersIn.Load() != 0 {
+				violations.Add(1)
 			}
-		})
+			wgrants.Add(1)
+			writersIn.Add(-1)
+			return
+		}
+		readersIn.Add(1)
+		if writersIn.Load() != 0 {
+			violations.Add(1)
+		}
+		rgrants.Add(1)
+		readersIn.Add(-1)
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	if first.err != nil {
-		return first.err
-	}
+	rwaits, wwaits := slices.Concat(waits[:readers]...), waits[readers]
 	el := cfg.s3Dur.Seconds()
 	rep.add(sysName, "C1", "grants_per_s", float64(rgrants.Load()+wgrants.Load())/el, run)
 	rep.add(sysName, "C1", "writer_grants_per_s", float64(wgrants.Load())/el, run)
@@ -201,58 +160,34 @@ func runC2(cfg config, sysName string, sys system, run int, rep *report) error {
 		return err
 	}
 	defer closeCallers(cs)
-	for _, c := range cs {
-		if _, ok := c.(semCaller); !ok {
-			return nil
-		}
+	scs, ok := capable[semCaller](cs)
+	if !ok {
+		return nil
 	}
 	name := fmt.Sprintf("c2/%d", run)
 	var in, most, over, grants atomic.Int64
-	var mu sync.Mutex
-	var waits []time.Duration
-	var first errOnce
-	deadline := time.Now().Add(cfg.s3Dur)
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		sc := c.(semCaller)
-		wg.Go(func() {
-			var lat []time.Duration
-			defer func() { mu.Lock(); waits = append(waits, lat...); mu.Unlock() }()
-			for time.Now().Before(deadline) {
-				ctx, cancel := context.WithTimeout(context.Background(), cfg.opTimeout)
-				t := time.Now()
-				release, err := sc.acquire(ctx, name, size, 1)
-				if err != nil {
-					cancel()
-					first.set(fmt.Errorf("caller %d: %w", i, err))
-					return
-				}
-				lat = append(lat, time.Since(t))
-				now := in.Add(1)
-				if now > size {
-					over.Add(1)
-				}
-				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-				}
-				time.Sleep(time.Millisecond) // a short critical section, so that permits are held together
-				grants.Add(1)
-				in.Add(-1)
-				err = release(ctx)
-				cancel()
-				if err != nil {
-					first.set(fmt.Errorf("caller %d release: %w", i, err))
-					return
-				}
-			}
-		})
+	waits, _, err := contend(cfg, cfg.s3Dur, len(scs), func(i int) acquireFunc {
+		return func(ctx context.Context) (func(context.Context) error, error) {
+			return scs[i].acquire(ctx, name, size, 1)
+		}
+	}, func(int, time.Time) {
+		now := in.Add(1)
+		if now > size {
+			over.Add(1)
+		}
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		time.Sleep(time.Millisecond) // a short critical section, so that permits are held together
+		grants.Add(1)
+		in.Add(-1)
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	if first.err != nil {
-		return first.err
-	}
+	all := slices.Concat(waits...)
 	rep.add(sysName, "C2", "acquisitions_per_s", float64(grants.Load())/cfg.s3Dur.Seconds(), run)
-	rep.add(sysName, "C2", "wait_p50_ms", ms(pct(waits, 0.5)), run)
-	rep.add(sysName, "C2", "wait_p99_ms", ms(pct(waits, 0.99)), run)
+	rep.add(sysName, "C2", "wait_p50_ms", ms(pct(all, 0.5)), run)
+	rep.add(sysName, "C2", "wait_p99_ms", ms(pct(all, 0.99)), run)
 	rep.add(sysName, "C2", "most_permits_in_use", float64(most.Load()), run)
 	if v := over.Load(); v > 0 {
 		rep.add(sysName, "C2", "over_limit_violations", float64(v), run)
@@ -268,64 +203,42 @@ func runC4(cfg config, sysName string, sys system, run int, rep *report) error {
 		return err
 	}
 	defer closeCallers(cs)
-	for _, c := range cs {
-		if _, ok := c.(multiCaller); !ok {
-			return nil
-		}
+	mcs, ok := capable[multiCaller](cs)
+	if !ok {
+		return nil
 	}
 	var holders [pool]atomic.Int32
 	var violations, grants atomic.Int64
-	var mu sync.Mutex
-	var waits []time.Duration
-	var first errOnce
-	deadline := time.Now().Add(cfg.s3Dur)
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		mc := c.(multiCaller)
-		rng := rand.New(rand.NewPCG(uint64(run), uint64(i)))
-		wg.Go(func() {
-			var lat []time.Duration
-			defer func() { mu.Lock(); waits = append(waits, lat...); mu.Unlock() }()
-			for time.Now().Before(deadline) {
-				idx := rng.Perm(pool)[:k]
-				names := make([]string, k)
-				for j, x := range idx {
-					names[j] = fmt.Sprintf("c4/%d/%d", run, x)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), cfg.opTimeout)
-				t := time.Now()
-				unlock, err := mc.lockAll(ctx, names)
-				if err != nil {
-					cancel()
-					first.set(fmt.Errorf("caller %d: %w", i, err))
-					return
-				}
-				lat = append(lat, time.Since(t))
-				for _, x := range idx {
-					if holders[x].Add(1) != 1 {
-						violations.Add(1)
-					}
-				}
-				grants.Add(1)
-				for _, x := range idx {
-					holders[x].Add(-1)
-				}
-				err = unlock(ctx)
-				cancel()
-				if err != nil {
-					first.set(fmt.Errorf("caller %d unlock: %w", i, err))
-					return
-				}
+	rngs := make([]*rand.Rand, n)
+	idxs := make([][]int, n) // caller i's names this round, used by caller i only
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(uint64(run), uint64(i)))
+	}
+	waits, _, err := contend(cfg, cfg.s3Dur, len(mcs), func(i int) acquireFunc {
+		idxs[i] = rngs[i].Perm(pool)[:k]
+		names := make([]string, k)
+		for j, x := range idxs[i] {
+			names[j] = fmt.Sprintf("c4/%d/%d", run, x)
+		}
+		return func(ctx context.Context) (func(context.Context) error, error) { return mcs[i].lockAll(ctx, names) }
+	}, func(i int, _ time.Time) {
+		for _, x := range idxs[i] {
+			if holders[x].Add(1) != 1 {
+				violations.Add(1)
 			}
-		})
+		}
+		grants.Add(1)
+		for _, x := range idxs[i] {
+			holders[x].Add(-1)
+		}
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	if first.err != nil {
-		return first.err
-	}
+	all := slices.Concat(waits...)
 	rep.add(sysName, "C4", "lockall_per_s", float64(grants.Load())/cfg.s3Dur.Seconds(), run)
-	rep.add(sysName, "C4", "wait_p50_ms", ms(pct(waits, 0.5)), run)
-	rep.add(sysName, "C4", "wait_p99_ms", ms(pct(waits, 0.99)), run)
+	rep.add(sysName, "C4", "wait_p50_ms", ms(pct(all, 0.5)), run)
+	rep.add(sysName, "C4", "wait_p99_ms", ms(pct(all, 0.99)), run)
 	if v := violations.Load(); v > 0 {
 		rep.add(sysName, "C4", "exclusion_violations", float64(v), run)
 	}
@@ -363,15 +276,11 @@ func (c *lockraftCaller) hold(ctx context.Context, r node.Request) (func(context
 // the next campaigner and an observer on the other follower; the leader's
 // node crashes: its session (and leadership) ends after the TTL.
 func lockraftElectionFailover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, err := startLockraft(dir, ttl)
+	c, ld, err := startWithLeader(dir, ttl)
 	if err != nil {
 		return 0, err
 	}
 	defer c.stop()
-	ld := c.leader()
-	if ld < 0 {
-		return 0, fmt.Errorf("no leader")
-	}
 	h, w := c.nodes[(ld+1)%3], c.nodes[(ld+2)%3]
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
 	defer cancel()
@@ -412,18 +321,20 @@ func lockraftElectionFailover(dir string, ttl time.Duration) (time.Duration, err
 
 func (c *etcdCaller) rlock(_ context.Context, name string) (func(context.Context) error, error) {
 	m := recipe.NewRWMutex(c.s, "/rw/"+name)
-	if err := m.RLock(); err != nil {
-		return nil, err
-	}
-	return func(context.Context) error { return m.RUnlock() }, nil
+	return lockedBy(m.RLock, m.RUnlock)
 }
 
 func (c *etcdCaller) wlock(_ context.Context, name string) (func(context.Context) error, error) {
 	m := recipe.NewRWMutex(c.s, "/rw/"+name)
-	if err := m.Lock(); err != nil {
+	return lockedBy(m.Lock, m.Unlock)
+}
+
+// lockedBy takes a side of an etcd RWMutex with lock and returns its unlock as a caller's.
+func lockedBy(lock, unlock func() error) (func(context.Context) error, error) {
+	if err := lock(); err != nil {
 		return nil, err
 	}
-	return func(context.Context) error { return m.Unlock() }, nil
+	return func(context.Context) error { return unlock() }, nil
 }
 
 // lockAll with etcd: a concurrency.Mutex per name, in sorted order.
@@ -462,13 +373,8 @@ func etcdElectionFailover(dir string, ttl time.Duration) (time.Duration, error) 
 	defer c.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
 	defer cancel()
-	hc, err := newEtcdClient(c.endpoints[:1])
+	hc, hs, err := c.holderSession(ttl)
 	if err != nil {
-		return 0, err
-	}
-	hs, err := concurrency.NewSession(hc, concurrency.WithTTL(int(ttl.Seconds())))
-	if err != nil {
-		hc.Close()
 		return 0, err
 	}
 	if err := concurrency.NewElection(hs, "/el/c3").Campaign(ctx, "first"); err != nil {

@@ -166,13 +166,8 @@ func etcdCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	defer c.stop()
-	hc, err := newEtcdClient(c.endpoints[:1])
+	hc, hs, err := c.holderSession(ttl)
 	if err != nil {
-		return 0, err
-	}
-	hs, err := concurrency.NewSession(hc, concurrency.WithTTL(int(ttl.Seconds())))
-	if err != nil {
-		hc.Close()
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
@@ -187,18 +182,11 @@ func etcdCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	defer w.close()
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := w.lock(ctx, "s4/crash")
-		return err
-	})
+	got := waitGrant(ctx, w, "s4/crash")
 	time.Sleep(300 * time.Millisecond) // the waiter is queued
 	t0 := time.Now()
 	hc.Close() // keepalives stop; the lease is not revoked
-	r := <-got
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.t.Sub(t0), nil
+	return (<-got).since(t0)
 }
 
 // etcdFailover: stop the leader member; a client of the two others keeps
@@ -254,6 +242,22 @@ func etcdFailover(dir string, graceful bool) (time.Duration, error) {
 		}
 	}
 	return 0, errTimeout
+}
+
+// holderSession is a session of ttl on a client of its own (on the first
+// member), which a scenario closes to play a holder's process dying: its
+// keepalives stop and its lease is not revoked.
+func (c *etcdCluster) holderSession(ttl time.Duration) (*clientv3.Client, *concurrency.Session, error) {
+	hc, err := newEtcdClient(c.endpoints[:1])
+	if err != nil {
+		return nil, nil, err
+	}
+	hs, err := concurrency.NewSession(hc, concurrency.WithTTL(int(ttl.Seconds())))
+	if err != nil {
+		hc.Close()
+		return nil, nil, err
+	}
+	return hc, hs, nil
 }
 
 func pairEtcd(s *concurrency.Session, name string, timeout time.Duration) error {

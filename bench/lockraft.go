@@ -89,6 +89,20 @@ func (c *lockraftCluster) stop() {
 	wg.Wait()
 }
 
+// startWithLeader starts a cluster (startLockraft) and returns it with the index of its leader.
+func startWithLeader(dir string, ttl time.Duration) (*lockraftCluster, int, error) {
+	c, err := startLockraft(dir, ttl)
+	if err != nil {
+		return nil, 0, err
+	}
+	ld := c.leader()
+	if ld < 0 {
+		c.stop()
+		return nil, 0, fmt.Errorf("no leader")
+	}
+	return c, ld, nil
+}
+
 func (c *lockraftCluster) leader() int {
 	for i, n := range c.nodes {
 		if n.Leader() == n.ID() {
@@ -130,47 +144,32 @@ func (c *lockraftCaller) close() {}
 // waiter on the other follower waits; its session, and so the lock, lasts
 // until the session TTL runs out on the leader.
 func lockraftCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, err := startLockraft(dir, ttl)
+	c, ld, err := startWithLeader(dir, ttl)
 	if err != nil {
 		return 0, err
 	}
 	defer c.stop()
-	ld := c.leader()
-	if ld < 0 {
-		return 0, fmt.Errorf("no leader")
-	}
 	h, w := (ld+1)%3, (ld+2)%3
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
 	defer cancel()
 	if _, err := c.nodes[h].Acquire(ctx, "s4/crash", "holder", true, 0); err != nil {
 		return 0, err
 	}
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := c.nodes[w].Acquire(ctx, "s4/crash", "waiter", true, 0)
-		return err
-	})
+	got := waitGrant(ctx, &lockraftCaller{n: c.nodes[w], owner: "waiter"}, "s4/crash")
 	time.Sleep(300 * time.Millisecond) // the waiter is queued
 	t0 := time.Now()
 	c.nodes[h].Crash()
-	r := <-got
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.t.Sub(t0), nil
+	return (<-got).since(t0)
 }
 
 // lockraftFailover: crash the leader; a caller on a follower keeps asking
 // for a lock; the time from the crash until one is granted.
 func lockraftFailover(dir string, graceful bool) (time.Duration, error) {
-	c, err := startLockraft(dir, 10*time.Second)
+	c, ld, err := startWithLeader(dir, 10*time.Second)
 	if err != nil {
 		return 0, err
 	}
 	defer c.stop()
-	ld := c.leader()
-	if ld < 0 {
-		return 0, fmt.Errorf("no leader")
-	}
 	f := c.nodes[(ld+1)%3]
 	t0 := time.Now()
 	if graceful {

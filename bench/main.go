@@ -56,8 +56,7 @@ func main() {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
-		killAllRedis()
-		killAllZK()
+		endChildren()
 		sqlserver.StopAll()
 		os.RemoveAll(root)
 		os.Exit(130)
@@ -105,8 +104,7 @@ func main() {
 	}
 	rep.host.loadEnd = loadAvg()
 	rep.printTable(os.Stdout)
-	killAllRedis()
-	killAllZK()
+	endChildren()
 	sqlserver.StopAll()
 	os.RemoveAll(root)
 	if err := rep.close(); err != nil {

@@ -37,22 +37,14 @@ import (
 //     back); one that hangs with its connection open holds it forever.
 //     Each caller needs its own connection for as long as it holds.
 func init() {
-	register(systemFactory{
-		name:      "mysql-lock-table",
-		available: sqlserver.MariaDBAvailable,
-		start:     func(dir string, ttl time.Duration) (system, error) { return startMySQL(ttl, mysqlLockTable) },
-		crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) {
-			return mysqlCrashTakeover(ttl, mysqlLockTable)
-		},
-	})
-	register(systemFactory{
-		name:      "mysql-for-update",
-		available: sqlserver.MariaDBAvailable,
-		start:     func(dir string, ttl time.Duration) (system, error) { return startMySQL(ttl, mysqlForUpdate) },
-		crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) {
-			return mysqlCrashTakeover(ttl, mysqlForUpdate)
-		},
-	})
+	for name, kind := range map[string]mysqlKind{"mysql-lock-table": mysqlLockTable, "mysql-for-update": mysqlForUpdate} {
+		register(systemFactory{
+			name:          name,
+			available:     sqlserver.MariaDBAvailable,
+			start:         func(dir string, ttl time.Duration) (system, error) { return startMySQL(ttl, kind) },
+			crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) { return mysqlCrashTakeover(ttl, kind) },
+		})
+	}
 }
 
 type mysqlKind int
@@ -241,18 +233,11 @@ func mysqlCrashTakeover(ttl time.Duration, kind mysqlKind) (time.Duration, error
 	}
 	dead := holderConns()
 	waiter := &mysqlCaller{db: s.db, kind: kind, ttl: ttl}
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := waiter.lock(ctx, "s4/crash")
-		return err
-	})
+	got := waitGrant(ctx, waiter, "s4/crash")
 	time.Sleep(300 * time.Millisecond) // the waiter is waiting
 	t0 := time.Now()
 	for _, c := range dead {
 		c.Close()
 	}
-	r := <-got
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.t.Sub(t0), nil
+	return (<-got).since(t0)
 }

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,25 +46,10 @@ func redisAvailable() error {
 	return nil
 }
 
-// redisServer is one redis-server process.
+// redisServer is one redis-server process; end kills it (SIGKILL).
 type redisServer struct {
-	cmd  *exec.Cmd
+	*child
 	addr string
-	done chan struct{}
-}
-
-var (
-	redisMu      sync.Mutex
-	redisRunning = map[*redisServer]bool{}
-)
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // startRedisServer starts redis-server in dir with default persistence, or
@@ -86,14 +69,11 @@ func startRedisServer(dir string, aofAlways bool) (*redisServer, error) {
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
-	if err := cmd.Start(); err != nil {
+	ch, err := startChild(cmd, 0)
+	if err != nil {
 		return nil, err
 	}
-	s := &redisServer{cmd: cmd, addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
-	go func() { cmd.Wait(); close(s.done) }()
-	redisMu.Lock()
-	redisRunning[s] = true
-	redisMu.Unlock()
+	s := &redisServer{child: ch, addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	c := redis.NewClient(&redis.Options{Addr: s.addr})
 	defer c.Close()
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
@@ -106,30 +86,9 @@ func startRedisServer(dir string, aofAlways bool) (*redisServer, error) {
 		default:
 		}
 		if time.Since(start) > 10*time.Second {
-			s.kill()
+			s.end()
 			return nil, fmt.Errorf("redis-server on %s did not answer", s.addr)
 		}
-	}
-}
-
-// kill ends the process (SIGKILL) and waits for it.
-func (s *redisServer) kill() {
-	s.cmd.Process.Kill()
-	<-s.done
-	redisMu.Lock()
-	delete(redisRunning, s)
-	redisMu.Unlock()
-}
-
-func killAllRedis() {
-	redisMu.Lock()
-	var all []*redisServer
-	for s := range redisRunning {
-		all = append(all, s)
-	}
-	redisMu.Unlock()
-	for _, s := range all {
-		s.kill()
 	}
 }
 
@@ -162,7 +121,7 @@ func startRedisSystem(dir string, ttl time.Duration, aof bool) (*redisSystem, er
 
 func (r *redisSystem) stop() {
 	r.cl.Close()
-	r.srv.kill()
+	r.srv.end()
 }
 
 func (r *redisSystem) caller(int) (caller, error) { return &redisCaller{cl: r.cl, ttl: r.ttl}, nil }
@@ -218,13 +177,6 @@ func redisCrashTakeover(dir string, ttl time.Duration, aof bool) (time.Duration,
 	t0 := time.Now()
 	holderCl.Close() // the holder is gone; nobody releases
 	waiter := &redisCaller{cl: r.cl, ttl: ttl}
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := waiter.lock(ctx, "s4/crash")
-		return err
-	})
-	res := <-got
-	if res.err != nil {
-		return 0, res.err
-	}
-	return res.t.Sub(t0), nil
+	got := waitGrant(ctx, waiter, "s4/crash")
+	return (<-got).since(t0)
 }

@@ -61,23 +61,16 @@ end
 return 0`)
 )
 
-type redissonSystem struct {
-	srv *redisServer
-	cl  *redis.Client
-	ttl time.Duration
-}
+// redissonSystem is the redis system (one server, one shared client pool)
+// with Redisson's lock.
+type redissonSystem struct{ *redisSystem }
 
 func startRedisson(dir string, ttl time.Duration) (*redissonSystem, error) {
-	s, err := startRedisServer(dir, false)
+	r, err := startRedisSystem(dir, ttl, false)
 	if err != nil {
 		return nil, err
 	}
-	return &redissonSystem{srv: s, cl: newRedisClient(s.addr), ttl: ttl}, nil
-}
-
-func (r *redissonSystem) stop() {
-	r.cl.Close()
-	r.srv.kill()
+	return &redissonSystem{r}, nil
 }
 
 func (r *redissonSystem) caller(int) (caller, error) {
@@ -231,17 +224,10 @@ func redissonCrashTakeover(dir string, ttl time.Duration) (time.Duration, error)
 	dog := holder.startWatchdog("s4/crash")
 	w := &redissonCaller{cl: r.cl, ttl: ttl, id: randomToken()}
 	defer w.close()
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := w.lock(ctx, "s4/crash")
-		return err
-	})
+	got := waitGrant(ctx, w, "s4/crash")
 	time.Sleep(1500 * time.Millisecond) // the waiter waits; the watchdog has re-armed the TTL
 	t0 := time.Now()
 	dog.stop()
 	holder.cl.Close()
-	res := <-got
-	if res.err != nil {
-		return 0, res.err
-	}
-	return res.t.Sub(t0), nil
+	return (<-got).since(t0)
 }

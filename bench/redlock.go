@@ -54,7 +54,7 @@ func (r *redlockSystem) stop() {
 		c.Close()
 	}
 	for _, s := range r.srvs {
-		s.kill()
+		s.end()
 	}
 }
 
@@ -96,13 +96,6 @@ func redlockCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) 
 		return 0, err
 	}
 	t0 := time.Now() // the holder is gone; nobody releases
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := c.lock(ctx, "s4/crash")
-		return err
-	})
-	res := <-got
-	if res.err != nil {
-		return 0, res.err
-	}
-	return res.t.Sub(t0), nil
+	got := waitGrant(ctx, c, "s4/crash")
+	return (<-got).since(t0)
 }

@@ -318,64 +318,27 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 		return err
 	}
 	defer closeCallers(cs)
-	ctx := context.Background()
 	name := fmt.Sprintf("s3/%d/hot", run)
 	var reqSeq atomic.Int64
-	var grants []grant // appended under the lock being measured
+	seqs := make([]int64, len(cs)) // caller i's request order, written by caller i only
+	var grants []grant             // appended under the lock being measured
 	var gmu sync.Mutex
 	var inside atomic.Int32
 	var overlaps atomic.Int64
-	var mu sync.Mutex
-	var waits []time.Duration
-	var firstErr error
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(cfg.s3Dur)
-	for g, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var lat []time.Duration
-			defer func() { mu.Lock(); waits = append(waits, lat...); mu.Unlock() }()
-			for time.Now().Before(deadline) {
-				cc, cancel := context.WithTimeout(ctx, cfg.opTimeout)
-				seq := reqSeq.Add(1)
-				t := time.Now()
-				unlock, err := c.lock(cc, name)
-				if err != nil {
-					cancel()
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("caller %d: %w", g, err)
-					}
-					mu.Unlock()
-					return
-				}
-				lat = append(lat, time.Since(t))
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				gmu.Lock() // exclusion comes from the lock under test; this only orders memory
-				grants = append(grants, grant{caller: g, reqSeq: seq, reqTime: t})
-				gmu.Unlock()
-				inside.Add(-1)
-				err = unlock(cc)
-				cancel()
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("caller %d unlock: %w", g, err)
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	if firstErr != nil {
-		return firstErr
+	waits, el, err := contend(cfg, cfg.s3Dur, len(cs), func(i int) acquireFunc {
+		seqs[i] = reqSeq.Add(1)
+		return func(ctx context.Context) (func(context.Context) error, error) { return cs[i].lock(ctx, name) }
+	}, func(i int, asked time.Time) {
+		if inside.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		gmu.Lock() // exclusion comes from the lock under test; this only orders memory
+		grants = append(grants, grant{caller: i, reqSeq: seqs[i], reqTime: asked})
+		gmu.Unlock()
+		inside.Add(-1)
+	})
+	if err != nil {
+		return err
 	}
 	changes := 0
 	for i := 1; i < len(grants); i++ {
@@ -385,10 +348,11 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 	}
 	inv, inv1ms, barging, maxGap := fifoStatsMax(grants)
 	sameMember := fifoInversionsSameMember(grants, 3)
+	all := slices.Concat(waits...)
 	rep.add(sysName, "S3", "holder_changes_per_s", float64(changes)/el.Seconds(), run)
 	rep.add(sysName, "S3", "grants_per_s", float64(len(grants))/el.Seconds(), run)
-	rep.add(sysName, "S3", "wait_p50_ms", ms(pct(waits, 0.5)), run)
-	rep.add(sysName, "S3", "wait_p99_ms", ms(pct(waits, 0.99)), run)
+	rep.add(sysName, "S3", "wait_p50_ms", ms(pct(all, 0.5)), run)
+	rep.add(sysName, "S3", "wait_p99_ms", ms(pct(all, 0.99)), run)
 	rep.add(sysName, "S3", "fifo_inversions", float64(inv), run)
 	rep.add(sysName, "S3", "fifo_inversions_gt1ms", float64(inv1ms), run)
 	rep.add(sysName, "S3", "fifo_inversion_max_head_start_ms", ms(maxGap), run)
@@ -398,6 +362,62 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 		rep.add(sysName, "S3", "mutual_exclusion_violations", float64(n), run)
 	}
 	return nil
+}
+
+// An acquireFunc asks for one grant; release gives it back.
+type acquireFunc func(ctx context.Context) (release func(context.Context) error, err error)
+
+// contend runs n callers, each in its own goroutine, until dur has passed. In each round caller i asks
+// with the acquireFunc next(i) gives (under cfg.opTimeout; the time until it returns is the round's wait),
+// runs held while it holds the grant (asked: when it asked), and gives the grant back. A caller stops at
+// its first error. contend returns each caller's waits, the time from the start until the last caller
+// stopped, and the first error.
+func contend(cfg config, dur time.Duration, n int, next func(i int) acquireFunc,
+	held func(i int, asked time.Time)) (waits [][]time.Duration, el time.Duration, err error) {
+	waits = make([][]time.Duration, n)
+	var first errOnce
+	start := time.Now()
+	deadline := start.Add(dur)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				acquire := next(i)
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.opTimeout)
+				t := time.Now()
+				release, err := acquire(ctx)
+				if err != nil {
+					cancel()
+					first.set(fmt.Errorf("caller %d: %w", i, err))
+					return
+				}
+				waits[i] = append(waits[i], time.Since(t))
+				held(i, t)
+				err = release(ctx)
+				cancel()
+				if err != nil {
+					first.set(fmt.Errorf("caller %d unlock: %w", i, err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return waits, time.Since(start), first.err
+}
+
+// errOnce keeps the first error set.
+type errOnce struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *errOnce) set(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.mu.Unlock()
 }
 
 // fifoStats counts, in grant order:
@@ -505,17 +525,25 @@ func runS4Graceful(cfg config, sysName string, sys system, run int, rep *report)
 	return nil
 }
 
-// waitGrant runs lock in the background and returns a channel with the
-// grant time (or the error).
+// grantResult is when a lock asked for in the background was granted, or why it was not.
 type grantResult struct {
 	t   time.Time
 	err error
 }
 
-func waitGrant(ctx context.Context, lock func(context.Context) error) chan grantResult {
+// since is the time from t0 until the grant, or the error.
+func (r grantResult) since(t0 time.Time) (time.Duration, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.t.Sub(t0), nil
+}
+
+// waitGrant asks c for name in the background; the channel gets the grant's time or the error.
+func waitGrant(ctx context.Context, c caller, name string) chan grantResult {
 	ch := make(chan grantResult, 1)
 	go func() {
-		err := lock(ctx)
+		_, err := c.lock(ctx, name)
 		ch <- grantResult{time.Now(), err}
 	}()
 	return ch

@@ -58,43 +58,8 @@ func zkAvailable() error {
 	return nil
 }
 
-type zkServer struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-var (
-	zkMu      sync.Mutex
-	zkRunning = map[*zkServer]bool{}
-)
-
-func (s *zkServer) kill() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.done
-	}
-	zkMu.Lock()
-	delete(zkRunning, s)
-	zkMu.Unlock()
-}
-
-func killAllZK() {
-	zkMu.Lock()
-	var all []*zkServer
-	for s := range zkRunning {
-		all = append(all, s)
-	}
-	zkMu.Unlock()
-	for _, s := range all {
-		s.kill()
-	}
-}
-
 type zkEnsemble struct {
-	srvs  []*zkServer
+	srvs  []*child // each ends with SIGTERM, SIGKILL after 10 s
 	addrs []string
 	ttl   time.Duration
 }
@@ -145,17 +110,12 @@ func startZK(dir string, ttl time.Duration) (*zkEnsemble, error) {
 			"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 		cmd.Stdout, cmd.Stderr = log, log
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			log.Close()
+		s, err := startChild(cmd, 10*time.Second)
+		log.Close()
+		if err != nil {
 			e.stop()
 			return nil, err
 		}
-		log.Close()
-		s := &zkServer{cmd: cmd, done: make(chan struct{})}
-		go func() { cmd.Wait(); close(s.done) }()
-		zkMu.Lock()
-		zkRunning[s] = true
-		zkMu.Unlock()
 		e.srvs = append(e.srvs, s)
 	}
 	// Ready when a write through every server succeeds.
@@ -202,7 +162,7 @@ func (nopLogger) Printf(string, ...any) {}
 func (e *zkEnsemble) stop() {
 	var wg sync.WaitGroup
 	for _, s := range e.srvs {
-		wg.Go(s.kill)
+		wg.Go(s.end)
 	}
 	wg.Wait()
 }
@@ -343,10 +303,7 @@ func zkCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	defer w.close()
-	got := waitGrant(ctx, func(ctx context.Context) error {
-		_, err := w.lock(ctx, "s4/crash")
-		return err
-	})
+	got := waitGrant(ctx, w, "s4/crash")
 	time.Sleep(300 * time.Millisecond) // the waiter is watching
 	t0 := time.Now()
 	dead.Store(true)
@@ -355,9 +312,5 @@ func zkCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		c.Close()
 	}
 	mu.Unlock()
-	r := <-got
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.t.Sub(t0), nil
+	return (<-got).since(t0)
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -104,26 +105,33 @@ func rwStep(state string, in rwInput, out Outcome) (bool, string) {
 		}
 		return ""
 	}
+	return holdStep(state, in.Kind, out, writer != "" || len(readers) > 0, holds(), take, drop)
+}
+
+// holdStep is the step of every primitive's model but the mutex's (whose own step, model.go, is the same
+// over a single holder): an acquire that returned ok takes the primitive (the step fails if the state
+// does not allow it); a try's "locked" needs busy (the primitive was held); an acquire of unknown outcome
+// takes it if it can, else changes nothing; a release that returned ok needs the owner to hold
+// (holds) and drops the owner's hold; one of unknown outcome drops it if it is held.
+func holdStep(state string, kind OpKind, out Outcome, busy, holds bool, take func() (bool, string),
+	drop func() string) (bool, string) {
 	switch {
-	case in.Kind != OpUnlock && out == OK:
+	case kind != OpUnlock && out == OK:
 		return take()
-	case in.Kind == OpTryLock && out == Locked:
-		if in.Shared {
-			return writer != "" || len(readers) > 0, state
-		}
-		return writer != "" || len(readers) > 0, state
-	case in.Kind != OpUnlock: // unknown: takes it if it can
+	case kind == OpTryLock && out == Locked:
+		return busy, state
+	case kind != OpUnlock: // unknown: takes it if it can
 		if ok, s := take(); ok {
 			return true, s
 		}
 		return true, state
 	case out == OK:
-		if !holds() {
+		if !holds {
 			return false, state
 		}
 		return true, drop()
 	default: // Unlock unknown
-		if holds() {
+		if holds {
 			return true, drop()
 		}
 		return true, state
@@ -145,15 +153,11 @@ func semParse(s string) map[string]int {
 	return m
 }
 
-func semFormat(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+// formatState writes a map state as "key=value;..." sorted by key.
+func formatState[V any](m map[string]V) string {
 	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%d;", k, m[k])
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s=%v;", k, m[k])
 	}
 	return b.String()
 }
@@ -169,31 +173,14 @@ func semStep(state string, in semInput, out Outcome) (bool, string) {
 			return false, state
 		}
 		m[in.Owner] = in.Permits
-		return true, semFormat(m)
+		return true, formatState(m)
 	}
-	switch {
-	case in.Kind != OpUnlock && out == OK:
-		return take()
-	case in.Kind == OpTryLock && out == Locked:
-		return used+in.Permits > in.Limit || used > 0, state
-	case in.Kind != OpUnlock:
-		if ok, s := take(); ok {
-			return true, s
-		}
-		return true, state
-	case out == OK:
-		if _, ok := m[in.Owner]; !ok {
-			return false, state
-		}
+	_, holds := m[in.Owner]
+	drop := func() string {
 		delete(m, in.Owner)
-		return true, semFormat(m)
-	default:
-		if _, ok := m[in.Owner]; ok {
-			delete(m, in.Owner)
-			return true, semFormat(m)
-		}
-		return true, state
+		return formatState(m)
 	}
+	return holdStep(state, in.Kind, out, used+in.Permits > in.Limit || used > 0, holds, take, drop)
 }
 
 // multiState: "name=owner;..." sorted.
@@ -203,18 +190,6 @@ func multiStep(state string, in multiInput, out Outcome) (bool, string) {
 		if n, o, ok := strings.Cut(kv, "="); ok {
 			m[n] = o
 		}
-	}
-	format := func() string {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var b strings.Builder
-		for _, k := range keys {
-			b.WriteString(k + "=" + m[k] + ";")
-		}
-		return b.String()
 	}
 	holdsAll := func() bool {
 		for _, n := range in.Names {
@@ -233,35 +208,15 @@ func multiStep(state string, in multiInput, out Outcome) (bool, string) {
 		for _, n := range in.Names {
 			m[n] = in.Owner
 		}
-		return true, format()
+		return true, formatState(m)
 	}
 	drop := func() string {
 		for _, n := range in.Names {
 			delete(m, n)
 		}
-		return format()
+		return formatState(m)
 	}
-	switch {
-	case in.Kind != OpUnlock && out == OK:
-		return take()
-	case in.Kind == OpTryLock && out == Locked:
-		return len(m) > 0, state
-	case in.Kind != OpUnlock:
-		if ok, s := take(); ok {
-			return true, s
-		}
-		return true, state
-	case out == OK:
-		if !holdsAll() {
-			return false, state
-		}
-		return true, drop()
-	default:
-		if holdsAll() {
-			return true, drop()
-		}
-		return true, state
-	}
+	return holdStep(state, in.Kind, out, len(m) > 0, holdsAll(), take, drop)
 }
 
 // CatalogueModel is the porcupine model of every primitive; partitions by

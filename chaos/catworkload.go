@@ -117,22 +117,12 @@ func (w *Workload) catalogueOp(ctx context.Context, rng *rand.Rand, client int, 
 		panic("unknown primitive " + prim)
 	}
 	req.Name, req.Wait = op.Name, wait
-	op.Kind = OpTryLock
-	if wait {
-		op.Kind = OpLock
-	}
+	op.Kind = acquireKind(wait)
 	rec := w.H.BeginOp(op)
 	actx, cancel := context.WithTimeout(context.Background(), timeout)
 	h, err := n.AcquireWith(actx, req)
 	cancel()
-	switch {
-	case err == nil:
-		w.H.End(rec, OK, h.Token(), nil)
-	case !wait && errors.Is(err, lockerr.ErrLocked):
-		w.H.End(rec, Locked, 0, err)
-	default:
-		w.H.End(rec, Unknown, 0, err)
-	}
+	w.endAcquire(rec, h, err, wait)
 	if err != nil {
 		if !errors.Is(err, lockerr.ErrLocked) {
 			sleepCtx(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
@@ -144,14 +134,7 @@ func (w *Workload) catalogueOp(ctx context.Context, rng *rand.Rand, client int, 
 	uop.Kind = OpUnlock
 	urec := w.H.BeginOp(uop)
 	w.H.SetHeldFrom(urec, rec.End)
-	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err = h.Release(rctx)
-	rcancel()
-	if err == nil {
-		w.H.End(urec, OK, h.Token(), nil)
-	} else {
-		w.H.End(urec, Unknown, h.Token(), err)
-	}
+	w.release(urec, h)
 }
 
 // catalogueSection writes to the store with the hold's token on every name

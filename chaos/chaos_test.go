@@ -9,8 +9,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
 )
+
+// threeNodes starts a three-node cluster with the bugs plant plants (nil: none), waits for its leader
+// and returns the cluster (stopped when the test ends), a context that ends after 30 s, the leader and
+// its two followers in ID order.
+func threeNodes(t *testing.T, plant func(*knobs.Node)) (*Cluster, context.Context, uint64, [2]uint64) {
+	t.Helper()
+	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t), Plant: plant}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fol [2]uint64
+	k := 0
+	for _, id := range c.IDs() {
+		if id != lead && k < len(fol) {
+			fol[k] = id
+			k++
+		}
+	}
+	return c, ctx, lead, fol
+}
 
 // seed is CHAOS_SEED or a fixed default, logged so a failure can be rerun.
 func seed(t *testing.T) uint64 {
@@ -152,25 +180,8 @@ func TestStorageFaults(t *testing.T) {
 }
 
 func storageFailure(t *testing.T, raftLog bool) {
-	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t)}, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lead, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bad, other uint64
-	for _, id := range c.IDs() {
-		if id != lead && bad == 0 {
-			bad = id
-		} else if id != lead {
-			other = id
-		}
-	}
+	c, ctx, _, fol := threeNodes(t, nil)
+	bad, other := fol[0], fol[1]
 	h, err := c.Node(bad).Acquire(ctx, "x", "victim", true, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -145,18 +146,8 @@ func (l *AppliedLog) LeaderChanges(name string) []node.LeaderChange {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b node.LeaderChange) int { return cmpU64(a.Index, b.Index) })
+	slices.SortFunc(out, func(a, b node.LeaderChange) int { return cmp.Compare(a.Index, b.Index) })
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ObserveDigest records one applied entry given as its digest, grants and
@@ -203,7 +194,7 @@ func (l *AppliedLog) lifeCopy() []lifeAt {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := slices.Clone(l.life)
-	slices.SortStableFunc(out, func(a, b lifeAt) int { return cmpU64(a.index, b.index) })
+	slices.SortStableFunc(out, func(a, b lifeAt) int { return cmp.Compare(a.index, b.index) })
 	return out
 }
 
@@ -329,23 +320,75 @@ func Leftovers(ctx context.Context, n *node.Node) ([]string, error) {
 	return out, nil
 }
 
-// WaitNoLeftovers polls every node until none has leftovers or ctx ends.
-func WaitNoLeftovers(ctx context.Context, c NodeSet) []string {
-	var last []string
-	for {
-		last = nil
-		for _, id := range c.IDs() {
+// A nodeProbe is how the end checks reach the nodes of a run: in this
+// process (nodeSetProbe) or through each node process's control socket
+// (procRun.probe).
+type nodeProbe struct {
+	ids       func() []uint64 // the nodes up now
+	leftovers func(ctx context.Context, id uint64) []string
+	snapshot  func(ctx context.Context, id uint64) (b []byte, applied uint64, err error)
+}
+
+// nodeSetProbe reaches the running nodes of c, each query bounded by 1 s.
+func nodeSetProbe(c NodeSet) nodeProbe {
+	return nodeProbe{
+		ids: func() []uint64 {
+			var up []uint64
+			for _, id := range c.IDs() {
+				if c.Node(id) != nil {
+					up = append(up, id)
+				}
+			}
+			return up
+		},
+		leftovers: func(ctx context.Context, id uint64) []string {
 			n := c.Node(id)
 			if n == nil {
-				continue
+				return nil // down since ids
 			}
 			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
 			l, err := Leftovers(qctx, n)
-			cancel()
 			if err != nil {
-				l = []string{fmt.Sprintf("n%d: %v", id, err)}
+				return []string{fmt.Sprintf("n%d: %v", id, err)}
 			}
-			for _, s := range l {
+			return l
+		},
+		snapshot: func(ctx context.Context, id uint64) ([]byte, uint64, error) {
+			n := c.Node(id)
+			if n == nil {
+				return nil, 0, fmt.Errorf("n%d is down", id)
+			}
+			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return n.TableSnapshot(qctx)
+		},
+	}
+}
+
+// checkSettled reports through viol what the end checks find once the nodes
+// have had until ctx ends to settle: leftovers, and lock tables that differ.
+// phase ("" or, e.g., "after full restart") qualifies the reports.
+func (p nodeProbe) checkSettled(ctx context.Context, phase string, viol func(string, ...any)) {
+	left, differ := "left behind", ""
+	if phase != "" {
+		left, differ = "left behind "+phase, phase+": "
+	}
+	for _, s := range p.waitNoLeftovers(ctx) {
+		viol("%s: %s", left, s)
+	}
+	for _, s := range p.waitIdentical(ctx) {
+		viol("%s%s", differ, s)
+	}
+}
+
+// waitNoLeftovers polls every node until none has leftovers or ctx ends; it
+// returns the last poll's, each with its node.
+func (p nodeProbe) waitNoLeftovers(ctx context.Context) []string {
+	for {
+		var last []string
+		for _, id := range p.ids() {
+			for _, s := range p.leftovers(ctx, id) {
 				last = append(last, fmt.Sprintf("n%d: %s", id, s))
 			}
 		}
@@ -360,28 +403,22 @@ func WaitNoLeftovers(ctx context.Context, c NodeSet) []string {
 	}
 }
 
-// WaitIdentical polls until every node's TableSnapshot is taken at the same
+// waitIdentical polls until every node's lock table is taken at the same
 // applied index; it reports S7 violations (same index, different bytes) at
 // once, and a timeout if the indices never meet.
-func WaitIdentical(ctx context.Context, c NodeSet) []string {
+func (p nodeProbe) waitIdentical(ctx context.Context) []string {
 	for {
 		var ref []byte
 		var refIdx uint64
-		same := true
-		for i, id := range c.IDs() {
-			n := c.Node(id)
-			if n == nil {
-				continue
-			}
-			qctx, cancel := context.WithTimeout(ctx, time.Second)
-			b, idx, err := n.TableSnapshot(qctx)
-			cancel()
+		haveRef, same := false, true
+		for _, id := range p.ids() {
+			b, idx, err := p.snapshot(ctx, id)
 			if err != nil {
 				same = false
 				break
 			}
-			if i == 0 || ref == nil {
-				ref, refIdx = b, idx
+			if !haveRef {
+				ref, refIdx, haveRef = b, idx, true
 				continue
 			}
 			if idx != refIdx {

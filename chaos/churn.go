@@ -178,8 +178,16 @@ func (c *GossipCluster) ConfState(ctx context.Context) (voters, learners []uint6
 
 // WaitConf polls the leader's configuration until ok or ctx ends.
 func (c *GossipCluster) WaitConf(ctx context.Context, ok func(voters, learners []uint64) bool) ([]uint64, []uint64, error) {
+	return c.waitConf(ctx, nil, ok)
+}
+
+// waitConf is WaitConf running each (when not nil) before every poll.
+func (c *GossipCluster) waitConf(ctx context.Context, each func(), ok func(voters, learners []uint64) bool) ([]uint64, []uint64, error) {
 	var v, l []uint64
 	for {
+		if each != nil {
+			each()
+		}
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		vv, ll, err := c.ConfState(qctx)
 		cancel()
@@ -486,12 +494,7 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 	settleCancel()
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
-	for _, s := range WaitNoLeftovers(sctx, c) {
-		viol("left behind: %s", s)
-	}
-	for _, s := range WaitIdentical(sctx, c) {
-		viol("%s", s)
-	}
+	nodeSetProbe(c).checkSettled(sctx, "", viol)
 	rep.Notes = append(rep.Notes, "churn: full-cluster crash/replay (S3 replay) not run: gossip addresses change on restart; S3 checked on the applied log")
 
 	ops := w.H.Ops()
@@ -599,24 +602,7 @@ func (c *GossipCluster) rejoinRemoved(ctx context.Context, injected map[string]i
 // gossip still counted as failed).
 func (c *GossipCluster) waitHealthy(ctx context.Context, injected map[string]int, logf func(string, ...any),
 	ok func(voters, learners []uint64) bool) ([]uint64, []uint64, error) {
-	var v, l []uint64
-	for {
-		c.rejoinRemoved(ctx, injected, logf)
-		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		vv, ll, err := c.ConfState(qctx)
-		cancel()
-		if err == nil {
-			v, l = vv, ll
-			if ok(v, l) {
-				return v, l, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return v, l, fmt.Errorf("configuration not reached (voters %x learners %x): %w", v, l, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return c.waitConf(ctx, func() { c.rejoinRemoved(ctx, injected, logf) }, ok)
 }
 
 // settle brings the fleet to what the end checks need: removed members

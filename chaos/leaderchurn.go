@@ -64,6 +64,110 @@ func leaderless(gaps []gap, from, to time.Time) time.Duration {
 	return d
 }
 
+// churnState is what a leader churner, of nodes in this process
+// (leaderChurner) or of node processes (procChurner), keeps under its
+// mutex: the leaderless gaps it caused, the roles a probe gives two nodes,
+// its last hit, and the kills it made (only leaderChurner notes these and
+// waits for its victims to run again).
+type churnState struct {
+	mu      sync.Mutex
+	gaps    []gap
+	spare   uint64        // a probe's waiter: isolated rather than killed (0: none)
+	protect uint64        // a probe's holder before its planned crash: never hit (0: none)
+	victim  uint64        // the leader of the last hit while it is isolated
+	undo    func()        // undoes the last hit
+	deaths  []death       // leader kills and probe holders' kills (failover.go)
+	back    chan struct{} // restartAfter: closed once the last victim runs again
+}
+
+func (cs *churnState) setRoles(spare, protect uint64) {
+	cs.mu.Lock()
+	cs.spare, cs.protect = spare, protect
+	cs.mu.Unlock()
+}
+
+func (cs *churnState) gapsCopy() []gap {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return append([]gap(nil), cs.gaps...)
+}
+
+func (cs *churnState) deathsCopy() []death {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return append([]death(nil), cs.deaths...)
+}
+
+// died notes that id was killed just now.
+func (cs *churnState) died(id uint64) {
+	cs.mu.Lock()
+	cs.deaths = append(cs.deaths, death{id: id, at: time.Now()})
+	cs.mu.Unlock()
+}
+
+// ranAgain notes that id runs again since at (every node, id 0).
+func (cs *churnState) ranAgain(id uint64, at time.Time) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for i := range cs.deaths {
+		if d := &cs.deaths[i]; (id == 0 || d.id == id) && d.back.IsZero() {
+			d.back = at
+		}
+	}
+}
+
+// waitBack waits (bounded by ctx) until the last victim runs again
+// (restartAfter).
+func (cs *churnState) waitBack(ctx context.Context) {
+	cs.mu.Lock()
+	back := cs.back
+	cs.mu.Unlock()
+	if back == nil {
+		return
+	}
+	select {
+	case <-back:
+	case <-ctx.Done():
+	}
+}
+
+// restore undoes the last hit, if it is not undone yet.
+func (cs *churnState) restore() {
+	cs.mu.Lock()
+	undo := cs.undo
+	cs.undo, cs.victim = nil, 0
+	cs.mu.Unlock()
+	if undo != nil {
+		undo()
+	}
+}
+
+// lastVictim is the isolated leader of the last hit (0: none).
+func (cs *churnState) lastVictim() uint64 {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.victim
+}
+
+// leaderSeen ends the open gap, if any, and returns it: a leader other
+// than the victim leads.
+func (cs *churnState) leaderSeen() (g gap, ended bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if k := len(cs.gaps); k > 0 && cs.gaps[k-1].end.IsZero() {
+		cs.gaps[k-1].end = time.Now()
+		return cs.gaps[k-1], true
+	}
+	return gap{}, false
+}
+
+// roleOf says whether id is protected from hits or spared from kills.
+func (cs *churnState) roleOf(id uint64) (protected, spare bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.protect == id, cs.spare == id
+}
+
 // leaderChurner hits the leader; spare nodes are isolated rather than
 // killed, and protected ones are never hit (a probe's holder before its
 // planned crash).
@@ -76,41 +180,13 @@ type leaderChurner struct {
 	// restartAfter: a killed leader restarts 1–3 election timeouts after
 	// its kill, and the next hit waits until it runs (3 members).
 	restartAfter bool
-
-	mu      sync.Mutex
-	gaps    []gap
-	deaths  []death // leader kills and probe holders' kills
-	spare   map[uint64]bool
-	protect map[uint64]bool
-	victim  uint64
-	undo    func()
-	back    chan struct{} // restartAfter: closed once the last victim runs again
-}
-
-func (lc *leaderChurner) setRoles(spare, protect uint64) {
-	lc.mu.Lock()
-	lc.spare, lc.protect = map[uint64]bool{spare: spare != 0}, map[uint64]bool{protect: protect != 0}
-	lc.mu.Unlock()
-}
-
-func (lc *leaderChurner) gapsCopy() []gap {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	return append([]gap(nil), lc.gaps...)
-}
-
-func (lc *leaderChurner) deathsCopy() []death {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	return append([]death(nil), lc.deaths...)
+	churnState
 }
 
 // crash kills id and notes its death.
 func (lc *leaderChurner) crash(id uint64) {
 	lc.c.Crash(id)
-	lc.mu.Lock()
-	lc.deaths = append(lc.deaths, death{id: id, at: time.Now()})
-	lc.mu.Unlock()
+	lc.died(id)
 }
 
 // restart restarts id if it is down and notes when it runs again.
@@ -120,42 +196,6 @@ func (lc *leaderChurner) restart(id uint64) error {
 	return err
 }
 
-// ranAgain notes that id runs again since at (every node, id 0).
-func (lc *leaderChurner) ranAgain(id uint64, at time.Time) {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	for i := range lc.deaths {
-		if d := &lc.deaths[i]; (id == 0 || d.id == id) && d.back.IsZero() {
-			d.back = at
-		}
-	}
-}
-
-func (lc *leaderChurner) restore() {
-	lc.mu.Lock()
-	undo := lc.undo
-	lc.undo, lc.victim = nil, 0
-	lc.mu.Unlock()
-	if undo != nil {
-		undo()
-	}
-}
-
-// waitBack waits (bounded by ctx) until the last victim runs again
-// (restartAfter).
-func (lc *leaderChurner) waitBack(ctx context.Context) {
-	lc.mu.Lock()
-	back := lc.back
-	lc.mu.Unlock()
-	if back == nil {
-		return
-	}
-	select {
-	case <-back:
-	case <-ctx.Done():
-	}
-}
-
 // run hits leaders until ctx ends, then undoes the last hit.
 func (lc *leaderChurner) run(ctx context.Context) {
 	defer lc.restore()
@@ -163,9 +203,7 @@ func (lc *leaderChurner) run(ctx context.Context) {
 		var lead uint64
 		for lead == 0 && ctx.Err() == nil {
 			sleepCtx(ctx, 2*time.Millisecond)
-			lc.mu.Lock()
-			victim := lc.victim
-			lc.mu.Unlock()
+			victim := lc.lastVictim()
 			for _, id := range lc.c.IDs() {
 				if n := lc.c.Node(id); n != nil && n.Leader() == id && id != victim {
 					lead = id
@@ -175,13 +213,9 @@ func (lc *leaderChurner) run(ctx context.Context) {
 		if lead == 0 {
 			return // the run ended first: the stretch stays open
 		}
-		lc.mu.Lock()
-		if k := len(lc.gaps); k > 0 && lc.gaps[k-1].end.IsZero() {
-			g := &lc.gaps[k-1]
-			g.end = time.Now()
+		if g, ended := lc.leaderSeen(); ended {
 			lc.logf("leader churn %d: n%d leads %v after the hit on n%d", lc.hits, lead, g.end.Sub(g.start).Round(time.Millisecond), g.victim)
 		}
-		lc.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
@@ -195,9 +229,7 @@ func (lc *leaderChurner) run(ctx context.Context) {
 		if n := lc.c.Node(lead); n == nil || n.Leader() != lead {
 			continue // lost leadership meanwhile
 		}
-		lc.mu.Lock()
-		protected, spare := lc.protect[lead], lc.spare[lead]
-		lc.mu.Unlock()
+		protected, spare := lc.roleOf(lead)
 		if protected {
 			continue
 		}

@@ -171,26 +171,8 @@ func TestPlantedAckBeforeFsyncCaught(t *testing.T) {
 }
 
 func ackBeforeFsync(t *testing.T, buggy bool) {
-	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t),
-		Plant: func(k *knobs.Node) { k.AckBeforeFsync = buggy }}, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lead, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f, cut uint64
-	for _, id := range c.IDs() {
-		if id != lead && f == 0 {
-			f = id
-		} else if id != lead {
-			cut = id
-		}
-	}
+	c, ctx, lead, fol := threeNodes(t, func(k *knobs.Node) { k.AckBeforeFsync = buggy })
+	f, cut := fol[0], fol[1]
 	// Every node's session must be open before the cut (its opening is a write).
 	for _, id := range c.IDs() {
 		h, err := c.Node(id).Acquire(ctx, fmt.Sprintf("warm%d", id), "w", true, 0)
@@ -282,8 +264,13 @@ func TestPlantedWallClockDeadlineCaught(t *testing.T) {
 	planted := func(k *knobs.Node) { k.WallClockDeadline = true }
 	// Scripted first (TestS5WallStepDoesNotKeepHolderLive's scenario): the
 	// holder's wall clock steps back 60 s, it is cut off, the waiter enters.
-	if live, cause := wallStepTakeover(t, false, -60*time.Second, planted); live == 0 {
-		t.Fatalf("scripted: wall-clock deadlines not caught (holder's cause %v)", cause)
+	// A subtest, so that its cluster stops before the runs start.
+	if !t.Run("scripted", func(t *testing.T) {
+		if live, cause := wallStepTakeover(t, false, -60*time.Second, planted); live == 0 {
+			t.Fatalf("scripted: wall-clock deadlines not caught (holder's cause %v)", cause)
+		}
+	}) {
+		return
 	}
 	wl := longHoldWorkload()
 	for try := uint64(0); try < 3; try++ {

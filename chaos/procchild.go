@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -212,39 +213,35 @@ func childMain(args []string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/leader", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(n.Leader()) })
 	mux.HandleFunc("/stop", func(w http.ResponseWriter, r *http.Request) { stop(); w.Write([]byte("true")) })
-	mux.HandleFunc("/leftovers", func(w http.ResponseWriter, r *http.Request) {
-		qctx, qc := context.WithTimeout(r.Context(), time.Second)
-		defer qc()
-		l, err := Leftovers(qctx, n)
-		if err != nil {
-			http.Error(w, err.Error(), 503)
-			return
-		}
-		json.NewEncoder(w).Encode(l)
-	})
-	mux.HandleFunc("/snapshot", func(w http.ResponseWriter, r *http.Request) {
-		qctx, qc := context.WithTimeout(r.Context(), time.Second)
-		defer qc()
-		b, idx, err := n.TableSnapshot(qctx)
-		if err != nil {
-			http.Error(w, err.Error(), 503)
-			return
-		}
-		json.NewEncoder(w).Encode(snapResp{b, idx})
+	// answer serves path with get's answer as JSON (503 and the error if it
+	// fails); get has timeout and the request's query.
+	answer := func(path string, timeout time.Duration, get func(ctx context.Context, q url.Values) (any, error)) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			qctx, qc := context.WithTimeout(r.Context(), timeout)
+			defer qc()
+			v, err := get(qctx, r.URL.Query())
+			if err != nil {
+				http.Error(w, err.Error(), 503)
+				return
+			}
+			json.NewEncoder(w).Encode(v)
+		})
+	}
+	answer("/leftovers", time.Second, func(ctx context.Context, _ url.Values) (any, error) { return Leftovers(ctx, n) })
+	answer("/snapshot", time.Second, func(ctx context.Context, _ url.Values) (any, error) {
+		b, idx, err := n.TableSnapshot(ctx)
+		return snapResp{b, idx}, err
 	})
 	// Leader-churn probes (procs.go): hold a lock until killed, wait for
 	// one in the background, and tell when the last keepalive left and when
 	// the holder's own deadline is (UnixNano, wall clock shared by every
 	// process on the host).
-	mux.HandleFunc("/probe-hold", func(w http.ResponseWriter, r *http.Request) {
-		qctx, qc := context.WithTimeout(r.Context(), 5*time.Second)
-		defer qc()
-		h, err := n.Acquire(qctx, r.URL.Query().Get("name"), r.URL.Query().Get("owner"), true, 0)
+	answer("/probe-hold", 5*time.Second, func(ctx context.Context, q url.Values) (any, error) {
+		h, err := n.Acquire(ctx, q.Get("name"), q.Get("owner"), true, 0)
 		if err != nil {
-			http.Error(w, err.Error(), 503)
-			return
+			return nil, err
 		}
-		json.NewEncoder(w).Encode(h.Token())
+		return h.Token(), nil
 	})
 	mux.HandleFunc("/probe-wait", func(w http.ResponseWriter, r *http.Request) {
 		name, owner := r.URL.Query().Get("name"), r.URL.Query().Get("owner")
@@ -264,18 +261,15 @@ func childMain(args []string) error {
 	})
 	// Rolling restarts (procroll.go): the configuration as this member sees
 	// it, its raft id and whether it can serve; and a graceful Close.
-	mux.HandleFunc("/conf", func(w http.ResponseWriter, r *http.Request) {
-		qctx, qc := context.WithTimeout(r.Context(), time.Second)
-		defer qc()
-		voters, _, err := n.ConfState(qctx)
+	answer("/conf", time.Second, func(ctx context.Context, _ url.Values) (any, error) {
+		voters, _, err := n.ConfState(ctx)
 		if err != nil {
-			http.Error(w, err.Error(), 503)
-			return
+			return nil, err
 		}
-		rctx, rc := context.WithTimeout(r.Context(), 10*time.Millisecond)
+		rctx, rc := context.WithTimeout(ctx, 10*time.Millisecond)
 		ready := n.Ready(rctx) == nil
 		rc()
-		json.NewEncoder(w).Encode(confResp{ID: n.ID(), Voters: voters, Ready: ready})
+		return confResp{ID: n.ID(), Voters: voters, Ready: ready}, nil
 	})
 	mux.HandleFunc("/close", func(w http.ResponseWriter, r *http.Request) {
 		stop()

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/lockraft/lockraft/node"
@@ -21,39 +20,11 @@ const ProcLeaderChurn = FaultLeaderChurn
 
 // procChurner hits leader processes.
 type procChurner struct {
-	r    *procRun
-	rng  *rand.Rand
-	et   time.Duration
-	hits int
-
-	mu      sync.Mutex
-	gaps    []gap
-	spare   uint64 // a probe's waiter: isolated (netns) or spared, never killed
-	protect uint64 // a probe's holder before its planned kill
-	victim  uint64
-	undo    func()
-}
-
-func (pc *procChurner) roles(spare, protect uint64) {
-	pc.mu.Lock()
-	pc.spare, pc.protect = spare, protect
-	pc.mu.Unlock()
-}
-
-func (pc *procChurner) gapsCopy() []gap {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	return append([]gap(nil), pc.gaps...)
-}
-
-func (pc *procChurner) restore() {
-	pc.mu.Lock()
-	undo := pc.undo
-	pc.undo, pc.victim = nil, 0
-	pc.mu.Unlock()
-	if undo != nil {
-		undo()
-	}
+	r          *procRun
+	rng        *rand.Rand
+	et         time.Duration
+	hits       int
+	churnState // spare: isolated where netns works, else spared
 }
 
 // leader is the id a running process says leads, confirmed by that process.
@@ -74,25 +45,17 @@ func (pc *procChurner) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		var lead uint64
 		for lead == 0 && ctx.Err() == nil {
-			pc.mu.Lock()
-			victim := pc.victim
-			pc.mu.Unlock()
+			victim := pc.lastVictim()
 			if lead = pc.leader(ctx, victim); lead == 0 {
 				sleepCtx(ctx, 5*time.Millisecond)
 			}
 		}
-		pc.mu.Lock()
-		if k := len(pc.gaps); k > 0 && pc.gaps[k-1].end.IsZero() {
-			pc.gaps[k-1].end = time.Now()
-		}
-		pc.mu.Unlock()
+		pc.leaderSeen()
 		sleepCtx(ctx, pc.et/2+time.Duration(pc.rng.Int64N(int64(3*pc.et/2))))
 		if ctx.Err() != nil || pc.r.leader(ctx, lead) != lead {
 			continue
 		}
-		pc.mu.Lock()
-		protected, spare := pc.protect == lead, pc.spare == lead
-		pc.mu.Unlock()
+		protected, spare := pc.roleOf(lead)
 		if protected || (spare && pc.r.netns == nil) {
 			continue
 		}
@@ -139,8 +102,8 @@ func (pc *procChurner) probe(ctx context.Context, rng *rand.Rand, round int, ttl
 	}
 	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	h, w := cands[0], cands[1]
-	pc.roles(w, h)
-	defer pc.roles(0, 0)
+	pc.setRoles(w, h)
+	defer pc.setRoles(0, 0)
 	name := fmt.Sprintf("probe/%d", round)
 	hOwner, wOwner := probeOwnerPrefix+fmt.Sprintf("h%d", round), probeOwnerPrefix+fmt.Sprintf("w%d", round)
 	var tok uint64
@@ -161,7 +124,7 @@ func (pc *procChurner) probe(ctx context.Context, rng *rand.Rand, round int, ttl
 	}
 	r.cfg.Logf("probe %d: kill -9 holder n%d", round, h)
 	r.kill(h)
-	pc.roles(w, 0)
+	pc.setRoles(w, 0)
 	last, deadline := time.Unix(0, ka[0]), time.Unix(0, ka[1])
 	pending := false
 	var graceEnd time.Time // set when the run ends first

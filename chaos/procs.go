@@ -90,12 +90,7 @@ type procSection struct {
 // the same checks as Run.
 func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	churn := slices.Contains(pc.Faults, ProcLeaderChurn)
-	if pc.Size == 0 {
-		pc.Size = 3
-		if churn {
-			pc.Size = 5 // a majority up with a killed holder and a hit leader
-		}
-	}
+	pc.Size = runSize(pc.Size, churn)
 	if churn && (len(pc.Faults) != 1 || pc.Size < 5) {
 		return nil, fmt.Errorf("fault %q runs on its own, on 5 node processes or more", ProcLeaderChurn)
 	}
@@ -238,12 +233,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	if _, err := r.waitLeader(sctx); err != nil {
 		viol("no leader after healing: %v", err)
 	}
-	for _, s := range r.waitNoLeftovers(sctx) {
-		viol("left behind: %s", s)
-	}
-	for _, s := range r.waitIdentical(sctx) {
-		viol("%s", s)
-	}
+	r.probe().checkSettled(sctx, "", viol)
 
 	// Durability: kill -9 every process, wipe one lock table, restart all
 	// (without clients) and compare.
@@ -264,12 +254,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	if _, err := r.waitLeader(dctx); err != nil {
 		viol("no leader after full restart: %v", err)
 	}
-	for _, s := range r.waitNoLeftovers(dctx) {
-		viol("left behind after full restart: %s", s)
-	}
-	for _, s := range r.waitIdentical(dctx) {
-		viol("after full restart: %s", s)
-	}
+	r.probe().checkSettled(dctx, "after full restart", viol)
 	dcancel()
 	r.killAll() // and read every event to EOF
 
@@ -608,64 +593,27 @@ func (r *procRun) waitLeader(ctx context.Context) (uint64, error) {
 	}
 }
 
-func (r *procRun) waitNoLeftovers(ctx context.Context) []string {
-	for {
-		var last []string
-		for _, id := range r.ids() {
+// probe reaches the node processes through their control sockets, each
+// query bounded by 2 s.
+func (r *procRun) probe() nodeProbe {
+	return nodeProbe{
+		ids: r.ids,
+		leftovers: func(ctx context.Context, id uint64) []string {
 			var l []string
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
 			if err := r.get(qctx, id, "/leftovers", &l); err != nil {
-				l = []string{err.Error()}
+				return []string{err.Error()}
 			}
-			cancel()
-			for _, s := range l {
-				last = append(last, fmt.Sprintf("n%d: %s", id, s))
-			}
-		}
-		if len(last) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (r *procRun) waitIdentical(ctx context.Context) []string {
-	for {
-		var ref *snapResp
-		same := true
-		for _, id := range r.ids() {
+			return l
+		},
+		snapshot: func(ctx context.Context, id uint64) ([]byte, uint64, error) {
 			var s snapResp
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
 			err := r.get(qctx, id, "/snapshot", &s)
-			cancel()
-			if err != nil {
-				same = false
-				break
-			}
-			if ref == nil {
-				ref = &s
-				continue
-			}
-			if s.Idx != ref.Idx {
-				same = false
-				break
-			}
-			if !bytes.Equal(s.B, ref.B) {
-				return []string{fmt.Sprintf("S7: n%d's lock table differs from n1's at applied index %d", id, s.Idx)}
-			}
-		}
-		if same {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return []string{"nodes never reached the same applied index (S7 not checked)"}
-		case <-time.After(50 * time.Millisecond):
-		}
+			return s.B, s.Idx, err
+		},
 	}
 }
 

@@ -12,9 +12,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestMultiProcessKill: three node processes, real kill -9 (restart from the
-// data dir) and SIGSTOP/SIGCONT, histories merged in the parent, same checks.
-func TestMultiProcessKill(t *testing.T) {
+// childExe is the test binary, which the multi-process mode re-executes as
+// its node processes; the test is skipped under -short or when the binary
+// cannot be found.
+func childExe(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-process mode skipped under -short (it starts OS processes)")
 	}
@@ -22,6 +24,13 @@ func TestMultiProcessKill(t *testing.T) {
 	if err != nil {
 		t.Skipf("cannot re-execute the test binary: %v", err)
 	}
+	return exe
+}
+
+// TestMultiProcessKill: three node processes, real kill -9 (restart from the
+// data dir) and SIGSTOP/SIGCONT, histories merged in the parent, same checks.
+func TestMultiProcessKill(t *testing.T) {
+	exe := childExe(t)
 	s := seed(t)
 	rep, err := RunProcs(context.Background(), ProcsConfig{Seed: s, Duration: 6 * time.Second,
 		Faults: []string{ProcKill, ProcStop}, Exe: exe, BaseDir: t.TempDir(), Logf: t.Logf, CheckTimeout: 20 * time.Second})
@@ -47,13 +56,7 @@ func TestMultiProcessKill(t *testing.T) {
 // runProcsKind runs one multi-process fault kind for d and reports.
 func runProcsKind(t *testing.T, kind string, d time.Duration) *Report {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("multi-process mode skipped under -short (it starts OS processes)")
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Skipf("cannot re-execute the test binary: %v", err)
-	}
+	exe := childExe(t)
 	s := seed(t)
 	// Five node processes under -race beside the other packages' tests on
 	// two cores: 500 ms more for the probes' round trips (the soak judges

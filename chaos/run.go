@@ -105,16 +105,24 @@ func S5Exempt(kinds []string) bool {
 	return false
 }
 
+// runSize is the number of nodes of a run given size (0: the default): 3,
+// or 5 under leader churn, so that a majority is up with a crashed holder
+// and a hit leader.
+func runSize(size int, leaderChurn bool) int {
+	switch {
+	case size != 0:
+		return size
+	case leaderChurn:
+		return 5
+	}
+	return 3
+}
+
 // Run starts a cluster, runs the workload under the schedule, then checks.
 func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	leaderChurn := slices.Contains(rc.Faults, FaultLeaderChurn)
 	restartedWaiter := slices.Contains(rc.Faults, FaultRestartedWaiter)
-	if rc.Size == 0 {
-		rc.Size = 3
-		if leaderChurn {
-			rc.Size = 5 // a majority up with a crashed holder and a hit leader
-		}
-	}
+	rc.Size = runSize(rc.Size, leaderChurn)
 	if rc.Logf == nil {
 		rc.Logf = func(string, ...any) {}
 	}
@@ -208,12 +216,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	if _, err := c.WaitLeader(sctx); err != nil {
 		viol("no leader after healing: %v", err)
 	}
-	for _, s := range WaitNoLeftovers(sctx, c) {
-		viol("left behind: %s", s)
-	}
-	for _, s := range WaitIdentical(sctx, c) {
-		viol("%s", s)
-	}
+	nodeSetProbe(c).checkSettled(sctx, "", viol)
 	var failover *FailoverSummary
 	var deadHolds []deadHold
 	if churner != nil {
@@ -244,12 +247,7 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		if _, err := c.WaitLeader(dctx); err != nil {
 			viol("no leader after full restart: %v", err)
 		}
-		for _, s := range WaitNoLeftovers(dctx, c) {
-			viol("left behind after full restart: %s", s)
-		}
-		for _, s := range WaitIdentical(dctx, c) {
-			viol("after full restart: %s", s)
-		}
+		nodeSetProbe(c).checkSettled(dctx, "after full restart", viol)
 		dcancel()
 		lost := 0
 		for _, op := range w.H.Ops() {

@@ -43,27 +43,8 @@ func TestS5WallStepDoesNotKeepHolderLive(t *testing.T) {
 // granted "x" and enters. It returns the store's live overlaps and the
 // holder's Context cause at that moment.
 func wallStepTakeover(t *testing.T, onLeader bool, step time.Duration, plant func(*knobs.Node)) (int64, error) {
-	c, err := NewCluster(Options{Size: 3, BaseDir: t.TempDir(), Seed: seed(t), Plant: plant}, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lead, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var holder, waiter uint64
-	for _, id := range c.IDs() {
-		switch {
-		case id == lead:
-		case holder == 0:
-			holder = id
-		default:
-			waiter = id
-		}
-	}
+	c, ctx, lead, fol := threeNodes(t, plant)
+	holder, waiter := fol[0], fol[1]
 	store := NewFencedStore()
 	h, err := c.Node(holder).Acquire(ctx, "x", "a", true, 0)
 	if err != nil {

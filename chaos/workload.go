@@ -155,22 +155,11 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 		if w.opts.LongHoldShare > 0 && rng.Float64() < w.opts.LongHoldShare {
 			hold = time.Duration(float64(w.opts.LongHold) * rng.Float64())
 		}
-		kind := OpTryLock
-		if wait {
-			kind = OpLock
-		}
-		op := w.H.Begin(client, id, kind, name, owner)
+		op := w.H.Begin(client, id, acquireKind(wait), name, owner)
 		actx, cancel := context.WithTimeout(context.Background(), timeout)
 		h, err := n.Acquire(actx, name, owner, wait, 0)
 		cancel()
-		switch {
-		case err == nil:
-			w.H.End(op, OK, h.Token(), nil)
-		case !wait && errors.Is(err, lockerr.ErrLocked):
-			w.H.End(op, Locked, 0, err)
-		default:
-			w.H.End(op, Unknown, 0, err)
-		}
+		w.endAcquire(op, h, err, wait)
 		if err != nil {
 			if w.opts.BugIgnoreFailedLock && lastToken != 0 {
 				sec := w.Store.Enter(name, owner, lastToken, nil)
@@ -189,14 +178,7 @@ func (w *Workload) client(ctx context.Context, client int, id uint64) {
 		// Release: a fresh op whose hold may already be lost.
 		uop := w.H.Begin(client, id, OpUnlock, name, owner)
 		w.H.SetHeldFrom(uop, op.End)
-		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = h.Release(rctx)
-		rcancel()
-		if err == nil {
-			w.H.End(uop, OK, h.Token(), nil)
-		} else {
-			w.H.End(uop, Unknown, h.Token(), err)
-		}
+		w.release(uop, h)
 	}
 }
 
@@ -219,5 +201,39 @@ func (w *Workload) critical(ctx context.Context, id uint64, n *node.Node, h *nod
 		if i < steps-1 {
 			sleepCtx(h.Context(), hold/time.Duration(steps-1))
 		}
+	}
+}
+
+// acquireKind is the kind of an acquire that waits, or does not.
+func acquireKind(wait bool) OpKind {
+	if wait {
+		return OpLock
+	}
+	return OpTryLock
+}
+
+// endAcquire records the answer to the acquire op: ok with the hold's token,
+// a try's refusal, or an unknown outcome (any other error).
+func (w *Workload) endAcquire(op *Op, h *node.Hold, err error, wait bool) {
+	switch {
+	case err == nil:
+		w.H.End(op, OK, h.Token(), nil)
+	case !wait && errors.Is(err, lockerr.ErrLocked):
+		w.H.End(op, Locked, 0, err)
+	default:
+		w.H.End(op, Unknown, 0, err)
+	}
+}
+
+// release releases h (within 2 s) and records the answer in the unlock op
+// uop: ok, or an unknown outcome (the hold may already have been lost).
+func (w *Workload) release(uop *Op, h *node.Hold) {
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err := h.Release(rctx)
+	rcancel()
+	if err == nil {
+		w.H.End(uop, OK, h.Token(), nil)
+	} else {
+		w.H.End(uop, Unknown, h.Token(), err)
 	}
 }

@@ -341,22 +341,15 @@ func mustExec(t *testing.T, _ *sql.DB, err error) {
 	}
 }
 
-func TestS2ConcurrentStaleWritersTx(t *testing.T) {
-	for _, d := range allDBs() {
-		t.Run(d.name, func(t *testing.T) {
-			bad, summary := txWorkload(t, d, false)
-			t.Log(summary)
-			for _, b := range bad {
-				t.Error(b)
-			}
-		})
-	}
-}
+func TestS2ConcurrentStaleWritersTx(t *testing.T)     { onEveryDB(t, txWorkload) }
+func TestS2ConcurrentStaleWritersUpdate(t *testing.T) { onEveryDB(t, updateWorkload) }
 
-func TestS2ConcurrentStaleWritersUpdate(t *testing.T) {
+// onEveryDB runs the guarded workload on every database, each a subtest
+// that logs its summary and fails with every violation it found.
+func onEveryDB(t *testing.T, workload func(*testing.T, testDB, bool) ([]string, string)) {
 	for _, d := range allDBs() {
 		t.Run(d.name, func(t *testing.T) {
-			bad, summary := updateWorkload(t, d, false)
+			bad, summary := workload(t, d, false)
 			t.Log(summary)
 			for _, b := range bad {
 				t.Error(b)

@@ -89,20 +89,42 @@ func nextDBName(t *testing.T) string {
 	return fmt.Sprintf("fence_t%d", dbSeq.n)
 }
 
+// createDatabase creates a database of its own for the test on the shared
+// server srv and returns its name.
+func createDatabase(t *testing.T, srv *sqlserver.Server) string {
+	t.Helper()
+	name := nextDBName(t)
+	admin, err := srv.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// opener is a testDB's fresh: each call opens a *sql.DB on dsn, closed when
+// the test ends.
+func opener(t *testing.T, driver, dsn string) func() *sql.DB {
+	return func() *sql.DB {
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+}
+
 func sqliteDB() testDB {
 	return testDB{name: "sqlite", dialect: SQLite, isolation: "PRAGMA read_uncommitted", want: "0",
 		fresh: func(t *testing.T) func() *sql.DB {
 			// Defaults but a busy timeout (without one a second writer fails
 			// at once instead of waiting) and WAL; deferred transactions.
 			dsn := "file:" + filepath.Join(t.TempDir(), "fence.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
-			return func() *sql.DB {
-				db, err := sql.Open("sqlite", dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-				return db
-			}
+			return opener(t, "sqlite", dsn)
 		}}
 }
 
@@ -113,25 +135,8 @@ func postgresDB() testDB {
 			if servers.pgErr != nil {
 				skipOrFail(t, "PostgreSQL tests skipped (Debian package postgresql): %v", servers.pgErr)
 			}
-			// A database per test: CREATE DATABASE on the shared server.
-			name := nextDBName(t)
-			admin, err := servers.pg.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Close()
-			if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-				t.Fatal(err)
-			}
-			dsn := strings.Replace(servers.pg.DSN, "/postgres?", "/"+name+"?", 1)
-			return func() *sql.DB {
-				db, err := sql.Open("pgx", dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-				return db
-			}
+			name := createDatabase(t, servers.pg)
+			return opener(t, "pgx", strings.Replace(servers.pg.DSN, "/postgres?", "/"+name+"?", 1))
 		}}
 }
 
@@ -142,24 +147,8 @@ func mariaDB() testDB {
 			if servers.mariaErr != nil {
 				skipOrFail(t, "MariaDB tests skipped (Debian package mariadb-server): %v", servers.mariaErr)
 			}
-			name := nextDBName(t)
-			admin, err := servers.maria.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Close()
-			if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-				t.Fatal(err)
-			}
-			dsn := strings.Replace(servers.maria.DSN, "/lockraft", "/"+name, 1)
-			return func() *sql.DB {
-				db, err := sql.Open("mysql", dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-				return db
-			}
+			name := createDatabase(t, servers.maria)
+			return opener(t, "mysql", strings.Replace(servers.maria.DSN, "/lockraft", "/"+name, 1))
 		}}
 }
 

@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"iter"
 	"regexp"
 	"strconv"
 	"strings"
@@ -64,46 +65,47 @@ func (d Dialect) Rebind(query string) string {
 		return query
 	}
 	var b strings.Builder
-	n := 0
-	var quote byte
-	for i := 0; i < len(query); i++ {
-		c := query[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"' || c == '`':
-			quote = c
-		case c == '?':
-			n++
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			continue
-		}
-		b.WriteByte(c)
+	n, done := 0, 0
+	for i := range placeholderOffsets(query) {
+		n++
+		b.WriteString(query[done:i])
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(n))
+		done = i + 1
 	}
+	b.WriteString(query[done:])
 	return b.String()
 }
 
 // placeholders counts the ? placeholders outside quotes.
 func placeholders(s string) int {
 	n := 0
-	var quote byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"' || c == '`':
-			quote = c
-		case c == '?':
-			n++
-		}
+	for range placeholderOffsets(s) {
+		n++
 	}
 	return n
+}
+
+// placeholderOffsets yields the offset of each ? in s that is outside '…',
+// "…" and `…`.
+func placeholderOffsets(s string) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		var quote byte
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; {
+			case quote != 0:
+				if c == quote {
+					quote = 0
+				}
+			case c == '\'' || c == '"' || c == '`':
+				quote = c
+			case c == '?':
+				if !yield(i) {
+					return
+				}
+			}
+		}
+	}
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)

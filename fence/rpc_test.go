@@ -186,22 +186,15 @@ func backendName(i int) string {
 	return "sql-" + allDBs()[i-1].name
 }
 
-func TestS2GRPCConcurrentStaleWriters(t *testing.T) {
-	for i, mk := range rpcBackends(t, false) {
-		t.Run(backendName(i), func(t *testing.T) {
-			bad, summary := grpcWorkload(t, mk(t))
-			t.Log(summary)
-			for _, b := range bad {
-				t.Error(b)
-			}
-		})
-	}
-}
+func TestS2GRPCConcurrentStaleWriters(t *testing.T) { onEveryBackend(t, grpcWorkload) }
+func TestS2HTTPConcurrentStaleWriters(t *testing.T) { onEveryBackend(t, httpWorkload) }
 
-func TestS2HTTPConcurrentStaleWriters(t *testing.T) {
+// onEveryBackend runs the workload against every guarded backend, each a
+// subtest that logs its summary and fails with every violation it found.
+func onEveryBackend(t *testing.T, workload func(*testing.T, backend) ([]string, string)) {
 	for i, mk := range rpcBackends(t, false) {
 		t.Run(backendName(i), func(t *testing.T) {
-			bad, summary := httpWorkload(t, mk(t))
+			bad, summary := workload(t, mk(t))
 			t.Log(summary)
 			for _, b := range bad {
 				t.Error(b)

@@ -95,22 +95,7 @@ func TestCheckpointApply(t *testing.T) {
 // appendSessionV2 is the session record encoder of record version 2 (before checkpoint marks), kept to
 // write old-format records in tests.
 func appendSessionV2(b []byte, s *session) []byte {
-	b = append(b, sessionRecordV2)
-	b = protowire.AppendVarint(b, s.node)
-	b = protowire.AppendVarint(b, s.ttl)
-	b = protowire.AppendVarint(b, s.lowWater)
-	b = protowire.AppendVarint(b, uint64(len(s.results)))
-	for i := range s.results {
-		r := &s.results[i]
-		b = protowire.AppendVarint(b, r.seq)
-		b = append(b, r.code, byte(r.status))
-		b = protowire.AppendVarint(b, r.token)
-		b = protowire.AppendVarint(b, uint64(r.holdCount))
-		b = protowire.AppendVarint(b, uint64(r.position))
-		b = protowire.AppendVarint(b, r.holder.Session)
-		b = appendString(b, r.holder.Owner)
-	}
-	return b
+	return appendSessionFields(append(b, sessionRecordV2), s)
 }
 
 // oldFormatState builds a small table whose session records are rewritten in record version 2.

@@ -56,11 +56,14 @@ var kindNames = [...]string{KindNoop: "Noop", KindOpenSession: "OpenSession", Ki
 	KindExpireLease: "ExpireLease", KindLiftDelay: "LiftDelay", KindCheckpoint: "Checkpoint",
 	KindProclaim: "Proclaim"}
 
-func (k Kind) String() string {
-	if int(k) < len(kindNames) && kindNames[k] != "" {
-		return kindNames[k]
+func (k Kind) String() string { return enumName(k, kindNames[:], "Kind") }
+
+// enumName is the name of v in names, or "typ(v)" when names has none for it.
+func enumName[T ~uint8](v T, names []string, typ string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
 }
 
 // known says whether k is a kind of version v.
@@ -83,15 +86,9 @@ const (
 	modeEnd    Mode = 2
 )
 
-func (m Mode) String() string {
-	switch m {
-	case ModeExclusive:
-		return "exclusive"
-	case ModeShared:
-		return "shared"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
+var modeNames = [...]string{ModeExclusive: "exclusive", ModeShared: "shared"}
+
+func (m Mode) String() string { return enumName(m, modeNames[:], "Mode") }
 
 // Primitive says what a lock name is. A name's primitive is fixed by the acquire that puts it in the table
 // and lasts while the name has a hold, a waiter or a lock-delay; commands of another primitive on it get
@@ -112,12 +109,7 @@ const (
 
 var primNames = [...]string{"mutex", "rwlock", "semaphore", "election"}
 
-func (p Primitive) String() string {
-	if p < primEnd {
-		return primNames[p]
-	}
-	return fmt.Sprintf("Primitive(%d)", uint8(p))
-}
+func (p Primitive) String() string { return enumName(p, primNames[:], "Primitive") }
 
 // Command is one state machine command, carried in one raft entry. Which fields matter depends on Kind.
 type Command struct {

@@ -157,14 +157,7 @@ func TestOldFormats(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s2.Close() }()
-	if !bytes.Equal(want2, snapshotBytes(t, s2)) {
-		t.Fatal("old file + catalogue records does not reload to the same state")
-	}
+	checkReopened(t, path, want2, "old file + catalogue records does not reload to the same state")
 
 	// A version-2 snapshot carries version-2 lock records only.
 	snap := readCompat(t, "snapshot-v2.bin")

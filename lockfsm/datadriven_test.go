@@ -123,41 +123,30 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 			c.ExtraNames = append(c.ExtraNames, fmt.Sprintf("m%d", i))
 		}
 	}
-	switch td.Cmd {
-	case "noop":
-		c.Kind = KindNoop
-	case "open":
-		c.Kind, c.Node, c.TTLMillis = KindOpenSession, argU(t, td, "node"), argU(t, td, "ttl")
-	case "close":
-		c.Kind = KindCloseSession
-	case "expire":
-		c.Kind, c.LockDelayMillis = KindExpireSession, argU(t, td, "delay")
-	case "acquire":
-		c.Kind = KindAcquire
-	case "release":
-		c.Kind = KindRelease
-	case "cancel":
-		c.Kind = KindCancel
-	case "proclaim":
-		c.Kind = KindProclaim
-	case "expire-lease":
-		c.Kind = KindExpireLease
-	case "lift":
-		c.Kind = KindLiftDelay
-	case "checkpoint":
-		// checkpoint silent=1,2 silence=300 live=3: marks sessions silent (with one silence) or live.
-		c.Kind = KindCheckpoint
-		for _, a := range td.CmdArgs {
-			for _, v := range a.Vals {
-				id, _ := strconv.ParseUint(v, 10, 64)
-				switch a.Key {
-				case "silent":
-					c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: id, SilenceMillis: argU(t, td, "silence")})
-				case "live":
-					c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: id, Live: true})
+	if k, ok := scriptKinds[td.Cmd]; ok {
+		c.Kind = k
+		switch k {
+		case KindOpenSession:
+			c.Node, c.TTLMillis = argU(t, td, "node"), argU(t, td, "ttl")
+		case KindExpireSession:
+			c.LockDelayMillis = argU(t, td, "delay")
+		case KindCheckpoint:
+			// checkpoint silent=1,2 silence=300 live=3: marks sessions silent (with one silence) or live.
+			for _, a := range td.CmdArgs {
+				for _, v := range a.Vals {
+					id, _ := strconv.ParseUint(v, 10, 64)
+					switch a.Key {
+					case "silent":
+						c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: id, SilenceMillis: argU(t, td, "silence")})
+					case "live":
+						c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: id, Live: true})
+					}
 				}
 			}
 		}
+		return e.apply(td, c.AppendEncode(nil))
+	}
+	switch td.Cmd {
 	case "garbage":
 		// Malformed: a version-1 acquire whose field mask is a truncated varint.
 		return e.apply(td, []byte{1, 5, 0x80})
@@ -179,9 +168,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		return fmt.Sprintf("bad=%v newer=%v: %v\n", errors.Is(err, ErrBadCommand), errors.Is(err, ErrNewerFormat), err)
 	case "encode":
 		// Prints the encoding of the command given as "kind=..." with the usual arguments.
-		k := map[string]Kind{"acquire": KindAcquire, "release": KindRelease, "expire-lease": KindExpireLease,
-			"proclaim": KindProclaim}[argS(td, "kind")]
-		c.Kind = k
+		c.Kind = scriptKinds[argS(td, "kind")]
 		return fmt.Sprintf("%x\n", c.AppendEncode(nil))
 	case "dump":
 		return dumpState(e.f)
@@ -223,11 +210,15 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 			return "MISMATCH after restore\n"
 		}
 		return "snapshot round-trips\n"
-	default:
-		t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
 	}
-	return e.apply(td, c.AppendEncode(nil))
+	t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+	return ""
 }
+
+// scriptKinds are the script's commands that apply one Command, by the Kind they apply.
+var scriptKinds = map[string]Kind{"noop": KindNoop, "open": KindOpenSession, "close": KindCloseSession,
+	"expire": KindExpireSession, "acquire": KindAcquire, "release": KindRelease, "cancel": KindCancel,
+	"proclaim": KindProclaim, "expire-lease": KindExpireLease, "lift": KindLiftDelay, "checkpoint": KindCheckpoint}
 
 func (e *scriptEnv) apply(td *datadriven.TestData, data []byte) string {
 	index := e.last + 1

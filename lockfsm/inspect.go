@@ -1,6 +1,9 @@
 package lockfsm
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // LockInfo describes one name in the lock table, for admin views and for a new leader re-arming lease
 // timers. A name exists while it has a hold, a waiter or a lock-delay.
@@ -142,15 +145,7 @@ func (f *FSM) Sessions() []SessionInfo {
 	for _, s := range f.sessions {
 		out = append(out, s.info())
 	}
-	slices.SortFunc(out, func(a, b SessionInfo) int {
-		switch {
-		case a.Session < b.Session:
-			return -1
-		case a.Session > b.Session:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.Session, b.Session) })
 	return out
 }
 

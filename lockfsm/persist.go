@@ -256,7 +256,7 @@ func (f *FSM) prepare(arena *[]byte) *CommitBatch {
 }
 
 func (f *FSM) write(b *CommitBatch) error {
-	err := f.db.Update(func(tx *bolt.Tx) error {
+	return f.update("commit", b.applied, func(tx *bolt.Tx) error {
 		for _, x := range [2]struct {
 			bucket []byte
 			kvs    []kv
@@ -274,12 +274,23 @@ func (f *FSM) write(b *CommitBatch) error {
 				}
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, b.applied))
+		return nil
+	})
+}
+
+// update runs fill in one bbolt transaction that also records applied as the file's applied index and,
+// once it is committed, makes applied the durable index. op names the operation in the error.
+func (f *FSM) update(op string, applied uint64, fill func(tx *bolt.Tx) error) error {
+	err := f.db.Update(func(tx *bolt.Tx) error {
+		if err := fill(tx); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, applied))
 	})
 	if err != nil {
-		return fmt.Errorf("lockfsm: commit %s: %w", f.path, err)
+		return fmt.Errorf("lockfsm: %s %s: %w", op, f.path, err)
 	}
-	f.durable.Store(b.applied)
+	f.durable.Store(applied)
 	return nil
 }
 

@@ -29,13 +29,7 @@ func randomStream(t *testing.T, n int) []Command {
 // TestCrashReplay: apply, Commit, apply more, Close WITHOUT Commit, reopen, replay the tail from
 // DurableIndex: the snapshot equals the uninterrupted run's, byte for byte. fsync is on.
 func TestCrashReplay(t *testing.T) {
-	cmds := randomStream(t, 400)
-	ref := openTemp(t, "ref.db")
-	entries, err := runStream(t, ref, cmds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := snapshotBytes(t, ref)
+	entries, want := referenceRun(t)
 
 	path := filepath.Join(t.TempDir(), "crash.db")
 	f, err := Open(path, Options{})
@@ -74,18 +68,7 @@ func TestCrashReplay(t *testing.T) {
 		t.Fatal("replay after crash differs from the uninterrupted run")
 	}
 	// And the committed file alone (Commit, reopen) holds exactly that state.
-	if err := g.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	_ = g.Close()
-	h, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close() }()
-	if !bytes.Equal(want, snapshotBytes(t, h)) {
-		t.Fatal("committed file differs from the in-memory state")
-	}
+	checkCommitted(t, g, path, want)
 }
 
 func wantCorrupt(t *testing.T, path string, err error) {
@@ -284,13 +267,7 @@ func TestRetainedBound(t *testing.T) {
 // the rest from there gives the uninterrupted run's state, byte for byte; and a final Commit after the
 // batches writes exactly the in-memory state.
 func TestPrepareWriteCommit(t *testing.T) {
-	cmds := randomStream(t, 400)
-	ref := openTemp(t, "ref.db")
-	entries, err := runStream(t, ref, cmds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := snapshotBytes(t, ref)
+	entries, want := referenceRun(t)
 
 	path := filepath.Join(t.TempDir(), "batches.db")
 	f, err := Open(path, Options{})
@@ -333,18 +310,7 @@ func TestPrepareWriteCommit(t *testing.T) {
 	if !bytes.Equal(want, snapshotBytes(t, g)) {
 		t.Fatal("replay after the batches differs from the uninterrupted run")
 	}
-	if err := g.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	_ = g.Close()
-	h, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close() }()
-	if !bytes.Equal(want, snapshotBytes(t, h)) {
-		t.Fatal("committed file differs from the in-memory state")
-	}
+	checkCommitted(t, g, path, want)
 }
 
 // TestWriteDurableSnapshot (S7): a snapshot written from the file, while the in-memory state has moved on,
@@ -396,4 +362,41 @@ func TestWriteDurableSnapshot(t *testing.T) {
 	if _, err := f.WriteDurableSnapshot(io.Discard); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("damaged record: %v, want ErrCorrupt", err)
 	}
+}
+
+// checkCommitted commits f, closes it, and checks that the file at path then holds the state whose
+// snapshot is want.
+func checkCommitted(t *testing.T, f *FSM, path string, want []byte) {
+	t.Helper()
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	checkReopened(t, path, want, "committed file differs from the in-memory state")
+}
+
+// checkReopened opens the state file at path afresh and fails with msg unless it holds the state whose
+// snapshot is want.
+func checkReopened(t *testing.T, path string, want []byte, msg string) {
+	t.Helper()
+	f, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if !bytes.Equal(want, snapshotBytes(t, f)) {
+		t.Fatal(msg)
+	}
+}
+
+// referenceRun applies a random stream of 400 commands to a fresh FSM and returns the entries and the
+// snapshot of the state they lead to.
+func referenceRun(t *testing.T) (entries [][]byte, want []byte) {
+	t.Helper()
+	ref := openTemp(t, "ref.db")
+	entries, err := runStream(t, ref, randomStream(t, 400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, snapshotBytes(t, ref)
 }

@@ -29,7 +29,13 @@ func appendString(b []byte, s string) []byte {
 
 // appendSession encodes s (without its id, which is the key).
 func appendSession(b []byte, s *session) []byte {
-	b = append(b, sessionRecordVersion)
+	b = appendSessionFields(append(b, sessionRecordVersion), s)
+	return protowire.AppendVarint(b, s.ckpt)
+}
+
+// appendSessionFields encodes what every session record version holds after its version byte: node,
+// ttl, lowWater and the retained results.
+func appendSessionFields(b []byte, s *session) []byte {
 	b = protowire.AppendVarint(b, s.node)
 	b = protowire.AppendVarint(b, s.ttl)
 	b = protowire.AppendVarint(b, s.lowWater)
@@ -44,7 +50,7 @@ func appendSession(b []byte, s *session) []byte {
 		b = protowire.AppendVarint(b, r.holder.Session)
 		b = appendString(b, r.holder.Owner)
 	}
-	return protowire.AppendVarint(b, s.ckpt)
+	return b
 }
 
 // appendLock encodes l (without its name, which is the key) as lockRecordVersion:
@@ -203,12 +209,28 @@ func decodeLock(name string, b []byte, want byte) (*lock, error) {
 	return l, nil
 }
 
+// lockHeader starts decoding the record b of name: past its version byte, it reads the flags byte every
+// version starts with.
+func lockHeader(name string, b []byte) (d decoder, l *lock, flags byte) {
+	d = decoder{b: b[1:]}
+	l = &lock{name: name}
+	flags = d.byte1()
+	l.delayed = flags&1 != 0
+	return d, l, flags
+}
+
+// waiterFields reads the fields of a waiter that every lock record version has.
+func (d *decoder) waiterFields(w *waiter) {
+	w.session = d.uvarint()
+	w.owner = d.str()
+	w.seq = d.uvarint()
+	w.enqueued = d.uvarint()
+	w.lease = d.uvarint()
+}
+
 // decodeLockV2 reads a version-2 record: a mutex with at most one holder.
 func decodeLockV2(name string, b []byte) (*lock, bool) {
-	d := decoder{b: b[1:]}
-	l := &lock{name: name}
-	flags := d.byte1()
-	l.delayed = flags&1 != 0
+	d, l, flags := lockHeader(name, b)
 	h := hold{session: d.uvarint(), owner: d.str(), count: d.u32(), token: d.uvarint(), grantSeq: d.uvarint(),
 		lease: d.uvarint()}
 	l.delayToken = d.uvarint()
@@ -218,11 +240,7 @@ func decodeLockV2(name string, b []byte) (*lock, bool) {
 	}
 	for i := 0; i < n && !d.bad; i++ {
 		w := &l.waiters[i]
-		w.session = d.uvarint()
-		w.owner = d.str()
-		w.seq = d.uvarint()
-		w.enqueued = d.uvarint()
-		w.lease = d.uvarint()
+		d.waiterFields(w)
 	}
 	held := h.session != 0
 	if d.bad || len(d.b) != 0 || flags&^1 != 0 || !validName(name) ||
@@ -241,10 +259,7 @@ func decodeLockV2(name string, b []byte) (*lock, bool) {
 // primitive's shape, the exclusion rules, and a settled queue (its head cannot be granted now; a
 // multi-name head is checked across records by linkState).
 func decodeLockV3(name string, b []byte) (*lock, bool) {
-	d := decoder{b: b[1:]}
-	l := &lock{name: name}
-	flags := d.byte1()
-	l.delayed = flags&1 != 0
+	d, l, flags := lockHeader(name, b)
 	l.prim = Primitive(d.byte1())
 	limit := d.u32()
 	l.delayToken = d.uvarint()
@@ -299,11 +314,7 @@ func decodeLockV3(name string, b []byte) (*lock, bool) {
 	}
 	for i := 0; i < nw && !d.bad && !bad; i++ {
 		w := &l.waiters[i]
-		w.session = d.uvarint()
-		w.owner = d.str()
-		w.seq = d.uvarint()
-		w.enqueued = d.uvarint()
-		w.lease = d.uvarint()
+		d.waiterFields(w)
 		w.mode = Mode(d.byte1())
 		w.permits = d.u32()
 		value := d.str()

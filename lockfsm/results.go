@@ -1,7 +1,5 @@
 package lockfsm
 
-import "fmt"
-
 // Status says what a command did.
 type Status uint8
 
@@ -39,12 +37,7 @@ const (
 var statusNames = [...]string{"None", "Granted", "Queued", "Released", "Cancelled", "NotFound",
 	"SessionOpened", "SessionClosed", "Noop", "Lifted", "LeaseExpired", "Proclaimed"}
 
-func (s Status) String() string {
-	if s < statusEnd {
-		return statusNames[s]
-	}
-	return fmt.Sprintf("Status(%d)", uint8(s))
-}
+func (s Status) String() string { return enumName(s, statusNames[:], "Status") }
 
 // Holder identifies who holds a lock: an owner string inside a session.
 type Holder struct {
@@ -91,18 +84,12 @@ const (
 	// Session 0 and Token 0: nobody leads now. Exactly one per election name per entry that changed it,
 	// after that entry's Granted and Released events, so the node can push every change in log order.
 	EventLeader
-	eventEnd
 )
 
 var eventNames = [...]string{"", "Granted", "Released", "WaitEnded", "SessionOpened", "SessionEnded", "Delayed",
 	"Leader"}
 
-func (k EventKind) String() string {
-	if k > 0 && k < eventEnd {
-		return eventNames[k]
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
-}
+func (k EventKind) String() string { return enumName(k, eventNames[:], "EventKind") }
 
 // Reason says why a hold or wait or session ended.
 type Reason uint8
@@ -115,17 +102,11 @@ const (
 	ReasonLeaseExpired
 	ReasonSessionClosed
 	ReasonSessionExpired
-	reasonEnd
 )
 
 var reasonNames = [...]string{"None", "Unlock", "Cancel", "LeaseExpired", "SessionClosed", "SessionExpired"}
 
-func (r Reason) String() string {
-	if r < reasonEnd {
-		return reasonNames[r]
-	}
-	return fmt.Sprintf("Reason(%d)", uint8(r))
-}
+func (r Reason) String() string { return enumName(r, reasonNames[:], "Reason") }
 
 // Event is one state change a node may have to react to (wake a waiter, arm a timer). Events are emitted in
 // apply order, only for new changes (never for duplicates). Strings in events are owned by the FSM's

@@ -250,7 +250,7 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 	if f.db == nil {
 		return fmt.Errorf("lockfsm: restore %s: closed", f.path)
 	}
-	err := f.db.Update(func(tx *bolt.Tx) error {
+	return f.update("restore", rs.applied, func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketSessions, bucketLocks} {
 			if err := tx.DeleteBucket(name); err != nil {
 				return err
@@ -274,13 +274,8 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 				return err
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(keyApplied, binary.BigEndian.AppendUint64(nil, rs.applied))
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("lockfsm: restore %s: %w", f.path, err)
-	}
-	f.durable.Store(rs.applied)
-	return nil
 }
 
 // InstallRestore replaces the in-memory state with rs's, once WriteRestore returned nil for it. Records

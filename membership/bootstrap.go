@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -79,15 +80,7 @@ func PlanFormation(selfName string, self Meta, founders []string, members []Memb
 		ids[m.Meta.RaftID] = name
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b Member) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
 	p.Ready, p.Founders = true, out
 	return p
 }

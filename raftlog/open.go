@@ -93,13 +93,7 @@ type Storage struct {
 	cacheMax int
 	closed   bool
 
-	hardState *raftpb.HardState // nil until one is saved
-	confState *raftpb.ConfState // from SetConfState; nil means "use the snapshot's"
-	confIndex uint64            // the index confState reflects (0: not recorded)
-	snap      *raftpb.Snapshot  // never nil
-	// dummyIndex/dummyTerm describe the entry just before FirstIndex: the compaction point.
-	dummyIndex, dummyTerm uint64
-	last                  uint64
+	logState
 	// tail holds entries (last-len(tail), last], the newest at the end.
 	tail []*raftpb.Entry
 
@@ -110,21 +104,29 @@ type Storage struct {
 
 var _ raft.Storage = (*Storage)(nil)
 
+// withDefaults is o with the defaults in place of what it leaves zero (or negative).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CacheEntries <= 0 {
+		o.CacheEntries = DefaultCacheEntries
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	return o
+}
+
 // Open opens the log at path, creating it if absent. A file that is not a raftlog file
 // gives an error wrapping ErrCorrupt; a file held open by another Storage gives one
 // wrapping ErrLocked. Both name the file. Open never panics on a bad file.
 func Open(path string, opts Options) (*Storage, error) {
-	if opts.CacheEntries <= 0 {
-		opts.CacheEntries = DefaultCacheEntries
-	}
-	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = DefaultLockTimeout
-	}
-	lg := opts.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
-	s := &Storage{path: path, log: lg.With("file", path), cacheMax: opts.CacheEntries}
+	opts = opts.withDefaults()
+	s := &Storage{path: path, log: opts.Logger.With("file", path), cacheMax: opts.CacheEntries}
 	db, err := openBolt(path, opts)
 	if err != nil {
 		return nil, err

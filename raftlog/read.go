@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -21,15 +20,8 @@ func (s *Storage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	if s.closed {
 		return nil, nil, ErrClosed
 	}
-	var hs *raftpb.HardState
-	if s.hardState != nil {
-		hs = proto.Clone(s.hardState).(*raftpb.HardState)
-	}
-	cs := s.confState
-	if cs == nil {
-		cs = raftpb.EnsureConfState(s.snap.GetMetadata().GetConfState())
-	}
-	return hs, proto.Clone(cs).(*raftpb.ConfState), nil
+	hs, cs := s.initialState()
+	return hs, cs, nil
 }
 
 // ConfIndex is [Log.ConfIndex].
@@ -44,7 +36,7 @@ func (s *Storage) ConfIndex() uint64 {
 func (s *Storage) HasState() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.hardState != nil || s.last > 0 || s.snap.GetMetadata().GetIndex() > 0
+	return s.hasState()
 }
 
 // FirstIndex returns the index of the first entry Entries may return.
@@ -90,13 +82,8 @@ func (s *Storage) Term(i uint64) (uint64, error) {
 }
 
 func (s *Storage) term(i uint64) (uint64, error) {
-	switch {
-	case i < s.dummyIndex:
-		return 0, raft.ErrCompacted
-	case i == s.dummyIndex:
-		return s.dummyTerm, nil
-	case i > s.last:
-		return 0, raft.ErrUnavailable
+	if t, stored, err := s.termBound(i); !stored {
+		return t, err
 	}
 	if start := s.tailStart(); i >= start {
 		return s.tail[i-start].GetTerm(), nil
@@ -123,14 +110,8 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	if lo <= s.dummyIndex {
-		return nil, raft.ErrCompacted
-	}
-	if hi > s.last+1 || lo > hi {
-		return nil, fmt.Errorf("%w: entries [%d, %d) out of bounds [%d, %d]", raft.ErrUnavailable, lo, hi, s.dummyIndex+1, s.last)
-	}
-	if s.last == s.dummyIndex {
-		return nil, raft.ErrUnavailable
+	if err := s.checkEntries(lo, hi); err != nil {
+		return nil, err
 	}
 	start := s.tailStart()
 	var out []*raftpb.Entry

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,18 +48,8 @@ func listSegments(dir string) ([]*segment, error) {
 			segs = append(segs, &segment{seq: seq, first: first, path: filepath.Join(dir, de.Name())})
 		}
 	}
-	slices.SortFunc(segs, func(a, b *segment) int { return int64Cmp(a.seq, b.seq) })
+	slices.SortFunc(segs, func(a, b *segment) int { return cmp.Compare(a.seq, b.seq) })
 	return segs, nil
-}
-
-func int64Cmp(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // scanSegment replays the records of data into st. It returns the offset where the

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -56,17 +55,8 @@ type WAL struct {
 // OpenWAL opens the WAL in dir, creating dir (not its parents) if absent. Options'
 // SegmentSize, LockTimeout, NoSync and Logger apply; the bbolt ones are ignored.
 func OpenWAL(dir string, opts Options) (*WAL, error) {
-	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = DefaultLockTimeout
-	}
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = DefaultSegmentSize
-	}
-	lg := opts.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
-	w := &WAL{dir: dir, log: lg.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync,
+	opts = opts.withDefaults()
+	w := &WAL{dir: dir, log: opts.Logger.With("dir", dir), segSize: opts.SegmentSize, noSync: opts.NoSync,
 		prealloc: max(opts.Preallocate, 0)}
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		if err := syncDir(filepath.Dir(dir)); err != nil {
@@ -360,30 +350,14 @@ func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.E
 		return ErrClosed
 	}
 	st := w.st
-	dummyIndex, last := st.dummyIndex, st.last
-	var newSnap *raftpb.Snapshot
-	if snap != nil && !raft.IsEmptySnap(snap) {
-		cur, idx := st.snap.GetMetadata().GetIndex(), snap.GetMetadata().GetIndex()
-		if cur != 0 && cur >= idx {
-			return raft.ErrSnapOutOfDate
-		}
-		newSnap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
-		dummyIndex, last = idx, idx
-	}
-	ents, err := trimEntries(ents, dummyIndex+1, last)
+	c, err := st.planSave(snap, hs, ents)
 	if err != nil {
 		return err
 	}
-	if hs != nil && st.hardState != nil && proto.Equal(hs, st.hardState) {
-		hs = nil
-	}
-	if newSnap == nil && len(ents) == 0 && hs == nil {
+	if c.empty() {
 		return nil
 	}
-	var hsCopy *raftpb.HardState
-	if hs != nil {
-		hsCopy = proto.Clone(hs).(*raftpb.HardState)
-	}
+	newSnap, ents, hsCopy := c.snap, c.ents, c.hs
 	buf, start := beginBatch(w.buf[:0])
 	if newSnap != nil {
 		if buf, err = appendProtoRecord(buf, recSnapInstall, newSnap); err != nil {
@@ -465,11 +439,8 @@ func (w *WAL) Compact(index uint64) error {
 	if w.closed {
 		return ErrClosed
 	}
-	if index <= w.st.dummyIndex {
-		return raft.ErrCompacted
-	}
-	if index > w.st.last {
-		return fmt.Errorf("raftlog: compact %d is out of bound last index %d", index, w.st.last)
+	if err := w.st.checkCompact(index); err != nil {
+		return err
 	}
 	term, err := w.term(index)
 	if err != nil {
@@ -498,8 +469,7 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState, index uint64) error {
 	if w.closed {
 		return ErrClosed
 	}
-	c := proto.Clone(cs).(*raftpb.ConfState)
-	v, err := marshalConfState(c, index)
+	c, v, err := encodeConfState(cs, index)
 	if err != nil {
 		return err
 	}
@@ -514,21 +484,18 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState, index uint64) error {
 
 // Bootstrap is [Storage.Bootstrap] on the WAL.
 func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
-	if cs == nil || len(cs.GetVoters()) == 0 {
-		return fmt.Errorf("raftlog: bootstrap needs at least one voter")
+	if err := checkBootstrap(cs); err != nil {
+		return err
 	}
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
-	if w.hasState() {
+	if w.st.hasState() {
 		return fmt.Errorf("%w: %s", ErrNotEmpty, w.dir)
 	}
-	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
-		Index: new(uint64(1)), Term: new(uint64(1)), ConfState: proto.Clone(cs).(*raftpb.ConfState),
-	}}
-	hs := &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}
+	snap, hs := bootstrapState(cs)
 	buf, start := beginBatch(nil)
 	buf, err := appendProtoRecord(buf, recSnapInstall, snap)
 	if err != nil {

@@ -1,16 +1,12 @@
 package raftlog
 
 import (
-	"fmt"
-
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
 // The WAL's raft.Storage read side: everything is answered from memory.
 
-// InitialState is [Storage.InitialState] on the WAL.
 // ConfIndex is [Log.ConfIndex] on the WAL.
 func (w *WAL) ConfIndex() uint64 {
 	w.mu.Lock()
@@ -18,32 +14,22 @@ func (w *WAL) ConfIndex() uint64 {
 	return confIndex(w.st.confState, w.st.confIndex, w.st.snap)
 }
 
+// InitialState is [Storage.InitialState] on the WAL.
 func (w *WAL) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil, nil, ErrClosed
 	}
-	var hs *raftpb.HardState
-	if w.st.hardState != nil {
-		hs = proto.Clone(w.st.hardState).(*raftpb.HardState)
-	}
-	cs := w.st.confState
-	if cs == nil {
-		cs = raftpb.EnsureConfState(w.st.snap.GetMetadata().GetConfState())
-	}
-	return hs, proto.Clone(cs).(*raftpb.ConfState), nil
+	hs, cs := w.st.initialState()
+	return hs, cs, nil
 }
 
 // HasState is [Storage.HasState] on the WAL.
 func (w *WAL) HasState() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.hasState()
-}
-
-func (w *WAL) hasState() bool {
-	return w.st.hardState != nil || w.st.last > 0 || w.st.snap.GetMetadata().GetIndex() > 0
+	return w.st.hasState()
 }
 
 // FirstIndex returns the index of the first entry Entries may return.
@@ -87,16 +73,10 @@ func (w *WAL) Term(i uint64) (uint64, error) {
 }
 
 func (w *WAL) term(i uint64) (uint64, error) {
-	switch st := w.st; {
-	case i < st.dummyIndex:
-		return 0, raft.ErrCompacted
-	case i == st.dummyIndex:
-		return st.dummyTerm, nil
-	case i > st.last:
-		return 0, raft.ErrUnavailable
-	default:
-		return st.entry(i).GetTerm(), nil
+	if t, stored, err := w.st.termBound(i); !stored {
+		return t, err
 	}
+	return w.st.entry(i).GetTerm(), nil
 }
 
 // Entries is [Storage.Entries] on the WAL.
@@ -107,14 +87,8 @@ func (w *WAL) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return nil, ErrClosed
 	}
 	st := w.st
-	if lo <= st.dummyIndex {
-		return nil, raft.ErrCompacted
-	}
-	if hi > st.last+1 || lo > hi {
-		return nil, fmt.Errorf("%w: entries [%d, %d) out of bounds [%d, %d]", raft.ErrUnavailable, lo, hi, st.dummyIndex+1, st.last)
-	}
-	if st.last == st.dummyIndex {
-		return nil, raft.ErrUnavailable
+	if err := st.checkEntries(lo, hi); err != nil {
+		return nil, err
 	}
 	out := make([]*raftpb.Entry, 0, hi-lo)
 	var size uint64

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -219,47 +220,40 @@ func TestWALPreallocate(t *testing.T) {
 	}
 	require.NoError(t, ref.SetHardState(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(5))}))
 	require.NoError(t, w.Close())
+	// reopen opens the WAL again, checks it holds what ref holds and, for i > 0, appends entry i to both.
+	reopen := func(what string, i uint64) {
+		t.Helper()
+		w, err := OpenWAL(dir, opts)
+		require.NoError(t, err)
+		compareStorages(t, what, ref, w)
+		if i > 0 {
+			require.NoError(t, w.Save(nil, nil, mkEnts(i, i, 1)))
+			require.NoError(t, ref.Append(mkEnts(i, i, 1)))
+		}
+		require.NoError(t, w.Close())
+	}
 	seg := lastSegment(t, dir)
 	full, err := os.ReadFile(seg)
 	require.NoError(t, err)
 	require.Equal(t, 4096, len(full), "one preallocated chunk")
-	used := len(full)
-	for used > 0 && full[used-1] == 0 {
-		used--
-	}
+	used := len(bytes.TrimRight(full, "\x00"))
 	require.Less(t, used, len(full))
 
 	// Reopen: the zeros are free space; the log is intact and grows in place.
-	w, err = OpenWAL(dir, opts)
-	require.NoError(t, err)
-	compareStorages(t, "reopened", ref, w)
-	require.NoError(t, w.Save(nil, nil, mkEnts(6, 6, 1)))
-	require.NoError(t, ref.Append(mkEnts(6, 6, 1)))
-	require.NoError(t, w.Close())
+	reopen("reopened", 6)
 	st, err := os.Stat(seg)
 	require.NoError(t, err)
 	require.Equal(t, int64(4096), st.Size(), "written inside the chunk")
-	w, err = OpenWAL(dir, opts)
-	require.NoError(t, err)
-	compareStorages(t, "appended in place", ref, w)
-	require.NoError(t, w.Close())
+	reopen("appended in place", 0)
 
 	// A torn write inside the preallocated space: garbage after the last record.
 	full, err = os.ReadFile(seg)
 	require.NoError(t, err)
-	used = len(full)
-	for used > 0 && full[used-1] == 0 {
-		used--
-	}
+	used = len(bytes.TrimRight(full, "\x00"))
 	torn := append([]byte(nil), full...)
 	copy(torn[used:], []byte{7, 0, 0, 0, 1, 2, 3, 4, 2, 9})
 	require.NoError(t, os.WriteFile(seg, torn, 0o600))
-	w, err = OpenWAL(dir, opts)
-	require.NoError(t, err)
-	compareStorages(t, "torn in preallocated space", ref, w)
-	require.NoError(t, w.Save(nil, nil, mkEnts(7, 7, 1)))
-	require.NoError(t, ref.Append(mkEnts(7, 7, 1)))
-	require.NoError(t, w.Close())
+	reopen("torn in preallocated space", 7)
 
 	// Segments roll over: only the last keeps preallocated zeros.
 	opts.SegmentSize = 1
@@ -282,10 +276,7 @@ func TestWALPreallocate(t *testing.T) {
 			off += n
 		}
 	}
-	w, err = OpenWAL(dir, opts)
-	require.NoError(t, err)
-	compareStorages(t, "after rollover", ref, w)
-	require.NoError(t, w.Close())
+	reopen("after rollover", 0)
 }
 
 // TestWALReadsDuringWrites: raft reads (Term, Entries, LastIndex …) run while the

@@ -11,24 +11,18 @@ import (
 // walState is the WAL's in-memory log: every record, live or replayed, goes through
 // apply, so a reopened WAL holds exactly what the running one held.
 type walState struct {
-	hardState *raftpb.HardState // nil until one is saved
-	confState *raftpb.ConfState // from SetConfState; nil means "use the snapshot's"
-	confIndex uint64            // the index confState reflects (0: not recorded)
-	snap      *raftpb.Snapshot  // never nil
-	// dummyIndex/dummyTerm describe the entry just before FirstIndex.
-	dummyIndex, dummyTerm uint64
+	logState
 	// ents holds entries base, base+1, ...; last is the last index. During replay
 	// base may exceed dummyIndex+1: entries (dummyIndex, base) live in deleted
 	// segments and must be compacted away before replay ends.
 	base uint64
 	ents []*raftpb.Entry
-	last uint64
 	// replayed is set once a record has been applied.
 	replayed bool
 }
 
 func newWalState() *walState {
-	return &walState{snap: raftpb.EnsureSnapshot(nil), base: 1}
+	return &walState{logState: logState{snap: raftpb.EnsureSnapshot(nil)}, base: 1}
 }
 
 // complete reports whether every entry (dummyIndex, last] is held.

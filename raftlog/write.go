@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -31,30 +30,14 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	if s.closed {
 		return ErrClosed
 	}
-	dummyIndex, dummyTerm, last := s.dummyIndex, s.dummyTerm, s.last
-	var newSnap *raftpb.Snapshot
-	if snap != nil && !raft.IsEmptySnap(snap) {
-		cur, idx := s.snap.GetMetadata().GetIndex(), snap.GetMetadata().GetIndex()
-		if cur != 0 && cur >= idx {
-			return raft.ErrSnapOutOfDate
-		}
-		newSnap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
-		dummyIndex, dummyTerm, last = idx, snap.GetMetadata().GetTerm(), idx
-	}
-	ents, err := trimEntries(ents, dummyIndex+1, last)
+	c, err := s.planSave(snap, hs, ents)
 	if err != nil {
 		return err
 	}
-	if hs != nil && s.hardState != nil && proto.Equal(hs, s.hardState) {
-		hs = nil
-	}
-	if newSnap == nil && len(ents) == 0 && hs == nil {
+	if c.empty() {
 		return nil
 	}
-	var hsCopy *raftpb.HardState
-	if hs != nil {
-		hsCopy = proto.Clone(hs).(*raftpb.HardState)
-	}
+	newSnap, ents, hsCopy := c.snap, c.ents, c.hs
 	err = s.update(func(meta, logb *bolt.Bucket) error {
 		if newSnap != nil {
 			// Drop the whole log (all of it is at or before, or conflicts with, the snapshot).
@@ -66,7 +49,7 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 			if err := putProto(meta, keySnapshot, newSnap); err != nil {
 				return err
 			}
-			if err := meta.Put(keyCompacted, compactedValue(dummyIndex, dummyTerm)); err != nil {
+			if err := meta.Put(keyCompacted, compactedValue(c.dummyIndex, c.dummyTerm)); err != nil {
 				return err
 			}
 			if err := meta.Delete(keyConfState); err != nil {
@@ -74,7 +57,7 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 			}
 		}
 		if len(ents) > 0 {
-			for i := ents[0].GetIndex(); i <= last; i++ {
+			for i := ents[0].GetIndex(); i <= c.last; i++ {
 				if err := logb.Delete(key(i)); err != nil {
 					return err
 				}
@@ -95,7 +78,7 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	}
 	if newSnap != nil {
 		s.snap, s.confState, s.confIndex, s.tail = newSnap, nil, 0, nil
-		s.dummyIndex, s.dummyTerm, s.last = dummyIndex, dummyTerm, last
+		s.dummyIndex, s.dummyTerm, s.last = c.dummyIndex, c.dummyTerm, c.last
 	}
 	if len(ents) > 0 {
 		s.appendTail(ents)
@@ -104,31 +87,6 @@ func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 		s.hardState = hsCopy
 	}
 	return nil
-}
-
-// trimEntries checks ents are contiguous, drops those before first and checks the rest
-// attach to a log ending at last.
-func trimEntries(ents []*raftpb.Entry, first, last uint64) ([]*raftpb.Entry, error) {
-	if len(ents) == 0 {
-		return nil, nil
-	}
-	lo := ents[0].GetIndex()
-	for i, e := range ents {
-		if e.GetIndex() != lo+uint64(i) {
-			return nil, fmt.Errorf("raftlog: entries not contiguous: index %d at position %d after %d", e.GetIndex(), i, lo)
-		}
-	}
-	if lo+uint64(len(ents))-1 < first {
-		return nil, nil
-	}
-	if lo < first {
-		ents = ents[first-lo:]
-		lo = first
-	}
-	if lo > last+1 {
-		return nil, fmt.Errorf("raftlog: missing log entries: last is %d, append at %d", last, lo)
-	}
-	return ents, nil
 }
 
 // appendTail replaces the cached suffix from ents[0].Index with ents and trims the cache.
@@ -187,11 +145,8 @@ func (s *Storage) Compact(index uint64) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if index <= s.dummyIndex {
-		return raft.ErrCompacted
-	}
-	if index > s.last {
-		return fmt.Errorf("raftlog: compact %d is out of bound last index %d", index, s.last)
+	if err := s.checkCompact(index); err != nil {
+		return err
 	}
 	term, err := s.term(index)
 	if err != nil {
@@ -229,8 +184,7 @@ func (s *Storage) SetConfState(cs *raftpb.ConfState, index uint64) error {
 	if s.closed {
 		return ErrClosed
 	}
-	c := proto.Clone(cs).(*raftpb.ConfState)
-	v, err := marshalConfState(c, index)
+	c, v, err := encodeConfState(cs, index)
 	if err != nil {
 		return err
 	}
@@ -253,21 +207,18 @@ func (s *Storage) SetConfState(cs *raftpb.ConfState, index uint64) error {
 // receives this snapshot starts from nothing. Applied starts at 1. ErrNotEmpty if
 // HasState. One transaction.
 func (s *Storage) Bootstrap(cs *raftpb.ConfState) error {
-	if cs == nil || len(cs.GetVoters()) == 0 {
-		return fmt.Errorf("raftlog: bootstrap needs at least one voter")
+	if err := checkBootstrap(cs); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	if s.hardState != nil || s.last > 0 || s.snap.GetMetadata().GetIndex() > 0 {
+	if s.hasState() {
 		return fmt.Errorf("%w: %s", ErrNotEmpty, s.path)
 	}
-	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
-		Index: new(uint64(1)), Term: new(uint64(1)), ConfState: proto.Clone(cs).(*raftpb.ConfState),
-	}}
-	hs := &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}
+	snap, hs := bootstrapState(cs)
 	if err := s.update(func(meta, _ *bolt.Bucket) error {
 		if err := putProto(meta, keySnapshot, snap); err != nil {
 			return err

@@ -20,7 +20,7 @@ import (
 // and two clusters can share it; the formation id is never shared. Every
 // stream, snapshot and call carries the sender's formation id (mdFormation,
 // "" for a node that has not joined a formed cluster) and the receiver
-// checks it here, in authenticate, for every RPC:
+// checks it when the RPC's headers arrive (admitStream), for every RPC:
 //
 //   - the same id, or the sender has none (a fresh node: a joining member's
 //     first calls, a light member): accepted;
@@ -107,8 +107,31 @@ func (t *Transport) setFormationLocked(id string) error {
 	return nil
 }
 
-// checkFormation is the formation part of authenticate; see the comment at
-// the top of this file. raftTraffic is true for streams and snapshots.
+// formationVerdict is the formation check of a stream's headers
+// (admitStream), which must not block: it accepts or refuses, except that
+// an adoption is left to the stream's handler (checkFormation), before it
+// reads anything: adopt is then the id to adopt.
+func (t *Transport) formationVerdict(from uint64, rpc, remote, remoteDetail string, raftTraffic bool) (adopt string, err error) {
+	local := t.Formation()
+	switch {
+	case remote == local:
+		return "", nil
+	case remote == "":
+		if !raftTraffic || local == "" {
+			return "", nil
+		}
+	case local == "":
+		if !raftTraffic || t.cfg.AdoptFormation == nil {
+			return "", nil
+		}
+		return remote, nil
+	}
+	return "", t.rejectFormation(from, rpc, local, remote, remoteDetail)
+}
+
+// checkFormation is the whole formation check, adoption included; see the
+// comment at the top of this file. raftTraffic is true for streams and
+// snapshots.
 func (t *Transport) checkFormation(from uint64, rpc, remote, remoteDetail string, raftTraffic bool) error {
 	local := t.Formation()
 	switch {

@@ -17,9 +17,10 @@ import (
 // testdata/fuzz/<Target>; go test runs every seed.
 
 // FuzzStreamBatch: a batch as the message stream receives it: the limit
-// check, the Batch itself, each message, and the filter. Nothing panics; a
-// message the filter passes is addressed here, from the peer, and of a type
-// a peer may send; the batch never carries more entries than the budget.
+// check, the Batch itself, the batch's announced cost, each message, and the
+// filter. Nothing panics; a message the filter passes is addressed here,
+// from the peer, and of a type a peer may send; the batch never decodes to
+// more entries than it announced.
 func FuzzStreamBatch(f *testing.F) {
 	for _, m := range decodeSamples() {
 		raw, err := proto.Marshal(m)
@@ -36,16 +37,20 @@ func FuzzStreamBatch(f *testing.F) {
 		if proto.Unmarshal(b, batch) != nil {
 			return
 		}
-		budget := maxBatchEntries
+		wire, entries := 0, 0
 		for _, raw := range batch.GetMsgs() {
-			if countEntries(raw) > budget {
-				continue
-			}
+			wire += len(raw)
+			entries += countEntries(raw)
+		}
+		if entries > maxBatchEntries || decodeAmplified(wire, len(batch.GetMsgs()), entries) {
+			return // refused whole, as Stream does
+		}
+		for _, raw := range batch.GetMsgs() {
 			m, err := decodeMessage(raw)
 			if err != nil {
 				continue
 			}
-			budget -= len(m.GetEntries())
+			entries -= len(m.GetEntries())
 			if ok, _ := remoteMessageOK(m, 2, 1); ok {
 				require.Equal(t, uint64(2), m.GetTo())
 				require.Equal(t, uint64(1), m.GetFrom())
@@ -53,7 +58,7 @@ func FuzzStreamBatch(f *testing.F) {
 				require.Empty(t, m.GetResponses())
 			}
 		}
-		require.GreaterOrEqual(t, budget, 0)
+		require.GreaterOrEqual(t, entries, 0)
 	})
 }
 

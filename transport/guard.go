@@ -17,7 +17,8 @@ import (
 // handshakeTimeout. A connection that fails (a plaintext client on a TLS
 // port, garbage bytes, a certificate of another CA or cluster, an expired
 // one, a port scanner that says nothing) is closed and logged once per
-// source address and interval (refuse.Log), not once per connection.
+// source address and interval (refuse.Log), not once per connection. One
+// that passes is admitted (admission.go: admitConn).
 
 // handshakeTimeout bounds the TLS handshake and the preface of an incoming
 // connection.
@@ -51,8 +52,14 @@ func (g guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInf
 		}
 		return nil, nil, err
 	}
+	tc, err := g.t.admitConn(raw, info)
+	if err != nil {
+		g.t.refused.Refuse(refusedConn, hostOf(raw.RemoteAddr()), "reason", "not admitted", "err", err)
+		_ = conn.Close()
+		return nil, nil, err
+	}
 	_ = raw.SetDeadline(time.Time{})
-	return &replayConn{Conn: conn, pending: got}, info, nil
+	return &replayConn{Conn: conn, pending: got}, connAuth{AuthInfo: info, conn: tc}, nil
 }
 
 func (g guardCreds) Clone() credentials.TransportCredentials {

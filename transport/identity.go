@@ -11,13 +11,17 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-// Member identity in certificates
+// Identities in certificates
 //
-// A member's certificate names it with one URI SAN:
+// A certificate names its holder with one URI SAN of scheme lockraft:
 //
-//	lockraft://<cluster-id>/<raft-id>
+//	lockraft://<cluster-id>/<raft-id>?role=voter           a voter-capable member
+//	lockraft://<cluster-id>/<raft-id>?role=light           a light member
+//	lockraft://<cluster-id>/<raft-id>?role=voter,operator  either, with operator rights
+//	lockraft://<cluster-id>/operator/<name>?role=operator  an operator that is no member
+//	lockraft://<cluster-id>/<raft-id>                      an older certificate: light
 //
-// for example lockraft://orders-prod/3. Why this shape:
+// for example lockraft://orders-prod/3?role=voter. Why this shape:
 //   - URI SANs are X.509's field for identities that are not host names
 //     (SPIFFE uses them the same way), so the same certificate can also
 //     carry the DNS names and IPs an operator's PKI wants, and Common Name
@@ -32,17 +36,156 @@ import (
 //     digits, '-' and '.'; Go's certificate parser rejects other hosts.)
 //   - The id is decimal, as in the static configuration (1, 2, 3); gossip
 //     members use random 64-bit ids, which the certificate tool generates.
+//   - The role is chosen when the certificate is issued and travels in the
+//     query, beside the id it qualifies: the path says who, the query what
+//     it may do. A query is what versions that predate roles ignore (they
+//     read the path only), so certificates with roles can be rolled out to
+//     a running cluster before its binaries are upgraded; a role in the
+//     path would have made them refuse the new certificates. An operator
+//     without a member id has a path no such version accepts as a member.
+//   - Unambiguous: exactly one lockraft URI, a query of exactly one role
+//     parameter (comma-separated, each role once, no other parameter), no
+//     user, port or fragment; anything else is refused, so a role this
+//     version does not know never grants what it might mean elsewhere.
+//   - Least privilege: a member URI without a role (every certificate issued
+//     before roles) is a light member. Such a cluster migrates by reissuing
+//     its voters' certificates with role=voter (lockraft-certs reissue) and
+//     rotating them in place before upgrading; see docs/security.md.
 
 // MemberScheme is the URI scheme of member identities.
 const MemberScheme = "lockraft"
 
 // ErrIdentity is the cause of a rejected certificate: it names no member,
-// more than one, another cluster, or a reserved id.
+// more than one, another cluster, a reserved id, or a role it may not have.
 var ErrIdentity = errors.New("transport: certificate does not name a member of this cluster")
 
-// MemberURI returns the URI SAN that names member id of cluster.
+// Role is what a certificate lets its holder do, chosen when it is issued. A
+// member is either voter-capable or light; either may also be an operator,
+// and an operator identity may be no member at all.
+type Role uint8
+
+const (
+	// RoleLight: a member that opens its own sessions and locks through
+	// forwarding (the typed calls); never a raft participant.
+	RoleLight Role = 1 << iota
+	// RoleVoter: a member that may be a raft participant (learner, voter,
+	// standby) and send raft traffic; it may do what a light member does.
+	RoleVoter
+	// RoleOperator: may ask for operator actions (leadership transfer,
+	// member removal, inspection on behalf of an operator).
+	RoleOperator
+)
+
+// PlaintextRole is the role of every peer of a transport without TLS:
+// nothing backs a sender's claim there (a loopback quick start, or an
+// explicitly insecure setup), so every peer is treated as a voter and an
+// operator.
+const PlaintextRole = RoleVoter | RoleOperator
+
+// Voter reports whether r may be a raft participant and send raft traffic.
+func (r Role) Voter() bool { return r&RoleVoter != 0 }
+
+// Member reports whether r is a member's role (voter-capable or light).
+func (r Role) Member() bool { return r&(RoleVoter|RoleLight) != 0 }
+
+// Operator reports whether r may ask for operator actions.
+func (r Role) Operator() bool { return r&RoleOperator != 0 }
+
+// roleNames in the order String writes them.
+var roleNames = []struct {
+	r    Role
+	name string
+}{{RoleVoter, "voter"}, {RoleLight, "light"}, {RoleOperator, "operator"}}
+
+// String is the role as a certificate's URI carries it ("voter",
+// "light,operator"); "none" for no role.
+func (r Role) String() string {
+	var parts []string
+	for _, n := range roleNames {
+		if r&n.r != 0 {
+			parts = append(parts, n.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseRole reads a role as String writes it: comma-separated names among
+// voter, light and operator, each at most once; not voter and light both.
+func ParseRole(s string) (Role, error) {
+	var r Role
+	for _, part := range strings.Split(s, ",") {
+		var got Role
+		for _, n := range roleNames {
+			if part == n.name {
+				got = n.r
+			}
+		}
+		if got == 0 {
+			return 0, fmt.Errorf("%w: unknown role %q", ErrIdentity, part)
+		}
+		if r&got != 0 {
+			return 0, fmt.Errorf("%w: role %q twice", ErrIdentity, part)
+		}
+		r |= got
+	}
+	if r.Voter() && r&RoleLight != 0 {
+		return 0, fmt.Errorf("%w: a member is voter or light, not both", ErrIdentity)
+	}
+	return r, nil
+}
+
+// Identity is what a certificate says about its holder.
+type Identity struct {
+	// Cluster is the cluster id the certificate is for.
+	Cluster string
+	// ID is the member's raft id; 0 for an operator that is no member.
+	ID uint64
+	// Operator names an operator that is no member ("" for a member).
+	Operator string
+	// Role is what the holder may do. A member URI without a role is
+	// RoleLight.
+	Role Role
+}
+
+// MemberURI returns the URI SAN that names member id of cluster without a
+// role: what certificates issued before roles carry. It is read as a light
+// member; MemberRoleURI names a member with its role.
 func MemberURI(cluster string, id uint64) string {
 	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10)}).String()
+}
+
+// MemberRoleURI returns the URI SAN that names member id of cluster with
+// role (voter or light, optionally with operator).
+func MemberRoleURI(cluster string, id uint64, role Role) string {
+	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10),
+		RawQuery: "role=" + role.String()}).String()
+}
+
+// OperatorURI returns the URI SAN of an operator named name that is no
+// member of cluster (an operator's client certificate, e.g. lockraftctl's).
+func OperatorURI(cluster, name string) string {
+	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: operatorPath + name,
+		RawQuery: "role=" + RoleOperator.String()}).String()
+}
+
+// operatorPath prefixes the path of an operator identity that is no member.
+const operatorPath = "/operator/"
+
+// ValidOperatorName reports whether name can name an operator identity: 1
+// to 64 letters, digits, '.', '_' or '-'.
+func ValidOperatorName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateClusterID reports whether cluster can be the host part of a member
@@ -65,31 +208,83 @@ func ValidateClusterID(cluster string) error {
 	return nil
 }
 
-// MemberIdentity returns the cluster and member id a certificate names. The
-// certificate must carry exactly one lockraft URI SAN with a usable id (not
-// 0 and not one of raft's local-thread ids).
-func MemberIdentity(cert *x509.Certificate) (cluster string, id uint64, err error) {
-	found := 0
-	for _, u := range cert.URIs {
-		if u.Scheme != MemberScheme {
+// ParseIdentity returns the identity a certificate names: the one place
+// where a certificate's URI SAN is read (see the comment at the top of this
+// file). It must carry exactly one lockraft URI, naming either a member
+// (a usable id: not 0, not one of raft's local-thread ids; role voter or
+// light, optionally with operator; no role: light) or an operator that is
+// no member (role exactly operator).
+func ParseIdentity(cert *x509.Certificate) (Identity, error) {
+	var u *url.URL
+	for _, c := range cert.URIs {
+		if c.Scheme != MemberScheme {
 			continue
 		}
-		found++
-		cluster = u.Host
-		id, err = strconv.ParseUint(strings.TrimPrefix(u.Path, "/"), 10, 64)
-		if err != nil || !strings.HasPrefix(u.Path, "/") {
-			return "", 0, fmt.Errorf("%w: bad member URI %q", ErrIdentity, u)
+		if u != nil {
+			return Identity{}, fmt.Errorf("%w: more than one %s URI (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
+		}
+		u = c
+	}
+	if u == nil {
+		return Identity{}, fmt.Errorf("%w: no %s:// URI SAN (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
+	}
+	bad := func(why string) (Identity, error) {
+		return Identity{}, fmt.Errorf("%w: bad identity URI %q: %s", ErrIdentity, u, why)
+	}
+	if u.Opaque != "" || u.User != nil || u.Port() != "" || u.Fragment != "" || u.RawFragment != "" ||
+		u.Host == "" || u.ForceQuery {
+		return bad("want lockraft://<cluster>/<id>?role=<role>")
+	}
+	id := Identity{Cluster: u.Host}
+	var role Role
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil || len(q) != 1 || len(q["role"]) != 1 {
+			return bad("the query must be one role parameter")
+		}
+		if role, err = ParseRole(q["role"][0]); err != nil {
+			return bad(err.Error())
 		}
 	}
-	switch {
-	case found == 0:
-		return "", 0, fmt.Errorf("%w: no %s:// URI SAN (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
-	case found > 1:
-		return "", 0, fmt.Errorf("%w: %d member URIs (subject %q)", ErrIdentity, found, cert.Subject)
-	case ReservedID(id):
-		return "", 0, fmt.Errorf("%w: reserved member id %d", ErrIdentity, id)
+	if name, ok := strings.CutPrefix(u.Path, operatorPath); ok {
+		if !ValidOperatorName(name) {
+			return bad("operator name: want 1 to 64 letters, digits, '.', '_', '-'")
+		}
+		if role != RoleOperator {
+			return bad("an operator identity has role=operator and no other")
+		}
+		id.Operator, id.Role = name, role
+		return id, nil
 	}
-	return cluster, id, nil
+	rest, ok := strings.CutPrefix(u.Path, "/")
+	n, err := strconv.ParseUint(rest, 10, 64)
+	if !ok || err != nil || strconv.FormatUint(n, 10) != rest {
+		return bad("the member id must be decimal")
+	}
+	if ReservedID(n) {
+		return Identity{}, fmt.Errorf("%w: reserved member id %d", ErrIdentity, n)
+	}
+	switch {
+	case u.RawQuery == "":
+		role = RoleLight // issued before roles: the least a member may do
+	case !role.Member():
+		return bad("a member's role includes voter or light")
+	}
+	id.ID, id.Role = n, role
+	return id, nil
+}
+
+// MemberIdentity returns the cluster and member id a certificate names; an
+// operator identity that is no member is refused. See ParseIdentity.
+func MemberIdentity(cert *x509.Certificate) (cluster string, id uint64, err error) {
+	ident, err := ParseIdentity(cert)
+	if err != nil {
+		return "", 0, err
+	}
+	if ident.ID == 0 {
+		return "", 0, fmt.Errorf("%w: operator %q is no member", ErrIdentity, ident.Operator)
+	}
+	return ident.Cluster, ident.ID, nil
 }
 
 // ReservedID reports whether id can never be a member: 0, and the ids raft

@@ -26,14 +26,51 @@ import (
 // InvalidArgument error at the cost of one pass over the bytes.
 const (
 	// maxBatchMsgs bounds the raft messages in one Batch; maxBatchEntries the
-	// raft entries in all of them, maxMsgEntries in one message.
-	maxBatchMsgs    = 1 << 16
-	maxBatchEntries = 1 << 18
+	// raft entries in all of them, maxMsgEntries in one message. A sender's
+	// queue holds at most QueueSize (default 4096) messages, so a batch
+	// never has more; a raft append of MaxSizePerMsg (1 MiB) of the
+	// smallest real entries has fewer entries than maxMsgEntries.
+	maxBatchMsgs    = 1 << 14
+	maxBatchEntries = 1 << 17
 	maxMsgEntries   = 1 << 17
 	// maxCallItems bounds the repeated fields of the typed calls (commands
 	// in a FwdPropose, items in a push or reply, status queries, voters).
 	maxCallItems = 1 << 15
 )
+
+// Decode amplification
+//
+// Decoding a raft message costs memory beyond its bytes (which decoded
+// entries alias): about msgDecodeCost per message and entryDecodeCost per
+// entry (decodeMessage's blocks, or proto.Unmarshal's allocations), though
+// an entry can be two bytes on the wire. What a message or a batch
+// announces is charged before anything is decoded (decodeCost), and
+// refused when it is more than decodeRatio times its bytes plus
+// decodeSlack: 256 KiB of empty entries would have become 15 MiB; now 256
+// KiB decodes to at most 8 MiB. Real traffic stays well below: an append's
+// entries carry a term, an index and a type (9 bytes or more, 14x), the
+// smallest message (a heartbeat answer) has 8 bytes or more (40x, one per
+// tick), and the sender splits its batches so that each keeps the ratio
+// (writeLoop).
+const (
+	entryDecodeCost = 128 // entryBlock and its pointer; proto.Unmarshal's entry, term, index and type
+	msgDecodeCost   = 320 // messageBlock, its pointer and the batch's slice header
+	decodeRatio     = 32
+	decodeSlack     = 64 << 10
+)
+
+// decodeCost is what decoding msgs messages of entries entries and wire
+// bytes costs, the bytes included (decoded messages alias them).
+func decodeCost(wire, msgs, entries int) int64 {
+	return int64(wire) + int64(msgs)*msgDecodeCost + int64(entries)*entryDecodeCost
+}
+
+// decodeAmplified reports whether decoding msgs messages of entries entries
+// from wire bytes costs more than decodeRatio times their bytes plus
+// decodeSlack.
+func decodeAmplified(wire, msgs, entries int) bool {
+	return int64(msgs)*msgDecodeCost+int64(entries)*entryDecodeCost > int64(wire)*decodeRatio+decodeSlack
+}
 
 // ErrLimit is the cause of input refused for announcing more elements than a
 // limit allows.
@@ -99,19 +136,28 @@ func (c codec) Name() string { return grpcproto.Name }
 func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if raw, ok := v.(*rawRequest); ok {
+		raw.buf = data.MaterializeToBuffer(mem.DefaultBufferPool()) // freed by its reader
+		return nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return c.base.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	b := buf.ReadOnlyData()
-	if max := limitOf(v); max > 0 {
+	// Bytes fields are copied out of the buffer (not aliased), so it may be
+	// freed.
+	return c.decode(buf.ReadOnlyData(), m)
+}
+
+// decode is proto.Unmarshal of b into m after checkRepeated.
+func (c codec) decode(b []byte, m proto.Message) error {
+	if max := limitOf(m); max > 0 {
 		if err := checkRepeated(b, max); err != nil {
-			c.refused.Refuse(refusedOversize, fmt.Sprintf("%T", v), "bytes", len(b), "err", err)
+			c.refused.Refuse(refusedOversize, fmt.Sprintf("%T", m), "bytes", len(b), "err", err)
 			return err
 		}
 	}
-	// Bytes fields are copied out of b (not aliased), so b may be freed.
 	return proto.Unmarshal(b, m)
 }

@@ -23,12 +23,22 @@ import (
 // else (a snapshot, responses, an unknown field or enum value, a malformed
 // field) goes to proto.Unmarshal, so the result is always what it would
 // have produced (FuzzDecodeMessage), except that a message announcing more
-// than maxMsgEntries entries is refused (ErrLimit) before either decoder
-// allocates anything for them, and one with a message or entry type raft
-// does not define is refused (ErrUnknownEnum).
+// than maxMsgEntries entries, or entries that would cost more than
+// decodeRatio times its bytes (limits.go), is refused (ErrLimit) before
+// either decoder allocates anything for them, and one with a message or
+// entry type raft does not define is refused (ErrUnknownEnum).
 func decodeMessage(b []byte) (*raftpb.Message, error) {
-	if n := countEntries(b); n > maxMsgEntries {
+	return decodeCounted(b, countEntries(b))
+}
+
+// decodeCounted is decodeMessage of b, whose entries the caller counted
+// (countEntries).
+func decodeCounted(b []byte, n int) (*raftpb.Message, error) {
+	if n > maxMsgEntries {
 		return nil, fmt.Errorf("%w: %d entries in one message", ErrLimit, n)
+	}
+	if decodeAmplified(len(b), 1, n) {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", ErrLimit, n, len(b))
 	}
 	if m, ok := decodeMessageFast(b); ok {
 		return m, nil

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,8 +109,8 @@ func TestDecodeRefusesUnknownEnums(t *testing.T) {
 
 // FuzzDecodeMessage: for any input, decodeMessage fails exactly when
 // proto.Unmarshal does (or when the input announces more entries than
-// maxMsgEntries, or types raft does not define), and otherwise returns an
-// equal message.
+// maxMsgEntries or than its bytes may decode to, or types raft does not
+// define), and otherwise returns an equal message.
 func FuzzDecodeMessage(f *testing.F) {
 	for _, m := range decodeSamples() {
 		b, err := proto.Marshal(m)
@@ -125,7 +126,8 @@ func FuzzDecodeMessage(f *testing.F) {
 			return
 		}
 		if errors.Is(err, ErrLimit) {
-			require.Greater(t, len(want.GetEntries()), maxMsgEntries)
+			n := len(want.GetEntries())
+			require.True(t, n > maxMsgEntries || decodeAmplified(len(b), 1, n), "%d entries in %d bytes", n, len(b))
 			return
 		}
 		if errors.Is(err, ErrUnknownEnum) {
@@ -166,4 +168,48 @@ func BenchmarkDecodeMessage(b *testing.B) {
 			}
 		}
 	})
+}
+
+// 256 KiB on the wire cannot decode to 15 MiB: a message of 256 KiB of
+// empty entries (131,072 of them, within maxMsgEntries) is refused before
+// anything is allocated for them, and the message of 256 KiB that decodes
+// to the most within decodeRatio (entries of a term, an index and a type:
+// the smallest real ones) allocates at most decodeRatio times its bytes.
+func TestDecodeOf256KiBBounded(t *testing.T) {
+	const size = 256 << 10
+	empty := make([]byte, 0, size)
+	for len(empty)+2 <= size {
+		empty = append(empty, 0x3a, 0x00)
+	}
+	require.LessOrEqual(t, countEntries(empty), maxMsgEntries)
+	allocs := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	alloc := allocs(func() {
+		_, err := decodeMessage(empty)
+		require.ErrorIs(t, err, ErrLimit)
+	})
+	require.Less(t, alloc, uint64(64<<10))
+
+	m := msgApp(1, 2, 1)
+	for i := range (size - 32) / 8 { // 8 bytes an entry
+		m.Entries = append(m.Entries, &raftpb.Entry{Term: new(uint64(1)), Index: new(uint64(i%100 + 1)),
+			Type: raftpb.EntryType_EntryNormal.Enum()})
+	}
+	raw, err := proto.Marshal(m)
+	require.NoError(t, err)
+	alloc = allocs(func() {
+		got, err := decodeMessage(raw)
+		require.NoError(t, err)
+		require.Len(t, got.GetEntries(), len(m.Entries))
+	})
+	t.Logf("256 KiB of empty entries refused; %d KiB of %d real entries decoded with %d KiB allocated",
+		len(raw)>>10, len(m.Entries), alloc>>10)
+	require.Less(t, alloc, uint64(decodeRatio*len(raw)+decodeSlack))
+	require.Less(t, alloc, uint64(15<<20))
 }

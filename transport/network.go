@@ -10,7 +10,7 @@ import (
 
 // Network is what a node needs of its transport: raft message streams and
 // snapshot transfers (Send), the typed calls to its peers (Caller), where its
-// peers listen, and what it refused. *Transport implements it over gRPC. The
+// peers listen, who they are (roles, revocation), and what it refused. *Transport implements it over gRPC. The
 // node's tests plug in others beneath the same Handler: an in-memory network
 // and a wrapper that injects faults. Implementations are safe for concurrent
 // use, and none of their methods blocks on a slow peer except the calls,
@@ -33,6 +33,14 @@ type Network interface {
 	SetFormation(id string) error
 	// PeerVersion is the software version peer last announced.
 	PeerVersion(peer uint64) (version string, seen bool)
+	// PeerRole is the role of the last verified certificate naming member
+	// id (either direction), and whether there was one; PlaintextRole
+	// without TLS. A call's own caller and role: CallerOf(ctx). Raft
+	// messages and snapshots arrive only from voters.
+	PeerRole(id uint64) (Role, bool)
+	// Revoke refuses member id from now on: its connections close and
+	// nothing more of it is admitted (calls to it still work).
+	Revoke(id uint64)
 	// Refuse and Note record a refusal of the node's own in the transport's
 	// rate-limited refusal log (Note at Info level); Refusals counts the
 	// refusals of a kind.

@@ -301,6 +301,9 @@ func (p *peer) writeLoop() {
 	)
 	defer func() { cancel() }()
 	limit := p.t.cfg.MaxMsgSize
+	// A batch fills one receive window of the peer's stream (it reads on
+	// while the next arrives); a message larger than that goes alone.
+	target := min(limit, serverStreamWindow-grpcSlack)
 	for {
 		if len(carry) == 0 {
 			select {
@@ -311,12 +314,14 @@ func (p *peer) writeLoop() {
 				carry = b
 			}
 		}
-		// Coalesce: fill one gRPC message from carry and the queue, below
-		// MaxMsgSize and the receiver's message and entry limits.
-		batch, size, ents := &transportpb.Batch{}, 0, 0
+		// Coalesce: fill one gRPC message from carry and the queue, within
+		// the target size and the receiver's message, entry and decoding
+		// limits (limits.go).
+		batch, size, wire, ents := &transportpb.Batch{}, 0, 0, 0
 		for {
-			for len(carry) > 0 && (len(batch.Msgs) == 0 || (size+len(carry[0].b) <= limit &&
-				len(batch.Msgs) < maxBatchMsgs && ents+carry[0].ents <= maxBatchEntries)) {
+			for len(carry) > 0 && (len(batch.Msgs) == 0 || (size+len(carry[0].b) <= target &&
+				len(batch.Msgs) < maxBatchMsgs && ents+carry[0].ents <= maxBatchEntries &&
+				!decodeAmplified(wire+len(carry[0].b), len(batch.Msgs)+1, ents+carry[0].ents))) {
 				if len(carry[0].b) > limit || carry[0].ents > maxMsgEntries {
 					p.t.log.Error("transport: message over MaxMsgSize or the entry limit dropped",
 						"peer", p.id, "size", len(carry[0].b), "max", limit, "entries", carry[0].ents)
@@ -325,6 +330,7 @@ func (p *peer) writeLoop() {
 				}
 				batch.Msgs = append(batch.Msgs, carry[0].b)
 				size += len(carry[0].b) + 8 // rough framing overhead
+				wire += len(carry[0].b)
 				ents += carry[0].ents
 				carry = carry[1:]
 			}

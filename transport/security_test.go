@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -322,11 +321,11 @@ func TestTLSFilesRotation(t *testing.T) {
 	require.NoError(t, err)
 	b := newNode(t, "c1", 2, withTLS(tl))
 	client := newNode(t, "c1", 1, withTLS(p.member("c1", 1)))
-	served := func() *big {
+	served := func() *servedSerial {
 		c, err := tls.Dial("tcp", b.t.Addr(), client.t.clientTLS(2))
 		require.NoError(t, err)
 		defer c.Close()
-		return &big{c.ConnectionState().PeerCertificates[0].SerialNumber.String()}
+		return &servedSerial{c.ConnectionState().PeerCertificates[0].SerialNumber.String()}
 	}
 	require.Equal(t, first.SerialNumber.String(), served().s)
 	second := issue()
@@ -336,40 +335,4 @@ func TestTLSFilesRotation(t *testing.T) {
 	require.Eventually(t, func() bool { return served().s == second.SerialNumber.String() }, waitFor, 50*time.Millisecond)
 }
 
-type big struct{ s string }
-
-// The member URI is what certificates carry and what MemberIdentity reads;
-// reserved ids and several member URIs are refused.
-func TestMemberIdentity(t *testing.T) {
-	p := newPKI(t)
-	parse := func(uris ...string) (string, uint64, error) {
-		var us []*url.URL
-		for _, u := range uris {
-			pu, err := url.Parse(u)
-			require.NoError(t, err)
-			us = append(us, pu)
-		}
-		certPEM, keyPEM, err := p.ca.Issue("x", us, nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-		require.NoError(t, err)
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
-		return MemberIdentity(pair.Leaf)
-	}
-	cluster, id, err := parse(MemberURI("orders-prod", 3), "spiffe://example.org/x")
-	require.NoError(t, err)
-	require.Equal(t, "orders-prod", cluster)
-	require.Equal(t, uint64(3), id)
-	for _, bad := range [][]string{
-		nil,
-		{MemberURI("c", 0)},
-		{MemberURI("c", ^uint64(0))},
-		{MemberURI("c", ^uint64(0)-1)},
-		{MemberURI("c", 1), MemberURI("c", 2)},
-		{"lockraft://c/x"},
-	} {
-		_, _, err := parse(bad...)
-		require.ErrorIs(t, err, ErrIdentity, "%v", bad)
-	}
-	require.NoError(t, ValidateClusterID("orders-prod.eu"))
-	require.Error(t, ValidateClusterID("my cluster"))
-}
+type servedSerial struct{ s string }

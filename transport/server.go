@@ -31,54 +31,22 @@ type server struct {
 	t *Transport
 }
 
-// authenticate establishes who sent an incoming RPC and that it belongs to
-// this cluster; it is the one place where both are decided, for every
-// stream, snapshot and call.
-//
-// Who: with TLS, the member id named by the client's verified certificate
-// (the handshake already checked its chain and cluster); a "lockraft-from"
-// header that says otherwise is refused, never believed. Without TLS, the
-// header, which nothing backs (loopback and explicitly insecure setups only).
-// Which cluster: the "lockraft-cluster" header must be this cluster's id.
-// Refusals are logged once per source and interval.
+// authenticate returns who sent an incoming RPC: admitStream established
+// and checked it (identity, cluster, role, revocation, formation) when its
+// headers arrived. What is left is a formation adoption, done here before
+// the RPC's first message is read.
 func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	cluster := first(md, mdCluster)
-	fromStr := first(md, mdFrom)
-	var from uint64
-	if s.t.cfg.TLS != nil {
-		id, err := tlsPeer(ctx)
-		if err != nil {
-			s.t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "no member certificate", "err", err)
-			return 0, status.Errorf(codes.Unauthenticated, "%v", err)
-		}
-		if fromStr != "" && fromStr != strconv.FormatUint(id, 10) {
-			s.t.refused.Refuse(refusedRPC, strconv.FormatUint(id, 10), "rpc", rpc,
-				"reason", "sender header contradicts the certificate", "header", fromStr)
-			return 0, status.Errorf(codes.PermissionDenied, "certificate names member %d, header says %q", id, fromStr)
-		}
-		from = id
-	} else {
-		id, err := strconv.ParseUint(fromStr, 10, 64)
-		if err != nil || ReservedID(id) {
-			s.t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "no valid sender id", "from", fromStr)
-			return 0, status.Errorf(codes.Unauthenticated, "missing or invalid %s header", mdFrom)
-		}
-		from = id
+	a := admittedOf(ctx)
+	if a == nil {
+		return 0, status.Error(codes.Unauthenticated, "stream not admitted")
 	}
-	if cluster != s.t.cfg.ClusterID {
-		s.t.refused.Refuse(refusedRPC, strconv.FormatUint(from, 10), "rpc", rpc, "reason", "another cluster",
-			"local_cluster", s.t.cfg.ClusterID, "remote_cluster", cluster)
-		return 0, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
-			clusterMismatchMsg, s.t.cfg.ClusterID, cluster)
+	if a.adopt != "" {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if err := s.t.checkFormation(a.from, rpc, a.adopt, first(md, mdFormationDetail), true); err != nil {
+			return 0, err
+		}
 	}
-	// Raft traffic (a stream or a snapshot) from a formed cluster is what
-	// makes a fresh node adopt its formation id; a call never does.
-	if err := s.t.checkFormation(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), rpc == "Stream" || rpc == "Snapshot"); err != nil {
-		return 0, err
-	}
-	s.t.noteVersion(from, first(md, mdVersion))
-	return from, nil
+	return a.from, nil
 }
 
 func first(md metadata.MD, key string) string {
@@ -112,16 +80,22 @@ func remoteMessageOK(m *raftpb.Message, local, from uint64) (bool, string) {
 }
 
 // Stream receives the batches of one peer for as long as the peer keeps the
-// stream open, delivering each batch with one Handler.Receive call. Messages
-// refused by remoteMessageOK, undecodable ones and those beyond the batch's
-// entry budget are dropped (and logged once per peer and interval).
+// stream open, delivering each batch with one Handler.Receive call. Each
+// batch is charged its decoding cost (budget.go) before it is decoded, and
+// refused whole (the stream ends) when it announces more entries than
+// maxBatchEntries or more than its bytes may decode to (limits.go).
+// Messages refused by remoteMessageOK and undecodable ones are dropped (and
+// logged once per peer and interval).
 func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
-	from, err := s.authenticate(stream.Context(), "Stream")
+	ctx := stream.Context()
+	from, err := s.authenticate(ctx, "Stream")
 	if err != nil {
 		return err
 	}
+	a, lim := admittedOf(ctx).peer, &s.t.adm.lim
 	local := s.t.cfg.LocalID
 	src := strconv.FormatUint(from, 10)
+	var counts []int // entries of each message of the batch, reused
 	for {
 		b, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -130,21 +104,34 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 		if err != nil {
 			return err
 		}
-		msgs := make([]*raftpb.Message, 0, len(b.GetMsgs()))
-		budget := maxBatchEntries
-		for _, raw := range b.GetMsgs() {
+		raws := b.GetMsgs()
+		counts = counts[:0]
+		wire, entries := 0, 0
+		for _, raw := range raws {
+			n := countEntries(raw)
+			counts = append(counts, n)
+			wire += len(raw)
+			entries += n
+		}
+		if entries > maxBatchEntries || decodeAmplified(wire, len(raws), entries) {
+			s.t.refused.Refuse(refusedMessage, src, "reason", "batch announces more than its bytes may decode to",
+				"bytes", wire, "msgs", len(raws), "entries", entries)
+			return status.Errorf(codes.InvalidArgument, "%v: %d messages and %d entries in %d bytes", ErrLimit, len(raws), entries, wire)
+		}
+		h, err := charge(ctx, a.raftBudget, s.t.adm.raftBudget, lim.peerRaftBudget, lim.raftBudget,
+			decodeCost(wire, len(raws), entries))
+		if err != nil {
+			return err
+		}
+		msgs := make([]*raftpb.Message, 0, len(raws))
+		for i, raw := range raws {
 			// raw is this batch's own copy (protobuf copies bytes fields out
 			// of gRPC's pooled buffer), so the message may alias it.
-			var m *raftpb.Message
-			err := ErrLimit
-			if countEntries(raw) <= budget {
-				m, err = decodeMessage(raw)
-			}
+			m, err := decodeCounted(raw, counts[i])
 			if err != nil {
 				s.t.refused.Refuse(refusedMessage, src, "reason", "undecodable or over limit", "err", err)
 				continue
 			}
-			budget -= len(m.GetEntries())
 			if ok, why := remoteMessageOK(m, local, from); !ok {
 				s.t.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
 					"msg_from", m.GetFrom(), "msg_to", m.GetTo())
@@ -155,6 +142,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 		if len(msgs) > 0 {
 			s.t.cfg.Handler.Receive(msgs)
 		}
+		h.release()
 	}
 }
 

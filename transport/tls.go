@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/credentials"
 	grpcpeer "google.golang.org/grpc/peer"
 )
 
@@ -65,6 +64,21 @@ func (c *TLS) validate(cluster string, local uint64) error {
 	return nil
 }
 
+// Identity returns what this member's own certificate says: its cluster,
+// member id and role (a node checks that it may be what it is configured
+// to be: a voter needs RoleVoter).
+func (c *TLS) Identity() (Identity, error) {
+	cert, err := c.Certificate()
+	if err != nil {
+		return Identity{}, fmt.Errorf("TLS certificate: %w", err)
+	}
+	leaf, err := leafOf(cert)
+	if err != nil {
+		return Identity{}, err
+	}
+	return ParseIdentity(leaf)
+}
+
 func leafOf(cert *tls.Certificate) (*x509.Certificate, error) {
 	if cert == nil || len(cert.Certificate) == 0 {
 		return nil, errors.New("TLS certificate is empty")
@@ -76,16 +90,16 @@ func leafOf(cert *tls.Certificate) (*x509.Certificate, error) {
 }
 
 // verifyPeer checks a peer's certificate chain against the current roots for
-// usage and names the identity it carries. Clients verify servers with it
+// usage and returns the identity it carries. Clients verify servers with it
 // (crypto/tls's own verification wants a host name); servers let crypto/tls
 // verify the chain (RequireAndVerifyClientCert) and only read the identity.
-func (t *Transport) verifyPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage) (cluster string, id uint64, err error) {
+func (t *Transport) verifyPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage) (Identity, error) {
 	if len(certs) == 0 {
-		return "", 0, errors.New("peer presented no certificate")
+		return Identity{}, errors.New("peer presented no certificate")
 	}
 	roots, err := t.cfg.TLS.Roots()
 	if err != nil {
-		return "", 0, fmt.Errorf("TLS roots: %w", err)
+		return Identity{}, fmt.Errorf("TLS roots: %w", err)
 	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
@@ -93,13 +107,34 @@ func (t *Transport) verifyPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
 		KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return "", 0, err
+		return Identity{}, err
 	}
-	return MemberIdentity(certs[0])
+	return ParseIdentity(certs[0])
+}
+
+// admitIdentity is what a peer's verified certificate must say, in both
+// directions: a member (not an operator that is no member) of this cluster,
+// not on the deny-list; and, for a peer connecting here, not revoked. The
+// role it carries is recorded (PeerRole).
+func (t *Transport) admitIdentity(leaf *x509.Certificate, ident Identity, incoming bool) error {
+	switch {
+	case ident.Cluster != t.cfg.ClusterID:
+		return fmt.Errorf("%w: the peer is of cluster %q, this is %q", ErrIdentity, ident.Cluster, t.cfg.ClusterID)
+	case ident.ID == 0:
+		return fmt.Errorf("%w: operator %q is no member", ErrIdentity, ident.Operator)
+	}
+	if why := t.deny.current().denies(leaf, ident.ID); why != "" {
+		return fmt.Errorf("%w: member %d: %s", errDenied, ident.ID, why)
+	}
+	if incoming && t.adm.isRevoked(ident.ID) {
+		return fmt.Errorf("%w: member %d was revoked", errDenied, ident.ID)
+	}
+	t.adm.roles.Store(ident.ID, ident.Role)
+	return nil
 }
 
 // serverTLS is the server side: a client must present a certificate of this
-// cluster's CA naming a member of this cluster.
+// cluster's CA naming a member of this cluster that admitIdentity admits.
 func (t *Transport) serverTLS() *tls.Config {
 	c := t.cfg.TLS
 	return &tls.Config{
@@ -123,14 +158,11 @@ func (t *Transport) serverTLS() *tls.Config {
 					if len(cs.PeerCertificates) == 0 {
 						return errors.New("no client certificate")
 					}
-					cluster, _, err := MemberIdentity(cs.PeerCertificates[0])
+					ident, err := ParseIdentity(cs.PeerCertificates[0])
 					if err != nil {
 						return err
 					}
-					if cluster != t.cfg.ClusterID {
-						return fmt.Errorf("%w: client is of cluster %q, this is %q", ErrIdentity, cluster, t.cfg.ClusterID)
-					}
-					return nil
+					return t.admitIdentity(cs.PeerCertificates[0], ident, true)
 				},
 			}, nil
 		},
@@ -138,7 +170,8 @@ func (t *Transport) serverTLS() *tls.Config {
 }
 
 // clientTLS is the client side towards member id: the server must present a
-// certificate of this cluster's CA naming exactly that member.
+// certificate of this cluster's CA naming exactly that member, not on the
+// deny-list.
 func (t *Transport) clientTLS(id uint64) *tls.Config {
 	c := t.cfg.TLS
 	return &tls.Config{
@@ -150,32 +183,17 @@ func (t *Transport) clientTLS(id uint64) *tls.Config {
 			return c.Certificate()
 		},
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			cluster, got, err := t.verifyPeer(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+			ident, err := t.verifyPeer(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
 			if err != nil {
 				return err
 			}
-			if cluster != t.cfg.ClusterID || got != id {
+			if ident.Cluster != t.cfg.ClusterID || ident.ID != id {
 				return fmt.Errorf("%w: dialled member %d of %q, the server is member %d of %q",
-					ErrIdentity, id, t.cfg.ClusterID, got, cluster)
+					ErrIdentity, id, t.cfg.ClusterID, ident.ID, ident.Cluster)
 			}
-			return nil
+			return t.admitIdentity(cs.PeerCertificates[0], ident, false)
 		},
 	}
-}
-
-// tlsPeer returns the member id named by the verified client certificate of
-// an incoming RPC.
-func tlsPeer(ctx context.Context) (uint64, error) {
-	pr, ok := grpcpeer.FromContext(ctx)
-	if !ok {
-		return 0, errors.New("no peer information")
-	}
-	info, ok := pr.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.PeerCertificates) == 0 {
-		return 0, errors.New("no verified client certificate")
-	}
-	_, id, err := MemberIdentity(info.State.PeerCertificates[0])
-	return id, err
 }
 
 // peerAddr is the remote address of an incoming RPC, for logs.

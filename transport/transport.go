@@ -7,12 +7,17 @@
 // unreachable instead. Snapshots (MsgSnap) travel on their own RPC together
 // with the snapshot file, so a multi-MiB transfer never delays heartbeats.
 //
-// Security (see README "Security"): with Config.TLS every connection is
+// Security (see docs/security.md): with Config.TLS every connection is
 // mutual TLS and the sender of everything that arrives is the member id its
-// verified certificate names (identity.go); without it (loopback quick
-// start, or an explicit insecure mode) the sender is a self-declared header.
-// Every stream, snapshot and call carries the cluster id and is rejected by a
-// node of another cluster. What a message announces is bounded before it is
+// verified certificate names, with the role the certificate gives it
+// (identity.go: voter, light, operator); without it (loopback quick start,
+// or an explicit insecure mode) the sender is a self-declared header and
+// every peer a voter. Every stream, snapshot and call carries the cluster
+// id and is rejected by a node of another cluster. A peer is identified and
+// admitted before anything it sends is decoded, with caps on connections and
+// streams and budgets for decoding (admission.go, budget.go); raft traffic
+// comes only from voters; a deny-list and Revoke refuse certificates and
+// members (denylist.go). What a message announces is bounded before it is
 // decoded (limits.go), raft messages a remote peer may never send are
 // dropped here, and refusals are logged once per source and interval.
 //
@@ -100,11 +105,25 @@ const (
 	// DefaultMaxSnapshotSize bounds a received snapshot file (1 GiB, about
 	// ten million held locks).
 	DefaultMaxSnapshotSize = 1 << 30
+	// DefaultMaxConns bounds the connections a transport accepts at once:
+	// one from each peer (two while one reconnects), for a fleet of
+	// hundreds.
+	DefaultMaxConns = 1024
 
-	// maxStreams caps the concurrent RPCs of one connection: the message
-	// stream, a snapshot, and the calls of one peer (keepalives, forwarded
-	// commands, pushes, status) fit many times over.
-	maxStreams = 64
+	// maxStreams caps the concurrent RPCs of one connection (HTTP/2's
+	// SETTINGS_MAX_CONCURRENT_STREAMS: a peer's further RPCs wait for a
+	// slot): the message stream, a snapshot, and the calls of one peer
+	// (keepalives, forwarded commands, pushes, status; renewals queue) fit.
+	maxStreams = 16
+	// serverStreamWindow is the receive window of each incoming stream: what
+	// a peer may send on a stream beyond what this node has read. gRPC opens
+	// a stream's window to a whole message when its reader starts reading a
+	// larger one, so it does not bound a message's size; it bounds what a
+	// peer can park unread (a call waiting for its turn: callserve.go):
+	// connsPerPeer × maxStreams × 256 KiB = 8 MiB per peer. A sender keeps
+	// its batches within it (writeLoop), and at most this much of a raft
+	// stream is in flight per round trip (5 MB/s of small messages at 50 ms).
+	serverStreamWindow = 256 << 10
 
 	// snapshotChunkSize is the file bytes carried per snapshot chunk.
 	snapshotChunkSize = 512 << 10
@@ -206,10 +225,11 @@ type Config struct {
 	// so a small queue costs retransmissions, a large one memory and latency.
 	QueueSize int
 	// MaxMsgSize bounds one gRPC message (default 4 MiB). Queued batches are
-	// coalesced up to this size. A single raft message larger than this is
-	// dropped; keep raft's MaxSizePerMsg well below it. It also sizes the
-	// gRPC flow-control windows: at least 1 MiB per stream, one batch per
-	// stream and two per connection.
+	// coalesced up to 256 KiB or this size, whichever is smaller (one receive
+	// window of the peer's stream: serverStreamWindow). A single raft message
+	// larger than this is dropped; keep raft's MaxSizePerMsg well below it. It
+	// also sizes the windows of this node's outgoing streams (their answers):
+	// at least 1 MiB per stream, one batch per stream and two per connection.
 	MaxMsgSize int
 	// TLS turns on mutual TLS with member identities (tls.go). nil means
 	// plaintext: every sender id is then a claim nobody checks, which is
@@ -255,6 +275,28 @@ type Config struct {
 	// Version is this node's software version, sent with every stream,
 	// snapshot and call so that peers learn it (PeerVersion). Optional.
 	Version string
+	// Role is this node's role where no certificate says it: a simulated
+	// network (internal/simnet) shows it to the node's peers (zero:
+	// PlaintextRole). The gRPC transport ignores it: with TLS the
+	// certificate says it, without TLS every peer is PlaintextRole.
+	Role Role
+	// AdmitRaft, if set, is asked when a peer whose certificate allows raft
+	// traffic opens a raft stream or a snapshot transfer; false refuses it
+	// before anything of it is read (the node: only members). It runs on the
+	// connection's reading goroutine for every such RPC (not per message),
+	// so it must be fast and must not block.
+	AdmitRaft func(from uint64) bool
+	// DenyListFile, if set, names the deny-list: certificate serials and
+	// member ids refused on every handshake (denylist.go for the format).
+	// It is read at start and again when it changes.
+	DenyListFile string
+	// MaxConns bounds the connections accepted at once, handshakes
+	// included (default DefaultMaxConns). Beyond it new ones are closed.
+	MaxConns int
+
+	// limits, if set, replaces the admission caps and decode budgets
+	// (tests).
+	limits *admissionLimits
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both
@@ -315,6 +357,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: IdleTimeout %v < 0", ErrInvalidConfig, c.IdleTimeout)
 	case c.MaxSnapshotSize < 0:
 		return fmt.Errorf("%w: MaxSnapshotSize %d < 0", ErrInvalidConfig, c.MaxSnapshotSize)
+	case c.MaxConns < 0:
+		return fmt.Errorf("%w: MaxConns %d < 0", ErrInvalidConfig, c.MaxConns)
 	case ReservedID(c.LocalID):
 		return fmt.Errorf("%w: LocalID %d is reserved", ErrInvalidConfig, c.LocalID)
 	}
@@ -337,6 +381,9 @@ func (c *Config) validate() error {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -361,9 +408,13 @@ type Transport struct {
 
 	serveDone chan struct{}
 	closeOnce sync.Once
+	stopc     chan struct{} // closed by Close: background goroutines stop
+	bg        sync.WaitGroup
 
-	form     formation // the formation check (formation.go)
-	versions sync.Map  // peer id -> the Version its last authenticated RPC carried (version.go)
+	form     formation  // the formation check (formation.go)
+	versions sync.Map   // peer id -> the Version its last authenticated RPC carried (version.go)
+	adm      *admission // who may connect and send, and how much (admission.go)
+	deny     *denyList  // Config.DenyListFile (denylist.go)
 
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.
@@ -382,6 +433,14 @@ func New(cfg Config) (*Transport, error) {
 	if err := removeSnapshotTemps(cfg.SnapshotDir); err != nil {
 		return nil, fmt.Errorf("transport: snapshot dir: %w", err)
 	}
+	deny, err := loadDenyList(cfg.DenyListFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	lim := defaultLimits(cfg.MaxConns)
+	if cfg.limits != nil {
+		lim = *cfg.limits
+	}
 	lis := cfg.Listener
 	if lis == nil {
 		var err error
@@ -399,6 +458,9 @@ func New(cfg Config) (*Transport, error) {
 		peers:     make(map[uint64]*peer),
 		serveDone: make(chan struct{}),
 		snapSem:   make(chan struct{}, 1),
+		adm:       newAdmission(lim),
+		deny:      deny,
+		stopc:     make(chan struct{}),
 	}
 	t.codec = newCodec(t.refused)
 	creds := insecure.NewCredentials()
@@ -412,12 +474,16 @@ func New(cfg Config) (*Transport, error) {
 	opts := []grpc.ServerOption{
 		grpc.Creds(guardCreds{TransportCredentials: creds, t: t}),
 		grpc.ForceServerCodecV2(t.codec),
+		grpc.InTapHandle(t.admitStream),
 		grpc.MaxConcurrentStreams(maxStreams),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
 		// Close waits for handlers, so no Handler method runs after it.
 		grpc.WaitForHandlers(true),
-		grpc.InitialWindowSize(cfg.streamWindow()),
+		// Fixed windows (which also turn gRPC's bandwidth estimator off:
+		// Config.streamWindow). The connection's window is returned as data
+		// arrives, so it does not bound memory; the streams' do.
+		grpc.InitialWindowSize(serverStreamWindow),
 		grpc.InitialConnWindowSize(connWindows * cfg.streamWindow()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second, // below the clients' Time (10 s)
@@ -429,13 +495,17 @@ func New(cfg Config) (*Transport, error) {
 		}),
 	}
 	t.server = grpc.NewServer(opts...)
-	transportpb.RegisterRaftServer(t.server, &server{t: t})
+	t.server.RegisterService(&raftService, &server{t: t})
 	go func() {
 		defer close(t.serveDone)
-		if err := t.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := t.server.Serve(admissionListener{Listener: lis, t: t}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			t.log.Error("transport: serve", "err", err)
 		}
 	}()
+	if cfg.DenyListFile != "" {
+		t.bg.Add(1)
+		go t.watchDenyList()
+	}
 	return t, nil
 }
 
@@ -515,6 +585,8 @@ func (t *Transport) Close() error {
 		for _, p := range peers {
 			p.stop()
 		}
+		close(t.stopc)
+		t.bg.Wait()
 		t.server.Stop() // also closes the listener
 		<-t.serveDone
 	})

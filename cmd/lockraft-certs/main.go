@@ -1,25 +1,45 @@
 // Command lockraft-certs makes the certificates of a lockraft cluster: a CA,
-// and for each member a certificate naming it with the URI SAN
-// lockraft://<cluster>/<raft-id>, usable for both sides of mutual TLS.
+// for each member a certificate naming it and its role with the URI SAN
+// lockraft://<cluster>/<raft-id>?role=<role>, usable for both sides of
+// mutual TLS, and operators' client certificates.
 //
 //	lockraft-certs ca -dir certs                       # certs/ca.pem, certs/ca-key.pem
-//	lockraft-certs member -dir certs -cluster orders-prod -id 1 -host 10.0.0.1
+//	lockraft-certs member -dir certs -cluster orders-prod -id 1 -role voter -host 10.0.0.1
 //	                                                   # certs/member-1.pem, certs/member-1-key.pem
-//	lockraft-certs member -dir certs -cluster orders-prod -id random
+//	lockraft-certs member -dir certs -cluster orders-prod -id random -role light
 //	                                                   # a gossip member: prints the random id
+//	lockraft-certs operator -dir certs -cluster orders-prod -name alice
+//	                                                   # certs/operator-alice.pem: lockraftctl's client certificate
+//	lockraft-certs reissue -dir certs -cert certs/member-1.pem -role voter
+//	                                                   # the same member (id, cluster, hosts) with a role
+//	lockraft-certs show certs/member-1.pem             # what a certificate names
+//
+// The role is chosen when a certificate is issued, and there is no default:
+// voter (may be a raft participant: learner, voter, standby), light (opens
+// its own sessions and locks through forwarding; never a raft participant),
+// either with ",operator" added (may ask for operator actions: leadership
+// transfer, member removal). A certificate issued before roles is read as
+// light: reissue the voters' certificates with -role voter (and rotate them
+// in place, members read their files again within a second) before
+// upgrading a cluster to a version with roles; older versions accept the new
+// certificates.
 //
 // Give each member ca.pem and its own pair (lockraft.WithTLSFiles). Keep
 // ca-key.pem offline: whoever has it can mint any member. To rotate a
 // member's certificate, issue a new one for the same id and replace the
-// files: members read them again within a second. To rotate the CA, make a
-// new one, put both CA certificates in every member's ca.pem, reissue every
-// member's certificate from the new CA, then drop the old CA from ca.pem.
+// files. To rotate the CA, make a new one, put both CA certificates in every
+// member's ca.pem, reissue every member's certificate from the new CA, then
+// drop the old CA from ca.pem. To revoke a certificate, add its serial (show
+// prints it) to the members' deny-list file.
 package main
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,18 +47,21 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft/internal/certgen"
+	"github.com/lockraft/lockraft/transport"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "lockraft-certs:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+const roleHelp = `the member's role: voter, light, voter,operator or light,operator (required)`
+
+func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: lockraft-certs ca|member [flags] (-h for flags)")
+		return errors.New("usage: lockraft-certs ca|member|operator|reissue|show [flags] (-h for flags)")
 	}
 	switch args[0] {
 	case "ca":
@@ -53,70 +76,179 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := write(*dir, "ca.pem", ca.CertPEM, 0o644); err != nil {
+		if err := write(out, *dir, "ca.pem", ca.CertPEM, 0o644); err != nil {
 			return err
 		}
-		return write(*dir, "ca-key.pem", ca.KeyPEM, 0o600)
+		return write(out, *dir, "ca-key.pem", ca.KeyPEM, 0o600)
 	case "member":
 		fs := flag.NewFlagSet("member", flag.ContinueOnError)
 		dir := fs.String("dir", ".", "directory holding ca.pem and ca-key.pem; the member's files go here too")
 		cluster := fs.String("cluster", "", "cluster id (lockraft.WithClusterID); a DNS-style name")
 		idFlag := fs.String("id", "", `raft id: the member's 1-based position in the static peer list, or "random" for gossip`)
+		role := fs.String("role", "", roleHelp)
 		hosts := fs.String("host", "", "extra SANs, comma-separated DNS names or IPs (optional)")
 		days := fs.Int("days", 365, "validity in days")
-		out := fs.String("name", "", `file name prefix (default "member-<id>")`)
+		name := fs.String("name", "", `file name prefix (default "member-<id>")`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		if *cluster == "" || *idFlag == "" {
-			return errors.New("member needs -cluster and -id")
+		if *cluster == "" || *idFlag == "" || *role == "" {
+			return errors.New("member needs -cluster, -id and -role")
 		}
 		id := certgen.RandomID()
 		if *idFlag != "random" {
 			var err error
-			if id, err = strconv.ParseUint(*idFlag, 10, 64); err != nil || id == 0 {
+			if id, err = strconv.ParseUint(*idFlag, 10, 64); err != nil || transport.ReservedID(id) {
 				return fmt.Errorf("bad -id %q", *idFlag)
 			}
-		}
-		certPEM, err := os.ReadFile(filepath.Join(*dir, "ca.pem"))
-		if err != nil {
-			return err
-		}
-		keyPEM, err := os.ReadFile(filepath.Join(*dir, "ca-key.pem"))
-		if err != nil {
-			return err
-		}
-		ca, err := certgen.LoadCA(certPEM, keyPEM)
-		if err != nil {
-			return err
 		}
 		var hs []string
 		if *hosts != "" {
 			hs = strings.Split(*hosts, ",")
 		}
-		cert, key, err := ca.Member(*cluster, id, hs, time.Now().Add(-time.Hour), time.Now().AddDate(0, 0, *days))
+		return issueMember(out, *dir, *name, *cluster, id, *role, hs, *days)
+	case "operator":
+		fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+		dir := fs.String("dir", ".", "directory holding ca.pem and ca-key.pem; the operator's files go here too")
+		cluster := fs.String("cluster", "", "cluster id (lockraft.WithClusterID); a DNS-style name")
+		name := fs.String("name", "", "the operator's name: 1 to 64 letters, digits, '.', '_', '-'")
+		days := fs.Int("days", 30, "validity in days")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *cluster == "" || !transport.ValidOperatorName(*name) {
+			return errors.New("operator needs -cluster and -name (1 to 64 letters, digits, '.', '_', '-')")
+		}
+		if err := transport.ValidateClusterID(*cluster); err != nil {
+			return err
+		}
+		ca, err := loadCA(*dir)
 		if err != nil {
 			return err
 		}
-		prefix := *out
+		cert, key, err := ca.Operator(*cluster, *name, time.Now().Add(-time.Hour), time.Now().AddDate(0, 0, *days))
+		if err != nil {
+			return err
+		}
+		return writePair(out, *dir, "operator-"+*name, cert, key, transport.OperatorURI(*cluster, *name))
+	case "reissue":
+		fs := flag.NewFlagSet("reissue", flag.ContinueOnError)
+		dir := fs.String("dir", ".", "directory holding ca.pem and ca-key.pem; the new files go here too")
+		certFile := fs.String("cert", "", "the member's current certificate (PEM)")
+		role := fs.String("role", "", roleHelp)
+		days := fs.Int("days", 365, "validity in days")
+		name := fs.String("name", "", `file name prefix (default: the current certificate's, e.g. "member-3")`)
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *certFile == "" || *role == "" {
+			return errors.New("reissue needs -cert and -role")
+		}
+		old, err := readCert(*certFile)
+		if err != nil {
+			return err
+		}
+		ident, err := transport.ParseIdentity(old)
+		if err != nil {
+			return err
+		}
+		if ident.ID == 0 {
+			return fmt.Errorf("%s names operator %q, not a member: issue a new one with the operator command", *certFile, ident.Operator)
+		}
+		hs := append([]string(nil), old.DNSNames...)
+		for _, ip := range old.IPAddresses {
+			hs = append(hs, ip.String())
+		}
+		prefix := *name
 		if prefix == "" {
-			prefix = fmt.Sprintf("member-%d", id)
+			prefix = strings.TrimSuffix(filepath.Base(*certFile), ".pem")
 		}
-		if err := write(*dir, prefix+".pem", cert, 0o644); err != nil {
+		return issueMember(out, *dir, prefix, ident.Cluster, ident.ID, *role, hs, *days)
+	case "show":
+		if len(args) != 2 {
+			return errors.New("usage: lockraft-certs show CERT.pem")
+		}
+		cert, err := readCert(args[1])
+		if err != nil {
 			return err
 		}
-		if err := write(*dir, prefix+"-key.pem", key, 0o600); err != nil {
+		ident, err := transport.ParseIdentity(cert)
+		if err != nil {
 			return err
 		}
-		fmt.Printf("member %d of %s: %s\n", id, *cluster, certgen.MemberURI(*cluster, id))
-		return nil
+		who := fmt.Sprintf("member %d", ident.ID)
+		if ident.ID == 0 {
+			who = "operator " + ident.Operator
+		}
+		_, err = fmt.Fprintf(out, "%s of %s, role %s\nserial %s\nvalid %s to %s\n", who, ident.Cluster, ident.Role,
+			transport.SerialString(cert.SerialNumber), cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339))
+		return err
 	}
-	return fmt.Errorf("unknown command %q (ca or member)", args[0])
+	return fmt.Errorf("unknown command %q (ca, member, operator, reissue or show)", args[0])
+}
+
+// issueMember issues member id's certificate with role into dir.
+func issueMember(out io.Writer, dir, prefix, cluster string, id uint64, role string, hosts []string, days int) error {
+	r, err := transport.ParseRole(role)
+	if err != nil || !r.Member() {
+		return fmt.Errorf("bad -role %q: %s", role, roleHelp)
+	}
+	if err := transport.ValidateClusterID(cluster); err != nil {
+		return err
+	}
+	ca, err := loadCA(dir)
+	if err != nil {
+		return err
+	}
+	cert, key, err := ca.MemberRole(cluster, id, r.String(), hosts, time.Now().Add(-time.Hour), time.Now().AddDate(0, 0, days))
+	if err != nil {
+		return err
+	}
+	if prefix == "" {
+		prefix = fmt.Sprintf("member-%d", id)
+	}
+	return writePair(out, dir, prefix, cert, key, transport.MemberRoleURI(cluster, id, r))
+}
+
+func loadCA(dir string) (*certgen.CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return nil, err
+	}
+	return certgen.LoadCA(certPEM, keyPEM)
+}
+
+func readCert(path string) (*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
+	}
+	return x509.ParseCertificate(blk.Bytes)
+}
+
+// writePair writes prefix.pem and prefix-key.pem and says what they name.
+func writePair(out io.Writer, dir, prefix string, cert, key []byte, uri string) error {
+	if err := write(out, dir, prefix+".pem", cert, 0o644); err != nil {
+		return err
+	}
+	if err := write(out, dir, prefix+"-key.pem", key, 0o600); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(out, "names", uri)
+	return err
 }
 
 // write writes a file atomically (a temporary file renamed over it), so a
 // member reading its files never sees half of one.
-func write(dir, name string, b []byte, mode os.FileMode) error {
+func write(out io.Writer, dir, name string, b []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -127,6 +259,6 @@ func write(dir, name string, b []byte, mode os.FileMode) error {
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	fmt.Println("wrote", filepath.Join(dir, name))
-	return nil
+	_, err := fmt.Fprintln(out, "wrote", filepath.Join(dir, name))
+	return err
 }

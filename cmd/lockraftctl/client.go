@@ -19,7 +19,8 @@ type unreachableError struct {
 }
 
 func (e *unreachableError) Error() string {
-	return fmt.Sprintf("cannot reach the admin endpoint %s: %v (is the service running, and is -endpoint the URL its admin handler is mounted at?)", e.endpoint, e.err)
+	return fmt.Sprintf("cannot reach the admin endpoint %s: %s (is the service running, and is -endpoint the URL its admin handler is mounted at?)",
+		clean(e.endpoint), clean(e.err.Error()))
 }
 
 func (e *unreachableError) Unwrap() error { return e.err }
@@ -33,9 +34,12 @@ type serverError struct {
 }
 
 func (e *serverError) Error() string {
-	s := fmt.Sprintf("%s (HTTP %d, %s)", e.msg, e.status, e.code)
+	s := fmt.Sprintf("%s (HTTP %d, %s)", clean(e.msg), e.status, clean(e.code))
 	if e.leader != "" {
-		s += fmt.Sprintf("; the leader is %s: ask its admin endpoint", e.leader)
+		s += fmt.Sprintf("; the leader is %s: ask its admin endpoint", clean(e.leader))
+	}
+	if e.status == http.StatusUnauthorized {
+		s += "; give an operator's client certificate (-cert, -key) or token (-token-file, $LOCKRAFT_TOKEN)"
 	}
 	return s
 }
@@ -58,7 +62,10 @@ func (c *cli) call(method, path string, q url.Values) ([]byte, error) {
 	if err != nil {
 		return nil, &unreachableError{c.endpoint, err}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, &unreachableError{c.endpoint, err}
 	}
@@ -95,7 +102,7 @@ func (c *cli) get(method, path string, q url.Values, out any) (printed bool, err
 		return false, err
 	}
 	if c.output == "json" {
-		_, err := c.out.Write(body)
+		_, err := c.out.Write(cleanJSON(body))
 		return true, err
 	}
 	if err := json.Unmarshal(body, out); err != nil {

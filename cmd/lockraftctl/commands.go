@@ -19,7 +19,7 @@ func (c *cli) status() error {
 	if printed, err := c.get("GET", lockraft.AdminStatusPath, nil, &s); err != nil || printed {
 		return err
 	}
-	role := s.Role
+	role := clean(s.Role)
 	if s.IsLeader {
 		role += ", leader"
 	}
@@ -37,11 +37,11 @@ func (c *cli) status() error {
 	fmt.Fprintf(w, "ready\t%s\n", ready)
 	fmt.Fprintf(w, "raft\tterm %d, commit %d, applied %d\n", s.Term, s.Commit, s.Applied)
 	fmt.Fprintf(w, "locks\t%d held, %d waiters (longest queue %d), %d sessions\n", s.LocksHeld, s.Waiters, s.Longest, s.Sessions)
-	fmt.Fprintf(w, "address\t%s", s.Addr)
+	fmt.Fprintf(w, "address\t%s", clean(s.Addr))
 	if s.GossipAddr != "" {
-		fmt.Fprintf(w, " (gossip %s)", s.GossipAddr)
+		fmt.Fprintf(w, " (gossip %s)", clean(s.GossipAddr))
 	}
-	fmt.Fprintf(w, "\nversion\t%s\n", s.Version)
+	fmt.Fprintf(w, "\nversion\t%s\n", clean(s.Version))
 	return w.Flush()
 }
 
@@ -59,19 +59,19 @@ func (c *cli) members() error {
 		} else if m.Role == lockraft.RoleLight {
 			lag = "-"
 		}
-		gossip := m.Gossip
+		gossip := clean(m.Gossip)
 		if gossip == "" {
 			gossip = "-"
 		} else if m.GossipAddr != "" {
-			gossip += " " + m.GossipAddr
+			gossip += " " + clean(m.GossipAddr)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Role, yes(m.Leader), yes(m.Healthy), lag, dash(m.RaftAddr), gossip)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, clean(m.Role), yes(m.Leader), yes(m.Healthy), lag, dash(clean(m.RaftAddr)), gossip)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if !v.FromLeader {
-		fmt.Fprintf(c.out, "(answered by %s, which is not the leader: health is gossip only, lag unknown)\n", v.ServedBy)
+		fmt.Fprintf(c.out, "(answered by %s, which is not the leader: health is gossip only, lag unknown)\n", clean(v.ServedBy.String()))
 	}
 	return nil
 }
@@ -104,11 +104,11 @@ func (c *cli) locks(prefix string) error {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(c.out, "%s\n", b)
+		_, err = fmt.Fprintf(c.out, "%s\n", cleanJSON(b))
 		return err
 	}
 	if len(all) == 0 {
-		fmt.Fprintf(c.out, "no lock held or waited for under %q\n", prefix)
+		fmt.Fprintf(c.out, "no lock held or waited for under %s\n", strconv.Quote(prefix))
 		return nil
 	}
 	w := c.table()
@@ -119,20 +119,20 @@ func (c *cli) locks(prefix string) error {
 			if l.Delayed {
 				state = "(lock-delay)"
 			}
-			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t%d\n", l.Name, state, len(l.Waiters))
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t%d\n", clean(l.Name), state, len(l.Waiters))
 			continue
 		}
-		holder := l.Holder.Owner
+		holder := clean(l.Holder.Owner)
 		if len(l.Holds) > 1 {
 			holder += fmt.Sprintf(" (+%d more)", len(l.Holds)-1) // readers, permits: `lock NAME` lists them
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", l.Name, holder, l.Holder.Member, l.Holder.Token, since(l.Holder.GrantedAt), len(l.Waiters))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", clean(l.Name), holder, l.Holder.Member, l.Holder.Token, since(l.Holder.GrantedAt), len(l.Waiters))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if next != "" {
-		fmt.Fprintf(c.out, "(more after %q: raise -limit)\n", next)
+		fmt.Fprintf(c.out, "(more after %s: raise -limit)\n", strconv.Quote(next))
 	}
 	return nil
 }
@@ -142,10 +142,14 @@ func (c *cli) lock(name string) error {
 	printed, err := c.get("GET", lockraft.AdminLockPath, url.Values{"name": {name}}, &v)
 	if se, ok := err.(*serverError); ok && se.status == 404 && se.code == "not_found" {
 		if c.output == "json" {
-			_, err := fmt.Fprintf(c.out, "{\"name\": %q, \"free\": true}\n", name)
+			b, err := json.Marshal(map[string]any{"name": name, "free": true})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "%s\n", cleanJSON(b))
 			return err
 		}
-		fmt.Fprintf(c.out, "%s is free: nobody holds or waits for it\n", name)
+		fmt.Fprintf(c.out, "%s is free: nobody holds or waits for it\n", clean(name))
 		return nil
 	}
 	if err != nil || printed {
@@ -154,7 +158,7 @@ func (c *cli) lock(name string) error {
 	if catalogueView(v) {
 		return c.catalogueLock(v)
 	}
-	fmt.Fprintln(c.out, v.Name)
+	fmt.Fprintln(c.out, clean(v.Name))
 	w := c.table()
 	if h := v.Holder; h != nil {
 		lease := "lives as long as its session"
@@ -164,7 +168,7 @@ func (c *cli) lock(name string) error {
 		if !h.ExpiresAt.IsZero() {
 			lease += fmt.Sprintf(", expires in %v unless renewed", time.Until(h.ExpiresAt).Round(time.Millisecond))
 		}
-		fmt.Fprintf(w, "  holder\t%s on member %s (session %d)\n", h.Owner, h.Member, h.Session)
+		fmt.Fprintf(w, "  holder\t%s on member %s (session %d)\n", clean(h.Owner), h.Member, h.Session)
 		fmt.Fprintf(w, "  token\t%d (the granting entry's index)\n", h.Token)
 		fmt.Fprintf(w, "  held for\t%s (hold count %d)\n", since(h.GrantedAt), h.HoldCount)
 		fmt.Fprintf(w, "  lease\t%s\n", lease)
@@ -179,7 +183,7 @@ func (c *cli) lock(name string) error {
 		w := c.table()
 		fmt.Fprintln(w, "  #\tOWNER\tMEMBER\tSESSION\tENQUEUED AT INDEX\tWAITING FOR")
 		for _, q := range v.Waiters {
-			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%d\t%s\n", q.Position, q.Owner, q.Member, q.Session, q.Enqueued, since(q.EnqueuedAt))
+			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%d\t%s\n", q.Position, clean(q.Owner), q.Member, q.Session, q.Enqueued, since(q.EnqueuedAt))
 		}
 		return w.Flush()
 	}
@@ -210,7 +214,7 @@ func catalogueView(v lockraft.LockView) bool {
 func request(mode string, permits uint32, value string, names []string) string {
 	var parts []string
 	if mode != "" {
-		parts = append(parts, mode)
+		parts = append(parts, clean(mode))
 	}
 	if permits > 0 {
 		parts = append(parts, fmt.Sprintf("%d permits", permits))
@@ -219,7 +223,7 @@ func request(mode string, permits uint32, value string, names []string) string {
 		parts = append(parts, fmt.Sprintf("value %q", value))
 	}
 	if len(names) > 0 {
-		parts = append(parts, "names "+strings.Join(names, ","))
+		parts = append(parts, "names "+strings.Join(cleans(names), ","))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -230,11 +234,11 @@ func request(mode string, permits uint32, value string, names []string) string {
 // catalogueLock prints a name of the lock catalogue: every hold and every
 // waiter with what it holds or asks for.
 func (c *cli) catalogueLock(v lockraft.LockView) error {
-	prim := v.Primitive
+	prim := clean(v.Primitive)
 	if prim == "" || prim == "mutex" {
 		prim = "multi-name mutex"
 	}
-	fmt.Fprintf(c.out, "%s (%s)\n", v.Name, prim)
+	fmt.Fprintf(c.out, "%s (%s)\n", clean(v.Name), prim)
 	w := c.table()
 	switch v.Primitive {
 	case "semaphore":
@@ -263,7 +267,7 @@ func (c *cli) catalogueLock(v lockraft.LockView) error {
 			if !h.ExpiresAt.IsZero() {
 				lease += fmt.Sprintf(" (expires in %v)", time.Until(h.ExpiresAt).Round(time.Millisecond))
 			}
-			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", i+1, h.Owner, h.Member, h.Session,
+			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", i+1, clean(h.Owner), h.Member, h.Session,
 				request(h.Mode, h.Permits, "", h.Names), h.Token, since(h.GrantedAt), lease)
 		}
 		if err := w.Flush(); err != nil {
@@ -275,7 +279,7 @@ func (c *cli) catalogueLock(v lockraft.LockView) error {
 		w := c.table()
 		fmt.Fprintln(w, "  #\tOWNER\tMEMBER\tSESSION\tASKS FOR\tENQUEUED AT INDEX\tWAITING FOR")
 		for _, q := range v.Waiters {
-			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\n", q.Position, q.Owner, q.Member, q.Session,
+			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\n", q.Position, clean(q.Owner), q.Member, q.Session,
 				request(q.Mode, q.Permits, q.Value, q.Names), q.Enqueued, since(q.EnqueuedAt))
 		}
 		return w.Flush()

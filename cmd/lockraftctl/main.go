@@ -15,7 +15,15 @@
 // $LOCKRAFT_ENDPOINT, else http://127.0.0.1:8080; include the path the
 // service mounts the handler under), -o table|json, -timeout (default 5s),
 // -stale (read the answering node's table without a ReadIndex round), -limit
-// (locks: at most this many names, default 100).
+// (locks: at most this many names, default 100). Against a handler that
+// serves only operators (lockraft.WithOperatorAuth), over https: -cacert
+// (the server's CA), -cert and -key (an operator's client certificate, from
+// lockraft-certs operator), or -token-file (a bearer token; also
+// $LOCKRAFT_TOKEN). A token is never sent over plain http off loopback.
+//
+// Names, owners and every other string the endpoint answers are printed
+// escaped when they hold control or format characters ("\x1b[31m"), so
+// that they cannot act on the terminal.
 //
 // Exit codes: 0 done; 1 the endpoint answered with an error (the message is
 // printed; e.g. not the leader, refused, no such member); 2 bad usage; 3 the
@@ -28,6 +36,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -46,6 +55,8 @@ func main() {
 }
 
 type cli struct {
+	http     *http.Client
+	token    string // bearer token, "" for none
 	endpoint string
 	output   string
 	timeout  time.Duration
@@ -79,6 +90,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for an answer")
 	fs.BoolVar(&c.stale, "stale", false, "read the answering node's table as applied (no ReadIndex round)")
 	fs.IntVar(&c.limit, "limit", 100, "locks: at most this many names")
+	var cr credentials
+	fs.StringVar(&cr.caFile, "cacert", "", "https: the CA the server's certificate chains to (PEM; default: the system's)")
+	fs.StringVar(&cr.certFile, "cert", "", "https: an operator's client certificate (PEM; lockraft-certs operator)")
+	fs.StringVar(&cr.keyFile, "key", "", "https: its private key (PEM)")
+	fs.StringVar(&cr.tokenFile, "token-file", "", "a file holding an operator's bearer token (also $LOCKRAFT_TOKEN)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -100,6 +116,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	c.endpoint = strings.TrimRight(c.endpoint, "/")
+	if err := c.connect(cr); err != nil {
+		fmt.Fprintf(stderr, "lockraftctl: %v\n", err)
+		return exitUsage
+	}
 	if len(pos) == 0 {
 		fs.Usage()
 		return exitUsage

@@ -21,6 +21,18 @@ import (
 // cluster3 starts three real nodes (gRPC on loopback, bbolt files) through
 // the public API and an admin server (httptest, with operator actions) in
 // front of each.
+// clusterWithLeader starts cluster3 and returns its nodes, the index of the
+// leader, that of a follower, and the follower's admin endpoint (the tool
+// may be pointed at any member).
+func clusterWithLeader(t *testing.T) (nodes []*lockraft.Node, lead, fol int, ep string) {
+	t.Helper()
+	nodes, srvs := cluster3(t)
+	lead = leaderIndex(nodes)
+	require.GreaterOrEqual(t, lead, 0)
+	fol = (lead + 1) % 3
+	return nodes, lead, fol, srvs[fol].URL
+}
+
 func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 	t.Helper()
 	var lns []net.Listener
@@ -81,13 +93,9 @@ func leaderIndex(nodes []*lockraft.Node) int {
 // locks, lock (holder and queue in order), JSON output, leader transfer,
 // member remove, and the errors with their exit codes.
 func TestCtlAgainstCluster(t *testing.T) {
-	nodes, srvs := cluster3(t)
+	nodes, lead, fol, ep := clusterWithLeader(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lead := leaderIndex(nodes)
-	require.GreaterOrEqual(t, lead, 0)
-	fol := (lead + 1) % 3
-	ep := srvs[fol].URL
 
 	h, err := nodes[lead].Lock(ctx, "stock/sku-a", lockraft.WithOwner("order-17"))
 	require.NoError(t, err)
@@ -185,10 +193,10 @@ func TestCtlAgainstCluster(t *testing.T) {
 
 	// Member removal on the (new) leader's endpoint.
 	victim := (fol + 1) % 3
-	code, out, errs = ctl("-endpoint", srvs[fol].URL, "member", "remove", lockraft.MemberID(nodes[victim].ID()).String())
+	code, out, errs = ctl("-endpoint", ep, "member", "remove", lockraft.MemberID(nodes[victim].ID()).String())
 	require.Equal(t, exitOK, code, errs)
 	require.Contains(t, out, "removed "+lockraft.MemberID(nodes[victim].ID()).String())
-	code, out, _ = ctl("-endpoint", srvs[fol].URL, "members")
+	code, out, _ = ctl("-endpoint", ep, "members")
 	require.Equal(t, exitOK, code)
 	require.NotContains(t, out, lockraft.MemberID(nodes[victim].ID()).String())
 }
@@ -197,13 +205,9 @@ func TestCtlAgainstCluster(t *testing.T) {
 // every hold (what it holds, token, member) and every waiter with what it
 // asks for, in queue order; `locks` counts the further holds.
 func TestCtlLockCatalogue(t *testing.T) {
-	nodes, srvs := cluster3(t)
+	nodes, lead, fol, ep := clusterWithLeader(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lead := leaderIndex(nodes)
-	require.GreaterOrEqual(t, lead, 0)
-	fol := (lead + 1) % 3
-	ep := srvs[fol].URL
 	sem := nodes[lead].Semaphore("pool/db", 3)
 	p1, err := sem.Acquire(ctx, 2, lockraft.WithOwner("batch-1"))
 	require.NoError(t, err)

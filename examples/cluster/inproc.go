@@ -14,18 +14,8 @@ import (
 )
 
 // runInProcess runs three nodes in this process, each with its own
-// listener and data directory.
-func runInProcess() error {
-	tmp, err := os.MkdirTemp("", "lockraft-cluster-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	certs, err := maybeCerts(tmp)
-	if err != nil {
-		return err
-	}
-
+// listener and data directory under tmp (certificates in certs with -tls).
+func runInProcess(tmp, certs string) error {
 	// The module's cluster harness binds a listener per node and starts
 	// each one with lockraft.Join, as a service would.
 	c, err := cluster.Start(cluster.Options[*lockraft.Node]{Size: flagNodes, Dir: tmp,

@@ -63,14 +63,29 @@ func main() {
 	case *flagNodeID != 0:
 		err = runChild(*flagNodeID, strings.Split(*flagPeers, ","), *flagData, *flagStore)
 	case *flagProcs || *flagKill:
-		err = runProcs()
+		err = inWorkDir(runProcs)
 	default:
-		err = runInProcess()
+		err = inWorkDir(runInProcess)
 	}
 	if err != nil {
 		fmt.Println("FAIL:", err)
 		os.Exit(1)
 	}
+}
+
+// inWorkDir runs run with a fresh temporary directory, removed afterwards,
+// and, with -tls, the directory of the certificates made in it (maybeCerts).
+func inWorkDir(run func(tmp, certs string) error) error {
+	tmp, err := os.MkdirTemp("", "lockraft-cluster-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	certs, err := maybeCerts(tmp)
+	if err != nil {
+		return err
+	}
+	return run(tmp, certs)
 }
 
 func skuNames() []string {

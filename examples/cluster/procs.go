@@ -30,17 +30,8 @@ type child struct {
 // runProcs is the parent: it creates the store's tables and starts each
 // node as its own process (this binary, re-executed), which opens the same
 // database.
-func runProcs() error {
+func runProcs(tmp, certs string) error {
 	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "lockraft-cluster-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	certs, err := maybeCerts(tmp)
 	if err != nil {
 		return err
 	}

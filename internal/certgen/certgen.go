@@ -1,8 +1,10 @@
-// Package certgen makes the certificates of a lockraft cluster: a CA and, for
-// each member, a certificate naming it (transport.MemberURI,
-// lockraft://<cluster>/<id>) valid for both sides of mutual TLS. It backs cmd/lockraft-certs, the examples and the
-// tests; production PKIs can mint the same certificates with their own
-// tools (see README "Security").
+// Package certgen makes the certificates of a lockraft cluster: a CA and,
+// for each member, a certificate naming it and its role
+// (transport.MemberRoleURI, lockraft://<cluster>/<id>?role=voter) valid for
+// both sides of mutual TLS, and operators' client certificates
+// (transport.OperatorURI). It backs cmd/lockraft-certs, the examples and
+// the tests; production PKIs can mint the same certificates with their own
+// tools (see docs/security.md).
 package certgen
 
 import (
@@ -20,6 +22,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -87,15 +90,36 @@ func fromDER(der []byte, key crypto.Signer) (*CA, error) {
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})}, nil
 }
 
-// Member issues the certificate of member id of cluster, valid from
-// notBefore to notAfter, with hosts (DNS names or IPs) as extra SANs. It
-// returns the certificate and key in PEM.
+// Member issues the certificate of voter-capable member id of cluster (what
+// the tests and examples run their raft members with), valid from notBefore
+// to notAfter, with hosts (DNS names or IPs) as extra SANs. It returns the
+// certificate and key in PEM. MemberRole chooses the role.
 func (ca *CA) Member(cluster string, id uint64, hosts []string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
-	u, err := url.Parse(MemberURI(cluster, id))
+	return ca.MemberRole(cluster, id, "voter", hosts, notBefore, notAfter)
+}
+
+// MemberRole issues the certificate of member id of cluster with role as
+// the URI carries it: "voter" or "light", optionally with ",operator".
+func (ca *CA) MemberRole(cluster string, id uint64, role string, hosts []string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
+	if err := checkRole(role); err != nil {
+		return nil, nil, err
+	}
+	u, err := url.Parse(MemberRoleURI(cluster, id, role))
 	if err != nil {
 		return nil, nil, err
 	}
-	return ca.Issue(fmt.Sprintf("lockraft member %d", id), []*url.URL{u}, hosts, notBefore, notAfter)
+	return ca.Issue(fmt.Sprintf("lockraft %s %d", role, id), []*url.URL{u}, hosts, notBefore, notAfter)
+}
+
+// Operator issues the client certificate of operator name (1 to 64
+// letters, digits, '.', '_', '-') of cluster: no member, role operator. It
+// is what lockraftctl presents to an admin handler that checks operators.
+func (ca *CA) Operator(cluster, name string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
+	u, err := url.Parse(OperatorURI(cluster, name))
+	if err != nil {
+		return nil, nil, err
+	}
+	return ca.Issue("lockraft operator "+name, []*url.URL{u}, nil, notBefore, notAfter)
 }
 
 // Issue signs a leaf certificate for both server and client use with the
@@ -165,10 +189,33 @@ func RandomID() uint64 {
 	}
 }
 
-// MemberURI is transport.MemberURI (kept here so the transport's own tests
-// can use this package; TestMemberURIMatchesTransport keeps them equal).
+// MemberURI, MemberRoleURI and OperatorURI are transport's (kept here so
+// that the transport's own tests can use this package;
+// TestMemberCertificateNamesMember keeps them equal).
 func MemberURI(cluster string, id uint64) string {
 	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + strconv.FormatUint(id, 10)}).String()
+}
+
+func MemberRoleURI(cluster string, id uint64, role string) string {
+	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + strconv.FormatUint(id, 10), RawQuery: "role=" + role}).String()
+}
+
+func OperatorURI(cluster, name string) string {
+	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/operator/" + name, RawQuery: "role=operator"}).String()
+}
+
+// Roles lists the roles a member certificate may carry, as the URI writes
+// them (transport.Role's String).
+var Roles = []string{"voter", "light", "voter,operator", "light,operator"}
+
+// checkRole reports whether role is one of Roles.
+func checkRole(role string) error {
+	for _, r := range Roles {
+		if r == role {
+			return nil
+		}
+	}
+	return fmt.Errorf("certgen: role %q: want one of %s", role, strings.Join(Roles, ", "))
 }
 
 func serial() *big.Int {

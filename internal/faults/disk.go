@@ -11,41 +11,22 @@ import (
 // storeFaults stalls snapshot writes, fails configuration-state writes and
 // rewrites incoming raft messages. The zero value injects nothing.
 type storeFaults struct {
-	mu        sync.Mutex
-	stall     chan struct{} // non-nil: snapshot writes wait until it is closed
-	stalled   chan struct{} // closed when a snapshot write reaches the stall
-	confState error         // non-nil: every SetConfState fails with it
-	rewrite   func(*raftpb.Message) *raftpb.Message
+	mu      sync.Mutex
+	stall   chan struct{} // non-nil: snapshot writes wait until it is closed
+	stalled chan struct{} // closed when a snapshot write reaches the stall
+
+	confState setting[error]                                 // non-nil: every SetConfState fails with it
+	rewrite   setting[func(*raftpb.Message) *raftpb.Message] // nil: incoming messages as they are
 }
 
 // FailWrites makes every following raft log write fail with err (nil heals),
 // as a full or failing disk would. The node must stop serving rather than
 // acknowledge anything it could not make durable.
-func (f *Faults) FailWrites(err error) {
-	f.mu.Lock()
-	f.disk = err
-	f.mu.Unlock()
-}
-
-func (f *Faults) writeError() error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.disk
-}
+func (f *Faults) FailWrites(err error) { f.disk.set(err) }
 
 // FailCommits makes every following lock-table commit (the periodic write
 // of lockfsm's dirty records to locks.db) fail with err (nil heals).
-func (f *Faults) FailCommits(err error) {
-	f.mu.Lock()
-	f.commit = err
-	f.mu.Unlock()
-}
-
-func (f *Faults) commitError() error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.commit
-}
+func (f *Faults) FailCommits(err error) { f.commit.set(err) }
 
 // StallSnapshots makes the disk work of every following lock-table snapshot
 // (the file, its fsyncs, the raft log's snapshot record and compaction) wait,
@@ -85,43 +66,21 @@ func (f *Faults) snapshotStall(stop <-chan struct{}) {
 		}
 	}
 	s.mu.Unlock()
-	if stall == nil {
-		return
-	}
-	select {
-	case <-stall:
-	case <-stop:
-	}
+	awaitGate(stall, stop)
 }
 
 // FailConfStates makes every following write of the raft configuration
 // (after each applied configuration change) fail with err (nil heals).
-func (f *Faults) FailConfStates(err error) {
-	f.store.mu.Lock()
-	f.store.confState = err
-	f.store.mu.Unlock()
-}
-
-func (f *Faults) confStateError() error {
-	f.store.mu.Lock()
-	defer f.store.mu.Unlock()
-	return f.store.confState
-}
+func (f *Faults) FailConfStates(err error) { f.store.confState.set(err) }
 
 // RewriteIn passes every incoming raft message (after the blocks) through
 // fn, which returns the message to deliver, changed or not, or nil to drop
 // it; nil fn stops rewriting. For tests that need one message type or field
 // to be lost, such as a follower that hears appends but not commits.
-func (f *Faults) RewriteIn(fn func(*raftpb.Message) *raftpb.Message) {
-	f.store.mu.Lock()
-	f.store.rewrite = fn
-	f.store.mu.Unlock()
-}
+func (f *Faults) RewriteIn(fn func(*raftpb.Message) *raftpb.Message) { f.store.rewrite.set(fn) }
 
 func (s *storeFaults) rewriteIn(msgs []*raftpb.Message) []*raftpb.Message {
-	s.mu.Lock()
-	fn := s.rewrite
-	s.mu.Unlock()
+	fn := s.rewrite.get()
 	if fn == nil {
 		return msgs
 	}
@@ -144,14 +103,14 @@ type faultyLog struct {
 func (f *Faults) wrapLog(l raftlog.Log) raftlog.Log { return &faultyLog{Log: l, f: f} }
 
 func (l *faultyLog) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
-	if err := l.f.writeError(); err != nil {
+	if err := l.f.disk.get(); err != nil {
 		return err
 	}
 	return l.Log.Save(snap, hs, ents)
 }
 
 func (l *faultyLog) SetConfState(cs *raftpb.ConfState, index uint64) error {
-	if err := l.f.confStateError(); err != nil {
+	if err := l.f.store.confState.get(); err != nil {
 		return err
 	}
 	return l.Log.SetConfState(cs, index)

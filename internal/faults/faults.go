@@ -23,16 +23,36 @@ import (
 
 // Faults is one node's fault state.
 type Faults struct {
-	mu     sync.RWMutex
+	mu     sync.RWMutex    // guards out, in, paused and loop
 	out    map[uint64]bool // blocked destinations
 	in     map[uint64]bool // blocked sources
 	paused chan struct{}   // non-nil while paused; closed by Resume
 	loop   chan struct{}   // non-nil while only the loop is paused (PauseLoop); closed by Resume
-	disk   error           // non-nil: every raft log write fails with it
-	commit error           // non-nil: every lock-table commit fails with it
-	msgs   *msgFaults      // nil: no per-message faults
 	store  storeFaults     // snapshot stalls, conf-state write failures, inbound rewrites
-	deaf   bool            // DropPushes
+
+	disk   setting[error]      // non-nil: every raft log write fails with it
+	commit setting[error]      // non-nil: every lock-table commit fails with it
+	msgs   setting[*msgFaults] // nil: no per-message faults
+	deaf   setting[bool]       // DropPushes
+}
+
+// A setting is one fault that a test sets and the node's seams read, with
+// a lock of its own; its zero value lets everything through.
+type setting[T any] struct {
+	mu sync.RWMutex
+	v  T
+}
+
+func (s *setting[T]) set(v T) {
+	s.mu.Lock()
+	s.v = v
+	s.mu.Unlock()
+}
+
+func (s *setting[T]) get() T {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.v
 }
 
 // Knobs plants f in k (a new Knobs if k is nil) and returns it: f wraps the
@@ -50,9 +70,9 @@ func (f *Faults) Knobs(k *knobs.Node) *knobs.Node {
 	k.WrapLog = f.wrapLog
 	k.Paused = f.waitIfPaused
 	k.LoopPaused = f.waitLoop
-	k.FSMCommitError = f.commitError
+	k.FSMCommitError = f.commit.get
 	k.SnapshotStall = f.snapshotStall
-	k.DropPushes = f.dropPushes
+	k.DropPushes = f.deaf.get
 	return k
 }
 
@@ -99,12 +119,7 @@ func (f *Faults) waitLoop(stop <-chan struct{}) {
 	f.mu.RLock()
 	p := f.loop
 	f.mu.RUnlock()
-	if p != nil {
-		select {
-		case <-p:
-		case <-stop:
-		}
-	}
+	awaitGate(p, stop)
 }
 
 // waitIfPaused blocks while the node is paused (or until stop closes).
@@ -112,11 +127,16 @@ func (f *Faults) waitIfPaused(stop <-chan struct{}) {
 	f.mu.RLock()
 	p := f.paused
 	f.mu.RUnlock()
-	if p == nil {
+	awaitGate(p, stop)
+}
+
+// awaitGate blocks until gate or stop is closed; a nil gate is open.
+func awaitGate(gate, stop <-chan struct{}) {
+	if gate == nil {
 		return
 	}
 	select {
-	case <-p:
+	case <-gate:
 	case <-stop:
 	}
 }
@@ -160,17 +180,7 @@ func (f *Faults) allowsIn(from uint64) bool {
 // DropPushes makes a light member refuse every push and ignore the results
 // in its forwarded proposals' answers (on), so that only its status calls
 // inform it, or ends that (off).
-func (f *Faults) DropPushes(on bool) {
-	f.mu.Lock()
-	f.deaf = on
-	f.mu.Unlock()
-}
-
-func (f *Faults) dropPushes() bool {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.deaf
-}
+func (f *Faults) DropPushes(on bool) { f.deaf.set(on) }
 
 // UnblockOut lets messages and calls from this node to ids through again.
 func (f *Faults) UnblockOut(ids ...uint64) { f.set(&f.out, ids, false) }

@@ -44,9 +44,7 @@ func (f *Faults) SetMessagePolicy(p MessagePolicy) {
 			}
 		}
 	}
-	f.mu.Lock()
-	f.msgs = m
-	f.mu.Unlock()
+	f.msgs.set(m)
 }
 
 // decide returns what happens to one message or call to peer to.
@@ -67,17 +65,11 @@ func (m *msgFaults) decide(to uint64) (drop, dup bool, delay time.Duration) {
 	return false, dup, delay
 }
 
-func (f *Faults) msgPolicy() *msgFaults {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.msgs
-}
-
 // callFault applies the message policy to one outgoing call: false means
 // the call is dropped (the caller sees it fail). A delay sleeps (bounded by
 // ctx); a duplicate runs dup once more in the background.
 func (f *Faults) callFault(ctx context.Context, to uint64, dup func()) bool {
-	m := f.msgPolicy()
+	m := f.msgs.get()
 	if m == nil {
 		return true
 	}
@@ -107,7 +99,7 @@ func (f *Faults) filterOut(msgs []*raftpb.Message, send func([]*raftpb.Message))
 	if len(msgs) == 0 {
 		return msgs
 	}
-	pol := f.msgPolicy()
+	pol := f.msgs.get()
 	kept := msgs[:0:0]
 	for _, m := range msgs {
 		if !f.allowsOut(m.GetTo()) {

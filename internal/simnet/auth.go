@@ -11,9 +11,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The receiver's checks, as transport's server makes them (server.go's
-// authenticate and remoteMessageOK, formation.go's checkFormation). The
-// sender is who it says: there is no TLS, as in transport's plaintext mode.
+// The receiver's checks, as transport's server makes them (admission.go's
+// admitStream, server.go's remoteMessageOK, formation.go's checkFormation).
+// The sender is who it says: there is no TLS, as in transport's plaintext
+// mode; its role is its endpoint's Config.Role (PlaintextRole if zero), as
+// its certificate would say.
 // The status messages start as transport's do, so that the caller's mapping
 // (calls.go: clientError) tells a cluster mismatch from a formation
 // mismatch from another refusal the way transport's client does.
@@ -33,9 +35,11 @@ const (
 	refusedSnapshot = "snapshot"
 )
 
-// authenticate checks what arrives at e from from: its cluster id, then its
-// formation id (raftTraffic: a stream's messages or a snapshot, which may
-// make e adopt the sender's formation), and records the sender's version.
+// authenticate checks what arrives at e from from: its cluster id,
+// revocation, for raft traffic (a stream's messages or a snapshot) the
+// sender's role (voters only) and Config.AdmitRaft, then its formation id
+// (raft traffic may make e adopt the sender's formation), and records the
+// sender's version.
 // It returns the status error the sender sees. It runs e's AdoptFormation
 // and OnForeignPeer, so the caller holds e (enterLocked).
 func (e *Endpoint) authenticate(from uint64, rpc string, env envelope, raftTraffic bool) error {
@@ -44,6 +48,23 @@ func (e *Endpoint) authenticate(from uint64, rpc string, env envelope, raftTraff
 		e.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "another cluster",
 			"local_cluster", e.cfg.ClusterID, "remote_cluster", env.cluster)
 		return status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q", clusterMismatchMsg, e.cfg.ClusterID, env.cluster)
+	}
+	e.n.mu.Lock()
+	revoked := e.revoked[from]
+	e.n.mu.Unlock()
+	if revoked {
+		e.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "revoked member")
+		return status.Errorf(codes.PermissionDenied, "member %d is revoked", from)
+	}
+	if raftTraffic {
+		if !env.role.Voter() {
+			e.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "no voter role", "role", env.role.String())
+			return status.Errorf(codes.PermissionDenied, "role %s may not send raft traffic", env.role)
+		}
+		if f := e.cfg.AdmitRaft; f != nil && !f(from) {
+			e.refused.Note(refusedRPC, src, "rpc", rpc, "reason", "not admitted for raft traffic")
+			return status.Errorf(codes.PermissionDenied, "member %d may not send raft traffic here", from)
+		}
 	}
 	if err := e.checkFormation(from, rpc, env.formation, env.detail, raftTraffic); err != nil {
 		return err

@@ -278,6 +278,7 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 		}
 	})
 	defer stop()
+	ctx = transport.ContextWithCaller(ctx, transport.Peer{ID: ev.from, Role: c.env.role})
 	resp, err := c.serve(ctx, dst.cfg.Handler, ev.from)
 	switch {
 	case dst.ctx.Err() != nil:

@@ -26,11 +26,16 @@
 //     deadline, errors mapped as transport maps them, so that errors.Is
 //     works for the caller exactly as over gRPC (calls.go).
 //   - The receiver's checks, as transport's server makes them: cluster id,
-//     formation id (a fresh node adopts a formation only from raft traffic,
-//     never from a call), the raft message types a remote peer may never
-//     send, the snapshot header; refusals are counted under transport's
-//     kinds in the receiver's refusal log (auth.go). PeerVersion learns a
-//     peer's Version from what arrives from it.
+//     revocation (Revoke), the sender's role for raft traffic (voters only:
+//     each endpoint has its Config.Role, PlaintextRole if zero, as its
+//     certificate would say) and Config.AdmitRaft, formation id (a fresh
+//     node adopts a formation only from raft traffic, never from a call),
+//     the raft message types a remote peer may never send, the snapshot
+//     header; refusals are counted under transport's kinds in the
+//     receiver's refusal log (auth.go). A call's ctx carries its caller
+//     (transport.CallerOf). PeerVersion learns a peer's Version from what
+//     arrives from it; PeerRole is the role of the endpoint last started
+//     under an id.
 //   - Faults, per link and decided from the seed: partitions, isolation,
 //     one-way blocks, a Policy of drop, duplicate, reorder and delay for
 //     every link or one (faults.go); paused endpoints, whose deliveries

@@ -28,6 +28,7 @@ import (
 type Endpoint struct {
 	n       *Network
 	id      uint64
+	role    transport.Role // cfg.Role, or PlaintextRole
 	cfg     transport.Config
 	log     *slog.Logger
 	refused *refuse.Log
@@ -48,6 +49,7 @@ type Endpoint struct {
 	closed        bool
 	peers         map[uint64]string
 	versions      map[uint64]string
+	revoked       map[uint64]bool // Revoke
 	foreign       map[uint64]bool // peers found to be of another formation (sender side)
 	loggedForeign map[string]bool // "peer/formation" pairs refused (receiver side)
 	receivingSnap bool            // one snapshot is received at a time
@@ -98,12 +100,16 @@ func newEndpoint(n *Network, cfg transport.Config) (*Endpoint, error) {
 		cancel:        cancel,
 		peers:         make(map[uint64]string),
 		versions:      make(map[uint64]string),
+		revoked:       make(map[uint64]bool),
 		foreign:       make(map[uint64]bool),
 		loggedForeign: make(map[string]bool),
 	}
 	if cfg.Formation != "" {
 		f := cfg.Formation
 		e.formation.Store(&f)
+	}
+	if e.role = cfg.Role; e.role == 0 {
+		e.role = transport.PlaintextRole
 	}
 	return e, nil
 }
@@ -186,6 +192,24 @@ func (e *Endpoint) PeerVersion(peer uint64) (string, bool) {
 	return v, ok
 }
 
+// PeerRole is the role of the endpoint last started under id (its
+// Config.Role; PlaintextRole if zero), and whether one was.
+func (e *Endpoint) PeerRole(id uint64) (transport.Role, bool) {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	r, ok := e.n.roles[id]
+	return r, ok
+}
+
+// Revoke refuses member id from now on, as transport's: whatever arrives
+// from it (raft messages, snapshots, calls, including those on their way)
+// is refused with codes.PermissionDenied. Calls to it still work.
+func (e *Endpoint) Revoke(id uint64) {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	e.revoked[id] = true
+}
+
 // Refuse, Note and Refusals are the endpoint's refusal log, as transport's.
 func (e *Endpoint) Refuse(kind, source string, attrs ...any) {
 	e.refused.Refuse(kind, source, attrs...)
@@ -220,6 +244,7 @@ func (e *Endpoint) Close() error {
 // envelope is what a sender's headers carry with every message, transfer
 // and call: checked by the receiver's authenticate.
 type envelope struct {
+	role      transport.Role // the sender's, as its certificate would say
 	cluster   string
 	formation string
 	detail    string // FormationDetail; sent with raft messages only
@@ -227,7 +252,7 @@ type envelope struct {
 }
 
 func (e *Endpoint) envelope(raft bool) envelope {
-	env := envelope{cluster: e.cfg.ClusterID, formation: e.Formation(), version: e.cfg.Version}
+	env := envelope{role: e.role, cluster: e.cfg.ClusterID, formation: e.Formation(), version: e.cfg.Version}
 	if raft {
 		env.detail = e.cfg.FormationDetail
 	}

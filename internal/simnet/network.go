@@ -36,7 +36,8 @@ type Network struct {
 
 	mu        sync.Mutex
 	closed    bool
-	endpoints map[uint64]*Endpoint // the open endpoint of each id
+	endpoints map[uint64]*Endpoint      // the open endpoint of each id
+	roles     map[uint64]transport.Role // the role of each id's last endpoint (PeerRole)
 	links     map[linkID]*link
 	queue     eventQueue
 	faults    faults
@@ -75,6 +76,7 @@ func New(seed uint64, opts ...Option) *Network {
 		seed:      seed,
 		start:     time.Now(),
 		endpoints: make(map[uint64]*Endpoint),
+		roles:     make(map[uint64]transport.Role),
 		links:     make(map[linkID]*link),
 		paused:    make(map[uint64]bool),
 		held:      make(map[uint64][]*event),
@@ -125,6 +127,7 @@ func (n *Network) Start(cfg transport.Config) (transport.Network, error) {
 		return nil, fmt.Errorf("simnet: node %d already has an open endpoint (address %s in use)", e.id, Addr(e.id))
 	}
 	n.endpoints[e.id] = e
+	n.roles[e.id] = e.role
 	return e, nil
 }
 

@@ -39,13 +39,12 @@ func StartMariaDB(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "lockraft-mariadb-")
+	s, data, err := newServer("mariadb", "mysql")
 	if err != nil {
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
+	dir := s.Dir
 	sock := filepath.Join(dir, "mysqld.sock")
-	s := &Server{Dir: dir, Driver: "mysql", logPath: filepath.Join(dir, "server.log")}
 	var userArgs []string
 	if os.Geteuid() == 0 {
 		userArgs = []string{"--user=root"}

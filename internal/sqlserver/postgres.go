@@ -42,12 +42,11 @@ func StartPostgres(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "lockraft-postgres-")
+	s, data, err := newServer("postgres", "pgx")
 	if err != nil {
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-	s := &Server{Dir: dir, Driver: "pgx", logPath: filepath.Join(dir, "server.log")}
+	dir := s.Dir
 	cred := func(c *exec.Cmd) *exec.Cmd {
 		if sw {
 			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}

@@ -141,15 +141,32 @@ func (s *Server) logTail() string {
 // finish their work and exit), waits up to 20 s, then SIGKILLs it, and
 // removes its directory. Idempotent.
 func (s *Server) Stop() {
+	s.end(func() {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(20 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+}
+
+// Kill ends the server at once (SIGKILL by PID), as a crash would, and
+// removes its directory.
+func (s *Server) Kill() {
+	s.end(func() {
+		s.cmd.Process.Kill()
+		<-s.done
+	})
+}
+
+// end, the first time, ends the process with stop (if it was started),
+// unlists the server and removes its directory.
+func (s *Server) end(stop func()) {
 	s.stopped.Do(func() {
 		if s.cmd != nil {
-			s.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.done:
-			case <-time.After(20 * time.Second):
-				s.cmd.Process.Kill()
-				<-s.done
-			}
+			stop()
 		}
 		runningMu.Lock()
 		delete(running, s)
@@ -158,19 +175,14 @@ func (s *Server) Stop() {
 	})
 }
 
-// Kill ends the server at once (SIGKILL by PID), as a crash would, and
-// removes its directory.
-func (s *Server) Kill() {
-	s.stopped.Do(func() {
-		if s.cmd != nil {
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-		runningMu.Lock()
-		delete(running, s)
-		runningMu.Unlock()
-		os.RemoveAll(s.Dir)
-	})
+// newServer is a Server of driver in a fresh temp directory named for kind,
+// with its log there; data is where its data directory goes.
+func newServer(kind, driver string) (s *Server, data string, err error) {
+	dir, err := os.MkdirTemp("", "lockraft-"+kind+"-")
+	if err != nil {
+		return nil, "", err
+	}
+	return &Server{Dir: dir, Driver: driver, logPath: filepath.Join(dir, "server.log")}, filepath.Join(dir, "data"), nil
 }
 
 // Open opens a *sql.DB on the server's test database.

@@ -1,0 +1,524 @@
+package transport
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// Admission
+//
+// Who may use this transport, and how much of it, is decided before any
+// message of theirs is decoded, in three places:
+//
+//   - Accepting (admissionListener): every connection counts against
+//     Config.MaxConns from the moment it is accepted, handshake included;
+//     beyond it a new connection is closed at once.
+//   - The handshake (tls.go, guard.go): the chain, then the identity
+//     (ParseIdentity): a certificate of another cluster, an operator that is
+//     no member, a certificate or member on the deny-list, or a member this
+//     node revoked is refused. A member keeps at most connsPerPeer
+//     connections: a newer one closes its oldest (a restarted peer's stale
+//     connection goes at once).
+//   - A stream's headers (admitStream, gRPC's tap, before any of its data is
+//     read): who sends it (TLS: the connection's certificate, and a sender
+//     header that says otherwise is refused; plaintext: the header, which
+//     binds the connection to that id), the cluster id, revocation, the role
+//     (raft streams and snapshots only from voters), Config.AdmitRaft, and
+//     the formation id. Then the caps: per peer one raft stream (a newer one
+//     ends the older), one snapshot and callsPerPeer calls, and
+//     maxCalls calls in all.
+//
+// Then decoding is budgeted (budget.go). None of this runs per message: an
+// admitted raft stream holds its peer's state, and each batch costs two
+// semaphore acquisitions.
+//
+// Without TLS nothing backs a sender id, so every peer is PlaintextRole and
+// per-peer limits apply per connection.
+
+// rpcKind is what an RPC is, for admission.
+type rpcKind uint8
+
+const (
+	kindCall rpcKind = iota + 1
+	kindStream
+	kindSnapshot
+)
+
+// raft reports whether the kind carries raft traffic (voters only).
+func (k rpcKind) raft() bool { return k == kindStream || k == kindSnapshot }
+
+// rpcKinds maps every method this transport serves to its kind and name.
+var rpcKinds = map[string]struct {
+	kind rpcKind
+	name string
+}{
+	transportpb.Raft_Stream_FullMethodName:      {kindStream, "Stream"},
+	transportpb.Raft_Snapshot_FullMethodName:    {kindSnapshot, "Snapshot"},
+	transportpb.Raft_Keepalive_FullMethodName:   {kindCall, "Keepalive"},
+	transportpb.Raft_Renew_FullMethodName:       {kindCall, "Renew"},
+	transportpb.Raft_Removed_FullMethodName:     {kindCall, "Removed"},
+	transportpb.Raft_Leave_FullMethodName:       {kindCall, "Leave"},
+	transportpb.Raft_FwdOpen_FullMethodName:     {kindCall, "FwdOpen"},
+	transportpb.Raft_FwdPropose_FullMethodName:  {kindCall, "FwdPropose"},
+	transportpb.Raft_FwdPush_FullMethodName:     {kindCall, "FwdPush"},
+	transportpb.Raft_FwdStatus_FullMethodName:   {kindCall, "FwdStatus"},
+	transportpb.Raft_Inspect_FullMethodName:     {kindCall, "Inspect"},
+	transportpb.Raft_Form_FullMethodName:        {kindCall, "Form"},
+	transportpb.Raft_VersionGate_FullMethodName: {kindCall, "VersionGate"},
+	transportpb.Raft_Observe_FullMethodName:     {kindCall, "Observe"},
+}
+
+// Peer is the authenticated sender of an incoming call: its member id and
+// what its certificate lets it do (PlaintextRole without TLS).
+type Peer struct {
+	ID   uint64
+	Role Role
+}
+
+type callerKey struct{}
+
+// ContextWithCaller returns ctx carrying the caller of an incoming call. A
+// Network passes such a ctx to its Handler's Calls (CallerOf reads it);
+// the gRPC transport does so for every call.
+func ContextWithCaller(ctx context.Context, p Peer) context.Context {
+	return context.WithValue(ctx, callerKey{}, p)
+}
+
+// CallerOf returns the caller of the incoming call whose ctx this is: the
+// member id (the Calls method's from) and the role its certificate gives
+// it. A node decides per call what a role may ask; false outside a call.
+func CallerOf(ctx context.Context) (Peer, bool) {
+	switch v := ctx.Value(callerKey{}).(type) {
+	case Peer:
+		return v, true
+	case *admitted:
+		return Peer{ID: v.from, Role: v.role}, true
+	}
+	return Peer{}, false
+}
+
+// admitted is what admitStream decided about a stream; its ctx carries it
+// (under callerKey, so CallerOf reads it without another allocation).
+type admitted struct {
+	from  uint64
+	role  Role
+	peer  *peerState
+	adopt string // a formation id to adopt before the stream's first message
+}
+
+func admittedOf(ctx context.Context) *admitted {
+	a, _ := ctx.Value(callerKey{}).(*admitted)
+	return a
+}
+
+// admission is a Transport's admission state.
+type admission struct {
+	lim admissionLimits
+
+	mu      sync.Mutex
+	conns   map[*trackedConn]struct{} // every accepted connection
+	peers   map[uint64]*peerState     // TLS: members with admitted connections
+	revoked atomic.Pointer[map[uint64]bool]
+
+	roles sync.Map     // member id -> Role of the last verified certificate naming it
+	calls atomic.Int32 // calls in flight, all peers
+
+	raftBudget, callBudget *semaphore.Weighted // decoding, all peers (budget.go)
+}
+
+func newAdmission(lim admissionLimits) *admission {
+	a := &admission{
+		lim:        lim,
+		conns:      make(map[*trackedConn]struct{}),
+		peers:      make(map[uint64]*peerState),
+		raftBudget: semaphore.NewWeighted(lim.raftBudget),
+		callBudget: semaphore.NewWeighted(lim.callBudget),
+	}
+	a.revoked.Store(&map[uint64]bool{})
+	return a
+}
+
+func (a *admission) isRevoked(id uint64) bool { return (*a.revoked.Load())[id] }
+
+// peerState is what admission keeps about one peer: a member (TLS), or one
+// connection (plaintext).
+type peerState struct {
+	id    uint64
+	conns []*trackedConn // admitted connections, oldest first (TLS; under admission.mu)
+
+	mu   sync.Mutex
+	raft *context.CancelFunc // ends the current raft stream (newest wins)
+
+	snaps    atomic.Int32
+	calls    atomic.Int32
+	callRead chan struct{} // reading one call's request
+
+	raftBudget, callBudget *semaphore.Weighted // decoding (budget.go)
+}
+
+func (a *admission) newPeerState(id uint64) *peerState {
+	return &peerState{
+		id:         id,
+		callRead:   make(chan struct{}, a.lim.callReadsPerPeer),
+		raftBudget: semaphore.NewWeighted(a.lim.peerRaftBudget),
+		callBudget: semaphore.NewWeighted(a.lim.peerCallBudget),
+	}
+}
+
+// admissionListener counts and tracks every accepted connection.
+type admissionListener struct {
+	net.Listener
+	t *Transport
+}
+
+func (l admissionListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, t: l.t}
+		a := l.t.adm
+		a.mu.Lock()
+		full := len(a.conns) >= a.lim.conns
+		if !full {
+			a.conns[tc] = struct{}{}
+		}
+		a.mu.Unlock()
+		if !full {
+			return tc, nil
+		}
+		l.t.refused.Refuse(refusedConn, hostOf(c.RemoteAddr()), "reason", "too many connections", "max", a.lim.conns)
+		_ = c.Close()
+	}
+}
+
+// trackedConn is an accepted connection: it leaves admission when closed,
+// by whoever closes it.
+type trackedConn struct {
+	net.Conn
+	t        *Transport
+	once     sync.Once
+	refusals atomic.Int32 // streams refused (admitStream)
+
+	mu   sync.Mutex
+	id   uint64            // the member it speaks for (TLS: its certificate; plaintext: its first stream)
+	role Role              // what its certificate lets it do
+	cert *x509.Certificate // TLS: the peer's leaf
+	peer *peerState
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		a := c.t.adm
+		a.mu.Lock()
+		delete(a.conns, c)
+		if p := c.peer; p != nil && c.cert != nil {
+			for i, o := range p.conns {
+				if o == c {
+					p.conns = append(p.conns[:i:i], p.conns[i+1:]...)
+					break
+				}
+			}
+			if len(p.conns) == 0 && a.peers[p.id] == p {
+				delete(a.peers, p.id)
+			}
+		}
+		a.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// connAuth is the AuthInfo of an admitted connection: the credentials'
+// own, and the connection.
+type connAuth struct {
+	credentials.AuthInfo
+	conn *trackedConn
+}
+
+// admitConn admits a connection whose handshake passed: with TLS it
+// speaks for the member its certificate names (info's verified leaf), and
+// the member's oldest connection is closed when it has connsPerPeer
+// already. Without TLS it is a peer of its own until its first stream.
+func (t *Transport) admitConn(raw net.Conn, info credentials.AuthInfo) (*trackedConn, error) {
+	tc, ok := raw.(*trackedConn)
+	if !ok {
+		return nil, errors.New("transport: connection not accepted by the transport's listener")
+	}
+	a := t.adm
+	if t.cfg.TLS == nil {
+		tc.peer = a.newPeerState(0)
+		return tc, nil
+	}
+	ti, ok := info.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return nil, errors.New("no verified client certificate")
+	}
+	leaf := ti.State.PeerCertificates[0]
+	ident, err := ParseIdentity(leaf) // checked in the handshake (serverTLS); read again here
+	if err != nil {
+		return nil, err
+	}
+	var evict *trackedConn
+	a.mu.Lock()
+	if a.isRevoked(ident.ID) { // revoked during the handshake
+		a.mu.Unlock()
+		return nil, fmt.Errorf("%w: member %d was revoked", errDenied, ident.ID)
+	}
+	p := a.peers[ident.ID]
+	if p == nil {
+		p = a.newPeerState(ident.ID)
+		a.peers[ident.ID] = p
+	}
+	if len(p.conns) >= a.lim.connsPerPeer {
+		evict = p.conns[0]
+	}
+	p.conns = append(p.conns, tc)
+	tc.mu.Lock()
+	tc.id, tc.role, tc.cert, tc.peer = ident.ID, ident.Role, leaf, p
+	tc.mu.Unlock()
+	a.mu.Unlock()
+	a.roles.Store(ident.ID, ident.Role)
+	if evict != nil {
+		t.refused.Note(refusedConn, strconv.FormatUint(ident.ID, 10), "reason", "newer connection from the same member",
+			"max", a.lim.connsPerPeer)
+		_ = evict.Close()
+	}
+	return tc, nil
+}
+
+// maxRefusedStreams is how many of a connection's streams may be refused
+// before the connection is closed: a peer that keeps opening what it may
+// not must go through a handshake again for each such burst.
+const maxRefusedStreams = 64
+
+// admitStream is gRPC's tap: it runs when a stream's headers arrive,
+// before any of its data is read, on the connection's reading goroutine
+// (so it must not block). A refusal ends the stream with its status; after
+// maxRefusedStreams refusals the connection is closed.
+func (t *Transport) admitStream(ctx context.Context, info *tap.Info) (context.Context, error) {
+	pr, _ := grpcpeer.FromContext(ctx)
+	var tc *trackedConn
+	if pr != nil {
+		if ca, ok := pr.AuthInfo.(connAuth); ok {
+			tc = ca.conn
+		}
+	}
+	if tc == nil {
+		return nil, status.Error(codes.Unauthenticated, "connection not admitted")
+	}
+	admitted, err := t.admit(ctx, tc, info)
+	if err != nil && tc.refusals.Add(1) == maxRefusedStreams {
+		t.refused.Refuse(refusedConn, peerAddr(ctx), "reason", "too many refused streams; connection closed",
+			"refused", maxRefusedStreams)
+		go tc.Close() // not on the reading goroutine, which holds the connection's lock
+	}
+	return admitted, err
+}
+
+// admit decides on one stream of tc; see admitStream.
+func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) (context.Context, error) {
+	method, ok := rpcKinds[info.FullMethodName]
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "unknown method %q", info.FullMethodName)
+	}
+	rpc := method.name
+	md := info.Header
+	from, role, err := t.sender(ctx, tc, md, rpc)
+	if err != nil {
+		return nil, err
+	}
+	src := strconv.FormatUint(from, 10)
+	if cluster := first(md, mdCluster); cluster != t.cfg.ClusterID {
+		t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "another cluster",
+			"local_cluster", t.cfg.ClusterID, "remote_cluster", cluster)
+		return nil, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
+			clusterMismatchMsg, t.cfg.ClusterID, cluster)
+	}
+	a := t.adm
+	if a.isRevoked(from) {
+		t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "revoked member")
+		return nil, status.Errorf(codes.PermissionDenied, "member %d is revoked", from)
+	}
+	if method.kind.raft() {
+		if !role.Voter() {
+			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "no voter role", "role", role.String())
+			return nil, status.Errorf(codes.PermissionDenied, "role %s may not send raft traffic", role)
+		}
+		if f := t.cfg.AdmitRaft; f != nil && !f(from) {
+			t.refused.Note(refusedRPC, src, "rpc", rpc, "reason", "not admitted for raft traffic")
+			return nil, status.Errorf(codes.PermissionDenied, "member %d may not send raft traffic here", from)
+		}
+	}
+	adopt, err := t.formationVerdict(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), method.kind.raft())
+	if err != nil {
+		return nil, err
+	}
+	p := tc.peer
+	adm := &admitted{from: from, role: role, peer: p, adopt: adopt}
+	ctx = context.WithValue(ctx, callerKey{}, adm)
+	switch method.kind {
+	case kindStream:
+		// One raft stream per peer: a peer has one, and opens another only
+		// when it gave up on the old one (which may linger here until its
+		// connection is found dead); the newer one ends the older.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		p.mu.Lock()
+		old := p.raft
+		p.raft = &cancel
+		p.mu.Unlock()
+		if old != nil {
+			(*old)()
+		}
+		context.AfterFunc(ctx, func() {
+			p.mu.Lock()
+			if p.raft == &cancel {
+				p.raft = nil
+			}
+			p.mu.Unlock()
+		})
+	case kindSnapshot:
+		if p.snaps.Add(1) > 1 {
+			p.snaps.Add(-1)
+			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "a snapshot from this peer is being received")
+			return nil, status.Error(codes.ResourceExhausted, "a snapshot from this member is being received")
+		}
+		context.AfterFunc(ctx, func() { p.snaps.Add(-1) })
+	case kindCall:
+		if p.calls.Add(1) > a.lim.callsPerPeer {
+			p.calls.Add(-1)
+			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "too many calls from this peer", "max", a.lim.callsPerPeer)
+			return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight from member %d", a.lim.callsPerPeer, from)
+		}
+		if a.calls.Add(1) > a.lim.calls {
+			a.calls.Add(-1)
+			p.calls.Add(-1)
+			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "too many calls in flight", "max", a.lim.calls)
+			return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight", a.lim.calls)
+		}
+		context.AfterFunc(ctx, func() { p.calls.Add(-1); a.calls.Add(-1) })
+	}
+	t.noteVersion(from, first(md, mdVersion))
+	return ctx, nil
+}
+
+// sender establishes who sent a stream. With TLS, the member its
+// connection's certificate names; a "lockraft-from" header that says
+// otherwise is refused, never believed. Without TLS, the header, which
+// nothing backs (loopback and explicitly insecure setups only); the
+// connection's first stream binds it to that id, and a stream naming
+// another is refused.
+func (t *Transport) sender(ctx context.Context, tc *trackedConn, md metadata.MD, rpc string) (uint64, Role, error) {
+	fromStr := first(md, mdFrom)
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if t.cfg.TLS != nil {
+		if tc.cert == nil {
+			return 0, 0, status.Error(codes.Unauthenticated, "no verified client certificate")
+		}
+		if fromStr != "" && fromStr != strconv.FormatUint(tc.id, 10) {
+			t.refused.Refuse(refusedRPC, strconv.FormatUint(tc.id, 10), "rpc", rpc,
+				"reason", "sender header contradicts the certificate", "header", fromStr)
+			return 0, 0, status.Errorf(codes.PermissionDenied, "certificate names member %d, header says %q", tc.id, fromStr)
+		}
+		return tc.id, tc.role, nil
+	}
+	id, err := strconv.ParseUint(fromStr, 10, 64)
+	if err != nil || ReservedID(id) {
+		t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "no valid sender id", "from", fromStr)
+		return 0, 0, status.Errorf(codes.Unauthenticated, "missing or invalid %s header", mdFrom)
+	}
+	if tc.id == 0 {
+		tc.id, tc.peer.id = id, id
+	} else if tc.id != id {
+		t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "another sender on the same connection",
+			"from", id, "connection_from", tc.id)
+		return 0, 0, status.Errorf(codes.PermissionDenied, "this connection speaks for member %d, not %d", tc.id, id)
+	}
+	return id, PlaintextRole, nil
+}
+
+// Revoke refuses member id from now on: its connections are closed, and
+// every new connection or stream naming it is refused (as the deny-list's
+// "member" entries do, but for this Transport's life; the node calls it
+// for a member removed from the cluster, and again after a restart).
+// Calls to it still work: a leader tells a removed member so (Removed).
+func (t *Transport) Revoke(id uint64) {
+	a := t.adm
+	var closing []*trackedConn
+	a.mu.Lock()
+	cur := *a.revoked.Load()
+	if !cur[id] {
+		next := make(map[uint64]bool, len(cur)+1)
+		for k := range cur {
+			next[k] = true
+		}
+		next[id] = true
+		a.revoked.Store(&next)
+	}
+	for c := range a.conns {
+		c.mu.Lock()
+		if c.id == id {
+			closing = append(closing, c)
+		}
+		c.mu.Unlock()
+	}
+	a.mu.Unlock()
+	for _, c := range closing {
+		_ = c.Close()
+	}
+	if len(closing) > 0 {
+		t.log.Info("transport: revoked member's connections closed", "member", id, "connections", len(closing))
+	}
+}
+
+// PeerRole returns the role of the last verified certificate naming member
+// id, in either direction (a connection it made, or one this node made to
+// it), and whether there was one. Without TLS every peer is PlaintextRole.
+func (t *Transport) PeerRole(id uint64) (Role, bool) {
+	if t.cfg.TLS == nil {
+		return PlaintextRole, true
+	}
+	if r, ok := t.adm.roles.Load(id); ok {
+		return r.(Role), true
+	}
+	return 0, false
+}
+
+// closeDenied closes the connections the deny-list now refuses.
+func (t *Transport) closeDenied(s *denySet) {
+	a := t.adm
+	var closing []*trackedConn
+	a.mu.Lock()
+	for c := range a.conns {
+		c.mu.Lock()
+		if c.cert != nil && s.denies(c.cert, c.id) != "" {
+			closing = append(closing, c)
+		}
+		c.mu.Unlock()
+	}
+	a.mu.Unlock()
+	for _, c := range closing {
+		_ = c.Close()
+	}
+	if len(closing) > 0 {
+		t.log.Warn("transport: connections refused by the changed deny-list closed", "connections", len(closing))
+	}
+}
