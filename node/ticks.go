@@ -2,7 +2,7 @@ package node
 
 import (
 	"crypto/rand"
-	"math/big"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/knobs"
@@ -45,18 +45,21 @@ func (c Config) tickConfig(k *knobs.Node, clock Clock) tick.Config {
 		NewTicker:      clock.NewTicker,
 		AfterFunc:      clock.AfterFunc,
 		Now:            clock.Now,
-		Rand:           randN,
+		Rand:           phaseRand(),
 	}
 }
 
-// randN draws uniformly from [0, n) from crypto/rand, as raft draws its
-// election timeouts (the simulation seeds both: chaos.RunSim).
-func randN(n int64) int64 {
-	v, err := rand.Int(rand.Reader, big.NewInt(n))
-	if err != nil {
-		return 0
-	}
-	return v.Int64()
+// phaseRand draws the raft ticker's phases uniformly from [0, n), from a
+// stream of the node's own seeded once from crypto/rand as the node starts
+// (the simulation seeds crypto/rand, which raft's election timeouts come
+// from too: chaos.RunSim). Drawing each phase from crypto/rand itself would
+// make the nodes' loops, which start at the same instant, take turns on one
+// stream in whatever order the Go scheduler runs them, and a seed would no
+// longer replay. Only the loop draws (Ticker.Sync).
+func phaseRand() func(n int64) int64 {
+	var seed [32]byte
+	_, _ = rand.Read(seed[:]) // never fails (it crashes the program instead)
+	return mrand.New(mrand.NewChaCha8(seed)).Int64N
 }
 
 // tickHost is the node as its Ticker's Host (loop).
