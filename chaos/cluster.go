@@ -125,6 +125,9 @@ func (c *Cluster) Node(id uint64) *node.Node {
 	return n
 }
 
+// running reports whether id runs (is not crashed).
+func (c *Cluster) running(id uint64) bool { return c.Node(id) != nil }
+
 // Crash kills a node without cleanup (kill -9).
 func (c *Cluster) Crash(id uint64) {
 	c.logf("crash n%d", id)

@@ -290,6 +290,22 @@ type probeResult struct {
 	pending        bool          // not granted when the run ended: took is a lower bound
 }
 
+// twoBesides picks two nodes of ids at random, neither of them lead and both
+// up (ok false: there are not two).
+func twoBesides(rng *rand.Rand, ids []uint64, lead uint64, up func(id uint64) bool) (a, b uint64, ok bool) {
+	var cands []uint64
+	for _, id := range ids {
+		if id != lead && up(id) {
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) < 2 {
+		return 0, 0, false
+	}
+	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	return cands[0], cands[1], true
+}
+
 // probe runs one crashed-holder probe: hold on one node, wait on another,
 // kill the holder's node, time the grant; then restart the holder.
 func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, round int, ttl time.Duration) (*probeResult, error) {
@@ -297,17 +313,10 @@ func probe(ctx context.Context, c *Cluster, lc *leaderChurner, rng *rand.Rand, r
 	if err != nil {
 		return nil, err
 	}
-	var cands []uint64
-	for _, id := range c.IDs() {
-		if id != lead && c.Node(id) != nil {
-			cands = append(cands, id)
-		}
-	}
-	if len(cands) < 2 {
+	h, w, ok := twoBesides(rng, c.IDs(), lead, c.running)
+	if !ok {
 		return nil, nil // not now: the churn has a victim down and another is restarting
 	}
-	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	h, w := cands[0], cands[1]
 	holder, waiter := c.Node(h), c.Node(w)
 	if holder == nil || waiter == nil {
 		return nil, nil

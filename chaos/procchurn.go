@@ -91,17 +91,10 @@ func (pc *procChurner) probe(ctx context.Context, rng *rand.Rand, round int, ttl
 		sleepCtx(ctx, pc.et)
 		return nil, nil
 	}
-	var cands []uint64
-	for _, id := range r.ids() {
-		if id != lead && !r.isDead(id) && r.leader(ctx, id) != 0 {
-			cands = append(cands, id)
-		}
-	}
-	if len(cands) < 2 {
+	h, w, two := twoBesides(rng, r.ids(), lead, func(id uint64) bool { return !r.isDead(id) && r.leader(ctx, id) != 0 })
+	if !two {
 		return nil, nil
 	}
-	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	h, w := cands[0], cands[1]
 	pc.setRoles(w, h)
 	defer pc.setRoles(0, 0)
 	name := fmt.Sprintf("probe/%d", round)
@@ -222,18 +215,11 @@ func (r *procRun) restartHolder(ctx context.Context, rng *rand.Rand, applied map
 		if err != nil {
 			continue
 		}
-		var cands []uint64
-		for _, id := range r.ids() {
-			if id != lead && !r.isDead(id) {
-				cands = append(cands, id)
-			}
-		}
-		if len(cands) < 2 {
+		h, w, two := twoBesides(rng, r.ids(), lead, func(id uint64) bool { return !r.isDead(id) })
+		if !two {
 			sleepCtx(ctx, 100*time.Millisecond)
 			continue
 		}
-		rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-		h, w := cands[0], cands[1]
 		name := fmt.Sprintf("restart-probe/%d", round)
 		hOwner, wOwner := probeOwnerPrefix+fmt.Sprintf("rh%d", round), probeOwnerPrefix+fmt.Sprintf("rw%d", round)
 		var tok uint64

@@ -85,17 +85,11 @@ func restartedWaiterProbe(ctx context.Context, c *Cluster, rng *rand.Rand, round
 	if err != nil {
 		return nil, err
 	}
-	var cands []uint64
-	for _, id := range c.IDs() {
-		if id != lead && c.Node(id) != nil {
-			cands = append(cands, id)
-		}
-	}
-	if len(cands) < 2 {
+	hid, wid, ok := twoBesides(rng, c.IDs(), lead, c.running)
+	if !ok {
 		return nil, nil
 	}
-	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	h, w := c.Node(cands[0]), c.Node(cands[1])
+	h, w := c.Node(hid), c.Node(wid)
 	ln := c.Node(lead)
 	if h == nil || w == nil || ln == nil {
 		return nil, nil
