@@ -148,32 +148,8 @@ func (s *Schedule) Run(ctx context.Context) {
 		s.Applied[kind]++
 		var undo func()
 		switch kind {
-		case FaultPartitionMajority:
-			perm := s.RNG.Perm(len(ids))
-			k := 1 + s.RNG.IntN((len(ids)-1)/2)
-			var minority, majority []uint64
-			for i, p := range perm {
-				if i < k {
-					minority = append(minority, ids[p])
-				} else {
-					majority = append(majority, ids[p])
-				}
-			}
-			s.C.Partition(majority, minority)
-			undo = s.C.Heal
-		case FaultIsolateLeader:
-			s.C.Isolate(s.leaderOr(ids))
-			undo = s.C.Heal
-		case FaultOneWay:
-			from := s.leaderOr(ids)
-			to := s.pick(ids)
-			for to == from {
-				to = s.pick(ids)
-			}
-			s.C.OneWay(from, to)
-			undo = s.C.Heal
-		case FaultBridge:
-			s.C.Bridge(s.pick(ids))
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultMessages, FaultNet:
+			s.netFault(kind, ids)
 			undo = s.C.Heal
 		case FaultCrash:
 			id := s.leaderOr(ids)
@@ -201,14 +177,6 @@ func (s *Schedule) Run(ctx context.Context) {
 			if undo, d = s.clockFault(kind, ids); d > 0 {
 				hold = d
 			}
-		case FaultMessages:
-			for _, id := range ids {
-				p := faults.MessagePolicy{Seed: s.RNG.Uint64(), DropRate: 0.3 * s.RNG.Float64(),
-					DupRate: 0.3 * s.RNG.Float64(), DelayRate: s.RNG.Float64(),
-					DelayMax: s.dur(time.Millisecond, 60*time.Millisecond)}
-				s.C.SetMessagePolicy(id, p)
-			}
-			undo = s.C.Heal
 		case FaultDisk:
 			id := s.leaderOr(ids)
 			s.C.FailDisk(id, s.RNG.IntN(2) == 0)
@@ -217,14 +185,50 @@ func (s *Schedule) Run(ctx context.Context) {
 					s.Logf("repair n%d: %v", id, err)
 				}
 			}
-		case FaultNet:
-			id := s.pick(ids)
-			s.C.Degrade(id, s.dur(0, 20*time.Millisecond), uint32(s.RNG.IntN(20000)))
-			undo = s.C.Heal
 		}
 		sleepCtx(ctx, hold)
 		undo()
 		s.Logf("heal %s", kind)
+	}
+}
+
+// netFault injects one of the network's faults, which healing the network
+// (Cluster.Heal) undoes.
+func (s *Schedule) netFault(kind string, ids []uint64) {
+	switch kind {
+	case FaultPartitionMajority:
+		perm := s.RNG.Perm(len(ids))
+		k := 1 + s.RNG.IntN((len(ids)-1)/2)
+		var minority, majority []uint64
+		for i, p := range perm {
+			if i < k {
+				minority = append(minority, ids[p])
+			} else {
+				majority = append(majority, ids[p])
+			}
+		}
+		s.C.Partition(majority, minority)
+	case FaultIsolateLeader:
+		s.C.Isolate(s.leaderOr(ids))
+	case FaultOneWay:
+		from := s.leaderOr(ids)
+		to := s.pick(ids)
+		for to == from {
+			to = s.pick(ids)
+		}
+		s.C.OneWay(from, to)
+	case FaultBridge:
+		s.C.Bridge(s.pick(ids))
+	case FaultMessages:
+		for _, id := range ids {
+			p := faults.MessagePolicy{Seed: s.RNG.Uint64(), DropRate: 0.3 * s.RNG.Float64(),
+				DupRate: 0.3 * s.RNG.Float64(), DelayRate: s.RNG.Float64(),
+				DelayMax: s.dur(time.Millisecond, 60*time.Millisecond)}
+			s.C.SetMessagePolicy(id, p)
+		}
+	case FaultNet:
+		id := s.pick(ids)
+		s.C.Degrade(id, s.dur(0, 20*time.Millisecond), uint32(s.RNG.IntN(20000)))
 	}
 }
 
