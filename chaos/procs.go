@@ -110,14 +110,11 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 		}
 		pc.Exe = exe
 	}
-	if pc.BaseDir == "" {
-		d, err := os.MkdirTemp("", "chaos-procs-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		pc.BaseDir = d
+	remove, err := tempBase(&pc.BaseDir, "chaos-procs-")
+	if err != nil {
+		return nil, err
 	}
+	defer remove()
 	r := &procRun{cfg: pc, exe: pc.Exe, base: pc.BaseDir, epoch: time.Now(), addrs: map[uint64]string{},
 		Applied: NewAppliedLog(), Store: NewFencedStore(), procs: map[uint64]*proc{}, ops: map[string]*Op{},
 		secs: map[string]*procSection{}, probeFailed: map[string]string{}}

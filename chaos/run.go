@@ -118,6 +118,21 @@ func runSize(size int, leaderChurn bool) int {
 	return 3
 }
 
+// tempBase sets an empty *dir to a new temporary directory whose name
+// starts with prefix; remove removes that directory (and nothing when *dir
+// was set).
+func tempBase(dir *string, prefix string) (remove func(), err error) {
+	if *dir != "" {
+		return func() {}, nil
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	*dir = d
+	return func() { os.RemoveAll(d) }, nil
+}
+
 // Run starts a cluster, runs the workload under the schedule, then checks.
 func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	leaderChurn := slices.Contains(rc.Faults, FaultLeaderChurn)
@@ -132,14 +147,11 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	if rc.CheckTimeout == 0 {
 		rc.CheckTimeout = 60 * time.Second
 	}
-	if rc.BaseDir == "" {
-		d, err := os.MkdirTemp("", "chaos-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		rc.BaseDir = d
+	remove, err := tempBase(&rc.BaseDir, "chaos-")
+	if err != nil {
+		return nil, err
 	}
+	defer remove()
 	if leaderChurn && (len(rc.Faults) != 1 || rc.Size < 3) {
 		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills), on 3 nodes or more", FaultLeaderChurn)
 	}
