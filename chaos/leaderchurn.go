@@ -399,8 +399,29 @@ func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(s
 	done := make(chan struct{})
 	go func() { defer close(done); lc.run(ctx) }()
 	var results []*probeResult
-	for round := 1; ctx.Err() == nil && !lc.restartAfter; round++ {
-		r, err := probe(ctx, c, lc, rng, round, ttl)
+	if !lc.restartAfter {
+		results = probeRounds(ctx, et, ttl, logf, func(round int) (*probeResult, error) {
+			return probe(ctx, c, lc, rng, round, ttl)
+		})
+	}
+	<-done
+	applied[FaultLeaderChurn] = lc.hits
+	if !lc.restartAfter {
+		applied["probes"] = len(results)
+	}
+	return results, lc
+}
+
+// probeRounds runs crashed-holder probes (probe, of nodes in this process
+// or of node processes), an election timeout apart, until ctx ends, and
+// returns what they tell: every grant, and the last probe if it was still
+// waiting when the run ended but had had its TTL. A probe that failed is
+// logged and tried again at once.
+func probeRounds(ctx context.Context, et, ttl time.Duration, logf func(string, ...any),
+	probe func(round int) (*probeResult, error)) []*probeResult {
+	var results []*probeResult
+	for round := 1; ctx.Err() == nil; round++ {
+		r, err := probe(round)
 		if err != nil {
 			logf("probe %d: %v", round, err)
 			continue
@@ -420,12 +441,7 @@ func runLeaderChurn(ctx context.Context, c *Cluster, rng *rand.Rand, logf func(s
 		}
 		sleepCtx(ctx, et)
 	}
-	<-done
-	applied[FaultLeaderChurn] = lc.hits
-	if !lc.restartAfter {
-		applied["probes"] = len(results)
-	}
-	return results, lc
+	return results
 }
 
 // probeGrace is how long a probe still waiting when the run ends is given:

@@ -174,23 +174,9 @@ func (r *procRun) leaderChurn(ctx context.Context, rng *rand.Rand, applied map[s
 	pc := &procChurner{r: r, rng: rand.New(rand.NewPCG(rng.Uint64(), 0x1c)), et: et}
 	done := make(chan struct{})
 	go func() { defer close(done); pc.run(ctx) }()
-	var results []*probeResult
-	for round := 1; ctx.Err() == nil; round++ {
-		res, err := pc.probe(ctx, rng, round, cfg.SessionTTL)
-		if err != nil {
-			r.cfg.Logf("probe %d: %v", round, err)
-			continue
-		}
-		if res == nil {
-			continue
-		}
-		if !res.pending || res.took > cfg.SessionTTL {
-			r.cfg.Logf("probe %d: holder n%d killed, waiter n%d granted %v after its last keepalive (%v without a leader after the deadline)",
-				round, res.holder, res.waiter, res.took.Round(time.Millisecond), res.leaderless.Round(time.Millisecond))
-			results = append(results, res)
-		}
-		sleepCtx(ctx, et)
-	}
+	results := probeRounds(ctx, et, cfg.SessionTTL, r.cfg.Logf, func(round int) (*probeResult, error) {
+		return pc.probe(ctx, rng, round, cfg.SessionTTL)
+	})
 	<-done
 	applied[ProcLeaderChurn] = pc.hits
 	applied["probes"] = len(results)
