@@ -207,28 +207,41 @@ func (c *GossipCluster) waitConf(ctx context.Context, each func(), ok func(voter
 
 // WaitLeader waits until every running node agrees on a running leader.
 func (c *GossipCluster) WaitLeader(ctx context.Context) (uint64, error) {
+	return waitAgreedLeader(ctx, 10*time.Millisecond, c.Running, func(s uint64) (uint64, bool) {
+		n := c.Node(s)
+		if n == nil {
+			return 0, false
+		}
+		return n.Leader(), true
+	}, func(lead uint64) bool { return c.SlotOf(lead) != 0 })
+}
+
+// waitAgreedLeader polls, every `every`, until the nodes of ids() agree on
+// a leader that valid accepts. says is whom node id says leads (0: none),
+// and whether id counts (a node that is down does not).
+func waitAgreedLeader(ctx context.Context, every time.Duration, ids func() []uint64,
+	says func(id uint64) (lead uint64, counts bool), valid func(lead uint64) bool) (uint64, error) {
 	for {
 		var lead uint64
 		ok := true
-		for _, s := range c.Running() {
-			n := c.Node(s)
-			if n == nil {
+		for _, id := range ids() {
+			l, counts := says(id)
+			if !counts {
 				continue
 			}
-			l := n.Leader()
 			if l == 0 || (lead != 0 && l != lead) {
 				ok = false
 				break
 			}
 			lead = l
 		}
-		if ok && lead != 0 && c.SlotOf(lead) != 0 {
+		if ok && lead != 0 && valid(lead) {
 			return lead, nil
 		}
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("no agreed leader: %w", ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 }

@@ -567,27 +567,10 @@ func (r *procRun) leader(ctx context.Context, id uint64) uint64 {
 	return l
 }
 
+// waitLeader waits until every node process agrees on a leader.
 func (r *procRun) waitLeader(ctx context.Context) (uint64, error) {
-	for {
-		var lead uint64
-		ok := true
-		for _, id := range r.ids() {
-			l := r.leader(ctx, id)
-			if l == 0 || (lead != 0 && l != lead) {
-				ok = false
-				break
-			}
-			lead = l
-		}
-		if ok && lead != 0 {
-			return lead, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("no agreed leader: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return waitAgreedLeader(ctx, 20*time.Millisecond, r.ids, func(id uint64) (uint64, bool) { return r.leader(ctx, id), true },
+		func(uint64) bool { return true })
 }
 
 // probe reaches the node processes through their control sockets, each
