@@ -62,25 +62,35 @@ func scanSegment(data []byte, st *walState, seg *segment) (valid int, torn bool,
 		if rerr != nil {
 			return off, true, nil
 		}
-		if !topLevel(typ) {
-			return off, false, fmt.Errorf("offset %d: record type %d outside a batch", off, typ)
-		}
-		if (off == 0) != (typ == recState) {
-			return off, false, fmt.Errorf("offset %d: record type %d (a segment starts with its state record, and only there)", off, typ)
-		}
-		if typ == recState {
-			var r stateRecord
-			if err := r.unmarshal(payload); err != nil {
-				return off, false, fmt.Errorf("offset %d: %v", off, err)
-			}
-			seg.last = r.last
-		}
-		if err := st.apply(typ, payload); err != nil {
-			return off, false, fmt.Errorf("offset %d: %v", off, err)
+		if err := checkRecord(st, seg, int64(off), typ, payload); err != nil {
+			return off, false, err
 		}
 		off += n
 	}
 	return off, false, nil
+}
+
+// checkRecord applies the record at offset off of seg to st, after checking
+// that it may stand there: a segment starts with its state record, and only
+// there; records other than top-level ones live inside a batch.
+func checkRecord(st *walState, seg *segment, off int64, typ byte, payload []byte) error {
+	if !topLevel(typ) {
+		return fmt.Errorf("offset %d: record type %d outside a batch", off, typ)
+	}
+	if (off == 0) != (typ == recState) {
+		return fmt.Errorf("offset %d: record type %d (a segment starts with its state record, and only there)", off, typ)
+	}
+	if typ == recState {
+		var r stateRecord
+		if err := r.unmarshal(payload); err != nil {
+			return fmt.Errorf("offset %d: %v", off, err)
+		}
+		seg.last = r.last
+	}
+	if err := st.apply(typ, payload); err != nil {
+		return fmt.Errorf("offset %d: %v", off, err)
+	}
+	return nil
 }
 
 // syncDir fsyncs a directory so that file creations and removals in it are durable.

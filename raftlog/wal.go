@@ -92,56 +92,23 @@ func (w *WAL) corrupt(path string, format string, args ...any) error {
 }
 
 // load replays every segment, cuts a torn tail and opens the last segment for append.
+// Segments are streamed (segread.go), and entries that replay would compact away are
+// not decoded; should that shortcut not hold, the segments are replayed again in full.
 func (w *WAL) load() error {
 	segs, err := listSegments(w.dir)
 	if err != nil {
 		return fmt.Errorf("raftlog: open %s: %w", w.dir, err)
 	}
-	w.st = newWalState()
-	for i, seg := range segs {
-		if i > 0 && seg.seq != segs[i-1].seq+1 {
-			return w.corrupt(seg.path, "segment %d missing before it", segs[i-1].seq+1)
-		}
-		data, err := os.ReadFile(seg.path)
-		if err != nil {
-			return fmt.Errorf("raftlog: read %s: %w", seg.path, err)
-		}
-		valid, torn, err := scanSegment(data, w.st, seg)
-		if err != nil {
-			return w.corrupt(seg.path, "%v", err)
-		}
-		if !torn {
-			continue
-		}
-		if w.prealloc > 0 && i == len(segs)-1 && valid > 0 && allZero(data[valid:]) {
-			// Preallocated space after the last record (or a write of
-			// which nothing reached the disk): the next write goes at valid.
-			w.size = int64(valid)
-			continue
-		}
-		if i < len(segs)-1 {
-			return w.corrupt(seg.path, "bad record at offset %d of %d (not the last segment)", valid, len(data))
-		}
-		if p := findRecord(data, valid+1); p >= 0 {
-			return w.corrupt(seg.path, "bad record at offset %d followed by a valid one at %d", valid, p)
-		}
-		// A torn tail: the crash interrupted a write that was never acknowledged.
-		w.log.Warn("raftlog WAL: cutting torn tail", "file", seg.path, "offset", valid, "bytes", len(data)-valid)
-		if valid == 0 {
-			// Not even the state record: a segment whose creation was interrupted.
-			if err := os.Remove(seg.path); err != nil {
-				return fmt.Errorf("raftlog: remove %s: %w", seg.path, err)
-			}
-			if err := syncDir(w.dir); err != nil {
-				return fmt.Errorf("raftlog: sync %s: %w", w.dir, err)
-			}
-			segs = segs[:i]
-			break
-		}
-		if err := truncateFile(seg.path, int64(valid)); err != nil {
-			return fmt.Errorf("raftlog: truncate %s: %w", seg.path, err)
-		}
+	floor := replayFloor(segs)
+	segs, err = w.replay(segs, floor)
+	if err == nil && !w.st.settled() {
+		w.log.Warn("raftlog WAL: replay floor did not hold, replaying in full", "floor", floor, "compacted", w.st.dummyIndex)
+		segs, err = w.replay(segs, 0)
 	}
+	if err != nil {
+		return err
+	}
+	w.st.floor, w.st.skipped = 0, false
 	if !w.st.complete() {
 		return w.corrupt(w.dir, "entries (%d, %d) are missing (deleted segments)", w.st.dummyIndex, w.st.base)
 	}
@@ -165,6 +132,61 @@ func (w *WAL) load() error {
 		w.size = w.alloc
 	}
 	return nil
+}
+
+// replay rebuilds w.st from segs (entries at or below floor held undecoded),
+// cutting a torn tail, and returns the segments that remain.
+func (w *WAL) replay(segs []*segment, floor uint64) ([]*segment, error) {
+	w.st = newWalState()
+	w.st.floor = floor
+	for i, seg := range segs {
+		if i > 0 && seg.seq != segs[i-1].seq+1 {
+			return nil, w.corrupt(seg.path, "segment %d missing before it", segs[i-1].seq+1)
+		}
+		valid, torn, bad, err := scanSegmentFile(w.st, seg)
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: read %s: %w", seg.path, err)
+		}
+		if bad != nil {
+			return nil, w.corrupt(seg.path, "%v", bad)
+		}
+		if !torn {
+			continue
+		}
+		data, err := readFrom(seg.path, valid)
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: read %s: %w", seg.path, err)
+		}
+		if w.prealloc > 0 && i == len(segs)-1 && valid > 0 && allZero(data) {
+			// Preallocated space after the last record (or a write of
+			// which nothing reached the disk): the next write goes at valid.
+			w.size = valid
+			continue
+		}
+		if i < len(segs)-1 {
+			return nil, w.corrupt(seg.path, "bad record at offset %d of %d (not the last segment)", valid, valid+int64(len(data)))
+		}
+		if p := findRecord(data, 1); p >= 0 {
+			return nil, w.corrupt(seg.path, "bad record at offset %d followed by a valid one at %d", valid, valid+int64(p))
+		}
+		// A torn tail: the crash interrupted a write that was never acknowledged.
+		w.log.Warn("raftlog WAL: cutting torn tail", "file", seg.path, "offset", valid, "bytes", len(data))
+		if valid == 0 {
+			// Not even the state record: a segment whose creation was interrupted.
+			if err := os.Remove(seg.path); err != nil {
+				return nil, fmt.Errorf("raftlog: remove %s: %w", seg.path, err)
+			}
+			if err := syncDir(w.dir); err != nil {
+				return nil, fmt.Errorf("raftlog: sync %s: %w", w.dir, err)
+			}
+			segs = segs[:i]
+			break
+		}
+		if err := truncateFile(seg.path, valid); err != nil {
+			return nil, fmt.Errorf("raftlog: truncate %s: %w", seg.path, err)
+		}
+	}
+	return segs, nil
 }
 
 func allZero(b []byte) bool {
@@ -384,7 +406,7 @@ func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.E
 		st.installSnapshot(newSnap)
 	}
 	for _, e := range ents {
-		if err := st.appendEntry(e); err != nil {
+		if err := st.appendEntry(e.GetIndex(), e); err != nil {
 			w.mu.Unlock()
 			panic(err) // trimEntries checked it
 		}

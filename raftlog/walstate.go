@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"slices"
+
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -19,6 +22,11 @@ type walState struct {
 	ents []*raftpb.Entry
 	// replayed is set once a record has been applied.
 	replayed bool
+	// floor: during replay, entries at or below it are known to be compacted
+	// away before replay ends (replayFloor), so they are held as nil and not
+	// decoded. skipped reports whether any were; settled checks the promise.
+	floor   uint64
+	skipped bool
 }
 
 func newWalState() *walState {
@@ -41,11 +49,17 @@ func (st *walState) apply(typ byte, payload []byte) error {
 	defer func() { st.replayed = true }()
 	switch typ {
 	case recEntry:
+		if st.floor > 0 {
+			if i, ok := entryIndex(payload); ok && i <= st.floor {
+				st.skipped = true
+				return st.appendEntry(i, nil)
+			}
+		}
 		e := &raftpb.Entry{}
 		if err := proto.Unmarshal(payload, e); err != nil {
 			return fmt.Errorf("entry: %v", err)
 		}
-		return st.appendEntry(e)
+		return st.appendEntry(e.GetIndex(), e)
 	case recHardState:
 		hs := &raftpb.HardState{}
 		if err := proto.Unmarshal(payload, hs); err != nil {
@@ -121,9 +135,9 @@ func (st *walState) installSnapshot(snap *raftpb.Snapshot) {
 	st.last, st.base, st.ents = st.dummyIndex, st.dummyIndex+1, nil
 }
 
-// appendEntry drops entries >= e.Index and appends e.
-func (st *walState) appendEntry(e *raftpb.Entry) error {
-	i := e.GetIndex()
+// appendEntry drops entries >= i and appends e, entry i (nil: an entry
+// below the replay floor, not decoded).
+func (st *walState) appendEntry(i uint64, e *raftpb.Entry) error {
 	if i <= st.dummyIndex || i > st.last+1 {
 		return fmt.Errorf("entry %d outside (%d, %d]", i, st.dummyIndex, st.last+1)
 	}
@@ -148,6 +162,38 @@ func (st *walState) compact(index, term uint64) error {
 		st.base = index + 1
 	}
 	return nil
+}
+
+// settled reports whether replay kept its floor's promise: every entry held
+// was decoded.
+func (st *walState) settled() bool {
+	return !st.skipped || (st.dummyIndex >= st.floor && !slices.Contains(st.ents, nil))
+}
+
+// entryIndex reads an encoded raftpb.Entry's index without decoding the rest.
+func entryIndex(b []byte) (uint64, bool) {
+	var index uint64
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+		if num == 3 && typ == protowire.VarintType { // raftpb.Entry.Index
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return 0, false
+			}
+			index, b = v, b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return 0, false
+		}
+		b = b[m:]
+	}
+	return index, index > 0
 }
 
 // entry returns entry i, which must be in (dummyIndex, last].
