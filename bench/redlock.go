@@ -54,7 +54,7 @@ func (r *redlockSystem) stop() {
 		c.Close()
 	}
 	for _, s := range r.srvs {
-		s.end()
+		s.End()
 	}
 }
 

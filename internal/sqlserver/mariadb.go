@@ -57,7 +57,7 @@ func StartMariaDB(opts Options) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
