@@ -87,31 +87,33 @@ func runC3(cfg config, f systemFactory, dir string, run int, rep *report) {
 	rep.fail(f.name, "C3", run, err)
 }
 
-// capable returns the callers as Cs, the interface of an optional capability; false if one lacks it.
-func capable[C any](cs []caller) ([]C, bool) {
+// callersOf opens n callers of sys as Cs, the interface of an optional capability, and returns them
+// with the function that closes them; none (and nothing left open) if sys's callers lack it.
+func callersOf[C any](sys system, n int) ([]C, func(), error) {
+	cs, err := callers(sys, n)
+	if err != nil {
+		return nil, nil, err
+	}
 	out := make([]C, len(cs))
 	for i, c := range cs {
 		cc, ok := c.(C)
 		if !ok {
-			return nil, false
+			closeCallers(cs)
+			return nil, nil, nil
 		}
 		out[i] = cc
 	}
-	return out, true
+	return out, func() { closeCallers(cs) }, nil
 }
 
 // C1: 16 readers and 1 writer on one name.
 func runC1(cfg config, sysName string, sys system, run int, rep *report) error {
 	const readers = 16
-	cs, err := callers(sys, readers+1)
-	if err != nil {
-		return err
+	rcs, closeAll, err := callersOf[rwCaller](sys, readers+1)
+	if rcs == nil {
+		return err // nil: not this system's primitive
 	}
-	defer closeCallers(cs)
-	rcs, ok := capable[rwCaller](cs)
-	if !ok {
-		return nil // not this system's primitive
-	}
+	defer closeAll()
 	name := fmt.Sprintf("c1/%d", run)
 	var readersIn, writersIn, violations atomic.Int64
 	var rgrants, wgrants atomic.Int64
@@ -155,15 +157,11 @@ func runC1(cfg config, sysName string, sys system, run int, rep *report) error {
 // C2: a semaphore of 8 permits, 32 callers taking one each.
 func runC2(cfg config, sysName string, sys system, run int, rep *report) error {
 	const size, n = 8, 32
-	cs, err := callers(sys, n)
-	if err != nil {
+	scs, closeAll, err := callersOf[semCaller](sys, n)
+	if scs == nil {
 		return err
 	}
-	defer closeCallers(cs)
-	scs, ok := capable[semCaller](cs)
-	if !ok {
-		return nil
-	}
+	defer closeAll()
 	name := fmt.Sprintf("c2/%d", run)
 	var in, most, over, grants atomic.Int64
 	waits, _, err := contend(cfg, cfg.s3Dur, len(scs), func(i int) acquireFunc {
@@ -198,15 +196,11 @@ func runC2(cfg config, sysName string, sys system, run int, rep *report) error {
 // C4: 64 callers, each LockAll of 4 random names of 16.
 func runC4(cfg config, sysName string, sys system, run int, rep *report) error {
 	const n, pool, k = 64, 16, 4
-	cs, err := callers(sys, n)
-	if err != nil {
+	mcs, closeAll, err := callersOf[multiCaller](sys, n)
+	if mcs == nil {
 		return err
 	}
-	defer closeCallers(cs)
-	mcs, ok := capable[multiCaller](cs)
-	if !ok {
-		return nil
-	}
+	defer closeAll()
 	var holders [pool]atomic.Int32
 	var violations, grants atomic.Int64
 	rngs := make([]*rand.Rand, n)
