@@ -45,11 +45,7 @@ type scriptEnv struct {
 }
 
 func (e *scriptEnv) open() {
-	f, err := Open(e.path, Options{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.f = f
+	e.f = mustOpen(e.t, e.path, Options{})
 }
 
 // argU is key's number; a script's numbers default to 0.
@@ -171,10 +167,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		if err := e.f.WriteSnapshot(&a); err != nil {
 			t.Fatal(err)
 		}
-		g, err := Open(filepath.Join(t.TempDir(), "restored.db"), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := mustOpen(t, filepath.Join(t.TempDir(), "restored.db"), Options{})
 		defer func() { _ = g.Close() }()
 		if err := g.Restore(bytes.NewReader(a.Bytes())); err != nil {
 			t.Fatal(err)
