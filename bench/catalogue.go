@@ -360,13 +360,11 @@ func (c *etcdCaller) lockAll(ctx context.Context, names []string) (func(context.
 // client campaigns; an observer on a third member sees the next leader once
 // the lease's TTL runs out.
 func etcdElectionFailover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, err := startEtcd(dir, ttl)
+	c, ctx, end, err := freshFor(dir, ttl, startEtcd)
 	if err != nil {
 		return 0, err
 	}
-	defer c.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
-	defer cancel()
+	defer end()
 	hc, hs, err := c.holderSession(ttl)
 	if err != nil {
 		return 0, err

@@ -87,6 +87,19 @@ type systemFactory struct {
 // re-proposes on a leader change).
 const failoverAttempt = 500 * time.Millisecond
 
+// freshFor starts a system of its own for one takeover or failover
+// measurement with start and returns it with the measurement's context (it
+// ends 30 s after the TTL could have) and the function that ends both.
+func freshFor[S interface{ stop() }](dir string, ttl time.Duration,
+	start func(dir string, ttl time.Duration) (S, error)) (S, context.Context, func(), error) {
+	s, err := start(dir, ttl)
+	if err != nil {
+		return s, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
+	return s, ctx, func() { cancel(); s.stop() }, nil
+}
+
 var factories = map[string]systemFactory{}
 
 func register(f systemFactory) { factories[f.name] = f }

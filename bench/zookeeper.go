@@ -270,11 +270,11 @@ func (z *zkCaller) lock(ctx context.Context, name string) (func(context.Context)
 // server expires the session after its timeout, deletes the ephemeral
 // znode, and the waiter's watch fires.
 func zkCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
-	e, err := startZK(dir, ttl)
+	e, ctx, end, err := freshFor(dir, ttl, startZK)
 	if err != nil {
 		return 0, err
 	}
-	defer e.stop()
+	defer end()
 	var dead atomic.Bool
 	var mu sync.Mutex
 	var live []net.Conn
@@ -295,8 +295,6 @@ func zkCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	defer func() { go holder.close() }() // its session is gone; Close must not hold up the run
-	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
-	defer cancel()
 	if _, err := holder.lock(ctx, "s4/crash"); err != nil {
 		return 0, err
 	}
