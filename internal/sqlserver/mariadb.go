@@ -16,12 +16,12 @@ import (
 // MariaDBAvailable returns nil if MariaDB's server binaries are installed,
 // else an error naming the package.
 func MariaDBAvailable() error {
-	if _, err := findBin("mariadb-server", "/usr/sbin/mariadbd", "mariadbd"); err != nil {
-		return err
-	}
-	_, err := findBin("mariadb-server", "/usr/bin/mariadb-install-db", "mariadb-install-db")
+	_, err := findBins("mariadb-server", mariadbBins)
 	return err
 }
+
+// mariadbBins: the server and the program that creates its data directory.
+var mariadbBins = [][]string{{"/usr/sbin/mariadbd", "mariadbd"}, {"/usr/bin/mariadb-install-db", "mariadb-install-db"}}
 
 // StartMariaDB creates a data directory with mariadb-install-db in a fresh
 // temp directory and runs mariadbd on a free loopback port with its socket,
@@ -31,14 +31,11 @@ func MariaDBAvailable() error {
 // "lockraft" and user lockraft@'%' without a password, and DSN connects as
 // that user over TCP. InnoDB, default isolation (REPEATABLE READ).
 func StartMariaDB(opts Options) (*Server, error) {
-	mariadbd, err := findBin("mariadb-server", "/usr/sbin/mariadbd", "mariadbd")
+	bins, err := findBins("mariadb-server", mariadbBins)
 	if err != nil {
 		return nil, err
 	}
-	install, err := findBin("mariadb-server", "/usr/bin/mariadb-install-db", "mariadb-install-db")
-	if err != nil {
-		return nil, err
-	}
+	mariadbd, install := bins[0], bins[1]
 	s, data, err := newServer("mariadb", "mysql")
 	if err != nil {
 		return nil, err

@@ -16,12 +16,12 @@ const pgBin = "/usr/lib/postgresql/15/bin"
 // PostgresAvailable returns nil if PostgreSQL 15's binaries are installed,
 // else an error naming the package.
 func PostgresAvailable() error {
-	if _, err := findBin("postgresql", filepath.Join(pgBin, "postgres"), "postgres"); err != nil {
-		return err
-	}
-	_, err := findBin("postgresql", filepath.Join(pgBin, "initdb"), "initdb")
+	_, err := findBins("postgresql", postgresBins)
 	return err
 }
+
+// postgresBins: the server and the program that creates its cluster.
+var postgresBins = [][]string{{filepath.Join(pgBin, "postgres"), "postgres"}, {filepath.Join(pgBin, "initdb"), "initdb"}}
 
 // StartPostgres creates a cluster with initdb in a fresh temp directory and
 // runs the postgres binary itself (no pg_ctl, no service) on a free
@@ -30,14 +30,11 @@ func PostgresAvailable() error {
 // creates, with the directory handed to it. Authentication is trust on
 // loopback; the database is "postgres", user "postgres".
 func StartPostgres(opts Options) (*Server, error) {
-	postgres, err := findBin("postgresql", filepath.Join(pgBin, "postgres"), "postgres")
+	bins, err := findBins("postgresql", postgresBins)
 	if err != nil {
 		return nil, err
 	}
-	initdb, err := findBin("postgresql", filepath.Join(pgBin, "initdb"), "initdb")
-	if err != nil {
-		return nil, err
-	}
+	postgres, initdb := bins[0], bins[1]
 	uid, gid, sw, err := runAs("postgres")
 	if err != nil {
 		return nil, err

@@ -179,6 +179,20 @@ func chownTree(dir string, uid, gid uint32) error {
 	})
 }
 
+// findBins finds each of a package's binaries, each given as findBin's
+// candidates, in order; the first one missing is the error.
+func findBins(pkg string, bins [][]string) ([]string, error) {
+	paths := make([]string, len(bins))
+	for i, candidates := range bins {
+		p, err := findBin(pkg, candidates...)
+		if err != nil {
+			return nil, err
+		}
+		paths[i] = p
+	}
+	return paths, nil
+}
+
 func findBin(pkg string, candidates ...string) (string, error) {
 	for _, c := range candidates {
 		if filepath.IsAbs(c) {
