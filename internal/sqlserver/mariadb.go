@@ -30,7 +30,7 @@ var mariadbBins = [][]string{{"/usr/sbin/mariadbd", "mariadbd"}, {"/usr/bin/mari
 // get --user=root (the directory stays root's). It then creates database
 // "lockraft" and user lockraft@'%' without a password, and DSN connects as
 // that user over TCP. InnoDB, default isolation (REPEATABLE READ).
-func StartMariaDB(opts Options) (*Server, error) {
+func StartMariaDB(opts Options) (_ *Server, err error) {
 	bins, err := findBins("mariadb-server", mariadbBins)
 	if err != nil {
 		return nil, err
@@ -40,6 +40,7 @@ func StartMariaDB(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer s.killOnError(&err)
 	dir := s.Dir
 	sock := filepath.Join(dir, "mysqld.sock")
 	var userArgs []string
@@ -51,12 +52,10 @@ func StartMariaDB(opts Options) (*Server, error) {
 	cmd := exec.Command(install, installArgs...)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
 	}
 	port, err := FreePort()
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	args := append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + sock, "--port=" + strconv.Itoa(port),
@@ -71,8 +70,6 @@ func StartMariaDB(opts Options) (*Server, error) {
 	cmd = exec.Command(mariadbd, args...)
 	cmd.Dir = dir
 	if err := s.start(cmd, opts, func() error { return ping("mysql", rootDSN) }); err != nil {
-		s.Kill()
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	root, err := sql.Open("mysql", rootDSN)

@@ -29,7 +29,7 @@ var postgresBins = [][]string{{filepath.Join(pgBin, "postgres"), "postgres"}, {f
 // as root, so as root both run as the "postgres" account the package
 // creates, with the directory handed to it. Authentication is trust on
 // loopback; the database is "postgres", user "postgres".
-func StartPostgres(opts Options) (*Server, error) {
+func StartPostgres(opts Options) (_ *Server, err error) {
 	bins, err := findBins("postgresql", postgresBins)
 	if err != nil {
 		return nil, err
@@ -43,6 +43,7 @@ func StartPostgres(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer s.killOnError(&err)
 	dir := s.Dir
 	cred := func(c *exec.Cmd) *exec.Cmd {
 		if sw {
@@ -53,11 +54,9 @@ func StartPostgres(opts Options) (*Server, error) {
 	}
 	if sw {
 		if err := os.Chmod(dir, 0o700); err != nil {
-			os.RemoveAll(dir)
 			return nil, err
 		}
 		if err := chownTree(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
 			return nil, err
 		}
 	}
@@ -66,12 +65,10 @@ func StartPostgres(opts Options) (*Server, error) {
 		initArgs = append(initArgs, "--no-sync")
 	}
 	if out, err := cred(exec.Command(initdb, initArgs...)).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	port, err := FreePort()
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
@@ -82,8 +79,6 @@ func StartPostgres(opts Options) (*Server, error) {
 	s.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	s.URL = s.DSN
 	if err := s.start(cred(exec.Command(postgres, args...)), opts, func() error { return ping("pgx", s.DSN) }); err != nil {
-		s.Kill()
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil

@@ -130,6 +130,15 @@ func (s *Server) end(grace time.Duration) {
 	})
 }
 
+// killOnError, deferred by a Start function once the server has its
+// directory, ends the server (if it was started) and removes the directory
+// when the start fails (*err).
+func (s *Server) killOnError(err *error) {
+	if *err != nil {
+		s.Kill()
+	}
+}
+
 // newServer is a Server of driver in a fresh temp directory named for kind,
 // with its log there; data is where its data directory goes.
 func newServer(kind, driver string) (s *Server, data string, err error) {
