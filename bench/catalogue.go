@@ -145,12 +145,9 @@ func runC1(cfg config, sysName string, sys system, run int, rep *report) error {
 	el := cfg.s3Dur.Seconds()
 	rep.add(sysName, "C1", "grants_per_s", float64(rgrants.Load()+wgrants.Load())/el, run)
 	rep.add(sysName, "C1", "writer_grants_per_s", float64(wgrants.Load())/el, run)
-	rep.add(sysName, "C1", "writer_wait_p50_ms", ms(pct(wwaits, 0.5)), run)
-	rep.add(sysName, "C1", "writer_wait_p99_ms", ms(pct(wwaits, 0.99)), run)
+	rep.addMedianP99(sysName, "C1", "writer_wait", wwaits, run)
 	rep.add(sysName, "C1", "reader_wait_p99_ms", ms(pct(rwaits, 0.99)), run)
-	if v := violations.Load(); v > 0 {
-		rep.add(sysName, "C1", "exclusion_violations", float64(v), run)
-	}
+	rep.addViolations(sysName, "C1", "exclusion_violations", violations.Load(), run)
 	return nil
 }
 
@@ -184,12 +181,9 @@ func runC2(cfg config, sysName string, sys system, run int, rep *report) error {
 	}
 	all := slices.Concat(waits...)
 	rep.add(sysName, "C2", "acquisitions_per_s", float64(grants.Load())/cfg.s3Dur.Seconds(), run)
-	rep.add(sysName, "C2", "wait_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "C2", "wait_p99_ms", ms(pct(all, 0.99)), run)
+	rep.addMedianP99(sysName, "C2", "wait", all, run)
 	rep.add(sysName, "C2", "most_permits_in_use", float64(most.Load()), run)
-	if v := over.Load(); v > 0 {
-		rep.add(sysName, "C2", "over_limit_violations", float64(v), run)
-	}
+	rep.addViolations(sysName, "C2", "over_limit_violations", over.Load(), run)
 	return nil
 }
 
@@ -231,11 +225,8 @@ func runC4(cfg config, sysName string, sys system, run int, rep *report) error {
 	}
 	all := slices.Concat(waits...)
 	rep.add(sysName, "C4", "lockall_per_s", float64(grants.Load())/cfg.s3Dur.Seconds(), run)
-	rep.add(sysName, "C4", "wait_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "C4", "wait_p99_ms", ms(pct(all, 0.99)), run)
-	if v := violations.Load(); v > 0 {
-		rep.add(sysName, "C4", "exclusion_violations", float64(v), run)
-	}
+	rep.addMedianP99(sysName, "C4", "wait", all, run)
+	rep.addViolations(sysName, "C4", "exclusion_violations", violations.Load(), run)
 	return nil
 }
 

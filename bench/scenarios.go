@@ -261,8 +261,7 @@ func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
 		lat = append(lat, d)
 	}
 	el := time.Since(start)
-	rep.add(sysName, "S1", "pair_p50_ms", ms(pct(lat, 0.5)), run)
-	rep.add(sysName, "S1", "pair_p99_ms", ms(pct(lat, 0.99)), run)
+	rep.addMedianP99(sysName, "S1", "pair", lat, run)
 	rep.add(sysName, "S1", "pairs_per_s", float64(len(lat))/el.Seconds(), run)
 	return nil
 }
@@ -311,8 +310,7 @@ func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
 		return firstErr
 	}
 	rep.add(sysName, "S2", "pairs_per_s", float64(len(all))/el.Seconds(), run)
-	rep.add(sysName, "S2", "pair_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "S2", "pair_p99_ms", ms(pct(all, 0.99)), run)
+	rep.addMedianP99(sysName, "S2", "pair", all, run)
 	return nil
 }
 
@@ -364,16 +362,13 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 	all := slices.Concat(waits...)
 	rep.add(sysName, "S3", "holder_changes_per_s", float64(changes)/el.Seconds(), run)
 	rep.add(sysName, "S3", "grants_per_s", float64(len(grants))/el.Seconds(), run)
-	rep.add(sysName, "S3", "wait_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "S3", "wait_p99_ms", ms(pct(all, 0.99)), run)
+	rep.addMedianP99(sysName, "S3", "wait", all, run)
 	rep.add(sysName, "S3", "fifo_inversions", float64(inv), run)
 	rep.add(sysName, "S3", "fifo_inversions_gt1ms", float64(inv1ms), run)
 	rep.add(sysName, "S3", "fifo_inversion_max_head_start_ms", ms(maxGap), run)
 	rep.add(sysName, "S3", "fifo_inversions_same_member", float64(sameMember), run)
 	rep.add(sysName, "S3", "barging", float64(barging), run)
-	if n := overlaps.Load(); n > 0 {
-		rep.add(sysName, "S3", "mutual_exclusion_violations", float64(n), run)
-	}
+	rep.addViolations(sysName, "S3", "mutual_exclusion_violations", overlaps.Load(), run)
 	return nil
 }
 
