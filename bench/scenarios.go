@@ -104,10 +104,21 @@ var factories = map[string]systemFactory{}
 
 func register(f systemFactory) { factories[f.name] = f }
 
-func runSystem(cfg config, f systemFactory, run int, rep *report) {
-	dir, err := os.MkdirTemp(cfg.tmp, f.name+"-")
+// systemDir makes a fresh directory for one run of f's (its name starts
+// with f's name and then prefix); "" when it cannot, which it reports as the
+// run's setup failure.
+func systemDir(cfg config, f systemFactory, prefix string, run int, rep *report) string {
+	dir, err := os.MkdirTemp(cfg.tmp, f.name+prefix)
 	if err != nil {
 		rep.fail(f.name, "setup", run, err)
+		return ""
+	}
+	return dir
+}
+
+func runSystem(cfg config, f systemFactory, run int, rep *report) {
+	dir := systemDir(cfg, f, "-", run, rep)
+	if dir == "" {
 		return
 	}
 	defer os.RemoveAll(dir)
@@ -153,9 +164,8 @@ func runWaitsTogether(cfg config, fs []systemFactory, run int, rep *report) {
 // runWaits runs S4's crash takeover and S5's failover of one system, each on
 // a fresh cluster (at the same time with -quick).
 func runWaits(cfg config, f systemFactory, run int, rep *report) {
-	dir, err := os.MkdirTemp(cfg.tmp, f.name+"-waits-")
-	if err != nil {
-		rep.fail(f.name, "setup", run, err)
+	dir := systemDir(cfg, f, "-waits-", run, rep)
+	if dir == "" {
 		return
 	}
 	defer os.RemoveAll(dir)
