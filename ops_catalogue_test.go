@@ -42,9 +42,18 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 			return err == nil && len(v.Waiters) == n
 		}, 10*time.Second, 10*time.Millisecond, name)
 	}
-	bg := func(f func() error) chan error {
+	// bg takes a hold in the background and gives it back once granted;
+	// take returns its release (not called when take fails). The channel
+	// gets the error of either.
+	bg := func(take func() (release func(context.Context) error, err error)) chan error {
 		ch := make(chan error, 1)
-		go func() { ch <- f() }()
+		go func() {
+			release, err := take()
+			if err == nil {
+				err = release(ctx)
+			}
+			ch <- err
+		}()
 		return ch
 	}
 
@@ -53,20 +62,14 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 	require.NoError(t, err)
 	r2, err := a.RLock(ctx, "rw", lockraft.WithOwner("r2"), lockraft.WithLease(20*time.Second))
 	require.NoError(t, err)
-	wDone := bg(func() error {
+	wDone := bg(func() (func(context.Context) error, error) {
 		w, err := b.WLock(ctx, "rw", lockraft.WithOwner("w"))
-		if err == nil {
-			err = w.Unlock(ctx)
-		}
-		return err
+		return w.Unlock, err
 	})
 	waitWaiters("rw", 1)
-	r3Done := bg(func() error {
+	r3Done := bg(func() (func(context.Context) error, error) {
 		r, err := b.RLock(ctx, "rw", lockraft.WithOwner("r3"))
-		if err == nil {
-			err = r.Unlock(ctx)
-		}
-		return err
+		return r.Unlock, err
 	})
 	waitWaiters("rw", 2)
 	v := view("rw")
@@ -93,12 +96,9 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 	require.NoError(t, err)
 	p2, err := sem.Acquire(ctx, 1, lockraft.WithOwner("p2"))
 	require.NoError(t, err)
-	pDone := bg(func() error {
+	pDone := bg(func() (func(context.Context) error, error) {
 		p, err := b.Semaphore("sem", 3).Acquire(ctx, 2, lockraft.WithOwner("p3"))
-		if err == nil {
-			err = p.Release(ctx)
-		}
-		return err
+		return p.Release, err
 	})
 	waitWaiters("sem", 1)
 	_, err = b.Semaphore("sem", 4).TryAcquire(ctx, 1) // 1 × trylock invalid (size mismatch), on b
@@ -119,12 +119,9 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 	ld, err := a.Campaign(ctx, "el", "addr-a", lockraft.WithOwner("cand-a"))
 	require.NoError(t, err)
 	require.NoError(t, ld.Proclaim(ctx, "addr-a2"))
-	eDone := bg(func() error {
+	eDone := bg(func() (func(context.Context) error, error) {
 		l, err := b.Campaign(ctx, "el", "addr-b", lockraft.WithOwner("cand-b"))
-		if err == nil {
-			err = l.Resign(ctx)
-		}
-		return err
+		return l.Resign, err
 	})
 	waitWaiters("el", 1)
 	v = view("el")
@@ -141,12 +138,9 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 	// Multi-name: a holds {m1, m2}; b waits for {m2, m3}.
 	ml, err := a.LockAll(ctx, []string{"m1", "m2"}, lockraft.WithOwner("all-a"))
 	require.NoError(t, err)
-	mDone := bg(func() error {
+	mDone := bg(func() (func(context.Context) error, error) {
 		l, err := b.LockAll(ctx, []string{"m2", "m3"}, lockraft.WithOwner("all-b"))
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		return err
+		return l.Unlock, err
 	})
 	waitWaiters("m2", 1)
 	v = view("m2")

@@ -87,31 +87,33 @@ func runC3(cfg config, f systemFactory, dir string, run int, rep *report) {
 	rep.fail(f.name, "C3", run, err)
 }
 
-// capable returns the callers as Cs, the interface of an optional capability; false if one lacks it.
-func capable[C any](cs []caller) ([]C, bool) {
+// callersOf opens n callers of sys as Cs, the interface of an optional capability, and returns them
+// with the function that closes them; none (and nothing left open) if sys's callers lack it.
+func callersOf[C any](sys system, n int) ([]C, func(), error) {
+	cs, err := callers(sys, n)
+	if err != nil {
+		return nil, nil, err
+	}
 	out := make([]C, len(cs))
 	for i, c := range cs {
 		cc, ok := c.(C)
 		if !ok {
-			return nil, false
+			closeCallers(cs)
+			return nil, nil, nil
 		}
 		out[i] = cc
 	}
-	return out, true
+	return out, func() { closeCallers(cs) }, nil
 }
 
 // C1: 16 readers and 1 writer on one name.
 func runC1(cfg config, sysName string, sys system, run int, rep *report) error {
 	const readers = 16
-	cs, err := callers(sys, readers+1)
-	if err != nil {
-		return err
+	rcs, closeAll, err := callersOf[rwCaller](sys, readers+1)
+	if rcs == nil {
+		return err // nil: not this system's primitive
 	}
-	defer closeCallers(cs)
-	rcs, ok := capable[rwCaller](cs)
-	if !ok {
-		return nil // not this system's primitive
-	}
+	defer closeAll()
 	name := fmt.Sprintf("c1/%d", run)
 	var readersIn, writersIn, violations atomic.Int64
 	var rgrants, wgrants atomic.Int64
@@ -143,27 +145,20 @@ func runC1(cfg config, sysName string, sys system, run int, rep *report) error {
 	el := cfg.s3Dur.Seconds()
 	rep.add(sysName, "C1", "grants_per_s", float64(rgrants.Load()+wgrants.Load())/el, run)
 	rep.add(sysName, "C1", "writer_grants_per_s", float64(wgrants.Load())/el, run)
-	rep.add(sysName, "C1", "writer_wait_p50_ms", ms(pct(wwaits, 0.5)), run)
-	rep.add(sysName, "C1", "writer_wait_p99_ms", ms(pct(wwaits, 0.99)), run)
+	rep.addMedianP99(sysName, "C1", "writer_wait", wwaits, run)
 	rep.add(sysName, "C1", "reader_wait_p99_ms", ms(pct(rwaits, 0.99)), run)
-	if v := violations.Load(); v > 0 {
-		rep.add(sysName, "C1", "exclusion_violations", float64(v), run)
-	}
+	rep.addViolations(sysName, "C1", "exclusion_violations", violations.Load(), run)
 	return nil
 }
 
 // C2: a semaphore of 8 permits, 32 callers taking one each.
 func runC2(cfg config, sysName string, sys system, run int, rep *report) error {
 	const size, n = 8, 32
-	cs, err := callers(sys, n)
-	if err != nil {
+	scs, closeAll, err := callersOf[semCaller](sys, n)
+	if scs == nil {
 		return err
 	}
-	defer closeCallers(cs)
-	scs, ok := capable[semCaller](cs)
-	if !ok {
-		return nil
-	}
+	defer closeAll()
 	name := fmt.Sprintf("c2/%d", run)
 	var in, most, over, grants atomic.Int64
 	waits, _, err := contend(cfg, cfg.s3Dur, len(scs), func(i int) acquireFunc {
@@ -186,27 +181,20 @@ func runC2(cfg config, sysName string, sys system, run int, rep *report) error {
 	}
 	all := slices.Concat(waits...)
 	rep.add(sysName, "C2", "acquisitions_per_s", float64(grants.Load())/cfg.s3Dur.Seconds(), run)
-	rep.add(sysName, "C2", "wait_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "C2", "wait_p99_ms", ms(pct(all, 0.99)), run)
+	rep.addMedianP99(sysName, "C2", "wait", all, run)
 	rep.add(sysName, "C2", "most_permits_in_use", float64(most.Load()), run)
-	if v := over.Load(); v > 0 {
-		rep.add(sysName, "C2", "over_limit_violations", float64(v), run)
-	}
+	rep.addViolations(sysName, "C2", "over_limit_violations", over.Load(), run)
 	return nil
 }
 
 // C4: 64 callers, each LockAll of 4 random names of 16.
 func runC4(cfg config, sysName string, sys system, run int, rep *report) error {
 	const n, pool, k = 64, 16, 4
-	cs, err := callers(sys, n)
-	if err != nil {
+	mcs, closeAll, err := callersOf[multiCaller](sys, n)
+	if mcs == nil {
 		return err
 	}
-	defer closeCallers(cs)
-	mcs, ok := capable[multiCaller](cs)
-	if !ok {
-		return nil
-	}
+	defer closeAll()
 	var holders [pool]atomic.Int32
 	var violations, grants atomic.Int64
 	rngs := make([]*rand.Rand, n)
@@ -237,11 +225,8 @@ func runC4(cfg config, sysName string, sys system, run int, rep *report) error {
 	}
 	all := slices.Concat(waits...)
 	rep.add(sysName, "C4", "lockall_per_s", float64(grants.Load())/cfg.s3Dur.Seconds(), run)
-	rep.add(sysName, "C4", "wait_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "C4", "wait_p99_ms", ms(pct(all, 0.99)), run)
-	if v := violations.Load(); v > 0 {
-		rep.add(sysName, "C4", "exclusion_violations", float64(v), run)
-	}
+	rep.addMedianP99(sysName, "C4", "wait", all, run)
+	rep.addViolations(sysName, "C4", "exclusion_violations", violations.Load(), run)
 	return nil
 }
 
@@ -366,13 +351,11 @@ func (c *etcdCaller) lockAll(ctx context.Context, names []string) (func(context.
 // client campaigns; an observer on a third member sees the next leader once
 // the lease's TTL runs out.
 func etcdElectionFailover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, err := startEtcd(dir, ttl)
+	c, ctx, end, err := freshFor(dir, ttl, startEtcd)
 	if err != nil {
 		return 0, err
 	}
-	defer c.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
-	defer cancel()
+	defer end()
 	hc, hs, err := c.holderSession(ttl)
 	if err != nil {
 		return 0, err

@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/lockraft/lockraft/internal/sqlserver"
 )
 
 // etcd: a 3-member cluster embedded in this process (go.etcd.io/etcd/server/v3/embed),
@@ -41,11 +43,11 @@ func startEtcd(dir string, ttl time.Duration) (*etcdCluster, error) {
 	var cfgs []*embed.Config
 	var initial []string
 	for i := range 3 {
-		pp, err := freePort()
+		pp, err := sqlserver.FreePort()
 		if err != nil {
 			return nil, err
 		}
-		cp, err := freePort()
+		cp, err := sqlserver.FreePort()
 		if err != nil {
 			return nil, err
 		}

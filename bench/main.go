@@ -56,7 +56,6 @@ func main() {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
-		endChildren()
 		sqlserver.StopAll()
 		os.RemoveAll(root)
 		os.Exit(130)
@@ -104,7 +103,6 @@ func main() {
 	}
 	rep.host.loadEnd = loadAvg()
 	rep.printTable(os.Stdout)
-	endChildren()
 	sqlserver.StopAll()
 	os.RemoveAll(root)
 	if err := rep.close(); err != nil {

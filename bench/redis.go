@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockraft/lockraft/internal/sqlserver"
 )
 
 // Redis as people use it for locks: SET name token NX PX ttl, released by a
@@ -46,9 +48,9 @@ func redisAvailable() error {
 	return nil
 }
 
-// redisServer is one redis-server process; end kills it (SIGKILL).
+// redisServer is one redis-server process; End kills it (SIGKILL).
 type redisServer struct {
-	*child
+	*sqlserver.Process
 	addr string
 }
 
@@ -58,7 +60,7 @@ func startRedisServer(dir string, aofAlways bool) (*redisServer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := sqlserver.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -69,11 +71,11 @@ func startRedisServer(dir string, aofAlways bool) (*redisServer, error) {
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
-	ch, err := startChild(cmd, 0)
+	p, err := sqlserver.StartProcess(cmd, 0)
 	if err != nil {
 		return nil, err
 	}
-	s := &redisServer{child: ch, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	s := &redisServer{Process: p, addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	c := redis.NewClient(&redis.Options{Addr: s.addr})
 	defer c.Close()
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
@@ -81,12 +83,12 @@ func startRedisServer(dir string, aofAlways bool) (*redisServer, error) {
 			return s, nil
 		}
 		select {
-		case <-s.done:
+		case <-s.Done():
 			return nil, fmt.Errorf("redis-server on %s exited", s.addr)
 		default:
 		}
 		if time.Since(start) > 10*time.Second {
-			s.end()
+			s.End()
 			return nil, fmt.Errorf("redis-server on %s did not answer", s.addr)
 		}
 	}
@@ -121,7 +123,7 @@ func startRedisSystem(dir string, ttl time.Duration, aof bool) (*redisSystem, er
 
 func (r *redisSystem) stop() {
 	r.cl.Close()
-	r.srv.end()
+	r.srv.End()
 }
 
 func (r *redisSystem) caller(int) (caller, error) { return &redisCaller{cl: r.cl, ttl: r.ttl}, nil }

@@ -209,13 +209,11 @@ func (c *redissonCaller) startWatchdog(name string) *watchdog {
 // gets no message and retries when the TTL it saw runs out, i.e. up to one
 // watchdog period less than the full timeout after the death.
 func redissonCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
-	r, err := startRedisson(dir, ttl)
+	r, ctx, end, err := freshFor(dir, ttl, startRedisson)
 	if err != nil {
 		return 0, err
 	}
-	defer r.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
-	defer cancel()
+	defer end()
 	holder := &redissonCaller{cl: newRedisClient(r.srv.addr), ttl: ttl, id: randomToken()}
 	ok, _, err := holder.try(ctx, "s4/crash")
 	if err != nil || !ok {

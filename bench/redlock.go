@@ -54,7 +54,7 @@ func (r *redlockSystem) stop() {
 		c.Close()
 	}
 	for _, s := range r.srvs {
-		s.end()
+		s.End()
 	}
 }
 
@@ -84,13 +84,11 @@ func (c *redlockCaller) lock(ctx context.Context, name string) (func(context.Con
 // redlockCrashTakeover: the holder takes the lock and never releases it; a
 // waiter gets it once the expiry has run out on a quorum.
 func redlockCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
-	r, err := startRedlock(dir, ttl)
+	r, ctx, end, err := freshFor(dir, ttl, startRedlock)
 	if err != nil {
 		return 0, err
 	}
-	defer r.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
-	defer cancel()
+	defer end()
 	c := &redlockCaller{rs: r.rs, ttl: ttl}
 	if _, err := c.lock(ctx, "s4/crash"); err != nil {
 		return 0, err

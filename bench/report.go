@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // row is one JSON line.
@@ -41,6 +42,21 @@ func newReport(path string) *report {
 		}
 	}
 	return r
+}
+
+// addMedianP99 adds the median and the 99th percentile of d, in ms, as
+// what_p50_ms and what_p99_ms.
+func (r *report) addMedianP99(system, scenario, what string, d []time.Duration, run int) {
+	r.add(system, scenario, what+"_p50_ms", ms(pct(d, 0.5)), run)
+	r.add(system, scenario, what+"_p99_ms", ms(pct(d, 0.99)), run)
+}
+
+// addViolations adds a count of broken promises only when there were some:
+// such a row in the report says a system broke one.
+func (r *report) addViolations(system, scenario, metric string, n int64, run int) {
+	if n > 0 {
+		r.add(system, scenario, metric, float64(n), run)
+	}
 }
 
 func (r *report) add(system, scenario, metric string, v float64, run int) {

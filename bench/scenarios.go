@@ -87,14 +87,38 @@ type systemFactory struct {
 // re-proposes on a leader change).
 const failoverAttempt = 500 * time.Millisecond
 
+// freshFor starts a system of its own for one takeover or failover
+// measurement with start and returns it with the measurement's context (it
+// ends 30 s after the TTL could have) and the function that ends both.
+func freshFor[S interface{ stop() }](dir string, ttl time.Duration,
+	start func(dir string, ttl time.Duration) (S, error)) (S, context.Context, func(), error) {
+	s, err := start(dir, ttl)
+	if err != nil {
+		return s, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
+	return s, ctx, func() { cancel(); s.stop() }, nil
+}
+
 var factories = map[string]systemFactory{}
 
 func register(f systemFactory) { factories[f.name] = f }
 
-func runSystem(cfg config, f systemFactory, run int, rep *report) {
-	dir, err := os.MkdirTemp(cfg.tmp, f.name+"-")
+// systemDir makes a fresh directory for one run of f's (its name starts
+// with f's name and then prefix); "" when it cannot, which it reports as the
+// run's setup failure.
+func systemDir(cfg config, f systemFactory, prefix string, run int, rep *report) string {
+	dir, err := os.MkdirTemp(cfg.tmp, f.name+prefix)
 	if err != nil {
 		rep.fail(f.name, "setup", run, err)
+		return ""
+	}
+	return dir
+}
+
+func runSystem(cfg config, f systemFactory, run int, rep *report) {
+	dir := systemDir(cfg, f, "-", run, rep)
+	if dir == "" {
 		return
 	}
 	defer os.RemoveAll(dir)
@@ -140,9 +164,8 @@ func runWaitsTogether(cfg config, fs []systemFactory, run int, rep *report) {
 // runWaits runs S4's crash takeover and S5's failover of one system, each on
 // a fresh cluster (at the same time with -quick).
 func runWaits(cfg config, f systemFactory, run int, rep *report) {
-	dir, err := os.MkdirTemp(cfg.tmp, f.name+"-waits-")
-	if err != nil {
-		rep.fail(f.name, "setup", run, err)
+	dir := systemDir(cfg, f, "-waits-", run, rep)
+	if dir == "" {
 		return
 	}
 	defer os.RemoveAll(dir)
@@ -248,8 +271,7 @@ func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
 		lat = append(lat, d)
 	}
 	el := time.Since(start)
-	rep.add(sysName, "S1", "pair_p50_ms", ms(pct(lat, 0.5)), run)
-	rep.add(sysName, "S1", "pair_p99_ms", ms(pct(lat, 0.99)), run)
+	rep.addMedianP99(sysName, "S1", "pair", lat, run)
 	rep.add(sysName, "S1", "pairs_per_s", float64(len(lat))/el.Seconds(), run)
 	return nil
 }
@@ -298,8 +320,7 @@ func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
 		return firstErr
 	}
 	rep.add(sysName, "S2", "pairs_per_s", float64(len(all))/el.Seconds(), run)
-	rep.add(sysName, "S2", "pair_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "S2", "pair_p99_ms", ms(pct(all, 0.99)), run)
+	rep.addMedianP99(sysName, "S2", "pair", all, run)
 	return nil
 }
 
@@ -351,16 +372,13 @@ func runS3(cfg config, sysName string, sys system, run int, rep *report) error {
 	all := slices.Concat(waits...)
 	rep.add(sysName, "S3", "holder_changes_per_s", float64(changes)/el.Seconds(), run)
 	rep.add(sysName, "S3", "grants_per_s", float64(len(grants))/el.Seconds(), run)
-	rep.add(sysName, "S3", "wait_p50_ms", ms(pct(all, 0.5)), run)
-	rep.add(sysName, "S3", "wait_p99_ms", ms(pct(all, 0.99)), run)
+	rep.addMedianP99(sysName, "S3", "wait", all, run)
 	rep.add(sysName, "S3", "fifo_inversions", float64(inv), run)
 	rep.add(sysName, "S3", "fifo_inversions_gt1ms", float64(inv1ms), run)
 	rep.add(sysName, "S3", "fifo_inversion_max_head_start_ms", ms(maxGap), run)
 	rep.add(sysName, "S3", "fifo_inversions_same_member", float64(sameMember), run)
 	rep.add(sysName, "S3", "barging", float64(barging), run)
-	if n := overlaps.Load(); n > 0 {
-		rep.add(sysName, "S3", "mutual_exclusion_violations", float64(n), run)
-	}
+	rep.addViolations(sysName, "S3", "mutual_exclusion_violations", overlaps.Load(), run)
 	return nil
 }
 

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/lockraft/lockraft/internal/sqlserver"
 )
 
 // ZooKeeper 3.8 from Debian's zookeeper package: a 3-server ensemble on
@@ -59,7 +61,7 @@ func zkAvailable() error {
 }
 
 type zkEnsemble struct {
-	srvs  []*child // each ends with SIGTERM, SIGKILL after 10 s
+	srvs  []*sqlserver.Process // each ends with SIGTERM, SIGKILL after 10 s
 	addrs []string
 	ttl   time.Duration
 }
@@ -71,7 +73,7 @@ func startZK(dir string, ttl time.Duration) (*zkEnsemble, error) {
 	for range 3 {
 		var p [3]int
 		for j := range p {
-			v, err := freePort()
+			v, err := sqlserver.FreePort()
 			if err != nil {
 				return nil, err
 			}
@@ -110,7 +112,7 @@ func startZK(dir string, ttl time.Duration) (*zkEnsemble, error) {
 			"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 		cmd.Stdout, cmd.Stderr = log, log
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		s, err := startChild(cmd, 10*time.Second)
+		s, err := sqlserver.StartProcess(cmd, 10*time.Second)
 		log.Close()
 		if err != nil {
 			e.stop()
@@ -162,7 +164,7 @@ func (nopLogger) Printf(string, ...any) {}
 func (e *zkEnsemble) stop() {
 	var wg sync.WaitGroup
 	for _, s := range e.srvs {
-		wg.Go(s.end)
+		wg.Go(s.End)
 	}
 	wg.Wait()
 }
@@ -268,11 +270,11 @@ func (z *zkCaller) lock(ctx context.Context, name string) (func(context.Context)
 // server expires the session after its timeout, deletes the ephemeral
 // znode, and the waiter's watch fires.
 func zkCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
-	e, err := startZK(dir, ttl)
+	e, ctx, end, err := freshFor(dir, ttl, startZK)
 	if err != nil {
 		return 0, err
 	}
-	defer e.stop()
+	defer end()
 	var dead atomic.Bool
 	var mu sync.Mutex
 	var live []net.Conn
@@ -293,8 +295,6 @@ func zkCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	defer func() { go holder.close() }() // its session is gone; Close must not hold up the run
-	ctx, cancel := context.WithTimeout(context.Background(), ttl+30*time.Second)
-	defer cancel()
 	if _, err := holder.lock(ctx, "s4/crash"); err != nil {
 		return 0, err
 	}

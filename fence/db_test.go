@@ -29,19 +29,24 @@ type testDB struct {
 	isolation, want string
 }
 
+// A sharedServer is a database server every test of the binary shares
+// (startServers), each test on a database of its own (ownDatabase).
+type sharedServer struct {
+	srv *sqlserver.Server
+	err error // why it is not running
+}
+
 var servers struct {
-	once            sync.Once
-	pg, maria       *sqlserver.Server
-	pgErr, mariaErr error
+	once      sync.Once
+	pg, maria sharedServer
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if servers.pg != nil {
-		servers.pg.Stop()
-	}
-	if servers.maria != nil {
-		servers.maria.Stop()
+	for _, s := range []sharedServer{servers.pg, servers.maria} {
+		if s.srv != nil {
+			s.srv.Stop()
+		}
 	}
 	os.Exit(code)
 }
@@ -52,13 +57,13 @@ func startServers() {
 	servers.once.Do(func() {
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			if servers.pgErr = sqlserver.PostgresAvailable(); servers.pgErr == nil {
-				servers.pg, servers.pgErr = sqlserver.StartPostgres(sqlserver.Options{})
+			if servers.pg.err = sqlserver.PostgresAvailable(); servers.pg.err == nil {
+				servers.pg.srv, servers.pg.err = sqlserver.StartPostgres(sqlserver.Options{})
 			}
 		})
 		wg.Go(func() {
-			if servers.mariaErr = sqlserver.MariaDBAvailable(); servers.mariaErr == nil {
-				servers.maria, servers.mariaErr = sqlserver.StartMariaDB(sqlserver.Options{})
+			if servers.maria.err = sqlserver.MariaDBAvailable(); servers.maria.err == nil {
+				servers.maria.srv, servers.maria.err = sqlserver.StartMariaDB(sqlserver.Options{})
 			}
 		})
 		wg.Wait()
@@ -89,12 +94,18 @@ func nextDBName(t *testing.T) string {
 	return fmt.Sprintf("fence_t%d", dbSeq.n)
 }
 
-// createDatabase creates a database of its own for the test on the shared
-// server srv and returns its name.
-func createDatabase(t *testing.T, srv *sqlserver.Server) string {
+// ownDatabase starts the shared servers (once) and creates a database of
+// the test's own on s; it returns the new database's name and s's DSN. The
+// test is skipped, naming the server (what) and its Debian package (pkg),
+// when s is not running.
+func ownDatabase(t *testing.T, s *sharedServer, what, pkg string) (name, dsn string) {
 	t.Helper()
-	name := nextDBName(t)
-	admin, err := srv.Open()
+	startServers()
+	if s.err != nil {
+		skipOrFail(t, "%s tests skipped (Debian package %s): %v", what, pkg, s.err)
+	}
+	name = nextDBName(t)
+	admin, err := s.srv.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +113,7 @@ func createDatabase(t *testing.T, srv *sqlserver.Server) string {
 	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return name, s.srv.DSN
 }
 
 // opener is a testDB's fresh: each call opens a *sql.DB on dsn, closed when
@@ -131,24 +142,16 @@ func sqliteDB() testDB {
 func postgresDB() testDB {
 	return testDB{name: "postgres", dialect: Postgres, isolation: "SHOW default_transaction_isolation", want: "read committed",
 		fresh: func(t *testing.T) func() *sql.DB {
-			startServers()
-			if servers.pgErr != nil {
-				skipOrFail(t, "PostgreSQL tests skipped (Debian package postgresql): %v", servers.pgErr)
-			}
-			name := createDatabase(t, servers.pg)
-			return opener(t, "pgx", strings.Replace(servers.pg.DSN, "/postgres?", "/"+name+"?", 1))
+			name, dsn := ownDatabase(t, &servers.pg, "PostgreSQL", "postgresql")
+			return opener(t, "pgx", strings.Replace(dsn, "/postgres?", "/"+name+"?", 1))
 		}}
 }
 
 func mariaDB() testDB {
 	return testDB{name: "mariadb", dialect: MySQL, isolation: "SELECT @@tx_isolation", want: "REPEATABLE-READ",
 		fresh: func(t *testing.T) func() *sql.DB {
-			startServers()
-			if servers.mariaErr != nil {
-				skipOrFail(t, "MariaDB tests skipped (Debian package mariadb-server): %v", servers.mariaErr)
-			}
-			name := createDatabase(t, servers.maria)
-			return opener(t, "mysql", strings.Replace(servers.maria.DSN, "/lockraft", "/"+name, 1))
+			name, dsn := ownDatabase(t, &servers.maria, "MariaDB", "mariadb-server")
+			return opener(t, "mysql", strings.Replace(dsn, "/lockraft", "/"+name, 1))
 		}}
 }
 

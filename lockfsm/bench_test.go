@@ -49,10 +49,7 @@ func (st *benchStream) next() []byte {
 }
 
 func benchApply(b *testing.B, commitEvery int, opts Options) {
-	f, err := Open(filepath.Join(b.TempDir(), "bench.db"), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	f := mustOpen(b, filepath.Join(b.TempDir(), "bench.db"), opts)
 	defer func() { _ = f.Close() }()
 	idx := uint64(0)
 	for s := 1; s <= benchSessions; s++ {

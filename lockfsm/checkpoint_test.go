@@ -71,10 +71,7 @@ func TestCheckpointApply(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := mustOpen(t, path, Options{})
 	defer g.Close()
 	ss = g.Sessions()
 	if !ss[0].Silent || ss[0].SilenceMillis != 800 || ss[1].Silent {

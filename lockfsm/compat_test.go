@@ -122,10 +122,7 @@ func TestOldFormats(t *testing.T) {
 	if err := os.WriteFile(path, readCompat(t, "state-v2.db"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, Options{})
 	if s.DurableIndex() != uint64(2*len(entries)/3) {
 		t.Fatalf("old file durable at %d", s.DurableIndex())
 	}

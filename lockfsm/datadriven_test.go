@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/lockraft/lockraft/internal/scriptarg"
 )
 
 // TestScripts runs the golden scripts in testdata/. Each apply command prints the entry's index, its
@@ -43,42 +45,12 @@ type scriptEnv struct {
 }
 
 func (e *scriptEnv) open() {
-	f, err := Open(e.path, Options{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.f = f
+	e.f = mustOpen(e.t, e.path, Options{})
 }
 
+// argU is key's number; a script's numbers default to 0.
 func argU(t *testing.T, td *datadriven.TestData, key string) uint64 {
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			v, err := strconv.ParseUint(a.Vals[0], 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %s=%v: %v", td.Pos, key, a.Vals, err)
-			}
-			return v
-		}
-	}
-	return 0
-}
-
-func argS(td *datadriven.TestData, key string) string {
-	for _, a := range td.CmdArgs {
-		if a.Key == key && len(a.Vals) > 0 {
-			return a.Vals[0]
-		}
-	}
-	return ""
-}
-
-func argVals(td *datadriven.TestData, key string) []string {
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			return a.Vals
-		}
-	}
-	return nil
+	return scriptarg.Uint(t, td, key, 0)
 }
 
 var scriptPrims = map[string]Primitive{"": PrimMutex, "mutex": PrimMutex, "rw": PrimRW, "sem": PrimSemaphore,
@@ -90,14 +62,14 @@ var scriptPrims = map[string]Primitive{"": PrimMutex, "mutex": PrimMutex, "rw": 
 func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 	c := Command{
 		Session: argU(t, td, "s"), Seq: argU(t, td, "seq"), AckedBelow: argU(t, td, "acked"),
-		Name: argS(td, "name"), Owner: argS(td, "owner"), Wait: td.HasArg("wait"),
+		Name: scriptarg.String(td, "name"), Owner: scriptarg.String(td, "owner"), Wait: td.HasArg("wait"),
 		LeaseMillis: argU(t, td, "lease"), MaxHolds: uint32(argU(t, td, "max")), Token: argU(t, td, "token"),
 		Target: argU(t, td, "target"), Mode: Mode(argU(t, td, "mode")), Permits: uint32(argU(t, td, "permits")),
-		Limit: uint32(argU(t, td, "limit")), Value: argS(td, "value"),
+		Limit: uint32(argU(t, td, "limit")), Value: scriptarg.String(td, "value"),
 	}
-	prim, ok := scriptPrims[argS(td, "prim")]
+	prim, ok := scriptPrims[scriptarg.String(td, "prim")]
 	if !ok {
-		t.Fatalf("%s: unknown prim %q", td.Pos, argS(td, "prim"))
+		t.Fatalf("%s: unknown prim %q", td.Pos, scriptarg.String(td, "prim"))
 	}
 	c.Primitive = prim
 	if td.HasArg("read") {
@@ -116,7 +88,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		c.Name = "bad\xff"
 	}
 	if td.HasArg("extra") {
-		c.ExtraNames = argVals(td, "extra")
+		c.ExtraNames = scriptarg.Vals(td, "extra")
 	}
 	if n := argU(t, td, "manynames"); n > 0 {
 		for i := range n {
@@ -151,13 +123,13 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		// Malformed: a version-1 acquire whose field mask is a truncated varint.
 		return e.apply(td, []byte{1, 5, 0x80})
 	case "raw":
-		b, err := hex.DecodeString(argS(td, "hex"))
+		b, err := hex.DecodeString(scriptarg.String(td, "hex"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e.apply(td, b)
 	case "decode":
-		b, err := hex.DecodeString(argS(td, "hex"))
+		b, err := hex.DecodeString(scriptarg.String(td, "hex"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +140,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		return fmt.Sprintf("bad=%v newer=%v: %v\n", errors.Is(err, ErrBadCommand), errors.Is(err, ErrNewerFormat), err)
 	case "encode":
 		// Prints the encoding of the command given as "kind=..." with the usual arguments.
-		c.Kind = scriptKinds[argS(td, "kind")]
+		c.Kind = scriptKinds[scriptarg.String(td, "kind")]
 		return fmt.Sprintf("%x\n", c.AppendEncode(nil))
 	case "dump":
 		return dumpState(e.f)
@@ -195,10 +167,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		if err := e.f.WriteSnapshot(&a); err != nil {
 			t.Fatal(err)
 		}
-		g, err := Open(filepath.Join(t.TempDir(), "restored.db"), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := mustOpen(t, filepath.Join(t.TempDir(), "restored.db"), Options{})
 		defer func() { _ = g.Close() }()
 		if err := g.Restore(bytes.NewReader(a.Bytes())); err != nil {
 			t.Fatal(err)

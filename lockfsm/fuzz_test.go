@@ -59,11 +59,18 @@ func restoreTarget(t testing.TB) *FSM {
 	return r.f
 }
 
-func openTemp(t testing.TB, name string) *FSM {
-	f, err := Open(filepath.Join(t.TempDir(), name), Options{NoSync: true}) // test files only
+// mustOpen opens the state file at path, failing the test if it cannot.
+func mustOpen(t testing.TB, path string, opts Options) *FSM {
+	t.Helper()
+	f, err := Open(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+func openTemp(t testing.TB, name string) *FSM {
+	f := mustOpen(t, filepath.Join(t.TempDir(), name), Options{NoSync: true}) // test files only
 	t.Cleanup(func() { _ = f.Close() })
 	return f
 }

@@ -32,10 +32,7 @@ func TestCrashReplay(t *testing.T) {
 	entries, want := referenceRun(t)
 
 	path := filepath.Join(t.TempDir(), "crash.db")
-	f, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mustOpen(t, path, Options{})
 	commitAt := len(entries) / 3
 	for i, e := range entries[:2*len(entries)/3] {
 		f.Apply(uint64(i+1), e, nil)
@@ -51,10 +48,7 @@ func TestCrashReplay(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal("second Close:", err)
 	}
-	g, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := mustOpen(t, path, Options{})
 	defer func() { _ = g.Close() }()
 	if g.DurableIndex() != uint64(commitAt) || g.AppliedIndex() != uint64(commitAt) {
 		t.Fatalf("reopened at durable %d applied %d, want %d", g.DurableIndex(), g.AppliedIndex(), commitAt)
@@ -97,10 +91,7 @@ func TestOpenCorrupt(t *testing.T) {
 
 	// A real state file with data, then truncated at several lengths.
 	good := filepath.Join(dir, "good.db")
-	f, err := Open(good, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mustOpen(t, good, Options{})
 	if _, err := runStream(t, f, randomStream(t, 300)); err != nil {
 		t.Fatal(err)
 	}
@@ -270,10 +261,7 @@ func TestPrepareWriteCommit(t *testing.T) {
 	entries, want := referenceRun(t)
 
 	path := filepath.Join(t.TempDir(), "batches.db")
-	f, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mustOpen(t, path, Options{})
 	var pending *CommitBatch
 	var written uint64
 	for i, e := range entries[:3*len(entries)/4] {
@@ -292,10 +280,7 @@ func TestPrepareWriteCommit(t *testing.T) {
 		}
 	}
 	_ = f.Close() // crash with one batch prepared but never written
-	g, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := mustOpen(t, path, Options{})
 	if g.DurableIndex() != written || g.AppliedIndex() != written || written == 0 {
 		t.Fatalf("reopened at durable %d applied %d, want %d", g.DurableIndex(), g.AppliedIndex(), written)
 	}
@@ -379,10 +364,7 @@ func checkCommitted(t *testing.T, f *FSM, path string, want []byte) {
 // snapshot is want.
 func checkReopened(t *testing.T, path string, want []byte, msg string) {
 	t.Helper()
-	f, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mustOpen(t, path, Options{})
 	defer func() { _ = f.Close() }()
 	if !bytes.Equal(want, snapshotBytes(t, f)) {
 		t.Fatal(msg)

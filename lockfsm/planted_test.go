@@ -18,10 +18,7 @@ func TestPlantReachesTheFSM(t *testing.T) {
 		t.Fatalf("Plant set %+v", opts.knobs)
 	}
 	second := func(name string, opts Options) Result {
-		f, err := Open(filepath.Join(t.TempDir(), name), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := mustOpen(t, filepath.Join(t.TempDir(), name), opts)
 		defer func() { _ = f.Close() }()
 		cmds := []Command{
 			{Kind: KindOpenSession}, {Kind: KindOpenSession},

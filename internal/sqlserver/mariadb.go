@@ -16,12 +16,12 @@ import (
 // MariaDBAvailable returns nil if MariaDB's server binaries are installed,
 // else an error naming the package.
 func MariaDBAvailable() error {
-	if _, err := findBin("mariadb-server", "/usr/sbin/mariadbd", "mariadbd"); err != nil {
-		return err
-	}
-	_, err := findBin("mariadb-server", "/usr/bin/mariadb-install-db", "mariadb-install-db")
+	_, err := findBins("mariadb-server", mariadbBins)
 	return err
 }
+
+// mariadbBins: the server and the program that creates its data directory.
+var mariadbBins = [][]string{{"/usr/sbin/mariadbd", "mariadbd"}, {"/usr/bin/mariadb-install-db", "mariadb-install-db"}}
 
 // StartMariaDB creates a data directory with mariadb-install-db in a fresh
 // temp directory and runs mariadbd on a free loopback port with its socket,
@@ -30,19 +30,17 @@ func MariaDBAvailable() error {
 // get --user=root (the directory stays root's). It then creates database
 // "lockraft" and user lockraft@'%' without a password, and DSN connects as
 // that user over TCP. InnoDB, default isolation (REPEATABLE READ).
-func StartMariaDB(opts Options) (*Server, error) {
-	mariadbd, err := findBin("mariadb-server", "/usr/sbin/mariadbd", "mariadbd")
+func StartMariaDB(opts Options) (_ *Server, err error) {
+	bins, err := findBins("mariadb-server", mariadbBins)
 	if err != nil {
 		return nil, err
 	}
-	install, err := findBin("mariadb-server", "/usr/bin/mariadb-install-db", "mariadb-install-db")
-	if err != nil {
-		return nil, err
-	}
+	mariadbd, install := bins[0], bins[1]
 	s, data, err := newServer("mariadb", "mysql")
 	if err != nil {
 		return nil, err
 	}
+	defer s.killOnError(&err)
 	dir := s.Dir
 	sock := filepath.Join(dir, "mysqld.sock")
 	var userArgs []string
@@ -54,12 +52,10 @@ func StartMariaDB(opts Options) (*Server, error) {
 	cmd := exec.Command(install, installArgs...)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	args := append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + sock, "--port=" + strconv.Itoa(port),
@@ -74,8 +70,6 @@ func StartMariaDB(opts Options) (*Server, error) {
 	cmd = exec.Command(mariadbd, args...)
 	cmd.Dir = dir
 	if err := s.start(cmd, opts, func() error { return ping("mysql", rootDSN) }); err != nil {
-		s.Kill()
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	root, err := sql.Open("mysql", rootDSN)

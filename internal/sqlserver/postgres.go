@@ -16,12 +16,12 @@ const pgBin = "/usr/lib/postgresql/15/bin"
 // PostgresAvailable returns nil if PostgreSQL 15's binaries are installed,
 // else an error naming the package.
 func PostgresAvailable() error {
-	if _, err := findBin("postgresql", filepath.Join(pgBin, "postgres"), "postgres"); err != nil {
-		return err
-	}
-	_, err := findBin("postgresql", filepath.Join(pgBin, "initdb"), "initdb")
+	_, err := findBins("postgresql", postgresBins)
 	return err
 }
+
+// postgresBins: the server and the program that creates its cluster.
+var postgresBins = [][]string{{filepath.Join(pgBin, "postgres"), "postgres"}, {filepath.Join(pgBin, "initdb"), "initdb"}}
 
 // StartPostgres creates a cluster with initdb in a fresh temp directory and
 // runs the postgres binary itself (no pg_ctl, no service) on a free
@@ -29,15 +29,12 @@ func PostgresAvailable() error {
 // as root, so as root both run as the "postgres" account the package
 // creates, with the directory handed to it. Authentication is trust on
 // loopback; the database is "postgres", user "postgres".
-func StartPostgres(opts Options) (*Server, error) {
-	postgres, err := findBin("postgresql", filepath.Join(pgBin, "postgres"), "postgres")
+func StartPostgres(opts Options) (_ *Server, err error) {
+	bins, err := findBins("postgresql", postgresBins)
 	if err != nil {
 		return nil, err
 	}
-	initdb, err := findBin("postgresql", filepath.Join(pgBin, "initdb"), "initdb")
-	if err != nil {
-		return nil, err
-	}
+	postgres, initdb := bins[0], bins[1]
 	uid, gid, sw, err := runAs("postgres")
 	if err != nil {
 		return nil, err
@@ -46,6 +43,7 @@ func StartPostgres(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer s.killOnError(&err)
 	dir := s.Dir
 	cred := func(c *exec.Cmd) *exec.Cmd {
 		if sw {
@@ -56,11 +54,9 @@ func StartPostgres(opts Options) (*Server, error) {
 	}
 	if sw {
 		if err := os.Chmod(dir, 0o700); err != nil {
-			os.RemoveAll(dir)
 			return nil, err
 		}
 		if err := chownTree(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
 			return nil, err
 		}
 	}
@@ -69,12 +65,10 @@ func StartPostgres(opts Options) (*Server, error) {
 		initArgs = append(initArgs, "--no-sync")
 	}
 	if out, err := cred(exec.Command(initdb, initArgs...)).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
@@ -85,8 +79,6 @@ func StartPostgres(opts Options) (*Server, error) {
 	s.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	s.URL = s.DSN
 	if err := s.start(cred(exec.Command(postgres, args...)), opts, func() error { return ping("pgx", s.DSN) }); err != nil {
-		s.Kill()
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil

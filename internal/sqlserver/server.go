@@ -1,8 +1,9 @@
 // Package sqlserver starts PostgreSQL and MariaDB servers from Debian's
 // packages as child processes, listening on loopback only, with their data
 // in a fresh temp directory, and stops them by PID. The fence package's
-// tests, the bench's MySQL systems and cmd/sqlserver use it; it is not part
-// of lockraft's API.
+// tests, the bench's MySQL systems and cmd/sqlserver use it, and the bench
+// starts its other servers' processes through it too (StartProcess), so
+// that one StopAll ends them all; it is not part of lockraft's API.
 package sqlserver
 
 import (
@@ -10,7 +11,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -46,38 +46,9 @@ type Server struct {
 	Dir    string // data and logs; removed by Stop
 	PID    int
 
-	cmd     *exec.Cmd
-	done    chan struct{}
+	proc    *Process // nil until started
 	logPath string
 	stopped sync.Once
-}
-
-var (
-	runningMu sync.Mutex
-	running   = map[*Server]bool{}
-)
-
-// StopAll stops every server this process started and has not stopped (for
-// a signal handler).
-func StopAll() {
-	runningMu.Lock()
-	var all []*Server
-	for s := range running {
-		all = append(all, s)
-	}
-	runningMu.Unlock()
-	for _, s := range all {
-		s.Stop()
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // start runs cmd, registers the server and waits until ping succeeds.
@@ -88,16 +59,13 @@ func (s *Server) start(cmd *exec.Cmd, opts Options, ping func() error) error {
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = mergeAttr(cmd.SysProcAttr)
-	if err := cmd.Start(); err != nil {
-		log.Close()
+	proc, err := startProcess(cmd, stopGrace)
+	log.Close()
+	if err != nil {
 		return err
 	}
-	log.Close()
-	s.cmd, s.PID, s.done = cmd, cmd.Process.Pid, make(chan struct{})
-	go func() { cmd.Wait(); close(s.done) }()
-	runningMu.Lock()
-	running[s] = true
-	runningMu.Unlock()
+	s.proc, s.PID = proc, cmd.Process.Pid
+	list(s, s.Stop)
 	wait := opts.Ready
 	if wait == 0 {
 		wait = 60 * time.Second
@@ -109,7 +77,7 @@ func (s *Server) start(cmd *exec.Cmd, opts Options, ping func() error) error {
 			return nil
 		}
 		select {
-		case <-s.done:
+		case <-proc.done:
 			return fmt.Errorf("%s exited during start-up: %v\n%s", cmd.Path, err, s.logTail())
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -140,39 +108,35 @@ func (s *Server) logTail() string {
 // Stop asks the server to shut down (SIGTERM to its PID: both servers then
 // finish their work and exit), waits up to 20 s, then SIGKILLs it, and
 // removes its directory. Idempotent.
-func (s *Server) Stop() {
-	s.end(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(20 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-	})
-}
+func (s *Server) Stop() { s.end(stopGrace) }
+
+// stopGrace is how long Stop waits after SIGTERM.
+const stopGrace = 20 * time.Second
 
 // Kill ends the server at once (SIGKILL by PID), as a crash would, and
 // removes its directory.
-func (s *Server) Kill() {
-	s.end(func() {
-		s.cmd.Process.Kill()
-		<-s.done
+func (s *Server) Kill() { s.end(0) }
+
+// end, the first time, ends the process (if it was started) as
+// Process.end does with grace, unlists the server and removes its
+// directory.
+func (s *Server) end(grace time.Duration) {
+	s.stopped.Do(func() {
+		if s.proc != nil {
+			s.proc.end(grace)
+		}
+		unlist(s)
+		os.RemoveAll(s.Dir)
 	})
 }
 
-// end, the first time, ends the process with stop (if it was started),
-// unlists the server and removes its directory.
-func (s *Server) end(stop func()) {
-	s.stopped.Do(func() {
-		if s.cmd != nil {
-			stop()
-		}
-		runningMu.Lock()
-		delete(running, s)
-		runningMu.Unlock()
-		os.RemoveAll(s.Dir)
-	})
+// killOnError, deferred by a Start function once the server has its
+// directory, ends the server (if it was started) and removes the directory
+// when the start fails (*err).
+func (s *Server) killOnError(err *error) {
+	if *err != nil {
+		s.Kill()
+	}
 }
 
 // newServer is a Server of driver in a fresh temp directory named for kind,
@@ -222,6 +186,20 @@ func chownTree(dir string, uid, gid uint32) error {
 		}
 		return os.Lchown(p, int(uid), int(gid))
 	})
+}
+
+// findBins finds each of a package's binaries, each given as findBin's
+// candidates, in order; the first one missing is the error.
+func findBins(pkg string, bins [][]string) ([]string, error) {
+	paths := make([]string, len(bins))
+	for i, candidates := range bins {
+		p, err := findBin(pkg, candidates...)
+		if err != nil {
+			return nil, err
+		}
+		paths[i] = p
+	}
+	return paths, nil
 }
 
 func findBin(pkg string, candidates ...string) (string, error) {

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/scriptarg"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -102,47 +103,8 @@ func ms(t time.Time) string {
 	return strconv.FormatInt(t.Sub(t0).Milliseconds(), 10)
 }
 
-func argU(t *testing.T, td *datadriven.TestData, key string, def uint64) uint64 {
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			v, err := strconv.ParseUint(a.Vals[0], 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %s=%v: %v", td.Pos, key, a.Vals, err)
-			}
-			return v
-		}
-	}
-	return def
-}
-
 func argMS(t *testing.T, td *datadriven.TestData, key string, def uint64) time.Duration {
-	return time.Duration(argU(t, td, key, def)) * time.Millisecond
-}
-
-func argS(td *datadriven.TestData, key string) string {
-	for _, a := range td.CmdArgs {
-		if a.Key == key && len(a.Vals) > 0 {
-			return a.Vals[0]
-		}
-	}
-	return ""
-}
-
-func argIDs(t *testing.T, td *datadriven.TestData, key string) []uint64 {
-	var ids []uint64
-	for _, a := range td.CmdArgs {
-		if a.Key != key {
-			continue
-		}
-		for _, v := range a.Vals {
-			id, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %s: %v", td.Pos, key, err)
-			}
-			ids = append(ids, id)
-		}
-	}
-	return ids
+	return time.Duration(scriptarg.Uint(t, td, key, def)) * time.Millisecond
 }
 
 // argAgo reads "id:ms" pairs: per id, the moment ms before now.
@@ -194,14 +156,14 @@ func (s *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 	switch td.Cmd {
 	case "init":
 		s.cfg = Config{
-			Self:              argU(t, td, "self", 1),
+			Self:              scriptarg.Uint(t, td, "self", 1),
 			KeepaliveInterval: argMS(t, td, "keepalive", 1000),
 			RetryInterval:     argMS(t, td, "retry", 500),
 			ElectionTimeout:   argMS(t, td, "election", 1000),
 			TickInterval:      argMS(t, td, "tick", 100),
 			LockDelay:         argMS(t, td, "delay", 0),
 		}
-		if d := argS(td, "drift"); d != "" {
+		if d := scriptarg.String(td, "drift"); d != "" {
 			v, err := strconv.ParseFloat(d, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -244,37 +206,37 @@ func (s *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		s.now = s.now.Add(argMS(t, td, "ms", 0))
 		fmt.Fprintf(&s.out, "now %s\n", ms(s.now))
 	case "open":
-		s.apply(lockfsm.Command{Kind: lockfsm.KindOpenSession, Node: argU(t, td, "node", 0),
-			TTLMillis: argU(t, td, "ttl", 0)})
+		s.apply(lockfsm.Command{Kind: lockfsm.KindOpenSession, Node: scriptarg.Uint(t, td, "node", 0),
+			TTLMillis: scriptarg.Uint(t, td, "ttl", 0)})
 	case "acquire":
-		c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: argU(t, td, "s", 0), Seq: s.index + 1,
-			Name: argS(td, "name"), Owner: argS(td, "owner"), Wait: td.HasArg("wait"),
-			LeaseMillis: argU(t, td, "lease", 0)}
+		c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: scriptarg.Uint(t, td, "s", 0), Seq: s.index + 1,
+			Name: scriptarg.String(td, "name"), Owner: scriptarg.String(td, "owner"), Wait: td.HasArg("wait"),
+			LeaseMillis: scriptarg.Uint(t, td, "lease", 0)}
 		rwArgs(td, &c)
 		s.apply(c)
 	case "release":
-		c := lockfsm.Command{Kind: lockfsm.KindRelease, Session: argU(t, td, "s", 0), Seq: s.index + 1,
-			Name: argS(td, "name"), Owner: argS(td, "owner")}
+		c := lockfsm.Command{Kind: lockfsm.KindRelease, Session: scriptarg.Uint(t, td, "s", 0), Seq: s.index + 1,
+			Name: scriptarg.String(td, "name"), Owner: scriptarg.String(td, "owner")}
 		rwArgs(td, &c)
 		s.apply(c)
 	case "expire":
-		s.apply(lockfsm.Command{Kind: lockfsm.KindExpireSession, Session: argU(t, td, "s", 0),
-			LockDelayMillis: argU(t, td, "delay", 0)})
+		s.apply(lockfsm.Command{Kind: lockfsm.KindExpireSession, Session: scriptarg.Uint(t, td, "s", 0),
+			LockDelayMillis: scriptarg.Uint(t, td, "delay", 0)})
 	case "checkpoint":
-		c := lockfsm.Command{Kind: lockfsm.KindCheckpoint, Token: argU(t, td, "term", 0), Seq: argU(t, td, "seq", 0)}
-		for _, id := range argIDs(t, td, "silent") {
-			c.Checkpoints = append(c.Checkpoints, lockfsm.Checkpoint{Session: id, SilenceMillis: argU(t, td, "silence", 0)})
+		c := lockfsm.Command{Kind: lockfsm.KindCheckpoint, Token: scriptarg.Uint(t, td, "term", 0), Seq: scriptarg.Uint(t, td, "seq", 0)}
+		for _, id := range scriptarg.Uints(t, td, "silent") {
+			c.Checkpoints = append(c.Checkpoints, lockfsm.Checkpoint{Session: id, SilenceMillis: scriptarg.Uint(t, td, "silence", 0)})
 		}
-		for _, id := range argIDs(t, td, "live") {
+		for _, id := range scriptarg.Uints(t, td, "live") {
 			c.Checkpoints = append(c.Checkpoints, lockfsm.Checkpoint{Session: id, Live: true})
 		}
 		s.apply(c)
 	case "lead":
-		voters := argIDs(t, td, "voters")
+		voters := scriptarg.Uints(t, td, "voters")
 		if voters == nil {
 			voters = []uint64{s.cfg.Self}
 		}
-		s.e.BecomeLeader(argU(t, td, "term", 0), &raftpb.ConfState{Voters: voters})
+		s.e.BecomeLeader(scriptarg.Uint(t, td, "term", 0), &raftpb.ConfState{Voters: voters})
 		fmt.Fprintf(&s.out, "leader of term %d\n", s.e.Term())
 	case "ready":
 		cmds, round := s.e.Ready(s.now)
@@ -287,12 +249,12 @@ func (s *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 	case "tick":
 		s.propose(s.e.Tick(s.now))
 	case "follower-expiry":
-		s.propose(s.e.FollowerExpiry(s.now, argU(t, td, "own", 0)))
+		s.propose(s.e.FollowerExpiry(s.now, scriptarg.Uint(t, td, "own", 0)))
 	case "drop":
 		fmt.Fprintf(&s.out, "dropped %d proposals\n", len(s.queued))
 		s.queued = nil
 	case "ext":
-		ext := s.e.HeartbeatExt(argIDs(t, td, "sessions"))
+		ext := s.e.HeartbeatExt(scriptarg.Uints(t, td, "sessions"))
 		if ext == nil {
 			s.out.WriteString("no extension\n")
 			break
@@ -306,7 +268,7 @@ func (s *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 			s.apply(c)
 		}
 	case "keepalive":
-		id := argU(t, td, "s", 0)
+		id := scriptarg.Uint(t, td, "s", 0)
 		recv := s.now.Add(-argMS(t, td, "ago", 0))
 		s.e.NoteArrival(id, recv)
 		if s.e.leader {
@@ -315,13 +277,13 @@ func (s *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		s.e.Keepalive(Keepalive{Session: id, Recv: recv, Reply: s.reply(id)})
 		s.propose(s.e.FlushRevives(s.now))
 	case "renew":
-		st := s.e.Renew(argS(td, "name"), argU(t, td, "token", 0), argU(t, td, "s", 0), argS(td, "owner"),
+		st := s.e.Renew(scriptarg.String(td, "name"), scriptarg.Uint(t, td, "token", 0), scriptarg.Uint(t, td, "s", 0), scriptarg.String(td, "owner"),
 			s.now.Add(-argMS(t, td, "ago", 0)))
 		fmt.Fprintf(&s.out, "renew %v\n", st)
 	case "heartbeat":
 		pos := make([]byte, hbPosLen)
-		m := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), Term: proto.Uint64(argU(t, td, "term", 0)),
-			Context: appendHeartbeatExt(pos, td.HasArg("report"), argIDs(t, td, "sessions"))}
+		m := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), Term: proto.Uint64(scriptarg.Uint(t, td, "term", 0)),
+			Context: appendHeartbeatExt(pos, td.HasArg("report"), scriptarg.Uints(t, td, "sessions"))}
 		s.e.SeeLeader(m, s.now)
 		resp := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeatResp.Enum(), Term: m.Term, Context: m.Context}
 		s.e.AnswerHeartbeat(resp, s.now)
@@ -392,7 +354,7 @@ func (s *scriptEnv) takeReport(t *testing.T, td *datadriven.TestData) {
 		c.see(term-1, []uint64{id}, seen[id])
 	}
 	rep := c.appendReport(make([]byte, hbPosLen), term, s.now, s.argAgo(t, td, "opened"))
-	m := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeatResp.Enum(), From: proto.Uint64(argU(t, td, "from", 0)),
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeatResp.Enum(), From: proto.Uint64(scriptarg.Uint(t, td, "from", 0)),
 		Term: proto.Uint64(term), Context: rep}
 	s.e.TakeReport(m, s.now)
 	fmt.Fprintf(&s.out, "report from %d taken; context cut to %d bytes\n", m.GetFrom(), len(m.GetContext()))
