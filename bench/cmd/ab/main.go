@@ -3,7 +3,7 @@
 // same arguments and prints, per reported metric, the median of each, B/A,
 // and in how many rounds B's figure was the higher one. Single runs on a
 // shared two-core machine move by 15-30 %; alternating and counting wins is
-// what told this session's real changes from noise.
+// what tells a real change from noise.
 //
 //	go test -c -o /tmp/a.test ./node/     # at the base commit
 //	go test -c -o /tmp/b.test ./node/     # with the change
