@@ -11,8 +11,8 @@ import (
 
 // Reading segments at open: a segment is streamed record by record through
 // one reusable buffer, so opening a log costs memory for what it keeps, not
-// for the bytes of its files (a tail segment can hold 64 MiB of history that
-// compaction has already passed).
+// for the bytes of its files (a tail segment can hold up to its size of
+// history that compaction has already passed).
 
 // recordReader streams the records of one segment file.
 type recordReader struct {
