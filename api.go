@@ -381,8 +381,11 @@ func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.cfg.Adv
 // WithListener serves gRPC on an already bound listener.
 func WithListener(l net.Listener) Option { return func(o *options) { o.cfg.Listener = l } }
 
-// WithLogger sets the structured logger (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }
+// WithLogger sets the structured logger (default: discard). Durations are
+// logged as text ("1.5s"), not as integer nanoseconds.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.cfg.Logger = withDurationText(l) }
+}
 
 // WithClusterID names the cluster; nodes reject traffic from other clusters.
 func WithClusterID(id string) Option { return func(o *options) { o.cfg.ClusterID = id } }

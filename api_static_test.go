@@ -26,6 +26,9 @@ type logRecord struct {
 	msg   string
 	keys  []string // attribute keys in order, the logger's own first
 	text  string   // msg and every attribute, for searching
+	// durations are the keys of attributes that are time.Durations (which
+	// slog.JSONHandler writes as integer nanoseconds).
+	durations []string
 }
 
 func newLogRecorder() logRecorder {
@@ -41,6 +44,9 @@ func (h logRecorder) Handle(_ context.Context, r slog.Record) error {
 	add := func(a slog.Attr) {
 		rec.keys = append(rec.keys, a.Key)
 		b.WriteString(" " + a.Key + "=" + a.Value.String())
+		if v := a.Value.Resolve(); v.Kind() == slog.KindDuration {
+			rec.durations = append(rec.durations, a.Key)
+		}
 	}
 	for _, a := range h.attrs {
 		add(a)

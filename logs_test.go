@@ -15,7 +15,8 @@ import (
 // checkShippable asserts what a service that ships lockraft's logs needs:
 // no WARN or ERROR for a normal lifecycle, no attribute key twice in one
 // record (the service's logger already carries "node" and "component"),
-// and one line per record (no newline in a message or value).
+// one line per record (no newline in a message or value), and durations as
+// text.
 func checkShippable(t *testing.T, name string, rec logRecorder) {
 	t.Helper()
 	recs := rec.records()
@@ -33,6 +34,7 @@ func checkShippable(t *testing.T, name string, rec logRecorder) {
 			seen[k] = true
 		}
 		require.NotContains(t, r.text, "\n", "%s: a record spans lines: %q", name, r.text)
+		require.Empty(t, r.durations, "%s: durations not as text (JSON would print nanoseconds) in %q", name, r.text)
 	}
 }
 
@@ -115,7 +117,8 @@ func TestLogsShippableGossip(t *testing.T) {
 	}
 }
 
-// The checker catches what it looks for: a WARN, a key twice, two lines.
+// The checker catches what it looks for: a WARN, a key twice, two lines, a
+// duration as a number.
 func TestCheckShippableCatches(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -124,6 +127,7 @@ func TestCheckShippableCatches(t *testing.T) {
 		{"warn", func(l *slog.Logger) { l.Warn("bootstrap skipped") }},
 		{"duplicate key", func(l *slog.Logger) { l.Info("started", "node", 1) }},
 		{"two lines", func(l *slog.Logger) { l.Info("a\nb") }},
+		{"duration as a number", func(l *slog.Logger) { l.Info("leader again", "leaderless_for", time.Second) }},
 	} {
 		rec := newLogRecorder()
 		tc.log(serviceLogger(rec, 0))

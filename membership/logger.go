@@ -55,6 +55,9 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	if bytes.HasPrefix(msg, []byte("ignoring alive message for")) {
 		level = slog.LevelDebug // already logged once at Warn by delegate.check
 	}
+	if level >= slog.LevelWarn && routine(msg) {
+		level = slog.LevelDebug
+	}
 	if level >= slog.LevelWarn && peerDown(msg) {
 		// A peer that does not answer (stopped, restarting, cut off) or
 		// memberlist's goroutines racing its own Shutdown: the failure
@@ -82,6 +85,25 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		w.l.Log(context.Background(), level, string(msg))
 	}
 	return len(p), nil
+}
+
+// routineMarks begin memberlist's WARN lines about what happens in every
+// rolling restart: a member that was slow to answer a probe, or restarted,
+// hears it is suspected or dead and refutes it with a higher incarnation.
+// That is the failure detector working; a member that really fails shows
+// as a state change, which is what is logged at INFO and acted on.
+var routineMarks = [][]byte{
+	[]byte("Refuting a suspect message"), []byte("Refuting a dead message"),
+}
+
+// routine reports whether a memberlist WARN line is one of routineMarks.
+func routine(msg []byte) bool {
+	for _, m := range routineMarks {
+		if bytes.HasPrefix(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // peerDownMarks are the network errors of a peer that does not answer.

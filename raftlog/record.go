@@ -46,6 +46,16 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
+// typeCRCs[t] is the checksum of the type byte t, where every record's
+// checksum starts: computed once, since a []byte{t} handed to crc32 escapes
+// to the heap, which was an allocation per record read or written.
+var typeCRCs = func() (c [256]uint32) {
+	for t := range c {
+		c[t] = crc32.Update(0, crcTable, []byte{byte(t)})
+	}
+	return c
+}()
+
 // errTorn means the bytes end inside a record (or its checksum fails): a torn write
 // when it is the tail of the last segment, corruption elsewhere.
 var errTorn = errors.New("torn or corrupt record")
@@ -53,7 +63,7 @@ var errTorn = errors.New("torn or corrupt record")
 // appendRecord appends one framed record to buf.
 func appendRecord(buf []byte, typ byte, payload []byte) []byte {
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(payload)))
-	c := crc32.Update(0, crcTable, []byte{typ})
+	c := typeCRCs[typ]
 	c = crc32.Update(c, crcTable, payload)
 	buf = binary.LittleEndian.AppendUint32(buf, c)
 	buf = append(buf, typ)
@@ -70,7 +80,7 @@ func appendProtoRecord(buf []byte, typ byte, m proto.Message) ([]byte, error) {
 	}
 	payload := buf[start+recHeaderSize:]
 	binary.LittleEndian.PutUint32(buf[start:], uint32(len(payload)))
-	c := crc32.Update(0, crcTable, []byte{typ})
+	c := typeCRCs[typ]
 	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Update(c, crcTable, payload))
 	buf[start+8] = typ
 	return buf, nil
@@ -85,7 +95,7 @@ func beginBatch(buf []byte) ([]byte, int) {
 func endBatch(buf []byte, start int) []byte {
 	payload := buf[start+recHeaderSize:]
 	binary.LittleEndian.PutUint32(buf[start:], uint32(len(payload)))
-	c := crc32.Update(0, crcTable, []byte{recBatch})
+	c := typeCRCs[recBatch]
 	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Update(c, crcTable, payload))
 	buf[start+8] = recBatch
 	return buf
@@ -102,7 +112,7 @@ func readRecord(b []byte) (typ byte, payload []byte, n int, err error) {
 		return 0, nil, 0, errTorn
 	}
 	typ, payload = b[8], b[recHeaderSize:recHeaderSize+int(l)]
-	c := crc32.Update(0, crcTable, []byte{typ})
+	c := typeCRCs[typ]
 	if crc32.Update(c, crcTable, payload) != binary.LittleEndian.Uint32(b[4:]) {
 		return 0, nil, 0, errTorn
 	}

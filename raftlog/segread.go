@@ -11,8 +11,8 @@ import (
 
 // Reading segments at open: a segment is streamed record by record through
 // one reusable buffer, so opening a log costs memory for what it keeps, not
-// for the bytes of its files (a tail segment can hold 64 MiB of history that
-// compaction has already passed).
+// for the bytes of its files (a tail segment can hold up to its size of
+// history that compaction has already passed).
 
 // recordReader streams the records of one segment file.
 type recordReader struct {
@@ -20,6 +20,7 @@ type recordReader struct {
 	off  int64 // where the next record starts
 	size int64 // the file's size: no record can end past it
 	buf  []byte
+	h    [recHeaderSize]byte // here, not on next's stack: io.ReadFull would move it to the heap per record
 }
 
 func newRecordReader(f *os.File) (*recordReader, error) {
@@ -36,8 +37,8 @@ func newRecordReader(f *os.File) (*recordReader, error) {
 // starts). With keep, the payloads of records keep refuses are passed over
 // unread and unchecked (the floor scan).
 func (rr *recordReader) next(keep func(typ byte) bool) (typ byte, payload []byte, err error) {
-	var h [recHeaderSize]byte
-	if _, err := io.ReadFull(rr.r, h[:]); err != nil {
+	h := rr.h[:]
+	if _, err := io.ReadFull(rr.r, h); err != nil {
 		return 0, nil, readErr(err)
 	}
 	l := binary.LittleEndian.Uint32(h[:])
@@ -65,7 +66,7 @@ func (rr *recordReader) next(keep func(typ byte) bool) (typ byte, payload []byte
 		}
 		return 0, nil, readErr(err)
 	}
-	c := crc32.Update(0, crcTable, []byte{typ})
+	c := typeCRCs[typ]
 	if crc32.Update(c, crcTable, payload) != binary.LittleEndian.Uint32(h[4:]) {
 		return 0, nil, errTorn
 	}

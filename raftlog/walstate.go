@@ -23,8 +23,9 @@ type walState struct {
 	// replayed is set once a record has been applied.
 	replayed bool
 	// floor: during replay, entries at or below it are known to be compacted
-	// away before replay ends (replayFloor), so they are held as nil and not
-	// decoded. skipped reports whether any were; settled checks the promise.
+	// away before replay ends (replayFloor), so they are neither decoded nor
+	// held: a skipped entry i moves base past it, as if it were in a deleted
+	// segment. skipped reports whether any were; settled checks the promise.
 	floor   uint64
 	skipped bool
 }
@@ -46,13 +47,18 @@ func (st *walState) stateRecord() *stateRecord {
 // apply applies one decoded record. Payloads are not retained (protos are copied by
 // Unmarshal); an error means the record contradicts the state: corruption.
 func (st *walState) apply(typ byte, payload []byte) error {
-	defer func() { st.replayed = true }()
+	err := st.apply1(typ, payload)
+	st.replayed = true // not deferred: apply runs once per record, a deferred call costs
+	return err
+}
+
+func (st *walState) apply1(typ byte, payload []byte) error {
 	switch typ {
 	case recEntry:
 		if st.floor > 0 {
 			if i, ok := entryIndex(payload); ok && i <= st.floor {
 				st.skipped = true
-				return st.appendEntry(i, nil)
+				return st.skipEntry(i)
 			}
 		}
 		e := &raftpb.Entry{}
@@ -135,8 +141,19 @@ func (st *walState) installSnapshot(snap *raftpb.Snapshot) {
 	st.last, st.base, st.ents = st.dummyIndex, st.dummyIndex+1, nil
 }
 
-// appendEntry drops entries >= i and appends e, entry i (nil: an entry
-// below the replay floor, not decoded).
+// skipEntry is appendEntry for entry i below the replay floor: it drops
+// entries >= i and holds nothing for i, so that entries (dummyIndex, i] are
+// missing until a compaction passes them, as entries of deleted segments
+// are. Replaying a segment of dead history then costs no memory per entry.
+func (st *walState) skipEntry(i uint64) error {
+	if i <= st.dummyIndex || i > st.last+1 {
+		return fmt.Errorf("entry %d outside (%d, %d]", i, st.dummyIndex, st.last+1)
+	}
+	st.base, st.ents, st.last = i+1, nil, i
+	return nil
+}
+
+// appendEntry drops entries >= i and appends e, entry i.
 func (st *walState) appendEntry(i uint64, e *raftpb.Entry) error {
 	if i <= st.dummyIndex || i > st.last+1 {
 		return fmt.Errorf("entry %d outside (%d, %d]", i, st.dummyIndex, st.last+1)

@@ -47,13 +47,13 @@ var (
 	flagTLS     = flag.Bool("tls", false, "mutual TLS between the nodes, with certificates made for this run")
 	flagNodes   = 3
 
-	// Hidden: set by the parent when it re-executes itself as one node.
-	flagNodeID    = flag.Uint64("node-id", 0, "")
-	flagPeers     = flag.String("peers", "", "")
-	flagData      = flag.String("data", "", "")
-	flagStore     = flag.String("store", "", "")
-	flagRestarted = flag.Bool("restarted", false, "")
-	flagCerts     = flag.String("certs", "", "")
+	// Set by the parent when it runs a node as its own process (-procs).
+	flagNodeID    = flag.Uint64("node-id", 0, "internal (-procs): run as this node's process, `id` 1 to 3")
+	flagPeers     = flag.String("peers", "", "internal (-procs): every node's raft address, comma-separated, in id order")
+	flagData      = flag.String("data", "", "internal (-procs): this node's data `directory`")
+	flagStore     = flag.String("store", "", "internal (-procs): the stock's database `URL` (the parent's -db or SQLite file)")
+	flagRestarted = flag.Bool("restarted", false, "internal (-procs): this process restarts a killed node on its data directory")
+	flagCerts     = flag.String("certs", "", "internal (-procs -tls): the `directory` of the certificates the parent made")
 )
 
 func main() {

@@ -243,7 +243,11 @@ func killOne(ctx context.Context, store *Store, mu *sync.Mutex, children []*chil
 	if err != nil {
 		return err
 	}
-	fmt.Printf("*** kill -9 node %d (the leader) at %d sold; it was inside the critical section of %v\n", victim, sold, inside)
+	where := "outside every critical section"
+	if len(inside) > 0 {
+		where = "inside the critical section of " + strings.Join(inside, ", ")
+	}
+	fmt.Printf("*** kill -9 node %d (the leader) at %d sold, %s\n", victim, sold, where)
 	time.Sleep(time.Second)
 	nc, err := start(victim, true)
 	if err != nil {

@@ -72,13 +72,9 @@ type (
 			Template                 struct {
 				Metadata meta `yaml:"metadata"`
 				Spec     struct {
-					Containers []container `yaml:"containers"`
-					Volumes    []struct {
-						Name   string `yaml:"name"`
-						Secret struct {
-							SecretName string `yaml:"secretName"`
-						} `yaml:"secret"`
-					} `yaml:"volumes"`
+					ServiceAccountName string      `yaml:"serviceAccountName"`
+					Containers         []container `yaml:"containers"`
+					Volumes            []volume    `yaml:"volumes"`
 				} `yaml:"spec"`
 			} `yaml:"template"`
 			VolumeClaimTemplates []struct {
@@ -87,6 +83,16 @@ type (
 		} `yaml:"spec"`
 	}
 )
+
+type volume struct {
+	Name   string `yaml:"name"`
+	Secret *struct {
+		SecretName string `yaml:"secretName"`
+	} `yaml:"secret"`
+	EmptyDir *struct {
+		Medium string `yaml:"medium"`
+	} `yaml:"emptyDir"`
+}
 
 // selector returns a selector's labels: a Service's plain map or a
 // matchLabels map.
@@ -100,6 +106,26 @@ func selector(n yaml.Node) map[string]string {
 	}
 	_ = n.Decode(&ml)
 	return ml.MatchLabels
+}
+
+// loadRaw returns the manifest's objects of kind as plain maps.
+func loadRaw(t *testing.T, kind string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile("lockraft.yaml")
+	require.NoError(t, err)
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var out []map[string]any
+	for {
+		var o map[string]any
+		err := dec.Decode(&o)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		if o["kind"] == kind {
+			out = append(out, o)
+		}
+	}
 }
 
 func loadManifest(t *testing.T) map[string][]object {
@@ -141,6 +167,7 @@ func TestManifest(t *testing.T) {
 	require.Len(t, objs["StatefulSet"], 1)
 	require.Len(t, objs["Service"], 2)
 	require.Len(t, objs["PodDisruptionBudget"], 1)
+	require.Len(t, objs["Deployment"], 1)
 	sts := objs["StatefulSet"][0]
 	pdb := objs["PodDisruptionBudget"][0]
 	var headless, client object
@@ -194,18 +221,8 @@ func TestManifest(t *testing.T) {
 	}
 	require.Equal(t, strings.Join(pods, ","), cfg.founders, "the founders are the StatefulSet's pods")
 	require.False(t, cfg.insecure, "members talk TLS")
-	require.NotEmpty(t, cfg.tlsDir, "members talk TLS")
-	var tlsSecret string
-	for _, vm := range ct.VolumeMounts {
-		if vm.MountPath == cfg.tlsDir {
-			for _, v := range sts.Spec.Template.Spec.Volumes {
-				if v.Name == vm.Name {
-					tlsSecret = v.Secret.SecretName
-				}
-			}
-		}
-	}
-	require.NotEmpty(t, tlsSecret, "-tls-dir is a mounted Secret")
+	require.Empty(t, cfg.tlsDir, "no shared directory of certificates")
+	checkPodIdentity(t, sts, cfg, "voter")
 	require.Equal(t, fmt.Sprintf("%s.$(POD_NAMESPACE).svc.cluster.local:%d", headless.Metadata.Name, cfg.gossipPort), cfg.seeds,
 		"the seed is the headless Service's DNS name on the gossip port")
 
@@ -222,12 +239,21 @@ func TestManifest(t *testing.T) {
 	}
 	require.Equal(t, "UDP", portNamed(headless.Spec.Ports, "gossip-udp").Protocol, "memberlist probes over UDP")
 	require.Equal(t, "http", portNamed(client.Spec.Ports, "http").TargetPort)
+	require.Equal(t, fmt.Sprintf(":%d", defaultAdminPort), cfg.adminAddr)
+	require.Equal(t, defaultAdminPort, portNamed(ct.Ports, "admin").ContainerPort)
+	for _, svc := range objs["Service"] {
+		for _, p := range svc.Spec.Ports {
+			require.NotEqual(t, "admin", p.TargetPort, "%s exposes the admin port", svc.Metadata.Name)
+			require.NotEqual(t, defaultAdminPort, p.Port, "%s exposes the admin port", svc.Metadata.Name)
+			require.NotEqual(t, defaultAdminPort, p.TargetPort, "%s exposes the admin port", svc.Metadata.Name)
+		}
+	}
 
 	// Probes on the admin handler's paths, as main.go mounts it.
 	require.Equal(t, adminPrefix+lockraft.AdminHealthPath, ct.LivenessProbe.HTTPGet.Path)
 	require.Equal(t, adminPrefix+lockraft.AdminReadyPath, ct.ReadinessProbe.HTTPGet.Path)
-	require.Equal(t, "http", ct.LivenessProbe.HTTPGet.Port)
-	require.Equal(t, "http", ct.ReadinessProbe.HTTPGet.Port)
+	require.Equal(t, "admin", ct.LivenessProbe.HTTPGet.Port, "probes on the admin port")
+	require.Equal(t, "admin", ct.ReadinessProbe.HTTPGet.Port, "probes on the admin port")
 
 	// Data on the claim's volume.
 	require.Len(t, sts.Spec.VolumeClaimTemplates, 1)
@@ -235,11 +261,13 @@ func TestManifest(t *testing.T) {
 	mounted := false
 	for _, vm := range ct.VolumeMounts {
 		if vm.Name == claim {
-			require.Equal(t, cfg.dataDir, vm.MountPath)
+			require.Equal(t, vm.MountPath+"/data", cfg.dataDir, "the data directory is below the mount, which -rejoin-when-removed cannot delete")
+			require.Equal(t, vm.MountPath+"/member-id", cfg.idFile, "a voter keeps its id on its volume")
 			mounted = true
 		}
 	}
 	require.True(t, mounted, "the data directory is on the volume claim")
+	require.True(t, cfg.rejoin, "a removed voter's pod rejoins as a new member by itself")
 	require.Equal(t, defaultDataDir, cfg.dataDir)
 
 	// The budget keeps a quorum of voters up.
@@ -254,4 +282,98 @@ func TestManifest(t *testing.T) {
 		t.Fatal("the PodDisruptionBudget sets neither maxUnavailable nor minAvailable")
 	}
 	require.True(t, strings.HasSuffix(ct.Image, ":"+lockraft.Version), "the image tag is the release version")
+
+	// Light members: the same service, role light, selected by no voter's
+	// StatefulSet or budget.
+	light := objs["Deployment"][0]
+	require.Len(t, light.Spec.Template.Spec.Containers, 1)
+	lct := light.Spec.Template.Spec.Containers[0]
+	var lcfg config
+	lfs := newFlags(&lcfg)
+	lfs.SetOutput(io.Discard)
+	require.NoError(t, lfs.Parse(lct.Args))
+	checkPodIdentity(t, light, lcfg, "light")
+	require.Equal(t, cfg.founders, lcfg.founders)
+	require.Equal(t, cfg.seeds, lcfg.seeds)
+	require.Equal(t, cfg.cluster, lcfg.cluster)
+	require.Equal(t, "admin", lct.ReadinessProbe.HTTPGet.Port)
+	for k, v := range selector(sts.Spec.Selector) {
+		if light.Spec.Template.Metadata.Labels[k] != v {
+			return
+		}
+	}
+	t.Fatal("the StatefulSet's selector also selects the light members")
+}
+
+// checkPodIdentity: the pod makes its own key and has a certificate of its
+// role signed (-identity cert-manager), into a memory-backed volume of its
+// own; it mounts no Secret but the gossip key's; its ServiceAccount may use
+// only its role's CertificateRequestPolicy, which allows only that role's
+// URI of this cluster.
+func checkPodIdentity(t *testing.T, o object, cfg config, role string) {
+	t.Helper()
+	ct := o.Spec.Template.Spec.Containers[0]
+	require.Equal(t, "cert-manager", cfg.identity, o.Metadata.Name)
+	require.Equal(t, role, cfg.role, o.Metadata.Name)
+	require.NotEmpty(t, cfg.gossipKey)
+	sa := o.Spec.Template.Spec.ServiceAccountName
+	require.Equal(t, "lockraft-"+role, sa, "one ServiceAccount per role")
+	mountOf := map[string]string{}
+	for _, vm := range ct.VolumeMounts {
+		mountOf[vm.Name] = vm.MountPath
+	}
+	for _, v := range o.Spec.Template.Spec.Volumes {
+		switch {
+		case v.Secret != nil:
+			require.Equal(t, "lockraft-example-gossip", v.Secret.SecretName, "%s: the only Secret a pod mounts is the gossip key", o.Metadata.Name)
+			require.Equal(t, mountOf[v.Name], strings.TrimSuffix(cfg.gossipKey, "/gossip.key"))
+		case mountOf[v.Name] == cfg.certDir:
+			require.NotNil(t, v.EmptyDir, "%s: the pod's key is in a volume of its own", o.Metadata.Name)
+			require.Equal(t, "Memory", v.EmptyDir.Medium, "%s: the pod's key never reaches a disk", o.Metadata.Name)
+		}
+	}
+	require.NotEmpty(t, mountOf, o.Metadata.Name)
+	var certMount bool
+	for _, p := range mountOf {
+		certMount = certMount || p == cfg.certDir
+	}
+	require.True(t, certMount, "%s: -cert-dir is a mounted volume", o.Metadata.Name)
+
+	// The Issuer named, and the policy this ServiceAccount may use.
+	var issuerOK bool
+	for _, is := range loadRaw(t, "Issuer") {
+		issuerOK = issuerOK || is["metadata"].(map[string]any)["name"] == cfg.issuer
+	}
+	require.True(t, issuerOK, "-issuer names the manifest's Issuer")
+	usable := map[string]bool{} // policies sa may use
+	roles := map[string][]string{}
+	for _, r := range loadRaw(t, "Role") {
+		for _, rule := range r["rules"].([]any) {
+			rm := rule.(map[string]any)
+			if fmt.Sprint(rm["resources"]) == "[certificaterequestpolicies]" && fmt.Sprint(rm["verbs"]) == "[use]" {
+				for _, n := range rm["resourceNames"].([]any) {
+					roles[r["metadata"].(map[string]any)["name"].(string)] = append(roles[r["metadata"].(map[string]any)["name"].(string)], n.(string))
+				}
+			}
+		}
+	}
+	for _, rb := range loadRaw(t, "RoleBinding") {
+		for _, sub := range rb["subjects"].([]any) {
+			if sub.(map[string]any)["name"] == sa {
+				for _, p := range roles[rb["roleRef"].(map[string]any)["name"].(string)] {
+					usable[p] = true
+				}
+			}
+		}
+	}
+	require.Len(t, usable, 1, "%s may use one policy", sa)
+	for _, pol := range loadRaw(t, "CertificateRequestPolicy") {
+		if !usable[pol["metadata"].(map[string]any)["name"].(string)] {
+			continue
+		}
+		uris := pol["spec"].(map[string]any)["allowed"].(map[string]any)["uris"].(map[string]any)
+		require.Equal(t, []any{fmt.Sprintf("lockraft://%s/*?role=%s", cfg.cluster, role)}, uris["values"], "%s's policy", sa)
+		require.Equal(t, true, uris["required"])
+		require.Equal(t, cfg.issuer, pol["spec"].(map[string]any)["selector"].(map[string]any)["issuerRef"].(map[string]any)["name"])
+	}
 }

@@ -55,7 +55,7 @@ func TestMembersFormFromDNSSeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("forms a cluster with production gossip timing (seconds)")
 	}
-	formMembers(t, "")
+	formMembers(t, "", nil)
 }
 
 // TestMembersFormWithTLS (S1, security): the same with the manifest's TLS
@@ -79,11 +79,12 @@ func TestMembersFormWithTLS(t *testing.T) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gossip.key"), []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600))
-	formMembers(t, dir)
+	formMembers(t, dir, nil)
 }
 
 // formMembers starts three members and checks they form, get ready and serve.
-func formMembers(t *testing.T, tlsDir string) {
+// setup, if not nil, adjusts member i's configuration.
+func formMembers(t *testing.T, tlsDir string, setup func(i int, c *config)) {
 	ports := []int{freeGossipPort(t), freeGossipPort(t), freeGossipPort(t)}
 	var seeds []string
 	for _, p := range ports {
@@ -91,17 +92,21 @@ func formMembers(t *testing.T, tlsDir string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 3)
-	var addrs []string
+	var addrs, admins []string
 	for i := range 3 {
 		ready := make(chan string, 1)
-		c := config{podIP: "127.0.0.1", httpAddr: "127.0.0.1:0", raftPort: 0, gossipPort: ports[i],
+		c := config{podIP: "127.0.0.1", httpAddr: "127.0.0.1:0", adminAddr: "127.0.0.1:0", raftPort: 0, gossipPort: ports[i],
 			dataDir: t.TempDir(), seeds: strings.Join(seeds, ","), expect: 3, cluster: "k8s-test",
 			name: fmt.Sprintf("member-%d", i), founders: "member-0,member-1,member-2", tlsDir: tlsDir,
 			hold: 10 * time.Millisecond, logLevel: "warn"}
+		if setup != nil {
+			setup(i, &c)
+		}
 		go func() { done <- run(ctx, c, ready) }()
 		select {
 		case a := <-ready:
-			addrs = append(addrs, a)
+			http, admin, _ := strings.Cut(a, " ")
+			addrs, admins = append(addrs, http), append(admins, admin)
 		case err := <-done:
 			t.Fatalf("member %d: %v", i, err)
 		}
@@ -112,13 +117,15 @@ func formMembers(t *testing.T, tlsDir string) {
 			require.NoError(t, <-done)
 		}
 	}()
-	for _, a := range addrs {
+	for i, a := range admins {
 		require.Eventually(t, func() bool {
 			code, _ := httpGet("http://" + a + "/lockraft/readyz")
 			return code == http.StatusOK
 		}, 60*time.Second, 50*time.Millisecond, "member %s never ready", a)
 		code, _ := httpGet("http://" + a + "/lockraft/healthz")
 		require.Equal(t, http.StatusOK, code)
+		code, _ = httpGet("http://" + addrs[i] + "/lockraft/status")
+		require.Equal(t, http.StatusNotFound, code, "the admin handler is not on the service's port")
 	}
 	var last uint64
 	for i := range 6 {
@@ -134,7 +141,7 @@ func formMembers(t *testing.T, tlsDir string) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `lockraft_operations_total{kind="lock",primitive="mutex",result="ok"}`)
 	require.Contains(t, body, "lockraft_raft_term ")
-	code, body = httpGet("http://" + addrs[1] + "/lockraft/members")
+	code, body = httpGet("http://" + admins[1] + "/lockraft/members")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, 3, strings.Count(body, `"role": "voter"`), body)
 }
