@@ -344,32 +344,16 @@ func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) 
 	if err != nil {
 		return nil, err
 	}
-	src := strconv.FormatUint(from, 10)
-	if cluster := first(md, mdCluster); cluster != t.cfg.ClusterID {
-		t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "another cluster",
-			"local_cluster", t.cfg.ClusterID, "remote_cluster", cluster)
-		return nil, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
-			clusterMismatchMsg, t.cfg.ClusterID, cluster)
+	raftTraffic := method.kind.raft()
+	if err := t.recv.Admit(rpc, from, role, first(md, mdCluster), raftTraffic); err != nil {
+		return nil, err
 	}
-	a := t.adm
-	if a.isRevoked(from) {
-		t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "revoked member")
-		return nil, status.Errorf(codes.PermissionDenied, "member %d is revoked", from)
-	}
-	if method.kind.raft() {
-		if !role.Voter() {
-			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "no voter role", "role", role.String())
-			return nil, status.Errorf(codes.PermissionDenied, "role %s may not send raft traffic", role)
-		}
-		if f := t.cfg.AdmitRaft; f != nil && !f(from) {
-			t.refused.Note(refusedRPC, src, "rpc", rpc, "reason", "not admitted for raft traffic")
-			return nil, status.Errorf(codes.PermissionDenied, "member %d may not send raft traffic here", from)
-		}
-	}
-	adopt, err := t.formationVerdict(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), method.kind.raft())
+	adopt, err := t.form.Verdict(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), raftTraffic)
 	if err != nil {
 		return nil, err
 	}
+	src := strconv.FormatUint(from, 10)
+	a := t.adm
 	p := tc.peer
 	adm := &admitted{from: from, role: role, peer: p, adopt: adopt}
 	ctx = context.WithValue(ctx, callerKey{}, adm)
