@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -23,12 +23,12 @@ import (
 // Handler's method on a goroutine of its own, with a context that carries
 // the caller's deadline and ends when the caller gives up or the server's
 // endpoint closes; the answer (a deep copy) or the error, turned into a
-// gRPC status as transport's server does (callError), crosses back after
-// the return link's delay, and the caller maps it as transport's client
-// does (clientError). A call that finds its link cut, no endpoint at the
-// address, or is lost to the policy's Drop fails with codes.Unavailable, as
-// a refused connection does; an answer whose return link is cut when it
-// comes back turns into codes.Unavailable too.
+// gRPC status as transport's server does (netrules.CallError), crosses back
+// after the return link's delay, and the caller maps it as transport's
+// client does (netrules.ClientError). A call that finds its link cut, no
+// endpoint at the address, or is lost to the policy's Drop fails with
+// codes.Unavailable, as a refused connection does; an answer whose return
+// link is cut when it comes back turns into codes.Unavailable too.
 
 // The typed calls of transport.Caller, over the network (calls.go). Each
 // returns what transport's client returns: transport.ErrClosed after Close,
@@ -169,55 +169,12 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 		if r.err == nil {
 			return r.resp.(Resp), nil
 		}
-		return zero, clientError(ctx, method, to, r.err)
+		return zero, netrules.ClientError(ctx, method, to, r.err)
 	case <-ctx.Done():
 		return zero, fmt.Errorf("transport: %s to %d: %w", method, to, ctx.Err())
 	case <-e.ctx.Done():
 		return zero, transport.ErrClosed
 	}
-}
-
-// clientError maps a call's status error as transport's client (invoke in
-// transport/calls.go) does.
-func clientError(ctx context.Context, method string, to uint64, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("transport: %s to %d: %w", method, to, ctx.Err())
-	}
-	st, _ := status.FromError(err)
-	switch st.Code() {
-	case codes.DeadlineExceeded:
-		return fmt.Errorf("transport: %s to %d: %w (%s)", method, to, context.DeadlineExceeded, st.Message())
-	case codes.PermissionDenied:
-		if strings.HasPrefix(st.Message(), clusterMismatchMsg) {
-			return fmt.Errorf("%w: %s to %d: %s", transport.ErrClusterMismatch, method, to, st.Message())
-		}
-		if strings.HasPrefix(st.Message(), formationMismatchMsg) {
-			return fmt.Errorf("%w: %s to %d: %s", transport.ErrFormationMismatch, method, to, st.Message())
-		}
-		return fmt.Errorf("%w: %s to %d: %s", transport.ErrPermissionDenied, method, to, st.Message())
-	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s to %d: %s", transport.ErrInvalidRequest, method, to, st.Message())
-	case codes.Unauthenticated:
-		return fmt.Errorf("%w: %s to %d: %s", transport.ErrUnauthenticated, method, to, st.Message())
-	}
-	return err
-}
-
-// callError maps a Calls handler's error to the status the caller sees, as
-// transport's server does.
-func callError(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return status.FromContextError(err).Err()
-	case errors.Is(err, transport.ErrPermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, transport.ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	return status.Error(codes.Unknown, err.Error())
 }
 
 // arriveCall executes a call's arrival at its server.
@@ -286,7 +243,7 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 		// server's do, and the handler's answer with them.
 		resp, err = nil, status.Error(codes.Unavailable, "simnet: the server closed")
 	case err != nil:
-		err = callError(err)
+		err = netrules.CallError(err)
 	}
 	n.answer(ev, resp, err)
 }

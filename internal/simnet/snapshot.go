@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -181,9 +182,9 @@ func (n *Network) serveSnapshot(dst *Endpoint, ev *event) {
 }
 
 // writeSnapshotTemp writes data to a new temporary file of the transfer in
-// dir (transport's snapshotTempPattern), synced, and returns its name.
+// dir (named as transport names it), synced, and returns its name.
 func writeSnapshotTemp(dir string, index uint64, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, fmt.Sprintf("%016x.snap.tmp-*", index))
+	f, err := os.CreateTemp(dir, netrules.SnapshotTempPattern(index))
 	if err != nil {
 		return "", err
 	}
