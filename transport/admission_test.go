@@ -75,7 +75,7 @@ func batchOf(t testing.TB, msgs ...*raftpb.Message) *transportpb.Batch {
 func callerSeen(n *node) func() []Peer {
 	var mu sync.Mutex
 	var seen []Peer
-	n.rec.call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
+	n.rec.Call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
 		p, _ := CallerOf(ctx)
 		mu.Lock()
 		seen = append(seen, p)
@@ -245,7 +245,7 @@ func TestStreamCaps(t *testing.T) {
 
 	release := releaser(t)
 	var inside atomic.Int32
-	a.rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
+	a.rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
 		inside.Add(1)
 		<-release.C
 		return &transportpb.KeepaliveResponse{}, nil
@@ -309,7 +309,7 @@ func TestCallRequestsBudgeted(t *testing.T) {
 	c := dialRaw(t, a.t.Addr(), nil, "c1", 2)
 	release := releaser(t)
 	var inside atomic.Int32
-	a.rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
+	a.rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
 		inside.Add(1)
 		<-release.C
 		return &transportpb.FwdProposeResponse{}, nil
@@ -340,7 +340,7 @@ func TestRaftBatchesBudgeted(t *testing.T) {
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	release := releaser(t)
 	var inside atomic.Int32
-	a.rec.onReceive = func([]*raftpb.Message) {
+	a.rec.OnReceive = func([]*raftpb.Message) {
 		inside.Add(1)
 		<-release.C
 	}

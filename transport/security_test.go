@@ -78,7 +78,7 @@ func TestTLSMembersAuthenticated(t *testing.T) {
 	b := newNode(t, "c1", 2, withTLS(p.member("c1", 2)))
 	connect(a, b)
 	var from atomic.Uint64
-	b.rec.call = func(_ context.Context, f uint64, _ string, _ proto.Message) (proto.Message, error) {
+	b.rec.Call = func(_ context.Context, f uint64, _ string, _ proto.Message) (proto.Message, error) {
 		from.Store(f)
 		return &transportpb.KeepaliveResponse{Status: transportpb.KeepaliveStatus_KEEPALIVE_STATUS_OK}, nil
 	}
@@ -236,7 +236,7 @@ func TestSnapshotAdmission(t *testing.T) {
 	t.Run("refused by the node", func(t *testing.T) {
 		a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 		connect(a, b)
-		b.rec.accept = func(uint64, *raftpb.Message) error { return fmt.Errorf("%w: not the leader", ErrPermissionDenied) }
+		b.rec.Accept = func(uint64, *raftpb.Message) error { return fmt.Errorf("%w: not the leader", ErrPermissionDenied) }
 		writeSnapshotFile(t, a.dir, 9, 1<<20)
 		a.t.Send([]*raftpb.Message{msgSnap(1, 2, 9)})
 		require.Eventually(t, func() bool { return len(a.rec.snapshotReports()) == 1 }, waitFor, tick)
@@ -258,7 +258,7 @@ func TestSnapshotAdmission(t *testing.T) {
 	t.Run("not taken is not acknowledged", func(t *testing.T) {
 		a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 		connect(a, b)
-		b.rec.receiveSnap = func(context.Context, *raftpb.Message, string) error { return ErrClosed }
+		b.rec.ReceiveSnap = func(context.Context, *raftpb.Message, string) error { return ErrClosed }
 		writeSnapshotFile(t, a.dir, 9, 1<<20)
 		a.t.Send([]*raftpb.Message{msgSnap(1, 2, 9)})
 		require.Eventually(t, func() bool { return len(a.rec.snapshotReports()) == 1 }, waitFor, tick)
@@ -270,7 +270,7 @@ func TestSnapshotAdmission(t *testing.T) {
 		connect(a, b, c)
 		release := make(chan struct{})
 		first := make(chan struct{})
-		b.rec.receiveSnap = func(_ context.Context, m *raftpb.Message, file string) error {
+		b.rec.ReceiveSnap = func(_ context.Context, m *raftpb.Message, file string) error {
 			close(first)
 			<-release // hold the one slot until the second transfer was refused
 			return os.Rename(file, SnapshotPath(filepath.Dir(file), m.GetSnapshot().GetMetadata().GetIndex()))

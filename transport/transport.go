@@ -46,7 +46,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -312,9 +311,7 @@ func (c *Config) streamWindow() int32 {
 }
 
 // SnapshotPath is where the snapshot file for raft index index lives in dir.
-func SnapshotPath(dir string, index uint64) string {
-	return filepath.Join(dir, fmt.Sprintf("%016x.snap", index))
-}
+func SnapshotPath(dir string, index uint64) string { return netrules.SnapshotPath(dir, index) }
 
 func (c *Config) validate() error {
 	switch {

@@ -163,6 +163,11 @@ func ClientError(ctx context.Context, method string, to uint64, err error) error
 	return err
 }
 
+// SnapshotPath is where the snapshot file for raft index index lives in dir.
+func SnapshotPath(dir string, index uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("%016x.snap", index))
+}
+
 // SnapshotTempPattern names the file of one snapshot transfer in progress
 // (os.CreateTemp pattern): the index and a random suffix per transfer.
 func SnapshotTempPattern(index uint64) string { return fmt.Sprintf("%016x.snap.tmp-*", index) }

@@ -1,0 +1,42 @@
+package nettest
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+)
+
+// LogBuffer is a goroutine-safe slog sink whose contents tests can assert.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// HasLine reports whether one line of the log holds every one of parts.
+func (b *LogBuffer) HasLine(parts ...string) bool {
+	for _, line := range strings.Split(b.String(), "\n") {
+		ok := true
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
