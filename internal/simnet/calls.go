@@ -95,7 +95,6 @@ type call struct {
 	method string
 	ctx    context.Context // the caller's
 	env    envelope
-	back   float64 // the draw for the return delay
 	reply  chan callResult
 	// serve runs the server's Handler method on the request's copy.
 	serve func(ctx context.Context, h transport.Calls, from uint64) (proto.Message, error)
@@ -149,17 +148,8 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 		n.mu.Unlock()
 		return zero, fmt.Errorf("%w: %d", transport.ErrUnknownPeer, to)
 	}
-	l := n.linkLocked(e.id, to, chCall)
-	d := l.drawRPC()
-	c.back = d.back
-	p := n.faults.policyOf(e.id, to)
-	ev := &event{at: now.Add(p.delay(d.there)), from: e.id, to: to, ch: chCall, seq: l.next(), kind: evCall, call: c}
-	switch {
-	case d.drop < p.Drop:
-		ev.lost = lostPolicy
-	case addr != Addr(to):
-		ev.lost = lostAddress
-	}
+	ev := n.rpcEventLocked(now, e.id, to, chCall, evCall, addr)
+	ev.call = c
 	n.scheduleLocked(ev)
 	n.mu.Unlock()
 	n.poke()
@@ -180,25 +170,8 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 // arriveCall executes a call's arrival at its server.
 func (n *Network) arriveCall(ev *event) {
 	c := ev.call
-	n.mu.Lock()
-	dst := n.endpointLocked(ev.to)
-	why := ""
-	switch {
-	case c.caller.closed:
-		why = lostSender
-	case ev.lost != "":
-		why = ev.lost
-	case !n.faults.up(ev.from, ev.to):
-		why = lostCut
-	case dst == nil:
-		why = lostNoNode
-	}
-	entered := why == "" && dst.enterLocked()
-	n.mu.Unlock()
-	if !entered {
-		if why == "" {
-			why = lostNoNode
-		}
+	dst, why := n.reach(c.caller, ev.from, ev.to, ev.lost)
+	if dst == nil {
 		n.record(Event{Kind: Dropped, From: ev.from, To: ev.to, Method: c.method, Code: codes.Unavailable, Why: why})
 		if why != lostSender {
 			n.answer(ev, nil, status.Errorf(codes.Unavailable, "simnet: connection refused: %s (%s)", Addr(ev.to), why))
@@ -252,7 +225,7 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 // delay from now.
 func (n *Network) answer(ev *event, resp proto.Message, err error) {
 	n.mu.Lock()
-	at := time.Now().Add(n.faults.policyOf(ev.to, ev.from).delay(ev.call.back))
+	at := time.Now().Add(n.faults.policyOf(ev.to, ev.from).delay(ev.back))
 	n.scheduleLocked(&event{at: at, from: ev.from, to: ev.to, ch: chReply, seq: ev.seq, kind: evReply, call: ev.call,
 		resp: resp, err: err})
 	n.mu.Unlock()

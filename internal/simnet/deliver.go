@@ -31,20 +31,8 @@ import (
 func (n *Network) deliverRaft(unit []*event) {
 	first := unit[0]
 	from, to, src := first.from, first.to, first.src
-	n.mu.Lock()
-	dst := n.endpointLocked(to)
-	why := ""
-	switch {
-	case src.closed:
-		why = lostSender
-	case !n.faults.up(from, to):
-		why = lostCut
-	case dst == nil:
-		why = lostNoNode
-	}
-	entered := why == "" && dst.enterLocked()
-	n.mu.Unlock()
-	if entered {
+	dst, why := n.reach(src, from, to, "")
+	if dst != nil {
 		defer dst.leave()
 	}
 
