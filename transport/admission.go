@@ -446,7 +446,6 @@ func (t *Transport) sender(ctx context.Context, tc *trackedConn, md metadata.MD,
 // Calls to it still work: a leader tells a removed member so (Removed).
 func (t *Transport) Revoke(id uint64) {
 	a := t.adm
-	var closing []*trackedConn
 	a.mu.Lock()
 	cur := *a.revoked.Load()
 	if !cur[id] {
@@ -457,13 +456,7 @@ func (t *Transport) Revoke(id uint64) {
 		next[id] = true
 		a.revoked.Store(&next)
 	}
-	for c := range a.conns {
-		c.mu.Lock()
-		if c.id == id {
-			closing = append(closing, c)
-		}
-		c.mu.Unlock()
-	}
+	closing := a.connsLocked(func(c *trackedConn) bool { return c.id == id })
 	a.mu.Unlock()
 	for _, c := range closing {
 		_ = c.Close()
@@ -486,18 +479,25 @@ func (t *Transport) PeerRole(id uint64) (Role, bool) {
 	return 0, false
 }
 
-// closeDenied closes the connections the deny-list now refuses.
-func (t *Transport) closeDenied(s *denySet) {
-	a := t.adm
-	var closing []*trackedConn
-	a.mu.Lock()
+// connsLocked returns the tracked connections for which match, called with
+// the connection's lock held, is true. a.mu held.
+func (a *admission) connsLocked(match func(c *trackedConn) bool) []*trackedConn {
+	var out []*trackedConn
 	for c := range a.conns {
 		c.mu.Lock()
-		if c.cert != nil && s.denies(c.cert, c.id) != "" {
-			closing = append(closing, c)
+		if match(c) {
+			out = append(out, c)
 		}
 		c.mu.Unlock()
 	}
+	return out
+}
+
+// closeDenied closes the connections the deny-list now refuses.
+func (t *Transport) closeDenied(s *denySet) {
+	a := t.adm
+	a.mu.Lock()
+	closing := a.connsLocked(func(c *trackedConn) bool { return c.cert != nil && s.denies(c.cert, c.id) != "" })
 	a.mu.Unlock()
 	for _, c := range closing {
 		_ = c.Close()
