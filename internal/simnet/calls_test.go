@@ -63,9 +63,7 @@ var allCalls = []struct {
 
 func TestEveryCallReachesItsHandlerMethod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 3 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 1, 2, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 3 * time.Millisecond}))
 		for i, c := range allCalls {
 			resp, err := c.call(t.Context(), nodes[1].ep, 2)
 			if err != nil {
@@ -113,9 +111,7 @@ var handlerErrors = []struct {
 
 func TestCallErrorsAreMappedAsTransportMapsThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(2)
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 2, 2)
 		for _, c := range handlerErrors {
 			nodes[2].rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) { return nil, c.err }
 			_, err := nodes[1].ep.Keepalive(t.Context(), 2, &transportpb.KeepaliveRequest{})
@@ -128,9 +124,7 @@ func TestCallErrorsAreMappedAsTransportMapsThem(t *testing.T) {
 
 func TestCallsCopyRequestsAndAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(3)
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 3, 2)
 		kept := &transportpb.InspectResponse{Json: []byte(`{"a":1}`)}
 		var seen *transportpb.InspectRequest
 		nodes[2].rec.Call = func(_ context.Context, _ uint64, _ string, req proto.Message) (proto.Message, error) {
@@ -163,9 +157,7 @@ func TestCallsCopyRequestsAndAnswers(t *testing.T) {
 
 func TestCallFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(4, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 4, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		other := start(t, n, 4, func(c *transport.Config) { c.ClusterID = "another" })
 		nodes[1].ep.AddPeer(4, Addr(4))
 		ka := func(to uint64) error {
@@ -219,9 +211,7 @@ func TestCallFailures(t *testing.T) {
 
 func TestCallsHonourTheirContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(5, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 5, 2, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		served := make(chan error, 1)
 		nodes[2].rec.Call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
 			<-ctx.Done()
@@ -272,9 +262,7 @@ func TestCallsHonourTheirContext(t *testing.T) {
 
 func TestPeerVersionIsLearnedFromWhatArrives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(6)
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, 6, 3)
 		if v, seen := nodes[1].ep.PeerVersion(2); seen || v != "" {
 			t.Fatalf("before any traffic: %q, %v", v, seen)
 		}

@@ -253,9 +253,7 @@ func TestSameSeedSameTrace(t *testing.T) {
 
 func TestFakeTimeAdvancesByTheDelays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 1, 3, WithPolicy(Policy{MinDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Millisecond}))
 		sent := time.Now()
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1), app(1, 2, 2)})
 		nodes[3].ep.Send([]*raftpb.Message{app(3, 2, 1)})

@@ -80,6 +80,17 @@ func cluster(t testing.TB, n *Network, size int) map[uint64]*node {
 	return nodes
 }
 
+// newCluster makes the network of seed with opts and starts endpoints
+// 1..size on it, as cluster does. The network closes when the test ends,
+// before the endpoints' directories are removed.
+func newCluster(t testing.TB, seed uint64, size int, opts ...Option) (*Network, map[uint64]*node) {
+	t.Helper()
+	n := New(seed, opts...)
+	nodes := cluster(t, n, size)
+	t.Cleanup(func() { _ = n.Close() })
+	return n, nodes
+}
+
 func connect(nodes map[uint64]*node) {
 	for _, a := range nodes {
 		for id := range nodes {

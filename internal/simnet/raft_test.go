@@ -16,9 +16,7 @@ func TestFIFOPerLinkAndDeepCopies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const seed = 7
 		t.Logf("seed %d", seed)
-		n := New(seed, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, seed, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
 		var sent []*raftpb.Message
 		for i := range 300 {
 			m2, m3 := app(1, 2, uint64(i+1)), app(1, 3, uint64(i+1))
@@ -59,9 +57,7 @@ func TestReorderedLinkDeliversEveryMessageOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const seed = 11
 		t.Logf("seed %d", seed)
-		n := New(seed, WithPolicy(Policy{Reorder: 1, MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, seed, 2, WithPolicy(Policy{Reorder: 1, MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
 		for i := range 200 {
 			nodes[1].ep.Send([]*raftpb.Message{app(1, 2, uint64(i+1))})
 		}
@@ -78,9 +74,7 @@ func TestReorderedLinkDeliversEveryMessageOnce(t *testing.T) {
 
 func TestPartitionHealAndOneWayBlocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 1, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		index := uint64(0)
 		// send sends one message on each given link and returns its index.
 		send := func(links ...[2]uint64) uint64 {
@@ -219,9 +213,7 @@ func TestPolicyRatesAndDelays(t *testing.T) {
 
 func TestDuplicatesAreSeparateCopies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(3, WithPolicy(Policy{Duplicate: 1}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 3, 2, WithPolicy(Policy{Duplicate: 1}))
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1)})
 		time.Sleep(time.Millisecond)
 		got := nodes[2].rec.Received()
@@ -233,9 +225,7 @@ func TestDuplicatesAreSeparateCopies(t *testing.T) {
 
 func TestOnlyRemoteMessageTypesPass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(5)
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, 5, 3)
 		withResponses := app(1, 2, 4)
 		withResponses.Responses = []*raftpb.Message{msg(raftpb.MessageType_MsgAppResp, 2, 1)}
 		nodes[1].ep.Send([]*raftpb.Message{
@@ -264,9 +254,7 @@ func TestOnlyRemoteMessageTypesPass(t *testing.T) {
 
 func TestClosedEndpointLosesMessagesUntilRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(9, WithPolicy(Policy{MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 9, 3, WithPolicy(Policy{MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}))
 
 		_ = nodes[2].ep.Close()
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1)})
@@ -306,9 +294,7 @@ func TestClosedEndpointLosesMessagesUntilRestarted(t *testing.T) {
 
 func TestUnknownAndMisaddressedPeers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(4)
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 4, 2)
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 9, 1), app(1, 9, 2)})
 		nodes[1].ep.AddPeer(2, "10.0.0.2:7000")
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 3)})
@@ -324,9 +310,7 @@ func TestUnknownAndMisaddressedPeers(t *testing.T) {
 
 func TestPausedEndpointGetsEverythingOnResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(6, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 6, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
 		n.Pause(2)
 		for i := uint64(1); i <= 10; i++ {
 			nodes[1].ep.Send([]*raftpb.Message{app(1, 2, i)})

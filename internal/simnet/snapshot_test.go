@@ -45,9 +45,7 @@ func temps(t *testing.T, dir string) []string {
 
 func TestSnapshotTransferCopiesTheFile(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: 2 * time.Millisecond, MaxDelay: 2 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 1, 2, WithPolicy(Policy{MinDelay: 2 * time.Millisecond, MaxDelay: 2 * time.Millisecond}))
 		writeSnap(t, nodes[1], 42, "the state at 42")
 		var handed string
 		nodes[2].rec.ReceiveSnap = func(ctx context.Context, m *raftpb.Message, file string) error {
@@ -137,9 +135,7 @@ func TestSnapshotFailuresAreReported(t *testing.T) {
 
 func TestSnapshotToUnknownPeer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(3)
-		defer n.Close()
-		nodes := cluster(t, n, 1)
+		_, nodes := newCluster(t, 3, 1)
 		writeSnap(t, nodes[1], 5, "x")
 		nodes[1].ep.Send([]*raftpb.Message{snapMsg(1, 2, 5)})
 		time.Sleep(time.Millisecond)
@@ -151,9 +147,7 @@ func TestSnapshotToUnknownPeer(t *testing.T) {
 
 func TestOneSnapshotIsReceivedAtATime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(4, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, 4, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		writeSnap(t, nodes[1], 9, "from 1")
 		writeSnap(t, nodes[3], 9, "from 3")
 		release := make(chan struct{})
