@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,21 +54,6 @@ func (p *pki) member(cluster string, id uint64, notAfter ...time.Time) *TLS {
 
 func withTLS(tl *TLS) func(*Config) { return func(c *Config) { c.TLS = tl } }
 
-// countLines counts the log lines holding every one of subs.
-func countLines(log string, subs ...string) int {
-	n := 0
-	for _, line := range strings.Split(log, "\n") {
-		all := line != ""
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
 // With TLS the sender of messages and calls is the member its certificate
 // names, and the pair works end to end. (S1: only members act as members.)
 func TestTLSMembersAuthenticated(t *testing.T) {
@@ -114,7 +98,7 @@ func TestTLSRefusesWrongPeers(t *testing.T) {
 			}, waitFor, 20*time.Millisecond)
 			got, _ := b.rec.received()
 			require.Empty(t, got)
-			require.Equal(t, 1, countLines(b.log.String(), `msg="refused connection"`, "source=127.0.0.1"),
+			require.Equal(t, 1, b.log.CountLines(`msg="refused connection"`, "source=127.0.0.1"),
 				"%d refusals, one log line", b.t.Refusals(refusedConn))
 		})
 	}
@@ -170,7 +154,7 @@ func TestGarbageOnGRPCPortRefused(t *testing.T) {
 				c.Close()
 			}
 			require.Eventually(t, func() bool { return b.t.Refusals(refusedConn) >= tries }, waitFor, tick)
-			require.Equal(t, 1, countLines(b.log.String(), `msg="refused connection"`))
+			require.Equal(t, 1, b.log.CountLines(`msg="refused connection"`))
 		})
 	}
 }
@@ -195,7 +179,7 @@ func TestOversizeMessageRefused(t *testing.T) {
 	_, err = stream.CloseAndRecv()
 	require.ErrorContains(t, err, "over limit")
 	require.EqualValues(t, 4, b.t.Refusals(refusedOversize))
-	require.Equal(t, 1, countLines(b.log.String(), `msg="refused oversize message"`, "FwdProposeRequest"))
+	require.Equal(t, 1, b.log.CountLines(`msg="refused oversize message"`, "FwdProposeRequest"))
 	got, _ := b.rec.received()
 	require.Empty(t, got)
 }

@@ -25,18 +25,19 @@ func (b *LogBuffer) String() string {
 }
 
 // HasLine reports whether one line of the log holds every one of parts.
-func (b *LogBuffer) HasLine(parts ...string) bool {
+func (b *LogBuffer) HasLine(parts ...string) bool { return b.CountLines(parts...) > 0 }
+
+// CountLines counts the lines of the log that hold every one of parts.
+func (b *LogBuffer) CountLines(parts ...string) int {
+	n := 0
 	for _, line := range strings.Split(b.String(), "\n") {
-		ok := true
+		all := line != ""
 		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				ok = false
-				break
-			}
+			all = all && strings.Contains(line, p)
 		}
-		if ok {
-			return true
+		if all {
+			n++
 		}
 	}
-	return false
+	return n
 }
