@@ -1,50 +1,18 @@
 package membership
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/nettest"
 )
 
 // logBuf is a goroutine-safe log sink for slog.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuf) contains(parts ...string) bool {
-	for _, line := range strings.Split(l.String(), "\n") {
-		ok := true
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
+type logBuf = nettest.LogBuffer
 
 type tnode struct {
 	m      *Membership

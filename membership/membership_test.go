@@ -109,7 +109,7 @@ func TestTwoClustersNeverMerge(t *testing.T) {
 		return slices.Equal(aliveIDs(a1), []uint64{1, 2}) && slices.Equal(aliveIDs(b1), []uint64{11, 12}) &&
 			slices.Equal(aliveIDs(a2), []uint64{1, 2}) && slices.Equal(aliveIDs(b2), []uint64{11, 12})
 	}, 5*time.Second, tick)
-	require.Eventually(t, func() bool { return a1.logs.contains("unacceptable label") }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return a1.logs.HasLine("unacceptable label") }, 5*time.Second, tick)
 	// Stays apart over several push/pull rounds.
 	require.Never(t, func() bool {
 		return len(aliveIDs(a1)) != 2 || len(aliveIDs(a2)) != 2 || len(aliveIDs(b1)) != 2 || len(aliveIDs(b2)) != 2
@@ -129,9 +129,9 @@ func TestSameLabelOtherClusterIDRefused(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), `"alpha"`)
 	require.Eventually(t, func() bool {
-		return a.logs.contains("level=WARN", "ignoring member", "their_cluster=beta", "our_cluster=alpha")
+		return a.logs.HasLine("level=WARN", "ignoring member", "their_cluster=beta", "our_cluster=alpha")
 	}, 5*time.Second, tick)
-	require.True(t, b.logs.contains("level=WARN", "ignoring member", "their_cluster=alpha", "our_cluster=beta"))
+	require.True(t, b.logs.HasLine("level=WARN", "ignoring member", "their_cluster=alpha", "our_cluster=beta"))
 	require.Never(t, func() bool { return len(aliveIDs(a)) != 1 || len(aliveIDs(b)) != 1 },
 		2*FastTiming().PushPullInterval, 50*time.Millisecond)
 }
@@ -155,7 +155,7 @@ func TestWrongSecretKeyRefused(t *testing.T) {
 	// memberlist's own error, surfaced through the slog adapter as a refusal
 	// (logged once per sender and interval).
 	require.Eventually(t, func() bool {
-		return a.logs.contains("level=WARN", "component=memberlist", "refused gossip", "no installed keys could decrypt the message")
+		return a.logs.HasLine("level=WARN", "component=memberlist", "refused gossip", "no installed keys could decrypt the message")
 	}, 5*time.Second, tick)
 	require.Never(t, func() bool { return len(aliveIDs(a)) != 2 || len(aliveIDs(bad)) != 1 },
 		2*FastTiming().PushPullInterval, 50*time.Millisecond)
@@ -169,7 +169,7 @@ func TestStartRetriesSeedsInBackground(t *testing.T) {
 	require.NoError(t, probe.m.Shutdown())
 	cfg.Seeds = []string{seed}
 	a := startNode(t, cfg)
-	require.True(t, a.logs.contains("no seed answered"))
+	require.True(t, a.logs.HasLine("no seed answered"))
 
 	// Now someone else joins a: they find each other regardless.
 	cfg = testConfig(2, "c1")
@@ -194,7 +194,7 @@ func TestEventsNeverBlock(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(a.Members()) == 4 }, 5*time.Second, tick)
 	require.GreaterOrEqual(t, a.Dropped(), uint64(4)) // self join + 3 joins
-	require.True(t, logs.contains("level=WARN", "event channel full"))
+	require.True(t, logs.HasLine("level=WARN", "event channel full"))
 }
 
 func TestConvergence20(t *testing.T) {

@@ -344,32 +344,16 @@ func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) 
 	if err != nil {
 		return nil, err
 	}
-	src := strconv.FormatUint(from, 10)
-	if cluster := first(md, mdCluster); cluster != t.cfg.ClusterID {
-		t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "another cluster",
-			"local_cluster", t.cfg.ClusterID, "remote_cluster", cluster)
-		return nil, status.Errorf(codes.PermissionDenied, "%s: local %q, remote %q",
-			clusterMismatchMsg, t.cfg.ClusterID, cluster)
+	raftTraffic := method.kind.raft()
+	if err := t.recv.Admit(rpc, from, role, first(md, mdCluster), raftTraffic); err != nil {
+		return nil, err
 	}
-	a := t.adm
-	if a.isRevoked(from) {
-		t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "revoked member")
-		return nil, status.Errorf(codes.PermissionDenied, "member %d is revoked", from)
-	}
-	if method.kind.raft() {
-		if !role.Voter() {
-			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "no voter role", "role", role.String())
-			return nil, status.Errorf(codes.PermissionDenied, "role %s may not send raft traffic", role)
-		}
-		if f := t.cfg.AdmitRaft; f != nil && !f(from) {
-			t.refused.Note(refusedRPC, src, "rpc", rpc, "reason", "not admitted for raft traffic")
-			return nil, status.Errorf(codes.PermissionDenied, "member %d may not send raft traffic here", from)
-		}
-	}
-	adopt, err := t.formationVerdict(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), method.kind.raft())
+	adopt, err := t.form.Verdict(from, rpc, first(md, mdFormation), first(md, mdFormationDetail), raftTraffic)
 	if err != nil {
 		return nil, err
 	}
+	src := strconv.FormatUint(from, 10)
+	a := t.adm
 	p := tc.peer
 	adm := &admitted{from: from, role: role, peer: p, adopt: adopt}
 	ctx = context.WithValue(ctx, callerKey{}, adm)
@@ -462,7 +446,6 @@ func (t *Transport) sender(ctx context.Context, tc *trackedConn, md metadata.MD,
 // Calls to it still work: a leader tells a removed member so (Removed).
 func (t *Transport) Revoke(id uint64) {
 	a := t.adm
-	var closing []*trackedConn
 	a.mu.Lock()
 	cur := *a.revoked.Load()
 	if !cur[id] {
@@ -473,13 +456,7 @@ func (t *Transport) Revoke(id uint64) {
 		next[id] = true
 		a.revoked.Store(&next)
 	}
-	for c := range a.conns {
-		c.mu.Lock()
-		if c.id == id {
-			closing = append(closing, c)
-		}
-		c.mu.Unlock()
-	}
+	closing := a.connsLocked(func(c *trackedConn) bool { return c.id == id })
 	a.mu.Unlock()
 	for _, c := range closing {
 		_ = c.Close()
@@ -502,18 +479,25 @@ func (t *Transport) PeerRole(id uint64) (Role, bool) {
 	return 0, false
 }
 
-// closeDenied closes the connections the deny-list now refuses.
-func (t *Transport) closeDenied(s *denySet) {
-	a := t.adm
-	var closing []*trackedConn
-	a.mu.Lock()
+// connsLocked returns the tracked connections for which match, called with
+// the connection's lock held, is true. a.mu held.
+func (a *admission) connsLocked(match func(c *trackedConn) bool) []*trackedConn {
+	var out []*trackedConn
 	for c := range a.conns {
 		c.mu.Lock()
-		if c.cert != nil && s.denies(c.cert, c.id) != "" {
-			closing = append(closing, c)
+		if match(c) {
+			out = append(out, c)
 		}
 		c.mu.Unlock()
 	}
+	return out
+}
+
+// closeDenied closes the connections the deny-list now refuses.
+func (t *Transport) closeDenied(s *denySet) {
+	a := t.adm
+	a.mu.Lock()
+	closing := a.connsLocked(func(c *trackedConn) bool { return c.cert != nil && s.denies(c.cert, c.id) != "" })
 	a.mu.Unlock()
 	for _, c := range closing {
 		_ = c.Close()

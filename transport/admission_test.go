@@ -75,7 +75,7 @@ func batchOf(t testing.TB, msgs ...*raftpb.Message) *transportpb.Batch {
 func callerSeen(n *node) func() []Peer {
 	var mu sync.Mutex
 	var seen []Peer
-	n.rec.call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
+	n.rec.Call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
 		p, _ := CallerOf(ctx)
 		mu.Lock()
 		seen = append(seen, p)
@@ -244,10 +244,8 @@ func TestStreamCaps(t *testing.T) {
 	require.NoError(t, sn1.CloseSend())
 
 	release := releaser(t)
-	var inside atomic.Int32
-	a.rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
-		inside.Add(1)
-		<-release.C
+	a.rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
+		release.hold()
 		return &transportpb.KeepaliveResponse{}, nil
 	}
 	errs := make(chan error, 3)
@@ -263,7 +261,7 @@ func TestStreamCaps(t *testing.T) {
 		t.Fatal("a third call was admitted beside two in flight")
 	}
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
-	require.Eventually(t, func() bool { return inside.Load() == 2 }, waitFor, tick)
+	require.Eventually(t, func() bool { return release.inside.Load() == 2 }, waitFor, tick)
 	release.Close()
 	require.NoError(t, <-errs)
 	require.NoError(t, <-errs)
@@ -272,11 +270,18 @@ func TestStreamCaps(t *testing.T) {
 // gate holds handlers until Close (which a test's cleanup also does, before
 // the transport's: a failed test does not leave them blocked).
 type gate struct {
-	C    chan struct{}
-	once sync.Once
+	C      chan struct{}
+	once   sync.Once
+	inside atomic.Int32 // handlers that reached hold
 }
 
 func (g *gate) Close() { g.once.Do(func() { close(g.C) }) }
+
+// hold counts a handler inside and holds it until Close.
+func (g *gate) hold() {
+	g.inside.Add(1)
+	<-g.C
+}
 
 // releaser returns a gate closed at the latest when t ends (register it
 // after the nodes, so that it is closed before they are).
@@ -308,10 +313,8 @@ func TestCallRequestsBudgeted(t *testing.T) {
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	c := dialRaw(t, a.t.Addr(), nil, "c1", 2)
 	release := releaser(t)
-	var inside atomic.Int32
-	a.rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
-		inside.Add(1)
-		<-release.C
+	a.rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
+		release.hold()
 		return &transportpb.FwdProposeResponse{}, nil
 	}
 	req := &transportpb.FwdProposeRequest{Commands: [][]byte{make([]byte, 700<<10)}}
@@ -322,13 +325,13 @@ func TestCallRequestsBudgeted(t *testing.T) {
 			errs <- err
 		}()
 	}
-	require.Eventually(t, func() bool { return inside.Load() == 1 }, waitFor, tick)
+	require.Eventually(t, func() bool { return release.inside.Load() == 1 }, waitFor, tick)
 	time.Sleep(200 * time.Millisecond) // the second would be inside by now if it were not held back
-	require.EqualValues(t, 1, inside.Load(), "two requests of 700 KiB held within a budget of 1 MiB")
+	require.EqualValues(t, 1, release.inside.Load(), "two requests of 700 KiB held within a budget of 1 MiB")
 	release.Close()
 	require.NoError(t, <-errs)
 	require.NoError(t, <-errs)
-	require.EqualValues(t, 2, inside.Load())
+	require.EqualValues(t, 2, release.inside.Load())
 }
 
 // A raft batch is charged its decoding cost before it is decoded and until
@@ -339,11 +342,7 @@ func TestRaftBatchesBudgeted(t *testing.T) {
 	lim.raftBudget = 300 << 10
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	release := releaser(t)
-	var inside atomic.Int32
-	a.rec.onReceive = func([]*raftpb.Message) {
-		inside.Add(1)
-		<-release.C
-	}
+	a.rec.OnReceive = func([]*raftpb.Message) { release.hold() }
 	big := msgApp(2, 1, 1)
 	big.Entries = []*raftpb.Entry{{Term: new(uint64(1)), Index: new(uint64(1)), Data: make([]byte, 200<<10)}}
 	for from := uint64(2); from <= 3; from++ {
@@ -354,9 +353,9 @@ func TestRaftBatchesBudgeted(t *testing.T) {
 		m.From = new(from)
 		require.NoError(t, s.Send(batchOf(t, m)))
 	}
-	require.Eventually(t, func() bool { return inside.Load() == 1 }, waitFor, tick)
+	require.Eventually(t, func() bool { return release.inside.Load() == 1 }, waitFor, tick)
 	time.Sleep(200 * time.Millisecond) // the second would be inside by now if it were not held back
-	require.EqualValues(t, 1, inside.Load(), "two batches of 200 KiB delivered within a budget of 300 KiB")
+	require.EqualValues(t, 1, release.inside.Load(), "two batches of 200 KiB delivered within a budget of 300 KiB")
 	release.Close()
 	require.Eventually(t, func() bool { got, _ := a.rec.received(); return len(got) == 2 }, waitFor, tick)
 }

@@ -155,7 +155,7 @@ func TestAttackMemoryBounded(t *testing.T) {
 func runAttack(t *testing.T, at attack) {
 	p := newPKI(t)
 	v := &victim{members: map[uint64]bool{1: true, 2: true}}
-	v.call = func(ctx context.Context, from uint64, _ string, _ proto.Message) (proto.Message, error) {
+	v.Call = func(ctx context.Context, from uint64, _ string, _ proto.Message) (proto.Message, error) {
 		if !v.members[from] {
 			return nil, fmt.Errorf("%w: not a member", ErrPermissionDenied)
 		}

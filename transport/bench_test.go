@@ -63,7 +63,7 @@ func BenchmarkSendReceive(b *testing.B) {
 			}
 			h.waitUntil(sent)
 			b.StopTimer()
-			if n := src.rec.unreachableCount(2); n > 0 {
+			if n := src.rec.UnreachableCount(2); n > 0 {
 				b.Fatalf("%d drops", n)
 			}
 			b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "msgs/s")

@@ -2,13 +2,10 @@ package transport
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -95,27 +92,5 @@ func invoke[Req, Resp any](t *Transport, ctx context.Context, to uint64, rpc str
 	if err == nil {
 		return resp, nil
 	}
-	if ctx.Err() != nil {
-		return zero, fmt.Errorf("transport: %s to %d: %w", rpc, to, ctx.Err())
-	}
-	st, _ := status.FromError(err)
-	switch st.Code() {
-	case codes.DeadlineExceeded:
-		// The server sees the propagated deadline first and may answer
-		// before ctx itself has expired here.
-		return zero, fmt.Errorf("transport: %s to %d: %w (%s)", rpc, to, context.DeadlineExceeded, st.Message())
-	case codes.PermissionDenied:
-		if strings.HasPrefix(st.Message(), clusterMismatchMsg) {
-			return zero, fmt.Errorf("%w: %s to %d: %s", ErrClusterMismatch, rpc, to, st.Message())
-		}
-		if strings.HasPrefix(st.Message(), formationMismatchMsg) {
-			return zero, fmt.Errorf("%w: %s to %d: %s", ErrFormationMismatch, rpc, to, st.Message())
-		}
-		return zero, fmt.Errorf("%w: %s to %d: %s", ErrPermissionDenied, rpc, to, st.Message())
-	case codes.InvalidArgument:
-		return zero, fmt.Errorf("%w: %s to %d: %s", ErrInvalidRequest, rpc, to, st.Message())
-	case codes.Unauthenticated:
-		return zero, fmt.Errorf("%w: %s to %d: %s", ErrUnauthenticated, rpc, to, st.Message())
-	}
-	return zero, err
+	return zero, netrules.ClientError(ctx, rpc, to, err)
 }

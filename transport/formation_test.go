@@ -54,12 +54,12 @@ func sendUntilDecided(t *testing.T, a, b *node) bool {
 		}
 		return k
 	}
-	had, unreachable := from(), a.rec.unreachableCount(b.t.cfg.LocalID)
+	had, unreachable := from(), a.rec.UnreachableCount(b.t.cfg.LocalID)
 	var got bool
 	require.Eventually(t, func() bool {
 		a.t.Send([]*raftpb.Message{msgApp(a.t.cfg.LocalID, b.t.cfg.LocalID, 1)})
 		got = from() > had
-		return got || a.rec.unreachableCount(b.t.cfg.LocalID) > unreachable
+		return got || a.rec.UnreachableCount(b.t.cfg.LocalID) > unreachable
 	}, waitFor, 10*time.Millisecond)
 	return got
 }

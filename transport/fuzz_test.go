@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -51,7 +52,7 @@ func FuzzStreamBatch(f *testing.F) {
 				continue
 			}
 			entries -= len(m.GetEntries())
-			if ok, _ := remoteMessageOK(m, 2, 1); ok {
+			if ok, _ := netrules.RemoteMessageOK(m, 2, 1); ok {
 				require.Equal(t, uint64(2), m.GetTo())
 				require.Equal(t, uint64(1), m.GetFrom())
 				require.NotEqual(t, raftpb.MessageType_MsgSnap, m.GetType())

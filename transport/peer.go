@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -349,14 +349,14 @@ func (p *peer) writeLoop() {
 		if len(batch.Msgs) == 0 {
 			continue
 		}
-		if stream != nil && streamGen != p.t.form.gen.Load() {
+		if stream != nil && streamGen != p.t.form.Gen() {
 			// The node got its formation id: reopen so the header says so.
 			_ = stream.CloseSend()
 			cancel()
 			stream = nil
 		}
 		if stream == nil {
-			streamGen = p.t.form.gen.Load()
+			streamGen = p.t.form.Gen()
 			sctx, sc := context.WithCancel(p.ctx)
 			octx := p.outgoing(sctx)
 			if d := p.t.cfg.FormationDetail; d != "" {
@@ -399,11 +399,11 @@ func (p *peer) streamFailed(err error, dropped int) {
 	if p.ctx.Err() != nil {
 		return // stopping; not the peer's fault
 	}
-	if st, _ := status.FromError(err); st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), formationMismatchMsg) {
+	if detail, foreign := netrules.ForeignRefusal(err); foreign {
 		// A member of another formed cluster: it stays foreign, so say it once.
 		if !p.foreign.Swap(true) {
 			if f := p.t.cfg.OnForeignPeer; f != nil {
-				f(p.id, formationDetail(st.Message()), true) // the node says it, with what it knows
+				f(p.id, detail, true) // the node says it, with what it knows
 			} else {
 				p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", p.id, "addr", p.addr, "err", err)
 			}

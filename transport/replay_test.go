@@ -31,7 +31,7 @@ func TestIdleStreamKeepsNothingSent(t *testing.T) {
 	a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 	connect(a, b)
 	arrived := make(chan struct{}, 1)
-	b.rec.onReceive = func([]*raftpb.Message) {
+	b.rec.OnReceive = func([]*raftpb.Message) {
 		select {
 		case arrived <- struct{}{}:
 		default:
@@ -49,9 +49,7 @@ func TestIdleStreamKeepsNothingSent(t *testing.T) {
 				t.Fatalf("heartbeat %d did not arrive", i)
 			}
 		}
-		b.rec.mu.Lock()
-		b.rec.batches = nil // the receiver's record is not what is measured
-		b.rec.mu.Unlock()
+		b.rec.ForgetBatches() // the receiver's record is not what is measured
 	}
 	send(10) // the stream is open
 	before := heapAfterGC()

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,21 +54,6 @@ func (p *pki) member(cluster string, id uint64, notAfter ...time.Time) *TLS {
 
 func withTLS(tl *TLS) func(*Config) { return func(c *Config) { c.TLS = tl } }
 
-// countLines counts the log lines holding every one of subs.
-func countLines(log string, subs ...string) int {
-	n := 0
-	for _, line := range strings.Split(log, "\n") {
-		all := line != ""
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
 // With TLS the sender of messages and calls is the member its certificate
 // names, and the pair works end to end. (S1: only members act as members.)
 func TestTLSMembersAuthenticated(t *testing.T) {
@@ -78,7 +62,7 @@ func TestTLSMembersAuthenticated(t *testing.T) {
 	b := newNode(t, "c1", 2, withTLS(p.member("c1", 2)))
 	connect(a, b)
 	var from atomic.Uint64
-	b.rec.call = func(_ context.Context, f uint64, _ string, _ proto.Message) (proto.Message, error) {
+	b.rec.Call = func(_ context.Context, f uint64, _ string, _ proto.Message) (proto.Message, error) {
 		from.Store(f)
 		return &transportpb.KeepaliveResponse{Status: transportpb.KeepaliveStatus_KEEPALIVE_STATUS_OK}, nil
 	}
@@ -114,7 +98,7 @@ func TestTLSRefusesWrongPeers(t *testing.T) {
 			}, waitFor, 20*time.Millisecond)
 			got, _ := b.rec.received()
 			require.Empty(t, got)
-			require.Equal(t, 1, countLines(b.log.String(), `msg="refused connection"`, "source=127.0.0.1"),
+			require.Equal(t, 1, b.log.CountLines(`msg="refused connection"`, "source=127.0.0.1"),
 				"%d refusals, one log line", b.t.Refusals(refusedConn))
 		})
 	}
@@ -170,7 +154,7 @@ func TestGarbageOnGRPCPortRefused(t *testing.T) {
 				c.Close()
 			}
 			require.Eventually(t, func() bool { return b.t.Refusals(refusedConn) >= tries }, waitFor, tick)
-			require.Equal(t, 1, countLines(b.log.String(), `msg="refused connection"`))
+			require.Equal(t, 1, b.log.CountLines(`msg="refused connection"`))
 		})
 	}
 }
@@ -195,7 +179,7 @@ func TestOversizeMessageRefused(t *testing.T) {
 	_, err = stream.CloseAndRecv()
 	require.ErrorContains(t, err, "over limit")
 	require.EqualValues(t, 4, b.t.Refusals(refusedOversize))
-	require.Equal(t, 1, countLines(b.log.String(), `msg="refused oversize message"`, "FwdProposeRequest"))
+	require.Equal(t, 1, b.log.CountLines(`msg="refused oversize message"`, "FwdProposeRequest"))
 	got, _ := b.rec.received()
 	require.Empty(t, got)
 }
@@ -236,7 +220,7 @@ func TestSnapshotAdmission(t *testing.T) {
 	t.Run("refused by the node", func(t *testing.T) {
 		a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 		connect(a, b)
-		b.rec.accept = func(uint64, *raftpb.Message) error { return fmt.Errorf("%w: not the leader", ErrPermissionDenied) }
+		b.rec.Accept = func(uint64, *raftpb.Message) error { return fmt.Errorf("%w: not the leader", ErrPermissionDenied) }
 		writeSnapshotFile(t, a.dir, 9, 1<<20)
 		a.t.Send([]*raftpb.Message{msgSnap(1, 2, 9)})
 		require.Eventually(t, func() bool { return len(a.rec.snapshotReports()) == 1 }, waitFor, tick)
@@ -258,7 +242,7 @@ func TestSnapshotAdmission(t *testing.T) {
 	t.Run("not taken is not acknowledged", func(t *testing.T) {
 		a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 		connect(a, b)
-		b.rec.receiveSnap = func(context.Context, *raftpb.Message, string) error { return ErrClosed }
+		b.rec.ReceiveSnap = func(context.Context, *raftpb.Message, string) error { return ErrClosed }
 		writeSnapshotFile(t, a.dir, 9, 1<<20)
 		a.t.Send([]*raftpb.Message{msgSnap(1, 2, 9)})
 		require.Eventually(t, func() bool { return len(a.rec.snapshotReports()) == 1 }, waitFor, tick)
@@ -270,7 +254,7 @@ func TestSnapshotAdmission(t *testing.T) {
 		connect(a, b, c)
 		release := make(chan struct{})
 		first := make(chan struct{})
-		b.rec.receiveSnap = func(_ context.Context, m *raftpb.Message, file string) error {
+		b.rec.ReceiveSnap = func(_ context.Context, m *raftpb.Message, file string) error {
 			close(first)
 			<-release // hold the one slot until the second transfer was refused
 			return os.Rename(file, SnapshotPath(filepath.Dir(file), m.GetSnapshot().GetMetadata().GetIndex()))

@@ -6,23 +6,20 @@ import (
 	"io"
 	"strconv"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
-// clusterMismatchMsg prefixes the PermissionDenied status of a cluster
-// mismatch so that callers can map it back to ErrClusterMismatch.
-const clusterMismatchMsg = "cluster id mismatch"
-
 // Refusal kinds (Transport.Refusals).
 const (
-	refusedRPC     = "rpc"
-	refusedMessage = "raft message"
+	refusedRPC      = netrules.RefusedRPC
+	refusedMessage  = netrules.RefusedMessage
+	refusedSnapshot = netrules.RefusedSnapshot
 )
 
 // server implements transportpb.RaftServer on behalf of a Transport.
@@ -42,7 +39,7 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 	}
 	if a.adopt != "" {
 		md, _ := metadata.FromIncomingContext(ctx)
-		if err := s.t.checkFormation(a.from, rpc, a.adopt, first(md, mdFormationDetail), true); err != nil {
+		if err := s.t.form.Check(a.from, rpc, a.adopt, first(md, mdFormationDetail), true); err != nil {
 			return 0, err
 		}
 	}
@@ -56,35 +53,12 @@ func first(md metadata.MD, key string) string {
 	return ""
 }
 
-// remoteMessageOK reports whether m may arrive from peer from over the
-// message stream: addressed to this node, from the stream's authenticated
-// sender, and of a type a remote peer may send. raft's local messages
-// (storage acknowledgements, ticks, reports) and messages naming raft's
-// local threads would bypass raft's own guard (RawNode.Step accepts a local
-// message whose From is a local thread); a snapshot must come with its file
-// over Snapshot. Everything else is judged by the node against raft's state.
-func remoteMessageOK(m *raftpb.Message, local, from uint64) (bool, string) {
-	switch {
-	case m.GetTo() != local:
-		return false, "addressed to another node"
-	case m.GetFrom() != from:
-		return false, "sender differs from the authenticated peer"
-	case raft.IsLocalMsg(m.GetType()) || raft.IsLocalMsgTarget(m.GetFrom()) || raft.IsLocalMsgTarget(m.GetTo()):
-		return false, "raft local message"
-	case m.GetType() == raftpb.MessageType_MsgSnap:
-		return false, "snapshot outside the Snapshot RPC"
-	case len(m.GetResponses()) > 0:
-		return false, "carries local responses"
-	}
-	return true, ""
-}
-
 // Stream receives the batches of one peer for as long as the peer keeps the
 // stream open, delivering each batch with one Handler.Receive call. Each
 // batch is charged its decoding cost (budget.go) before it is decoded, and
 // refused whole (the stream ends) when it announces more entries than
 // maxBatchEntries or more than its bytes may decode to (limits.go).
-// Messages refused by remoteMessageOK and undecodable ones are dropped (and
+// Messages refused by netrules.RemoteMessageOK and undecodable ones are dropped (and
 // logged once per peer and interval).
 func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	ctx := stream.Context()
@@ -132,7 +106,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 				s.t.refused.Refuse(refusedMessage, src, "reason", "undecodable or over limit", "err", err)
 				continue
 			}
-			if ok, why := remoteMessageOK(m, local, from); !ok {
+			if ok, why := netrules.RemoteMessageOK(m, local, from); !ok {
 				s.t.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
 					"msg_from", m.GetFrom(), "msg_to", m.GetTo())
 				continue
@@ -146,22 +120,6 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	}
 }
 
-// callError maps a Calls handler's error to the status the caller sees.
-func callError(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return status.FromContextError(err).Err()
-	case errors.Is(err, ErrPermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	return status.Error(codes.Unknown, err.Error())
-}
-
 // serve runs one typed call: authenticate, then the handler.
 func serve[Req, Resp any](s *server, ctx context.Context, rpc string, req Req,
 	h func(context.Context, uint64, Req) (Resp, error)) (Resp, error) {
@@ -172,7 +130,7 @@ func serve[Req, Resp any](s *server, ctx context.Context, rpc string, req Req,
 	}
 	resp, err := h(ctx, from, req)
 	if err != nil {
-		return zero, callError(err)
+		return zero, netrules.CallError(err)
 	}
 	return resp, nil
 }

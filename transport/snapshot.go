@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -132,9 +133,6 @@ func closeErr(stream transportpb.Raft_SnapshotClient, err error) error {
 	return err
 }
 
-// refusedSnapshot is the refuse.Log kind of refused snapshot transfers.
-const refusedSnapshot = "snapshot"
-
 // Snapshot receives one MsgSnap with its file; see the section comment above.
 func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 	from, err := s.authenticate(stream.Context(), "Snapshot")
@@ -244,7 +242,7 @@ func (r *chunkReceiver) add(c *transportpb.SnapshotChunk) ([]byte, bool, error) 
 // synced. On error the file is removed.
 func (s *server) receiveFile(stream transportpb.Raft_SnapshotServer, c *transportpb.SnapshotChunk, index uint64) (_ string, err error) {
 	dir := s.t.cfg.SnapshotDir
-	f, err := os.CreateTemp(dir, snapshotTempPattern(index))
+	f, err := os.CreateTemp(dir, netrules.SnapshotTempPattern(index))
 	if err != nil {
 		return "", err
 	}

@@ -48,7 +48,7 @@ func TestSnapshotStreamsFileThenDelivers(t *testing.T) {
 	var chunks atomic.Int32
 	a.t.snapshotChunkHook = func([]byte) { chunks.Add(1) }
 	fileAtDelivery := make(chan []byte, 1)
-	b.rec.onReceive = func(msgs []*raftpb.Message) {
+	b.rec.OnReceive = func(msgs []*raftpb.Message) {
 		if msgs[0].GetType() == raftpb.MessageType_MsgSnap {
 			data, _ := os.ReadFile(SnapshotPath(b.dir, index))
 			fileAtDelivery <- data
@@ -58,7 +58,7 @@ func TestSnapshotStreamsFileThenDelivers(t *testing.T) {
 	a.t.Send([]*raftpb.Message{msgSnap(1, 2, index), msgApp(1, 2, 43)})
 	require.Eventually(t, func() bool { return len(a.rec.snapshotReports()) == 1 }, waitFor, tick)
 	require.Equal(t, []snapReport{{2, false}}, a.rec.snapshotReports())
-	require.Zero(t, a.rec.unreachableCount(2))
+	require.Zero(t, a.rec.UnreachableCount(2))
 	require.GreaterOrEqual(t, chunks.Load(), int32(10), "a 5 MiB file must travel in 512 KiB chunks")
 
 	require.True(t, bytes.Equal(want, <-fileAtDelivery), "file must be complete before MsgSnap is delivered")
@@ -111,7 +111,7 @@ func TestSnapshotMissingFileOrPeerFails(t *testing.T) {
 	a.t.Send([]*raftpb.Message{msgSnap(1, 5, 99)}) // no such peer
 	require.Eventually(t, func() bool { return len(a.rec.snapshotReports()) == 2 }, waitFor, tick)
 	require.ElementsMatch(t, []snapReport{{2, true}, {5, true}}, a.rec.snapshotReports())
-	require.Equal(t, 1, a.rec.unreachableCount(5))
+	require.Equal(t, 1, a.rec.UnreachableCount(5))
 	got, _ := b.rec.received()
 	require.Empty(t, got)
 }

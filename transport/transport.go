@@ -46,7 +46,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -56,6 +55,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/internal/refuse"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -71,7 +71,7 @@ var (
 	// ErrClusterMismatch is returned by Call when the remote node belongs to
 	// another cluster (or, seen from the server, when a peer of another cluster
 	// connects; the server answers with codes.PermissionDenied).
-	ErrClusterMismatch = errors.New("transport: cluster id mismatch")
+	ErrClusterMismatch = netrules.ErrClusterMismatch
 	// ErrInvalidConfig is returned by New when the Config is unusable.
 	ErrInvalidConfig = errors.New("transport: invalid config")
 	// ErrSnapshotChecksum is the cause of a rejected snapshot transfer whose
@@ -81,14 +81,14 @@ var (
 	// the caller may not do what it asked (another member's session, a push
 	// from a node that does not lead); the caller gets codes.PermissionDenied
 	// and an error wrapping it.
-	ErrPermissionDenied = errors.New("transport: permission denied")
+	ErrPermissionDenied = netrules.ErrPermissionDenied
 	// ErrInvalidRequest: a Calls method returns an error wrapping it for a
 	// malformed request; the caller gets codes.InvalidArgument and an error
 	// wrapping it.
-	ErrInvalidRequest = errors.New("transport: invalid request")
+	ErrInvalidRequest = netrules.ErrInvalidRequest
 	// ErrUnauthenticated wraps a call rejected because the caller's identity
 	// could not be established (no or an unusable certificate).
-	ErrUnauthenticated = errors.New("transport: unauthenticated")
+	ErrUnauthenticated = netrules.ErrUnauthenticated
 )
 
 // Defaults for the zero values in Config.
@@ -311,27 +311,7 @@ func (c *Config) streamWindow() int32 {
 }
 
 // SnapshotPath is where the snapshot file for raft index index lives in dir.
-func SnapshotPath(dir string, index uint64) string {
-	return filepath.Join(dir, fmt.Sprintf("%016x.snap", index))
-}
-
-// snapshotTempPattern names the file of one snapshot transfer in progress
-// (os.CreateTemp pattern): the index and a random suffix per transfer.
-func snapshotTempPattern(index uint64) string { return fmt.Sprintf("%016x.snap.tmp-*", index) }
-
-// removeSnapshotTemps deletes the files of transfers a crash interrupted.
-func removeSnapshotTemps(dir string) error {
-	tmps, err := filepath.Glob(filepath.Join(dir, "*.snap.tmp-*"))
-	if err != nil {
-		return err
-	}
-	for _, p := range tmps {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	return nil
-}
+func SnapshotPath(dir string, index uint64) string { return netrules.SnapshotPath(dir, index) }
 
 func (c *Config) validate() error {
 	switch {
@@ -339,8 +319,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: ClusterID is empty", ErrInvalidConfig)
 	case c.LocalID == 0:
 		return fmt.Errorf("%w: LocalID is 0", ErrInvalidConfig)
-	case len(c.FormationDetail) > maxFormationDetail:
-		return fmt.Errorf("%w: FormationDetail longer than %d bytes", ErrInvalidConfig, maxFormationDetail)
+	case len(c.FormationDetail) > netrules.MaxFormationDetail:
+		return fmt.Errorf("%w: FormationDetail longer than %d bytes", ErrInvalidConfig, netrules.MaxFormationDetail)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: neither ListenAddr nor Listener is set", ErrInvalidConfig)
 	case c.SnapshotDir == "":
@@ -411,10 +391,11 @@ type Transport struct {
 	stopc     chan struct{} // closed by Close: background goroutines stop
 	bg        sync.WaitGroup
 
-	form     formation  // the formation check (formation.go)
-	versions sync.Map   // peer id -> the Version its last authenticated RPC carried (version.go)
-	adm      *admission // who may connect and send, and how much (admission.go)
-	deny     *denyList  // Config.DenyListFile (denylist.go)
+	recv     netrules.Receiver  // the checks of every RPC's sender (admission.go)
+	form     netrules.Formation // the formation check (formation.go)
+	versions sync.Map           // peer id -> the Version its last authenticated RPC carried (version.go)
+	adm      *admission         // who may connect and send, and how much (admission.go)
+	deny     *denyList          // Config.DenyListFile (denylist.go)
 
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.
@@ -430,7 +411,7 @@ func New(cfg Config) (*Transport, error) {
 	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
 		return nil, fmt.Errorf("transport: snapshot dir: %w", err)
 	}
-	if err := removeSnapshotTemps(cfg.SnapshotDir); err != nil {
+	if err := netrules.RemoveSnapshotTemps(cfg.SnapshotDir); err != nil {
 		return nil, fmt.Errorf("transport: snapshot dir: %w", err)
 	}
 	deny, err := loadDenyList(cfg.DenyListFile)
@@ -461,16 +442,21 @@ func New(cfg Config) (*Transport, error) {
 		adm:       newAdmission(lim),
 		deny:      deny,
 		stopc:     make(chan struct{}),
+		form: netrules.Formation{
+			Adopt:     cfg.AdoptFormation,
+			Detail:    cfg.FormationDetail,
+			OnForeign: cfg.OnForeignPeer,
+			Log:       log,
+			Name:      "transport",
+		},
 	}
+	t.recv = netrules.Receiver{ClusterID: cfg.ClusterID, Revoked: t.adm.isRevoked, AdmitRaft: cfg.AdmitRaft, Refused: t.refused}
 	t.codec = newCodec(t.refused)
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(t.serverTLS())
 	}
-	if cfg.Formation != "" {
-		id := cfg.Formation
-		t.form.id.Store(&id)
-	}
+	t.form.Init(cfg.Formation)
 	opts := []grpc.ServerOption{
 		grpc.Creds(guardCreds{TransportCredentials: creds, t: t}),
 		grpc.ForceServerCodecV2(t.codec),

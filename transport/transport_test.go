@@ -55,7 +55,7 @@ func TestSendBatchesInOrder(t *testing.T) {
 	first = append(first, msgApp(1, 3, 99)) // unknown peer 3
 	first = append(first, msgApp(7, 2, 98)) // From is not the stream's peer
 	a.t.Send(first)
-	require.Equal(t, 1, a.rec.unreachableCount(3))
+	require.Equal(t, 1, a.rec.UnreachableCount(3))
 
 	require.Eventually(t, func() bool { _, n := b.rec.received(); return n >= 1 }, waitFor, tick)
 	got, calls := b.rec.received()
@@ -72,7 +72,7 @@ func TestSendBatchesInOrder(t *testing.T) {
 		require.Equal(t, uint64(1), m.GetFrom())
 		require.Equal(t, uint64(2), m.GetTo())
 	}
-	require.Zero(t, a.rec.unreachableCount(2))
+	require.Zero(t, a.rec.UnreachableCount(2))
 }
 
 func TestThreeTransportsDeliverPerPeerOrder(t *testing.T) {
@@ -113,7 +113,7 @@ func TestOtherClusterIsRejected(t *testing.T) {
 	// The stream is rejected; the sender notices on a later Send.
 	require.Eventually(t, func() bool {
 		a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
-		return a.rec.unreachableCount(2) > 0
+		return a.rec.UnreachableCount(2) > 0
 	}, waitFor, 10*time.Millisecond)
 	got, _ := b.rec.received()
 	require.Empty(t, got)
@@ -142,7 +142,7 @@ func TestFullQueueReportsUnreachable(t *testing.T) {
 		big = append(big, msgApp(1, 2, i))
 	}
 	a.t.Send(big)
-	require.Equal(t, 1, a.rec.unreachableCount(2))
+	require.Equal(t, 1, a.rec.UnreachableCount(2))
 
 	// Many small Sends overrun the queue while the writer backs off; Send
 	// must return at once each time.
@@ -151,7 +151,7 @@ func TestFullQueueReportsUnreachable(t *testing.T) {
 		a.t.Send([]*raftpb.Message{msgApp(1, 2, i)})
 	}
 	require.Less(t, time.Since(start), time.Second)
-	require.Greater(t, a.rec.unreachableCount(2), 50)
+	require.Greater(t, a.rec.UnreachableCount(2), 50)
 }
 
 func TestReconnectAfterRestart(t *testing.T) {
@@ -165,7 +165,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 	require.NoError(t, b.t.Close())
 	require.Eventually(t, func() bool {
 		a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
-		return a.rec.unreachableCount(2) > 0
+		return a.rec.UnreachableCount(2) > 0
 	}, waitFor, 10*time.Millisecond)
 
 	b2 := newNode(t, "c1", 2, func(c *Config) { c.ListenAddr = addr })
@@ -198,7 +198,7 @@ func TestTypedCalls(t *testing.T) {
 	a, b := newNode(t, "c1", 1), newNode(t, "c1", 2)
 	connect(a, b)
 	var gotFrom atomic.Uint64
-	b.rec.call = func(ctx context.Context, from uint64, method string, req proto.Message) (proto.Message, error) {
+	b.rec.Call = func(ctx context.Context, from uint64, method string, req proto.Message) (proto.Message, error) {
 		gotFrom.Store(from)
 		switch r := req.(type) {
 		case *transportpb.KeepaliveRequest:

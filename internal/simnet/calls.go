@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -23,12 +23,12 @@ import (
 // Handler's method on a goroutine of its own, with a context that carries
 // the caller's deadline and ends when the caller gives up or the server's
 // endpoint closes; the answer (a deep copy) or the error, turned into a
-// gRPC status as transport's server does (callError), crosses back after
-// the return link's delay, and the caller maps it as transport's client
-// does (clientError). A call that finds its link cut, no endpoint at the
-// address, or is lost to the policy's Drop fails with codes.Unavailable, as
-// a refused connection does; an answer whose return link is cut when it
-// comes back turns into codes.Unavailable too.
+// gRPC status as transport's server does (netrules.CallError), crosses back
+// after the return link's delay, and the caller maps it as transport's
+// client does (netrules.ClientError). A call that finds its link cut, no
+// endpoint at the address, or is lost to the policy's Drop fails with
+// codes.Unavailable, as a refused connection does; an answer whose return
+// link is cut when it comes back turns into codes.Unavailable too.
 
 // The typed calls of transport.Caller, over the network (calls.go). Each
 // returns what transport's client returns: transport.ErrClosed after Close,
@@ -95,7 +95,6 @@ type call struct {
 	method string
 	ctx    context.Context // the caller's
 	env    envelope
-	back   float64 // the draw for the return delay
 	reply  chan callResult
 	// serve runs the server's Handler method on the request's copy.
 	serve func(ctx context.Context, h transport.Calls, from uint64) (proto.Message, error)
@@ -149,17 +148,8 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 		n.mu.Unlock()
 		return zero, fmt.Errorf("%w: %d", transport.ErrUnknownPeer, to)
 	}
-	l := n.linkLocked(e.id, to, chCall)
-	d := l.drawRPC()
-	c.back = d.back
-	p := n.faults.policyOf(e.id, to)
-	ev := &event{at: now.Add(p.delay(d.there)), from: e.id, to: to, ch: chCall, seq: l.next(), kind: evCall, call: c}
-	switch {
-	case d.drop < p.Drop:
-		ev.lost = lostPolicy
-	case addr != Addr(to):
-		ev.lost = lostAddress
-	}
+	ev := n.rpcEventLocked(now, e.id, to, chCall, evCall, addr)
+	ev.call = c
 	n.scheduleLocked(ev)
 	n.mu.Unlock()
 	n.poke()
@@ -169,7 +159,7 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 		if r.err == nil {
 			return r.resp.(Resp), nil
 		}
-		return zero, clientError(ctx, method, to, r.err)
+		return zero, netrules.ClientError(ctx, method, to, r.err)
 	case <-ctx.Done():
 		return zero, fmt.Errorf("transport: %s to %d: %w", method, to, ctx.Err())
 	case <-e.ctx.Done():
@@ -177,71 +167,11 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 	}
 }
 
-// clientError maps a call's status error as transport's client (invoke in
-// transport/calls.go) does.
-func clientError(ctx context.Context, method string, to uint64, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("transport: %s to %d: %w", method, to, ctx.Err())
-	}
-	st, _ := status.FromError(err)
-	switch st.Code() {
-	case codes.DeadlineExceeded:
-		return fmt.Errorf("transport: %s to %d: %w (%s)", method, to, context.DeadlineExceeded, st.Message())
-	case codes.PermissionDenied:
-		if strings.HasPrefix(st.Message(), clusterMismatchMsg) {
-			return fmt.Errorf("%w: %s to %d: %s", transport.ErrClusterMismatch, method, to, st.Message())
-		}
-		if strings.HasPrefix(st.Message(), formationMismatchMsg) {
-			return fmt.Errorf("%w: %s to %d: %s", transport.ErrFormationMismatch, method, to, st.Message())
-		}
-		return fmt.Errorf("%w: %s to %d: %s", transport.ErrPermissionDenied, method, to, st.Message())
-	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s to %d: %s", transport.ErrInvalidRequest, method, to, st.Message())
-	case codes.Unauthenticated:
-		return fmt.Errorf("%w: %s to %d: %s", transport.ErrUnauthenticated, method, to, st.Message())
-	}
-	return err
-}
-
-// callError maps a Calls handler's error to the status the caller sees, as
-// transport's server does.
-func callError(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return status.FromContextError(err).Err()
-	case errors.Is(err, transport.ErrPermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, transport.ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	return status.Error(codes.Unknown, err.Error())
-}
-
 // arriveCall executes a call's arrival at its server.
 func (n *Network) arriveCall(ev *event) {
 	c := ev.call
-	n.mu.Lock()
-	dst := n.endpointLocked(ev.to)
-	why := ""
-	switch {
-	case c.caller.closed:
-		why = lostSender
-	case ev.lost != "":
-		why = ev.lost
-	case !n.faults.up(ev.from, ev.to):
-		why = lostCut
-	case dst == nil:
-		why = lostNoNode
-	}
-	entered := why == "" && dst.enterLocked()
-	n.mu.Unlock()
-	if !entered {
-		if why == "" {
-			why = lostNoNode
-		}
+	dst, why := n.reach(c.caller, ev.from, ev.to, ev.lost)
+	if dst == nil {
 		n.record(Event{Kind: Dropped, From: ev.from, To: ev.to, Method: c.method, Code: codes.Unavailable, Why: why})
 		if why != lostSender {
 			n.answer(ev, nil, status.Errorf(codes.Unavailable, "simnet: connection refused: %s (%s)", Addr(ev.to), why))
@@ -286,7 +216,7 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 		// server's do, and the handler's answer with them.
 		resp, err = nil, status.Error(codes.Unavailable, "simnet: the server closed")
 	case err != nil:
-		err = callError(err)
+		err = netrules.CallError(err)
 	}
 	n.answer(ev, resp, err)
 }
@@ -295,7 +225,7 @@ func (n *Network) serveCall(dst *Endpoint, ev *event) {
 // delay from now.
 func (n *Network) answer(ev *event, resp proto.Message, err error) {
 	n.mu.Lock()
-	at := time.Now().Add(n.faults.policyOf(ev.to, ev.from).delay(ev.call.back))
+	at := time.Now().Add(n.faults.policyOf(ev.to, ev.from).delay(ev.back))
 	n.scheduleLocked(&event{at: at, from: ev.from, to: ev.to, ch: chReply, seq: ev.seq, kind: evReply, call: ev.call,
 		resp: resp, err: err})
 	n.mu.Unlock()

@@ -63,9 +63,7 @@ var allCalls = []struct {
 
 func TestEveryCallReachesItsHandlerMethod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 3 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 1, 2, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 3 * time.Millisecond}))
 		for i, c := range allCalls {
 			resp, err := c.call(t.Context(), nodes[1].ep, 2)
 			if err != nil {
@@ -74,9 +72,9 @@ func TestEveryCallReachesItsHandlerMethod(t *testing.T) {
 			if got := string(resp.ProtoReflect().Descriptor().Name()); got != c.name+"Response" {
 				t.Fatalf("%s answered with a %s", c.name, got)
 			}
-			rec := nodes[2].rec.calls[i]
-			if rec.method != c.name || rec.from != 1 {
-				t.Fatalf("call %d: the handler saw %s from %d, want %s from 1", i, rec.method, rec.from, c.name)
+			rec := nodes[2].rec.Calls()[i]
+			if rec.Method != c.name || rec.From != 1 {
+				t.Fatalf("call %d: the handler saw %s from %d, want %s from 1", i, rec.Method, rec.From, c.name)
 			}
 		}
 	})
@@ -113,11 +111,9 @@ var handlerErrors = []struct {
 
 func TestCallErrorsAreMappedAsTransportMapsThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(2)
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 2, 2)
 		for _, c := range handlerErrors {
-			nodes[2].rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) { return nil, c.err }
+			nodes[2].rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) { return nil, c.err }
 			_, err := nodes[1].ep.Keepalive(t.Context(), 2, &transportpb.KeepaliveRequest{})
 			if err == nil || !c.check(err) {
 				t.Errorf("%s: the caller got %v", c.name, err)
@@ -128,12 +124,10 @@ func TestCallErrorsAreMappedAsTransportMapsThem(t *testing.T) {
 
 func TestCallsCopyRequestsAndAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(3)
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 3, 2)
 		kept := &transportpb.InspectResponse{Json: []byte(`{"a":1}`)}
 		var seen *transportpb.InspectRequest
-		nodes[2].rec.call = func(_ context.Context, _ uint64, _ string, req proto.Message) (proto.Message, error) {
+		nodes[2].rec.Call = func(_ context.Context, _ uint64, _ string, req proto.Message) (proto.Message, error) {
 			seen = req.(*transportpb.InspectRequest)
 			return kept, nil
 		}
@@ -152,7 +146,7 @@ func TestCallsCopyRequestsAndAnswers(t *testing.T) {
 		}
 		// A handler answering nil gives the caller an empty answer, as
 		// gRPC's encoding of nil does.
-		nodes[2].rec.call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
+		nodes[2].rec.Call = func(context.Context, uint64, string, proto.Message) (proto.Message, error) {
 			return (*transportpb.InspectResponse)(nil), nil
 		}
 		if resp, err := nodes[1].ep.Inspect(t.Context(), 2, req); err != nil || resp == nil {
@@ -163,9 +157,7 @@ func TestCallsCopyRequestsAndAnswers(t *testing.T) {
 
 func TestCallFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(4, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 4, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		other := start(t, n, 4, func(c *transport.Config) { c.ClusterID = "another" })
 		nodes[1].ep.AddPeer(4, Addr(4))
 		ka := func(to uint64) error {
@@ -185,8 +177,8 @@ func TestCallFailures(t *testing.T) {
 		if err := ka(4); !errors.Is(err, transport.ErrClusterMismatch) {
 			t.Errorf("another cluster: %v", err)
 		}
-		if other.ep.Refusals(refusedRPC) != 1 || len(other.rec.calls) != 0 {
-			t.Errorf("another cluster's call: %d refusals, %d served", other.ep.Refusals(refusedRPC), len(other.rec.calls))
+		if other.ep.Refusals(refusedRPC) != 1 || len(other.rec.Calls()) != 0 {
+			t.Errorf("another cluster's call: %d refusals, %d served", other.ep.Refusals(refusedRPC), len(other.rec.Calls()))
 		}
 
 		n.Block(1, 2)
@@ -194,8 +186,8 @@ func TestCallFailures(t *testing.T) {
 		n.Heal()
 		n.Block(2, 1) // the answer cannot come back: the handler ran
 		unavailable("cut return link", ka(2))
-		if len(nodes[2].rec.calls) != 1 {
-			t.Errorf("the server served %d calls, want 1", len(nodes[2].rec.calls))
+		if len(nodes[2].rec.Calls()) != 1 {
+			t.Errorf("the server served %d calls, want 1", len(nodes[2].rec.Calls()))
 		}
 		n.Heal()
 		n.SetLinkPolicy(1, 2, Policy{Drop: 1})
@@ -219,11 +211,9 @@ func TestCallFailures(t *testing.T) {
 
 func TestCallsHonourTheirContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(5, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 5, 2, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		served := make(chan error, 1)
-		nodes[2].rec.call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
+		nodes[2].rec.Call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
 			<-ctx.Done()
 			served <- ctx.Err()
 			return nil, ctx.Err()
@@ -272,9 +262,7 @@ func TestCallsHonourTheirContext(t *testing.T) {
 
 func TestPeerVersionIsLearnedFromWhatArrives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(6)
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, 6, 3)
 		if v, seen := nodes[1].ep.PeerVersion(2); seen || v != "" {
 			t.Fatalf("before any traffic: %q, %v", v, seen)
 		}

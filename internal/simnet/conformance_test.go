@@ -38,7 +38,7 @@ func grpcPair(t *testing.T, adjust1, adjust2 func(*transport.Config)) pair {
 	var p pair
 	var nets [2]*transport.Transport
 	for i, adjust := range []func(*transport.Config){adjust1, adjust2} {
-		rec := &recorder{id: uint64(i + 1)}
+		rec := &recorder{ID: uint64(i + 1)}
 		cfg := config(t, uint64(i+1), rec)
 		cfg.ListenAddr = "127.0.0.1:0"
 		if adjust != nil {
@@ -123,7 +123,7 @@ func TestCallErrorsMatchTheGRPCTransport(t *testing.T) {
 			var shapes [2]errShape
 			for i, mk := range []func(*testing.T, func(*transport.Config), func(*transport.Config)) pair{grpcPair, simPair} {
 				p := mk(t, s.adjust1, s.adjust2)
-				p.rec2.call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
+				p.rec2.Call = func(ctx context.Context, _ uint64, _ string, _ proto.Message) (proto.Message, error) {
 					if s.timeout > 0 {
 						<-ctx.Done()
 						return nil, ctx.Err()
@@ -191,7 +191,7 @@ func TestReceivedMessagesMatchTheGRPCTransport(t *testing.T) {
 	for i, mk := range []func(*testing.T, func(*transport.Config), func(*transport.Config)) pair{grpcPair, simPair} {
 		p := mk(t, nil, nil)
 		f, done := counter(2)
-		p.rec2.onReceive = f
+		p.rec2.OnReceive = f
 		p.caller.Send(msgs())
 		select {
 		case <-done:
@@ -199,7 +199,7 @@ func TestReceivedMessagesMatchTheGRPCTransport(t *testing.T) {
 			t.Fatal("the valid messages never arrived")
 		}
 		var idx []uint64
-		for _, m := range p.rec2.received() {
+		for _, m := range p.rec2.Received() {
 			idx = append(idx, m.GetIndex())
 		}
 		got[i] = fmt.Sprintf("received %v, refused %d", idx, p.receiver.Refusals(refusedMessage))
@@ -219,7 +219,7 @@ func TestRealTimeDeliveryIsPrompt(t *testing.T) {
 	const count = 3000
 	f2, done2 := counter(count)
 	f3, done3 := counter(count)
-	nodes[2].rec.onReceive, nodes[3].rec.onReceive = f2, f3
+	nodes[2].rec.OnReceive, nodes[3].rec.OnReceive = f2, f3
 	began := time.Now()
 	for i := uint64(1); i <= count; i++ {
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, i), app(1, 3, i)})
@@ -235,7 +235,7 @@ func TestRealTimeDeliveryIsPrompt(t *testing.T) {
 	if d := time.Since(began); d > 5*time.Second {
 		t.Fatalf("took %v", d)
 	}
-	if got := nodes[2].rec.receivedFrom(1); len(got) != count || got[count-1] != count {
+	if got := nodes[2].rec.ReceivedFrom(1); len(got) != count || got[count-1] != count {
 		t.Fatalf("received %d, last %d", len(got), got[len(got)-1])
 	}
 
@@ -244,7 +244,7 @@ func TestRealTimeDeliveryIsPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, done := counter(1)
-	nodes[3].rec.onReceive = f
+	nodes[3].rec.OnReceive = f
 	writeSnapFile(t, nodes[1].dir, 8, "state")
 	nodes[1].ep.Send([]*raftpb.Message{snapMsg(1, 3, 8)})
 	select {

@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lockraft/lockraft/internal/netrules"
 )
 
 // Raft messages arriving
@@ -29,20 +31,8 @@ import (
 func (n *Network) deliverRaft(unit []*event) {
 	first := unit[0]
 	from, to, src := first.from, first.to, first.src
-	n.mu.Lock()
-	dst := n.endpointLocked(to)
-	why := ""
-	switch {
-	case src.closed:
-		why = lostSender
-	case !n.faults.up(from, to):
-		why = lostCut
-	case dst == nil:
-		why = lostNoNode
-	}
-	entered := why == "" && dst.enterLocked()
-	n.mu.Unlock()
-	if entered {
+	dst, why := n.reach(src, from, to, "")
+	if dst != nil {
 		defer dst.leave()
 	}
 
@@ -94,7 +84,7 @@ func (n *Network) receive(dst *Endpoint, from uint64, live []*event) {
 	src := strconv.FormatUint(from, 10)
 	for _, ev := range live {
 		m := ev.msg
-		if ok, why := remoteMessageOK(m, dst.id, from); !ok {
+		if ok, why := netrules.RemoteMessageOK(m, dst.id, from); !ok {
 			dst.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
 				"msg_from", m.GetFrom(), "msg_to", m.GetTo())
 			r := messageEvent(Refused, from, dst.id, m)
@@ -121,10 +111,10 @@ func dropped(ev *event, why string) Event {
 func refusalWhy(err error) string {
 	st, _ := status.FromError(err)
 	switch {
-	case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), clusterMismatchMsg):
-		return clusterMismatchMsg
-	case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), formationMismatchMsg):
-		return formationMismatchMsg
+	case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), netrules.ClusterMismatchMsg):
+		return netrules.ClusterMismatchMsg
+	case st.Code() == codes.PermissionDenied && strings.HasPrefix(st.Message(), netrules.FormationMismatchMsg):
+		return netrules.FormationMismatchMsg
 	}
 	return st.Code().String()
 }

@@ -109,7 +109,7 @@ func (l *loopNode) loop() {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	var count uint64
-	id := l.recorder.id
+	id := l.recorder.ID
 	for {
 		var out []*raftpb.Message
 		select {
@@ -156,7 +156,7 @@ func loopScenario(t *testing.T, seed uint64) (hash uint64, events []Event) {
 		nodes := make(map[uint64]*node)
 		var loops []*loopNode
 		for id := uint64(1); id <= 3; id++ {
-			rec := &recorder{id: id}
+			rec := &recorder{ID: id}
 			var peers []uint64
 			for p := uint64(1); p <= 3; p++ {
 				if p != id {
@@ -253,19 +253,17 @@ func TestSameSeedSameTrace(t *testing.T) {
 
 func TestFakeTimeAdvancesByTheDelays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 1, 3, WithPolicy(Policy{MinDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Millisecond}))
 		sent := time.Now()
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1), app(1, 2, 2)})
 		nodes[3].ep.Send([]*raftpb.Message{app(3, 2, 1)})
 		time.Sleep(10 * time.Millisecond)
-		b := nodes[2].rec.batchList()
-		if len(b) != 2 || len(b[0].msgs) != 2 || b[0].msgs[0].GetFrom() != 1 || b[1].msgs[0].GetFrom() != 3 {
+		b := nodes[2].rec.Batches()
+		if len(b) != 2 || len(b[0].Msgs) != 2 || b[0].Msgs[0].GetFrom() != 1 || b[1].Msgs[0].GetFrom() != 3 {
 			t.Fatalf("want 1's two messages in one batch, then 3's: %d batches", len(b))
 		}
 		// Due at the same instant: executed a Settle apart, 1's first.
-		if d0, d1 := b[0].at.Sub(sent), b[1].at.Sub(sent); d0 != 5*time.Millisecond+Settle || d1 != 5*time.Millisecond+2*Settle {
+		if d0, d1 := b[0].At.Sub(sent), b[1].At.Sub(sent); d0 != 5*time.Millisecond+Settle || d1 != 5*time.Millisecond+2*Settle {
 			t.Fatalf("delivered after %v and %v, want 5ms plus one and two settles", d0, d1)
 		}
 
@@ -286,9 +284,9 @@ func TestFakeTimeAdvancesByTheDelays(t *testing.T) {
 			time.Sleep(time.Duration(i%3) * time.Millisecond)
 		}
 		time.Sleep(20 * time.Millisecond)
-		for _, b := range nodes[1].rec.batchList() {
-			for _, m := range b.msgs {
-				if d := b.at.Sub(at[m.GetIndex()]); d < time.Millisecond || d > 9*time.Millisecond+100*Settle {
+		for _, b := range nodes[1].rec.Batches() {
+			for _, m := range b.Msgs {
+				if d := b.At.Sub(at[m.GetIndex()]); d < time.Millisecond || d > 9*time.Millisecond+100*Settle {
 					t.Fatalf("message %d took %v, want within [1ms, 9ms] plus settles", m.GetIndex(), d)
 				}
 			}
@@ -304,11 +302,11 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		n := New(8, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond}))
 		nodes := cluster(t, n, 3)
 		block := make(chan struct{})
-		nodes[2].rec.receiveSnap = func(ctx context.Context, _ *raftpb.Message, _ string) error {
+		nodes[2].rec.ReceiveSnap = func(ctx context.Context, _ *raftpb.Message, _ string) error {
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		nodes[3].rec.call = nil
+		nodes[3].rec.Call = nil
 		writeSnap(t, nodes[1], 3, "x")
 		nodes[1].ep.Send([]*raftpb.Message{snapMsg(1, 2, 3), app(1, 3, 1)})
 		go func() { _, _ = nodes[1].ep.Keepalive(context.Background(), 3, &transportpb.KeepaliveRequest{}) }()

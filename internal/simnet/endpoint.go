@@ -6,14 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/internal/refuse"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -42,8 +41,8 @@ type Endpoint struct {
 	busy      sync.WaitGroup
 	closeOnce sync.Once
 
-	formation atomic.Pointer[string]
-	formMu    sync.Mutex // serialises adoption
+	recv netrules.Receiver  // the checks of every sender (auth.go)
+	form netrules.Formation // the formation id and its check (auth.go)
 
 	// Guarded by Network.mu.
 	closed        bool
@@ -51,7 +50,6 @@ type Endpoint struct {
 	versions      map[uint64]string
 	revoked       map[uint64]bool // Revoke
 	foreign       map[uint64]bool // peers found to be of another formation (sender side)
-	loggedForeign map[string]bool // "peer/formation" pairs refused (receiver side)
 	receivingSnap bool            // one snapshot is received at a time
 }
 
@@ -66,8 +64,8 @@ func newEndpoint(n *Network, cfg transport.Config) (*Endpoint, error) {
 		return nil, bad("ClusterID is empty")
 	case cfg.LocalID == 0:
 		return nil, bad("LocalID is 0")
-	case len(cfg.FormationDetail) > maxFormationDetail:
-		return nil, bad("FormationDetail longer than %d bytes", maxFormationDetail)
+	case len(cfg.FormationDetail) > netrules.MaxFormationDetail:
+		return nil, bad("FormationDetail longer than %d bytes", netrules.MaxFormationDetail)
 	case cfg.SnapshotDir == "":
 		return nil, bad("SnapshotDir is empty")
 	case cfg.Handler == nil:
@@ -86,47 +84,36 @@ func newEndpoint(n *Network, cfg transport.Config) (*Endpoint, error) {
 	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
 		return nil, fmt.Errorf("simnet: snapshot dir: %w", err)
 	}
-	if err := removeSnapshotTemps(cfg.SnapshotDir); err != nil {
+	if err := netrules.RemoveSnapshotTemps(cfg.SnapshotDir); err != nil {
 		return nil, fmt.Errorf("simnet: snapshot dir: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Endpoint{
-		n:             n,
-		id:            cfg.LocalID,
-		cfg:           cfg,
-		log:           cfg.Logger,
-		refused:       refuse.New(cfg.Logger, cfg.RefuseEvery),
-		ctx:           ctx,
-		cancel:        cancel,
-		peers:         make(map[uint64]string),
-		versions:      make(map[uint64]string),
-		revoked:       make(map[uint64]bool),
-		foreign:       make(map[uint64]bool),
-		loggedForeign: make(map[string]bool),
+		n:        n,
+		id:       cfg.LocalID,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		refused:  refuse.New(cfg.Logger, cfg.RefuseEvery),
+		ctx:      ctx,
+		cancel:   cancel,
+		peers:    make(map[uint64]string),
+		versions: make(map[uint64]string),
+		revoked:  make(map[uint64]bool),
+		foreign:  make(map[uint64]bool),
+		form: netrules.Formation{
+			Adopt:     cfg.AdoptFormation,
+			Detail:    cfg.FormationDetail,
+			OnForeign: cfg.OnForeignPeer,
+			Log:       cfg.Logger,
+			Name:      "simnet",
+		},
 	}
-	if cfg.Formation != "" {
-		f := cfg.Formation
-		e.formation.Store(&f)
-	}
+	e.recv = netrules.Receiver{ClusterID: cfg.ClusterID, Revoked: e.isRevoked, AdmitRaft: cfg.AdmitRaft, Refused: e.refused}
+	e.form.Init(cfg.Formation)
 	if e.role = cfg.Role; e.role == 0 {
 		e.role = transport.PlaintextRole
 	}
 	return e, nil
-}
-
-// removeSnapshotTemps deletes the files of transfers a crash interrupted
-// (transport's names: snapshotTempPattern).
-func removeSnapshotTemps(dir string) error {
-	tmps, err := filepath.Glob(filepath.Join(dir, "*.snap.tmp-*"))
-	if err != nil {
-		return err
-	}
-	for _, p := range tmps {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	return nil
 }
 
 // ID is the endpoint's node id.
@@ -155,31 +142,18 @@ func (e *Endpoint) RemovePeer(id uint64) {
 }
 
 // Formation is the endpoint's formation id ("" if none yet).
-func (e *Endpoint) Formation() string {
-	if p := e.formation.Load(); p != nil {
-		return *p
-	}
-	return ""
-}
+func (e *Endpoint) Formation() string { return e.form.ID() }
 
 // SetFormation sets the formation id once, as transport's SetFormation:
 // setting the id it has is a no-op, any other change is refused with
 // transport.ErrFormationMismatch. Messages sent from now on carry it.
-func (e *Endpoint) SetFormation(id string) error {
-	e.formMu.Lock()
-	defer e.formMu.Unlock()
-	return e.setFormationLocked(id)
-}
+func (e *Endpoint) SetFormation(id string) error { return e.form.Set(id) }
 
-func (e *Endpoint) setFormationLocked(id string) error {
-	switch cur := e.Formation(); {
-	case cur == id:
-		return nil
-	case cur != "":
-		return transport.ErrFormationMismatch
-	}
-	e.formation.Store(&id)
-	return nil
+// isRevoked reports whether Revoke refused id.
+func (e *Endpoint) isRevoked(id uint64) bool {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	return e.revoked[id]
 }
 
 // PeerVersion is the Version of the endpoint of peer that last sent this

@@ -63,7 +63,7 @@ func TestFormationIsAdoptedFromRaftTrafficOnly(t *testing.T) {
 		if nodes[2].ep.Formation() != "F" || !slices.Equal(adopted, []string{"F"}) {
 			t.Fatalf("raft traffic: formation %q, adopted %v; want F once", nodes[2].ep.Formation(), adopted)
 		}
-		if got := nodes[2].rec.receivedFrom(1); !slices.Equal(got, []uint64{1}) {
+		if got := nodes[2].rec.ReceivedFrom(1); !slices.Equal(got, []uint64{1}) {
 			t.Fatalf("the adopting message was not delivered: %v", got)
 		}
 		if err := nodes[2].ep.SetFormation("G"); !errors.Is(err, transport.ErrFormationMismatch) {
@@ -95,9 +95,9 @@ func TestForeignFormationIsRefusedAndSaidOnce(t *testing.T) {
 			nodes[1].ep.Send([]*raftpb.Message{app(1, 3, i)})
 			time.Sleep(time.Millisecond)
 		}
-		if len(nodes[3].rec.received()) != 0 || nodes[1].rec.unreachableCount(3) != 2 {
+		if len(nodes[3].rec.Received()) != 0 || nodes[1].rec.UnreachableCount(3) != 2 {
 			t.Fatalf("another formation's raft traffic: received %d, reported %d times",
-				len(nodes[3].rec.received()), nodes[1].rec.unreachableCount(3))
+				len(nodes[3].rec.Received()), nodes[1].rec.UnreachableCount(3))
 		}
 		if got := foreign1.get(); !slices.Equal(got, []foreignCall{{3, "members 3", true}}) {
 			t.Fatalf("the sender's OnForeignPeer: %+v", got)
@@ -113,8 +113,8 @@ func TestForeignFormationIsRefusedAndSaidOnce(t *testing.T) {
 		// A fresh node that cannot adopt refuses the formed node's traffic.
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1)})
 		time.Sleep(time.Millisecond)
-		if len(nodes[2].rec.received()) != 0 || nodes[2].ep.Formation() != "" || nodes[1].rec.unreachableCount(2) != 1 {
-			t.Fatalf("failed adoption: received %d, formation %q", len(nodes[2].rec.received()), nodes[2].ep.Formation())
+		if len(nodes[2].rec.Received()) != 0 || nodes[2].ep.Formation() != "" || nodes[1].rec.UnreachableCount(2) != 1 {
+			t.Fatalf("failed adoption: received %d, formation %q", len(nodes[2].rec.Received()), nodes[2].ep.Formation())
 		}
 
 		// A node without a formation may call a formed one, not send it raft
@@ -124,7 +124,7 @@ func TestForeignFormationIsRefusedAndSaidOnce(t *testing.T) {
 		}
 		nodes[4].ep.Send([]*raftpb.Message{app(4, 1, 1)})
 		time.Sleep(time.Millisecond)
-		if len(nodes[1].rec.received()) != 0 || nodes[4].rec.unreachableCount(1) != 1 {
+		if len(nodes[1].rec.Received()) != 0 || nodes[4].rec.UnreachableCount(1) != 1 {
 			t.Fatal("a formed node took raft traffic without a formation id")
 		}
 	})

@@ -97,6 +97,25 @@ func (l *link) drawRPC() rpcDraws {
 	return rpcDraws{l.rng.Float64(), l.rng.Float64(), l.rng.Float64()}
 }
 
+// rpcEventLocked decides the fate of one RPC (a call or a snapshot
+// transfer) sent now on from→to over ch to addr and returns its event, for
+// the caller to complete and schedule: lost to the policy's Drop or to an
+// address with no endpoint, and with the draw for the return delay (back).
+// n.mu held.
+func (n *Network) rpcEventLocked(now time.Time, from, to uint64, ch channel, k kind, addr string) *event {
+	l := n.linkLocked(from, to, ch)
+	d := l.drawRPC()
+	p := n.faults.policyOf(from, to)
+	ev := &event{at: now.Add(p.delay(d.there)), from: from, to: to, ch: ch, seq: l.next(), kind: k, back: d.back}
+	switch {
+	case d.drop < p.Drop:
+		ev.lost = lostPolicy
+	case addr != Addr(to):
+		ev.lost = lostAddress
+	}
+	return ev
+}
+
 // scheduleRaftLocked decides the fate of one raft message sent now on
 // from→to and returns its events: one, or two with a duplicate; a lost one
 // (dropped by the policy) is marked and still executed, for the trace. n.mu held.

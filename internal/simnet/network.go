@@ -203,3 +203,24 @@ func (e *Endpoint) enterLocked() bool {
 }
 
 func (e *Endpoint) leave() { e.busy.Done() }
+
+// reach finds the receiver of what sender sent from→to and enters it (the
+// caller leaves it), or says why it is not reached: the sender closed, the
+// event was lost on the way (lost; "" if not), the link is cut, or no
+// endpoint is open at to.
+func (n *Network) reach(sender *Endpoint, from, to uint64, lost string) (dst *Endpoint, why string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	dst = n.endpointLocked(to)
+	switch {
+	case sender.closed:
+		return nil, lostSender
+	case lost != "":
+		return nil, lost
+	case !n.faults.up(from, to):
+		return nil, lostCut
+	case dst == nil || !dst.enterLocked():
+		return nil, lostNoNode
+	}
+	return dst, ""
+}

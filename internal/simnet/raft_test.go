@@ -16,9 +16,7 @@ func TestFIFOPerLinkAndDeepCopies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const seed = 7
 		t.Logf("seed %d", seed)
-		n := New(seed, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, seed, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
 		var sent []*raftpb.Message
 		for i := range 300 {
 			m2, m3 := app(1, 2, uint64(i+1)), app(1, 3, uint64(i+1))
@@ -36,23 +34,21 @@ func TestFIFOPerLinkAndDeepCopies(t *testing.T) {
 		time.Sleep(time.Second)
 		for _, id := range []uint64{2, 3} {
 			rec := nodes[id].rec
-			if got := rec.receivedFrom(1); !slices.Equal(got, seq(300)) {
+			if got := rec.ReceivedFrom(1); !slices.Equal(got, seq(300)) {
 				t.Fatalf("node %d received from 1, in this order: %v", id, got)
 			}
-			for _, m := range rec.received() {
+			for _, m := range rec.Received() {
 				if want := fmt.Sprintf("entry %d", m.GetIndex()); string(m.Entries[0].Data) != want {
 					t.Fatalf("node %d: message %d carries %q: it shares memory with the sender's", id, m.GetIndex(), m.Entries[0].Data)
 				}
 			}
-			rec.mu.Lock()
-			for _, b := range rec.batches {
-				for _, m := range b.msgs {
-					if m.GetFrom() != b.msgs[0].GetFrom() {
-						t.Fatalf("node %d: one batch holds messages from %d and %d", id, b.msgs[0].GetFrom(), m.GetFrom())
+			for _, b := range rec.Batches() {
+				for _, m := range b.Msgs {
+					if m.GetFrom() != b.Msgs[0].GetFrom() {
+						t.Fatalf("node %d: one batch holds messages from %d and %d", id, b.Msgs[0].GetFrom(), m.GetFrom())
 					}
 				}
 			}
-			rec.mu.Unlock()
 		}
 	})
 }
@@ -61,14 +57,12 @@ func TestReorderedLinkDeliversEveryMessageOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const seed = 11
 		t.Logf("seed %d", seed)
-		n := New(seed, WithPolicy(Policy{Reorder: 1, MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, seed, 2, WithPolicy(Policy{Reorder: 1, MinDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
 		for i := range 200 {
 			nodes[1].ep.Send([]*raftpb.Message{app(1, 2, uint64(i+1))})
 		}
 		time.Sleep(time.Second)
-		got := nodes[2].rec.receivedFrom(1)
+		got := nodes[2].rec.ReceivedFrom(1)
 		if slices.IsSorted(got) {
 			t.Fatalf("a reordering link delivered in order: %v", got)
 		}
@@ -80,9 +74,7 @@ func TestReorderedLinkDeliversEveryMessageOnce(t *testing.T) {
 
 func TestPartitionHealAndOneWayBlocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 1, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		index := uint64(0)
 		// send sends one message on each given link and returns its index.
 		send := func(links ...[2]uint64) uint64 {
@@ -93,7 +85,7 @@ func TestPartitionHealAndOneWayBlocks(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 			return index
 		}
-		got := func(from, to, i uint64) bool { return slices.Contains(nodes[to].rec.receivedFrom(from), i) }
+		got := func(from, to, i uint64) bool { return slices.Contains(nodes[to].rec.ReceivedFrom(from), i) }
 		all := [][2]uint64{{1, 2}, {1, 3}, {2, 1}, {2, 3}, {3, 1}, {3, 2}}
 		check := func(what string, i uint64, up map[[2]uint64]bool) {
 			t.Helper()
@@ -106,8 +98,8 @@ func TestPartitionHealAndOneWayBlocks(t *testing.T) {
 
 		n.Partition([]uint64{1}, []uint64{2, 3})
 		check("partition {1} {2,3}", send(all...), map[[2]uint64]bool{{2, 3}: true, {3, 2}: true})
-		if nodes[1].rec.unreachableCount(2) != 1 || nodes[2].rec.unreachableCount(1) != 1 {
-			t.Fatalf("cut links not reported: 1 saw %v, 2 saw %v", nodes[1].rec.unreachable, nodes[2].rec.unreachable)
+		if nodes[1].rec.UnreachableCount(2) != 1 || nodes[2].rec.UnreachableCount(1) != 1 {
+			t.Fatalf("cut links not reported: 1 saw %v, 2 saw %v", nodes[1].rec.Unreachable(), nodes[2].rec.Unreachable())
 		}
 		n.Heal()
 		everything := map[[2]uint64]bool{}
@@ -177,7 +169,7 @@ func TestPolicyRatesAndDelays(t *testing.T) {
 		nodes[2].ep.Send([]*raftpb.Message{app(2, 3, 1)}) // the default policy: at once, no loss
 		time.Sleep(time.Second)
 
-		got := nodes[2].rec.receivedFrom(1)
+		got := nodes[2].rec.ReceivedFrom(1)
 		unique := slices.Compact(slices.Clone(got))
 		if !slices.IsSorted(got) {
 			t.Fatal("a FIFO link with duplicates delivered out of order")
@@ -195,19 +187,17 @@ func TestPolicyRatesAndDelays(t *testing.T) {
 		// 1->3 reorders, so its messages are not held back: their delays
 		// are the policy's, uniform in [10ms, 30ms].
 		var sum, lo, hi time.Duration = 0, time.Hour, 0
-		nodes[3].rec.mu.Lock()
 		seen3 := 0
-		for _, b := range nodes[3].rec.batches {
-			for _, m := range b.msgs {
+		for _, b := range nodes[3].rec.Batches() {
+			for _, m := range b.Msgs {
 				if m.GetFrom() != 1 {
 					continue
 				}
 				seen3++
-				d := b.at.Sub(sentAt[m.GetIndex()])
+				d := b.At.Sub(sentAt[m.GetIndex()])
 				sum, lo, hi = sum+d, min(lo, d), max(hi, d)
 			}
 		}
-		nodes[3].rec.mu.Unlock()
 		if seen3 != count {
 			t.Fatalf("1->3 delivered %d of %d", seen3, count)
 		}
@@ -215,7 +205,7 @@ func TestPolicyRatesAndDelays(t *testing.T) {
 			t.Errorf("delays in [%v, %v], want within [10ms, 30ms] (plus settling)", lo, hi)
 		}
 		within("mean delay (ms)", float64(sum/count)/float64(time.Millisecond), 20, 0.5)
-		if got := nodes[3].rec.receivedFrom(2); !slices.Equal(got, []uint64{1}) {
+		if got := nodes[3].rec.ReceivedFrom(2); !slices.Equal(got, []uint64{1}) {
 			t.Errorf("2->3 under the default policy delivered %v", got)
 		}
 	})
@@ -223,12 +213,10 @@ func TestPolicyRatesAndDelays(t *testing.T) {
 
 func TestDuplicatesAreSeparateCopies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(3, WithPolicy(Policy{Duplicate: 1}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 3, 2, WithPolicy(Policy{Duplicate: 1}))
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1)})
 		time.Sleep(time.Millisecond)
-		got := nodes[2].rec.received()
+		got := nodes[2].rec.Received()
 		if len(got) != 2 || got[0] == got[1] || &got[0].Entries[0].Data[0] == &got[1].Entries[0].Data[0] {
 			t.Fatalf("want two separate copies, got %d messages", len(got))
 		}
@@ -237,9 +225,7 @@ func TestDuplicatesAreSeparateCopies(t *testing.T) {
 
 func TestOnlyRemoteMessageTypesPass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(5)
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, 5, 3)
 		withResponses := app(1, 2, 4)
 		withResponses.Responses = []*raftpb.Message{msg(raftpb.MessageType_MsgAppResp, 2, 1)}
 		nodes[1].ep.Send([]*raftpb.Message{
@@ -252,7 +238,7 @@ func TestOnlyRemoteMessageTypesPass(t *testing.T) {
 			app(1, 2, 5),
 		})
 		time.Sleep(time.Millisecond)
-		got := nodes[2].rec.received()
+		got := nodes[2].rec.Received()
 		var idx []uint64
 		for _, m := range got {
 			idx = append(idx, m.GetIndex())
@@ -268,15 +254,13 @@ func TestOnlyRemoteMessageTypesPass(t *testing.T) {
 
 func TestClosedEndpointLosesMessagesUntilRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(9, WithPolicy(Policy{MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 9, 3, WithPolicy(Policy{MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}))
 
 		_ = nodes[2].ep.Close()
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 1)})
 		time.Sleep(20 * time.Millisecond)
-		if nodes[1].rec.unreachableCount(2) != 1 {
-			t.Fatalf("a message to a closed endpoint was not reported: %v", nodes[1].rec.unreachable)
+		if nodes[1].rec.UnreachableCount(2) != 1 {
+			t.Fatalf("a message to a closed endpoint was not reported: %v", nodes[1].rec.Unreachable())
 		}
 
 		// What a closing sender has on the way is lost, silently.
@@ -284,7 +268,7 @@ func TestClosedEndpointLosesMessagesUntilRestarted(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		_ = nodes[3].ep.Close()
 		time.Sleep(20 * time.Millisecond)
-		if got := nodes[1].rec.receivedFrom(3); len(got) != 0 {
+		if got := nodes[1].rec.ReceivedFrom(3); len(got) != 0 {
 			t.Fatalf("a closed sender's message arrived: %v", got)
 		}
 
@@ -296,13 +280,13 @@ func TestClosedEndpointLosesMessagesUntilRestarted(t *testing.T) {
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 2)})
 		again.ep.Send([]*raftpb.Message{app(2, 1, 7)})
 		time.Sleep(20 * time.Millisecond)
-		if got := again.rec.receivedFrom(1); !slices.Equal(got, []uint64{2}) {
+		if got := again.rec.ReceivedFrom(1); !slices.Equal(got, []uint64{2}) {
 			t.Fatalf("the restarted endpoint received %v, want [2]", got)
 		}
-		if got := nodes[2].rec.received(); len(got) != 0 {
+		if got := nodes[2].rec.Received(); len(got) != 0 {
 			t.Fatalf("the closed endpoint's handler was called: %d messages", len(got))
 		}
-		if got := nodes[1].rec.receivedFrom(2); !slices.Equal(got, []uint64{7}) {
+		if got := nodes[1].rec.ReceivedFrom(2); !slices.Equal(got, []uint64{7}) {
 			t.Fatalf("node 1 received %v from the restarted 2", got)
 		}
 	})
@@ -310,27 +294,23 @@ func TestClosedEndpointLosesMessagesUntilRestarted(t *testing.T) {
 
 func TestUnknownAndMisaddressedPeers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(4)
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 4, 2)
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 9, 1), app(1, 9, 2)})
 		nodes[1].ep.AddPeer(2, "10.0.0.2:7000")
 		nodes[1].ep.Send([]*raftpb.Message{app(1, 2, 3)})
 		time.Sleep(time.Millisecond)
-		if c := nodes[1].rec.unreachableCount(9); c != 1 {
+		if c := nodes[1].rec.UnreachableCount(9); c != 1 {
 			t.Fatalf("unknown peer reported %d times for one Send, want 1", c)
 		}
-		if c := nodes[1].rec.unreachableCount(2); c != 1 || len(nodes[2].rec.received()) != 0 {
-			t.Fatalf("a peer at a wrong address: reported %d times, received %d", c, len(nodes[2].rec.received()))
+		if c := nodes[1].rec.UnreachableCount(2); c != 1 || len(nodes[2].rec.Received()) != 0 {
+			t.Fatalf("a peer at a wrong address: reported %d times, received %d", c, len(nodes[2].rec.Received()))
 		}
 	})
 }
 
 func TestPausedEndpointGetsEverythingOnResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(6, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		n, nodes := newCluster(t, 6, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
 		n.Pause(2)
 		for i := uint64(1); i <= 10; i++ {
 			nodes[1].ep.Send([]*raftpb.Message{app(1, 2, i)})
@@ -338,20 +318,20 @@ func TestPausedEndpointGetsEverythingOnResume(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond)
-		if got := nodes[2].rec.received(); len(got) != 0 {
+		if got := nodes[2].rec.Received(); len(got) != 0 {
 			t.Fatalf("a paused endpoint received %d messages", len(got))
 		}
 		resumed := time.Now()
 		n.Resume(2)
 		time.Sleep(time.Millisecond)
 		for _, from := range []uint64{1, 3} {
-			if got := nodes[2].rec.receivedFrom(from); !slices.Equal(got, seq(10)) {
+			if got := nodes[2].rec.ReceivedFrom(from); !slices.Equal(got, seq(10)) {
 				t.Fatalf("after resume, from %d: %v", from, got)
 			}
 		}
-		for _, b := range nodes[2].rec.batchList() {
-			if b.at.Before(resumed) {
-				t.Fatalf("a batch arrived at %v, before the resume at %v", b.at, resumed)
+		for _, b := range nodes[2].rec.Batches() {
+			if b.At.Before(resumed) {
+				t.Fatalf("a batch arrived at %v, before the resume at %v", b.At, resumed)
 			}
 		}
 	})

@@ -56,7 +56,7 @@ func newRaftNode(t *testing.T, n *Network, id uint64) *raftNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &raftNode{recorder: &recorder{id: id}, id: id, st: st, rn: rn,
+	r := &raftNode{recorder: &recorder{ID: id}, id: id, st: st, rn: rn,
 		inbox: make(chan func(), 4096), stop: make(chan struct{}), done: make(chan struct{})}
 	cfg := config(t, id, r.recorder)
 	cfg.Handler = r

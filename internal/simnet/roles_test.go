@@ -20,7 +20,7 @@ import (
 func callers(r *recorder) func() []transport.Peer {
 	var mu sync.Mutex
 	var seen []transport.Peer
-	r.call = func(ctx context.Context, _ uint64, method string, _ proto.Message) (proto.Message, error) {
+	r.Call = func(ctx context.Context, _ uint64, method string, _ proto.Message) (proto.Message, error) {
 		p, _ := transport.CallerOf(ctx)
 		mu.Lock()
 		seen = append(seen, p)
@@ -54,8 +54,8 @@ func TestRolesAsCertificatesWouldSay(t *testing.T) {
 	require.NoError(t, err)
 	_, err = plain.ep.Keepalive(context.Background(), 2, &transportpb.KeepaliveRequest{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(voter.rec.received()) == 1 }, 5*time.Second, time.Millisecond)
-	require.Equal(t, uint64(3), voter.rec.received()[0].GetFrom())
+	require.Eventually(t, func() bool { return len(voter.rec.Received()) == 1 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, uint64(3), voter.rec.Received()[0].GetFrom())
 	require.EqualValues(t, 1, voter.ep.Refusals(refusedRPC))
 	require.ElementsMatch(t, []transport.Peer{{ID: 1, Role: transport.RoleLight}, {ID: 3, Role: transport.PlaintextRole}}, seen())
 
@@ -97,7 +97,7 @@ func TestRevokeMatchesTheGRPCTransport(t *testing.T) {
 			require.ErrorContains(t, err, "revoked")
 			p.caller.Send([]*raftpb.Message{app(1, 2, 7)})
 			require.Eventually(t, func() bool { return p.receiver.Refusals(refusedRPC) >= 2 }, 5*time.Second, time.Millisecond)
-			require.Empty(t, p.rec2.received())
+			require.Empty(t, p.rec2.Received())
 			_, err = p.receiver.Keepalive(context.Background(), 1, &transportpb.KeepaliveRequest{})
 			require.NoError(t, err)
 		})

@@ -68,7 +68,7 @@ type event struct {
 	why    string
 	err    error // evReply: the status error; evUnreachable: the refusal, if any
 
-	back float64 // evSnap: the draw for the return delay
+	back float64 // evSnap, evCall: the draw for the return delay
 }
 
 // before orders events by key.

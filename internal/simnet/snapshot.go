@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -45,25 +46,15 @@ func readSnapshot(dir string, m *raftpb.Message) snapFile {
 // held.
 func (n *Network) sendSnapshotLocked(now time.Time, e *Endpoint, m *raftpb.Message, addr string, f snapFile) {
 	to := m.GetTo()
-	l := n.linkLocked(e.id, to, chSnap)
-	d := l.drawRPC()
-	seq := l.next()
+	ev := n.rpcEventLocked(now, e.id, to, chSnap, evSnap, addr)
 	m = proto.Clone(m).(*raftpb.Message)
 	if f.err != nil {
 		e.log.Warn("simnet: snapshot send failed", "peer", to, "index", m.GetSnapshot().GetMetadata().GetIndex(), "err", f.err)
-		n.scheduleLocked(&event{at: now, from: e.id, to: to, ch: chSnapReport, seq: seq, kind: evSnapReport, src: e,
+		n.scheduleLocked(&event{at: now, from: e.id, to: to, ch: chSnapReport, seq: ev.seq, kind: evSnapReport, src: e,
 			msg: m, failed: true, code: codes.Unknown, why: "snapshot file unreadable"})
 		return
 	}
-	p := n.faults.policyOf(e.id, to)
-	ev := &event{at: now.Add(p.delay(d.there)), from: e.id, to: to, ch: chSnap, seq: seq, kind: evSnap,
-		src: e, env: e.envelope(false), msg: m, snapData: f.data, back: d.back}
-	switch {
-	case d.drop < p.Drop:
-		ev.lost = lostPolicy
-	case addr != Addr(to):
-		ev.lost = lostAddress
-	}
+	ev.src, ev.env, ev.msg, ev.snapData = e, e.envelope(false), m, f.data
 	n.scheduleLocked(ev)
 }
 
@@ -87,25 +78,8 @@ func (n *Network) finishSnapshot(ev *event, code codes.Code, why string) {
 
 // arriveSnapshot executes a transfer's arrival at its receiver.
 func (n *Network) arriveSnapshot(ev *event) {
-	n.mu.Lock()
-	dst := n.endpointLocked(ev.to)
-	why := ""
-	switch {
-	case ev.src.closed:
-		why = lostSender
-	case ev.lost != "":
-		why = ev.lost
-	case !n.faults.up(ev.from, ev.to):
-		why = lostCut
-	case dst == nil:
-		why = lostNoNode
-	}
-	entered := why == "" && dst.enterLocked()
-	n.mu.Unlock()
-	if !entered {
-		if why == "" {
-			why = lostNoNode
-		}
+	dst, why := n.reach(ev.src, ev.from, ev.to, ev.lost)
+	if dst == nil {
 		n.record(dropped(ev, why))
 		if why != lostSender {
 			n.finishSnapshot(ev, codes.Unavailable, why)
@@ -181,9 +155,9 @@ func (n *Network) serveSnapshot(dst *Endpoint, ev *event) {
 }
 
 // writeSnapshotTemp writes data to a new temporary file of the transfer in
-// dir (transport's snapshotTempPattern), synced, and returns its name.
+// dir (named as transport names it), synced, and returns its name.
 func writeSnapshotTemp(dir string, index uint64, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, fmt.Sprintf("%016x.snap.tmp-*", index))
+	f, err := os.CreateTemp(dir, netrules.SnapshotTempPattern(index))
 	if err != nil {
 		return "", err
 	}

@@ -45,22 +45,20 @@ func temps(t *testing.T, dir string) []string {
 
 func TestSnapshotTransferCopiesTheFile(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(1, WithPolicy(Policy{MinDelay: 2 * time.Millisecond, MaxDelay: 2 * time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 2)
+		_, nodes := newCluster(t, 1, 2, WithPolicy(Policy{MinDelay: 2 * time.Millisecond, MaxDelay: 2 * time.Millisecond}))
 		writeSnap(t, nodes[1], 42, "the state at 42")
 		var handed string
-		nodes[2].rec.receiveSnap = func(ctx context.Context, m *raftpb.Message, file string) error {
+		nodes[2].rec.ReceiveSnap = func(ctx context.Context, m *raftpb.Message, file string) error {
 			handed = file
-			return nodes[2].rec.takeSnapshot(m, file)
+			return nodes[2].rec.TakeSnapshot(m, file)
 		}
 		sent := time.Now()
 		nodes[1].ep.Send([]*raftpb.Message{snapMsg(1, 2, 42)})
 		time.Sleep(10 * time.Millisecond)
 
 		// (The report comes after ReceiveSnapshot returned: read it first.)
-		reps := nodes[1].rec.reports()
-		if len(reps) != 1 || reps[0].id != 2 || reps[0].failed {
+		reps := nodes[1].rec.SnapReports()
+		if len(reps) != 1 || reps[0].ID != 2 || reps[0].Failed {
 			t.Fatalf("the sender was told %+v, want one success for 2", reps)
 		}
 		if dir, base := filepath.Split(handed); filepath.Clean(dir) != nodes[2].dir || !strings.HasPrefix(base, fmt.Sprintf("%016x.snap.tmp-", 42)) {
@@ -70,11 +68,11 @@ func TestSnapshotTransferCopiesTheFile(t *testing.T) {
 		if err != nil || string(got) != "the state at 42" {
 			t.Fatalf("the receiver's file: %q, %v", got, err)
 		}
-		if ms := nodes[2].rec.received(); len(ms) != 1 || ms[0].GetSnapshot().GetMetadata().GetIndex() != 42 {
+		if ms := nodes[2].rec.Received(); len(ms) != 1 || ms[0].GetSnapshot().GetMetadata().GetIndex() != 42 {
 			t.Fatalf("the receiver got %v", ms)
 		}
 		// There and back, each a delay and a settle.
-		if d := reps[0].at.Sub(sent); d != 4*time.Millisecond+2*Settle {
+		if d := reps[0].At.Sub(sent); d != 4*time.Millisecond+2*Settle {
 			t.Fatalf("reported after %v, want 4ms and two settles", d)
 		}
 	})
@@ -88,7 +86,7 @@ func TestSnapshotFailuresAreReported(t *testing.T) {
 		received bool
 	}{
 		{"refused by AcceptSnapshot", func(t *testing.T, n *Network, nodes map[uint64]*node) {
-			nodes[2].rec.accept = func(uint64, *raftpb.Message) error {
+			nodes[2].rec.Accept = func(uint64, *raftpb.Message) error {
 				return fmt.Errorf("%w: not the leader", transport.ErrPermissionDenied)
 			}
 		}, false},
@@ -96,7 +94,7 @@ func TestSnapshotFailuresAreReported(t *testing.T) {
 			_ = os.Remove(transport.SnapshotPath(nodes[1].dir, 7))
 		}, false},
 		{"not taken by ReceiveSnapshot", func(t *testing.T, n *Network, nodes map[uint64]*node) {
-			nodes[2].rec.receiveSnap = func(context.Context, *raftpb.Message, string) error { return errors.New("busy") }
+			nodes[2].rec.ReceiveSnap = func(context.Context, *raftpb.Message, string) error { return errors.New("busy") }
 		}, false},
 		{"over MaxSnapshotSize", func(t *testing.T, n *Network, nodes map[uint64]*node) {
 			writeSnap(t, nodes[1], 7, strings.Repeat("x", 2000))
@@ -120,7 +118,7 @@ func TestSnapshotFailuresAreReported(t *testing.T) {
 				c.setup(t, n, nodes)
 				nodes[1].ep.Send([]*raftpb.Message{snapMsg(1, 2, 7)})
 				time.Sleep(10 * time.Millisecond)
-				if reps := nodes[1].rec.reports(); len(reps) != 1 || !reps[0].failed || reps[0].id != 2 {
+				if reps := nodes[1].rec.SnapReports(); len(reps) != 1 || !reps[0].Failed || reps[0].ID != 2 {
 					t.Fatalf("the sender was told %+v, want one failure for 2", reps)
 				}
 				_, err := os.Stat(transport.SnapshotPath(nodes[2].dir, 7))
@@ -137,23 +135,19 @@ func TestSnapshotFailuresAreReported(t *testing.T) {
 
 func TestSnapshotToUnknownPeer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(3)
-		defer n.Close()
-		nodes := cluster(t, n, 1)
+		_, nodes := newCluster(t, 3, 1)
 		writeSnap(t, nodes[1], 5, "x")
 		nodes[1].ep.Send([]*raftpb.Message{snapMsg(1, 2, 5)})
 		time.Sleep(time.Millisecond)
-		if reps := nodes[1].rec.reports(); len(reps) != 1 || !reps[0].failed || nodes[1].rec.unreachableCount(2) != 1 {
-			t.Fatalf("reports %+v, unreachable %v", reps, nodes[1].rec.unreachable)
+		if reps := nodes[1].rec.SnapReports(); len(reps) != 1 || !reps[0].Failed || nodes[1].rec.UnreachableCount(2) != 1 {
+			t.Fatalf("reports %+v, unreachable %v", reps, nodes[1].rec.Unreachable())
 		}
 	})
 }
 
 func TestOneSnapshotIsReceivedAtATime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := New(4, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
-		defer n.Close()
-		nodes := cluster(t, n, 3)
+		_, nodes := newCluster(t, 4, 3, WithPolicy(Policy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 		writeSnap(t, nodes[1], 9, "from 1")
 		writeSnap(t, nodes[3], 9, "from 3")
 		release := make(chan struct{})
@@ -161,7 +155,7 @@ func TestOneSnapshotIsReceivedAtATime(t *testing.T) {
 			mu   sync.Mutex
 			from []uint64
 		)
-		nodes[2].rec.receiveSnap = func(ctx context.Context, m *raftpb.Message, file string) error {
+		nodes[2].rec.ReceiveSnap = func(ctx context.Context, m *raftpb.Message, file string) error {
 			mu.Lock()
 			from = append(from, m.GetFrom())
 			mu.Unlock()
@@ -179,10 +173,10 @@ func TestOneSnapshotIsReceivedAtATime(t *testing.T) {
 		if !slices.Equal(from, []uint64{1}) {
 			t.Fatalf("ReceiveSnapshot saw transfers from %v, want only 1's", from)
 		}
-		if r := nodes[1].rec.reports(); len(r) != 1 || r[0].failed {
+		if r := nodes[1].rec.SnapReports(); len(r) != 1 || r[0].Failed {
 			t.Fatalf("1 was told %+v", r)
 		}
-		if r := nodes[3].rec.reports(); len(r) != 1 || !r[0].failed {
+		if r := nodes[3].rec.SnapReports(); len(r) != 1 || !r[0].Failed {
 			t.Fatalf("3 was told %+v", r)
 		}
 		if got := nodes[2].ep.Refusals(refusedSnapshot); got != 1 {
