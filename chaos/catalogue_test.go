@@ -144,7 +144,7 @@ func TestStoreCatalogueSections(t *testing.T) {
 }
 
 // CheckObservations catches an observer that missed, repeated or reordered
-// a change, or got several changes folded into one state (issue 18: never
+// a change, or got several changes folded into one state (Observe's promise: never
 // silently); it accepts an observation cut short, as one ended with
 // ErrObserveLagged is.
 func TestCheckObservationsCatches(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // on its data directory and ports, as a StatefulSet update does. Besides the
 // usual checks: no operation on a member that is not restarting fails with
 // ErrUnavailable, ErrSessionExpired, ErrClosed or ErrRemoved, every member
-// comes back as itself, and the voters are the same at the end (issue 15:
+// comes back as itself, and the voters are the same at the end (once,
 // a plain Close used to remove the member for good).
 const ProcRolling = "rolling"
 

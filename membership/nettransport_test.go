@@ -38,7 +38,7 @@ func nextPacket(t *testing.T, tr *netTransport) *memberlist.Packet {
 }
 
 // An idle member's allocations were mostly memberlist's 64 KiB read buffer
-// per received packet (embedding cost, issue 16). Each packet must own a
+// per received packet (the cost of embedding). Each packet must own a
 // buffer of its own size — not a slice of a shared buffer, which memberlist
 // (handing messages to another goroutine) could see overwritten.
 func TestReceivedPacketsOwnRightSizedBuffers(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
-// TestCalledPeerStartsNoRaftSide (issue 16: a replica's memory and
+// TestCalledPeerStartsNoRaftSide (a replica's memory and
 // goroutines): a peer that is only called — as a light member is by its
 // leader — gets no message queue and no writer or snapshot goroutine; the
 // first raft message starts them and is delivered.

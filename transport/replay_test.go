@@ -18,7 +18,7 @@ func heapAfterGC() uint64 {
 	return ms.HeapAlloc
 }
 
-// TestIdleStreamKeepsNothingSent (issue 16: a replica's memory; a fleet's
+// TestIdleStreamKeepsNothingSent (a replica's memory; a fleet's
 // leader must not grow while idle): gRPC keeps every message sent on a
 // client stream for a transparent retry until the stream is committed,
 // which a raft stream, answered by nothing until it ends, only was after
