@@ -46,6 +46,60 @@ func lightFleet(t testing.TB, name string, size int, tune func(*Config)) (*clust
 	return f, lightNodes(f)
 }
 
+// observedLightFleet is lightFleet whose every instance records the election
+// changes it applies. applied gives, of those records, the longest list of
+// name's changes after an index: what a raft member applied.
+func observedLightFleet(t testing.TB, name string, size int) (f *cluster.Cluster[*Node], lights []*Node,
+	applied func(name string, after uint64) []LeaderChange) {
+	t.Helper()
+	var mu sync.Mutex
+	var logs []*leaderLog
+	f, lights = lightFleet(t, name, size, func(c *Config) {
+		l := &leaderLog{}
+		mu.Lock()
+		logs = append(logs, l)
+		mu.Unlock()
+		c.Observer = l.observe
+	})
+	applied = func(name string, after uint64) []LeaderChange {
+		mu.Lock()
+		defer mu.Unlock()
+		var want []LeaderChange
+		for _, l := range logs {
+			if w := l.of(name, after); len(w) > len(want) {
+				want = w
+			}
+		}
+		return want
+	}
+	return f, lights, applied
+}
+
+// survivingVoter is a voter of f's raft configuration other than lead: one
+// that survives the leader's crash.
+func survivingVoter(t testing.TB, ctx context.Context, f *cluster.Cluster[*Node], lead *Node) *Node {
+	t.Helper()
+	for _, n := range f.All() {
+		if n != lead && !n.light() {
+			voters, _, err := n.ConfState(ctx)
+			if err == nil && slices.Contains(voters, n.ID()) {
+				return n
+			}
+		}
+	}
+	t.Fatal("no voter beside the leader")
+	return nil
+}
+
+// crashNode crashes the instance of f that n is.
+func crashNode(f *cluster.Cluster[*Node], n *Node) {
+	for i, m := range f.All() {
+		if m == n {
+			f.Crash(i)
+		}
+	}
+}
+
 // lightNodes are the running instances of f outside the raft configuration.
 func lightNodes(f *cluster.Cluster[*Node]) []*Node {
 	var out []*Node
@@ -140,11 +194,7 @@ func TestLightMemberCrashReleasesAfterTTL(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	_, err := a.Acquire(ctx, "crash", "alice", true, 0)
 	require.NoError(t, err)
-	for i, n := range f.All() {
-		if n == a {
-			f.Crash(i)
-		}
-	}
+	crashNode(f, a)
 	start := time.Now()
 	h, err := lead.Acquire(ctx, "crash", "bob", true, 0)
 	require.NoError(t, err)
@@ -160,17 +210,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	// Held by a voter that is not the leader, so it survives the change.
-	var holder *Node
-	for _, n := range f.All() {
-		if n != lead && !n.light() {
-			voters, _, err := n.ConfState(ctx)
-			if err == nil && slices.Contains(voters, n.ID()) {
-				holder = n
-				break
-			}
-		}
-	}
-	require.NotNil(t, holder)
+	holder := survivingVoter(t, ctx, f, lead)
 	h, err := holder.Acquire(ctx, "fo", "holder", true, 0)
 	require.NoError(t, err)
 	got := make(chan *Hold, 1)
@@ -188,11 +228,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	// member: the grant must be re-learned with fwd-status from the new
 	// leader.
 	faultsOf(f, a).DropPushes(true)
-	for i, n := range f.All() {
-		if n == lead {
-			f.Crash(i)
-		}
-	}
+	crashNode(f, lead)
 	require.Eventually(t, func() bool { l := holder.Leader(); return l != 0 && l != lead.ID() }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, h.Release(ctx))
 	select {

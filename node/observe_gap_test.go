@@ -1,10 +1,8 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -28,40 +26,12 @@ import (
 // Both times the observation must be exactly what a raft member applied
 // (a prefix of it, when it ended with lockerr.ErrObserveLagged).
 func TestObserveNoSilentGap(t *testing.T) {
-	logs := map[uint64]*leaderLog{}
-	logsMu := make(chan struct{}, 1)
-	logsMu <- struct{}{}
-	f, lights := lightFleet(t, "obsgap", 6, func(c *Config) {
-		<-logsMu
-		l := &leaderLog{}
-		logs[uint64(len(logs))] = l
-		logsMu <- struct{}{}
-		c.Observer = l.observe
-	})
+	f, lights, applied := observedLightFleet(t, "obsgap", 6)
 	require.NotEmpty(t, lights)
 	a := lights[0]
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 90*time.Second)
-	var voter *Node
-	for _, n := range f.All() {
-		if n != lead && !n.light() {
-			voters, _, err := n.ConfState(ctx)
-			if err == nil && slices.Contains(voters, n.ID()) {
-				voter = n
-				break
-			}
-		}
-	}
-	require.NotNil(t, voter)
-	applied := func(after uint64) []LeaderChange {
-		var want []LeaderChange
-		for _, l := range logs {
-			if w := l.of("eg", after); len(w) > len(want) {
-				want = w
-			}
-		}
-		return want
-	}
+	voter := survivingVoter(t, ctx, f, lead)
 
 	o, err := a.Observe(ctx, "eg")
 	require.NoError(t, err)
@@ -131,18 +101,14 @@ func TestObserveNoSilentGap(t *testing.T) {
 	faultsOf(f, a).DropPushes(false)
 	z := campaign("z")
 	until("z")
-	require.Equal(t, applied(first.Index), seen, "part 1: the light member observed exactly the applied changes")
+	require.Equal(t, applied("eg", first.Index), seen, "part 1: the light member observed exactly the applied changes")
 	t.Logf("part 1: %d changes observed, gaps caught up %d", len(seen), a.observeGaps.Load())
 
 	// 2. Promotion of the light member to learner (a snapshot restore) with
 	// changes it never got.
 	faultsOf(f, a).DropPushes(true)
 	for i := 1; i <= 5; i++ {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if err := z.Proclaim(pctx, fmt.Sprintf("p%d", i)); err != nil {
-			t.Logf("proclaim p%d: %v (outcome unknown)", i, err)
-		}
-		cancel()
+		proclaimUnsure(t, ctx, z, fmt.Sprintf("p%d", i))
 	}
 	_, learners, err := voter.ConfState(ctx)
 	require.NoError(t, err)
@@ -177,7 +143,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 			t.Fatalf("part 2: neither the final change nor an end observed in 20 s; seen %v", seen)
 		}
 	}
-	want := applied(first.Index)
+	want := applied("eg", first.Index)
 	if errors.Is(end, lockerr.ErrObserveLagged) {
 		require.LessOrEqual(t, len(seen), len(want))
 		require.Equal(t, want[:len(seen)], seen, "part 2: a lagged observation is a prefix of the applied changes")
