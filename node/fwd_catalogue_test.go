@@ -96,7 +96,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	for i := 11; i <= 15; i++ {
 		proclaim(i)
 	}
-	crashNode(f, lead)
+	f.Crash(slotOf(f, lead))
 	for i := 16; i <= 25; i++ {
 		proclaim(i)
 	}

@@ -26,10 +26,7 @@ func lightFleet(t testing.TB, name string, size int, tune func(*Config)) (*clust
 			tune(c)
 		}
 	})
-	seed := startSlot(t, f, 1).GossipAddr()
-	for i := uint64(2); i <= uint64(size); i++ {
-		startSlot(t, f, i, seed)
-	}
+	startSeeded(t, f, uint64(size))
 	learners := min(2, size-3)
 	waitConf(t, f, 60*time.Second, "3 voters + learners", func(v, l []uint64) bool { return len(v) == 3 && len(l) == learners })
 	require.Eventually(t, func() bool {
@@ -89,15 +86,6 @@ func survivingVoter(t testing.TB, ctx context.Context, f *cluster.Cluster[*Node]
 	}
 	t.Fatal("no voter beside the leader")
 	return nil
-}
-
-// crashNode crashes the instance of f that n is.
-func crashNode(f *cluster.Cluster[*Node], n *Node) {
-	for i, m := range f.All() {
-		if m == n {
-			f.Crash(i)
-		}
-	}
 }
 
 // lightNodes are the running instances of f outside the raft configuration.
@@ -194,7 +182,7 @@ func TestLightMemberCrashReleasesAfterTTL(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	_, err := a.Acquire(ctx, "crash", "alice", true, 0)
 	require.NoError(t, err)
-	crashNode(f, a)
+	f.Crash(slotOf(f, a))
 	start := time.Now()
 	h, err := lead.Acquire(ctx, "crash", "bob", true, 0)
 	require.NoError(t, err)
@@ -228,7 +216,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	// member: the grant must be re-learned with fwd-status from the new
 	// leader.
 	faultsOf(f, a).DropPushes(true)
-	crashNode(f, lead)
+	f.Crash(slotOf(f, lead))
 	require.Eventually(t, func() bool { l := holder.Leader(); return l != 0 && l != lead.ID() }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, h.Release(ctx))
 	select {

@@ -68,6 +68,16 @@ func startSlot(t testing.TB, f *cluster.Cluster[*Node], i uint64, seeds ...strin
 	return f.Member(i)
 }
 
+// startSeeded starts slots 1 to n of f, each after the first with the
+// first's gossip address as its seed.
+func startSeeded(t testing.TB, f *cluster.Cluster[*Node], n uint64) {
+	t.Helper()
+	seed := startSlot(t, f, 1).GossipAddr()
+	for i := uint64(2); i <= n; i++ {
+		startSlot(t, f, i, seed)
+	}
+}
+
 // slotOf is the slot of f that runs n (0: none).
 func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
 	for i, m := range f.All() {
@@ -173,10 +183,7 @@ func TestGossipFormAndGrow(t *testing.T) {
 
 func TestGossipReplaceDeadVoter(t *testing.T) {
 	f := newGossipCluster(t, "heal", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
+	startSeeded(t, f, 4)
 	voters, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
 	lead := fleetLeader(t, f, 5*time.Second)
 
@@ -369,10 +376,7 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 // forever with Lock calls that never return.
 func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	f := newGossipCluster(t, "removed", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
+	startSeeded(t, f, 4)
 	_, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
 	var slot uint64
 	for i, n := range f.All() {
@@ -449,10 +453,7 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	f := newGossipCluster(t, "closegrant", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
+	startSeeded(t, f, 4)
 	_, learners := waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
 	var a *Node
 	for _, n := range f.All() {
@@ -552,10 +553,7 @@ func (n *Node) holderOf(name string) string {
 // threshold from there.
 func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 	f := newGossipCluster(t, "marks", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
+	startSeeded(t, f, 4)
 	voters, _ := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)

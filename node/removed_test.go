@@ -27,9 +27,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 	f := newGossipCluster(t, "lagging", 4, 3, func(c *Config) {
 		c.NoCommitHints = true // commits reach C only through the leader's commit index
 	})
-	startSlot(t, f, 1)
-	startSlot(t, f, 2, f.Member(1).GossipAddr())
-	startSlot(t, f, 3, f.Member(1).GossipAddr())
+	startSeeded(t, f, 3)
 	waitConf(t, f, 30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
 	lead := fleetLeader(t, f, 5*time.Second)
 	var c *Node

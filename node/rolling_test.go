@@ -49,9 +49,7 @@ func fixedPorts(t testing.TB) func(*Config) {
 // restart stopped with lockerr.ErrRemoved a few seconds later.
 func TestCloseIsRestartable(t *testing.T) {
 	f := newGossipCluster(t, "closerestart", 3, 3, fixedPorts(t))
-	startSlot(t, f, 1)
-	startSlot(t, f, 2, f.Member(1).GossipAddr())
-	startSlot(t, f, 3, f.Member(1).GossipAddr())
+	startSeeded(t, f, 3)
 	voters, _ := waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
 	lead := fleetLeader(t, f, 10*time.Second)
 	victim := uint64(0)
@@ -62,10 +60,7 @@ func TestCloseIsRestartable(t *testing.T) {
 	}
 	ctx := ctxT(t, 60*time.Second)
 	v := f.Member(victim)
-	_, err := v.Acquire(ctx, "held", "v", true, 0)
-	require.NoError(t, err)
-	got, _ := grantAsync(t, lead, "held", "l")
-	requireWaiters(t, lead, "held", 1)
+	_, got, _ := queueBehind(t, ctx, "held", v, lead)
 	id := v.ID()
 	require.NoError(t, v.Close(ctx))
 	f.Stopped(victim)

@@ -230,9 +230,7 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 		name := map[bool]string{false: "session-cut-off", true: "lease-not-renewed"}[leased]
 		t.Run(name, func(t *testing.T) {
 			tc := newCluster(t, 3)
-			lead := leader(t, tc)
-			a := otherThan(tc, lead)
-			b := otherThan(tc, lead, a)
+			_, a, b := roles(t, tc)
 			n := tc.Member(a)
 			ctx := ctxT(t, 30*time.Second)
 			lease := time.Duration(0)

@@ -55,6 +55,26 @@ func grantAsync(t *testing.T, n *Node, name, owner string) (<-chan *Hold, func()
 	return ch, func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
 }
 
+// roles are tc's leader and two of its followers, a and b.
+func roles(t testing.TB, tc *cluster.Cluster[*Node]) (lead, a, b uint64) {
+	t.Helper()
+	lead = leader(t, tc)
+	a = otherThan(tc, lead)
+	return lead, a, otherThan(tc, lead, a)
+}
+
+// queueBehind has holder take name and waiter queue for it, as owners
+// "holder" and "waiter". It returns the hold and, as grantAsync does, the
+// waiter's grant, once the waiter's lock table shows it queued.
+func queueBehind(t *testing.T, ctx context.Context, name string, holder, waiter *Node) (*Hold, <-chan *Hold, func() time.Time) {
+	t.Helper()
+	h, err := holder.Acquire(ctx, name, "holder", true, 0)
+	require.NoError(t, err)
+	got, grantedAt := grantAsync(t, waiter, name, "waiter")
+	requireWaiters(t, waiter, name, 1)
+	return h, got, grantedAt
+}
+
 func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
 	for id := range tc.All() {
 		skip := false
@@ -73,14 +93,9 @@ func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
 // has passed since the last keepalive — not before — with a higher token.
 func TestCrashedHolderReleasedAfterTTL(t *testing.T) {
 	tc := newCluster(t, 3)
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	_, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := tc.Member(a).Acquire(ctx, "cron/nightly", "a", true, 0)
-	require.NoError(t, err)
-	got, _ := grantAsync(t, tc.Member(b), "cron/nightly", "b")
-	requireWaiters(t, tc.Member(b), "cron/nightly", 1)
+	h, got, _ := queueBehind(t, ctx, "cron/nightly", tc.Member(a), tc.Member(b))
 	ttl := configOf(tc, a).SessionTTL
 	crash := time.Now()
 	tc.Crash(a)
@@ -119,11 +134,8 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 			}
 			b := otherThan(tc, lead, a)
 			ctx := ctxT(t, 30*time.Second)
-			h, err := tc.Member(a).Acquire(ctx, "stock/sku-42", "a", true, 0)
-			require.NoError(t, err)
+			h, got, grantedAt := queueBehind(t, ctx, "stock/sku-42", tc.Member(a), tc.Member(b))
 			lost := lostAt(h)
-			got, grantedAt := grantAsync(t, tc.Member(b), "stock/sku-42", "b")
-			requireWaiters(t, tc.Member(b), "stock/sku-42", 1)
 			tc.CutOff(a)
 			if c.failoverMid {
 				time.Sleep(configOf(tc, a).SessionTTL / 3) // let the old leader arm a deadline first
@@ -150,9 +162,7 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 // deadlines and keepalives keep them).
 func TestSessionsSurviveFailover(t *testing.T) {
 	tc := newCluster(t, 3)
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	lead, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	ha, err := tc.Member(a).Acquire(ctx, "x", "a", true, 0)
 	require.NoError(t, err)
@@ -179,9 +189,7 @@ func TestSessionsSurviveFailover(t *testing.T) {
 // and kept for as long as it is renewed.
 func TestLeaseExpiryAndRenewal(t *testing.T) {
 	tc := newCluster(t, 3)
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	_, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	lease := 600 * time.Millisecond
 
