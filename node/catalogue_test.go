@@ -373,6 +373,31 @@ func proclaimUnsure(t *testing.T, ctx context.Context, h *Hold, value string) {
 	}
 }
 
+// observeChanges observes name on n. The changes come on the returned
+// channel, which is closed when the observation ends (collect).
+func observeChanges(t *testing.T, ctx context.Context, n *Node, name string) (*Observer, <-chan LeaderChange) {
+	t.Helper()
+	o, err := n.Observe(ctx, name)
+	require.NoError(t, err)
+	ch := make(chan LeaderChange, 1024)
+	go collect(ctx, o, ch)
+	return o, ch
+}
+
+// changesUntil takes the changes from ch up to the first for which last is
+// true, that one included.
+func changesUntil(t *testing.T, ch <-chan LeaderChange, last func(LeaderChange) bool) []LeaderChange {
+	t.Helper()
+	var seen []LeaderChange
+	for {
+		c := nextChange(t, ch)
+		seen = append(seen, c)
+		if last(c) {
+			return seen
+		}
+	}
+}
+
 func nextChange(t *testing.T, ch <-chan LeaderChange) LeaderChange {
 	t.Helper()
 	select {
@@ -402,10 +427,7 @@ func TestElection(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
-	o, err := n3.Observe(ctx, "leader")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 64)
-	go collect(ctx, o, ch)
+	o, ch := observeChanges(t, ctx, n3, "leader")
 	var seen []LeaderChange
 	next := func() LeaderChange {
 		t.Helper()
@@ -694,10 +716,7 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 			speaker = n
 		}
 	}
-	o, err := watcher.Observe(ctx, "fo")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 1024)
-	go collect(ctx, o, ch)
+	_, ch := observeChanges(t, ctx, watcher, "fo")
 	first := nextChange(t, ch)
 	l, err := speaker.AcquireWith(ctx, campaignReq("fo", "speaker", "v0"))
 	require.NoError(t, err)
@@ -712,14 +731,7 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 	require.True(t, crashed)
 	require.NoError(t, l.Release(ctx))
 	// The resign is the last change: wait for it, then stop observing.
-	var seen []LeaderChange
-	for {
-		c := nextChange(t, ch)
-		seen = append(seen, c)
-		if !c.Leading() {
-			break
-		}
-	}
+	seen := changesUntil(t, ch, func(c LeaderChange) bool { return !c.Leading() })
 	want := logs[speaker.ID()].of("fo", first.Index)
 	require.Equal(t, want, seen, "observed on node %d vs applied on node %d", watcher.ID(), speaker.ID())
 	require.Greater(t, len(seen), 30, "the proclaims were observed")

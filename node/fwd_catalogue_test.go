@@ -74,10 +74,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	require.NoError(t, mh.Release(ctx))
 
 	// Election and Observe.
-	o, err := a.Observe(ctx, "el")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 1024)
-	go collect(ctx, o, ch)
+	_, ch := observeChanges(t, ctx, a, "el")
 	first := nextChange(t, ch)
 	require.False(t, first.Leading())
 	vl, err := voter.AcquireWith(ctx, campaignReq("el", "voter", "v0"))
@@ -103,14 +100,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	require.NoError(t, vl.Release(ctx)) // hands over to the light member
 	lh := lp.wait(t)
 	require.Greater(t, lh.Token(), vl.Token())
-	var seen []LeaderChange
-	for {
-		c := nextChange(t, ch)
-		seen = append(seen, c)
-		if c.Owner == "light" {
-			break
-		}
-	}
+	seen := changesUntil(t, ch, func(c LeaderChange) bool { return c.Owner == "light" })
 	require.Equal(t, applied("el", first.Index), seen, "the light member observed exactly the applied changes")
 	t.Logf("light member observed %d changes; gaps caught up %d; fwd-status relearned %d", len(seen),
 		a.observeGaps.Load(), a.relearned.Load())

@@ -53,13 +53,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	var seen []LeaderChange
 	until := func(value string) {
 		t.Helper()
-		for {
-			c := nextChange(t, ch)
-			seen = append(seen, c)
-			if c.Value == value {
-				return
-			}
-		}
+		seen = append(seen, changesUntil(t, ch, func(c LeaderChange) bool { return c.Value == value })...)
 	}
 	campaign := func(value string) *Hold {
 		t.Helper()
@@ -172,10 +166,7 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	lead := tc.Member(leader(t, tc))
 	fid := follower(t, tc)
 	f := tc.Member(fid)
-	o, err := f.Observe(ctx, "sr")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 1024)
-	go collect(ctx, o, ch)
+	o, ch := observeChanges(t, ctx, f, "sr")
 	first := nextChange(t, ch)
 	h, err := lead.AcquireWith(ctx, campaignReq("sr", "lead", "v0"))
 	require.NoError(t, err)
@@ -211,21 +202,11 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	// it was cut off (nothing), never a fold.
 	require.Empty(t, after, "no change folded from the snapshot (first %v)", first)
 
-	o2, err := f.Observe(ctx, "sr")
-	require.NoError(t, err)
-	ch2 := make(chan LeaderChange, 16)
-	go collect(ctx, o2, ch2)
+	_, ch2 := observeChanges(t, ctx, f, "sr")
 	cur := nextChange(t, ch2)
 	h2, err := lead.AcquireWith(ctx, campaignReq("sr", "lead", "again"))
 	require.NoError(t, err)
-	var seen []LeaderChange
-	for {
-		c := nextChange(t, ch2)
-		seen = append(seen, c)
-		if c.Value == "again" {
-			break
-		}
-	}
+	seen := changesUntil(t, ch2, func(c LeaderChange) bool { return c.Value == "again" })
 	require.Equal(t, logs[lead.ID()].of("sr", cur.Index), seen, "after the restore, from %v", cur)
 	require.Equal(t, h2.Token(), seen[len(seen)-1].Token)
 	require.NoError(t, h2.Release(ctx))
