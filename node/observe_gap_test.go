@@ -157,11 +157,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 // then sees the next change.
 func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	logs := map[uint64]*leaderLog{1: {}, 2: {}, 3: {}}
-	tc := newCluster(t, 3, func(c *Config) {
-		c.SnapshotEvery = 50
-		c.CompactKeep = 10
-		c.Observer = logs[c.ID].observe
-	})
+	tc := newCluster(t, 3, snapshotOften, func(c *Config) { c.Observer = logs[c.ID].observe })
 	ctx := ctxT(t, 60*time.Second)
 	lead := tc.Member(leader(t, tc))
 	fid := follower(t, tc)
