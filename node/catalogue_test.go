@@ -109,10 +109,7 @@ func applied(t *testing.T, n *Node) uint64 {
 // reader's write request is refused (lockerr.ErrUpgrade); other kinds on the name
 // are refused (lockerr.ErrWrongKind) and change nothing.
 func TestRWLock(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	_, ctx, n1, n2, n3 := trio(t)
 
 	r1, err := n1.AcquireWith(ctx, rwReq("rw", "r1", true, true))
 	require.NoError(t, err)
@@ -185,10 +182,7 @@ func TestRWLock(t *testing.T) {
 // (lockerr.ErrPermitsMismatch), as is bad input before anything is proposed
 // (lockerr.ErrBadPermits).
 func TestSemaphore(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	_, ctx, n1, n2, n3 := trio(t)
 
 	a, err := n1.AcquireWith(ctx, semReq("pool", "a", 2, 3, true))
 	require.NoError(t, err)
@@ -258,10 +252,7 @@ func lockFound(n *Node, name string) (lockfsm.LockInfo, bool) {
 // Context first, then the cluster takes its permit back), the renewed one
 // stays.
 func TestSemaphoreLeasePerPermit(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	_, ctx, n1, n2, n3 := trio(t)
 	h, err := n1.AcquireWith(ctx, semReq("lp", "h", 2, 2, true))
 	require.NoError(t, err)
 	lease := 800 * time.Millisecond
@@ -418,14 +409,11 @@ func nextChange(t *testing.T, ch <-chan LeaderChange) LeaderChange {
 // changes the log applied.
 func TestElection(t *testing.T) {
 	var log leaderLog
-	tc := newCluster(t, 3, func(c *Config) {
+	_, ctx, n1, n2, n3 := trio(t, func(c *Config) {
 		if c.ID == 2 {
 			c.Observer = log.observe
 		}
 	})
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
 	o, ch := observeChanges(t, ctx, n3, "leader")
 	var seen []LeaderChange
@@ -502,10 +490,7 @@ func TestElection(t *testing.T) {
 // behind it even when the name is free; opposite orders never deadlock;
 // bad input is refused before anything is proposed.
 func TestMultiNameLock(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	tc, ctx, n1, n2, n3 := trio(t)
 
 	b, err := n1.Acquire(ctx, "b", "holder-b", true, 0)
 	require.NoError(t, err)

@@ -89,6 +89,15 @@ func withLogs(t testing.TB, sink *logSink) func(*Config) {
 // carries it in the clear).
 var formationByAddr sync.Map
 
+// trio starts 3 nodes (tune as for newCluster) and waits for a leader; it
+// returns them, a context of 30 s and each of the three.
+func trio(t *testing.T, tune ...func(*Config)) (tc *cluster.Cluster[*Node], ctx context.Context, n1, n2, n3 *Node) {
+	t.Helper()
+	tc = newCluster(t, 3, tune...)
+	leader(t, tc)
+	return tc, ctxT(t, 30*time.Second), tc.Member(1), tc.Member(2), tc.Member(3)
+}
+
 // leader waits until every running node agrees on a running leader and
 // returns it.
 func leader(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
