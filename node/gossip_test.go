@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,45 +319,26 @@ func TestGossipSingleNodeAndLeave(t *testing.T) {
 	})
 }
 
-// syncBuffer is a goroutine-safe log sink for asserting on log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestGossipWrongKeyRefused: a member with the wrong gossip key is refused —
 // it never appears among the members nor in the raft configuration — and
 // the refusal is logged clearly on the member it tried to reach.
 func TestGossipWrongKeyRefused(t *testing.T) {
 	key := []byte("0123456789abcdef")
-	var logs syncBuffer
+	logs := &logSink{}
 	f := newGossipCluster(t, "keyed", 4, 3, func(c *Config) {
 		c.Gossip.SecretKey = key
 		switch c.Gossip.Name {
 		case "keyed-1":
-			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), nil))
+			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, tWriter{t}), nil))
 		case "keyed-4": // the intruder
 			c.Gossip.SecretKey = []byte("fedcba9876543210")
 		}
 	})
-	first := startSlot(t, f, 1)
-	startSlot(t, f, 2, first.GossipAddr())
-	startSlot(t, f, 3, first.GossipAddr())
+	startSeeded(t, f, 3)
+	first := f.Member(1)
 	voters, _ := waitConf(t, f, 20*time.Second, "keyed cluster formed", func(v, l []uint64) bool { return len(v) == 3 })
 	intruder := startSlot(t, f, 4, first.GossipAddr())
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "decrypt") }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return logs.count("decrypt") > 0 }, 10*time.Second, 20*time.Millisecond,
 		"the refusal of a wrong-key member must be logged")
 	for _, n := range []*Node{first, f.Member(2), f.Member(3)} {
 		for _, m := range n.Members() {
