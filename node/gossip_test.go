@@ -77,6 +77,22 @@ func startSeeded(t testing.TB, f *cluster.Cluster[*Node], n uint64) {
 	}
 }
 
+// formThree starts slots 1 to 3 of f (startSeeded) and waits until they
+// form a configuration of 3 voters with a leader. It returns the voters,
+// the leader and a follower.
+func formThree(t testing.TB, f *cluster.Cluster[*Node]) (voters []uint64, lead, follower *Node) {
+	t.Helper()
+	startSeeded(t, f, 3)
+	voters, _ = waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	lead = fleetLeader(t, f, 10*time.Second)
+	for _, n := range f.All() {
+		if n != lead {
+			follower = n
+		}
+	}
+	return voters, lead, follower
+}
+
 // slotOf is the slot of f that runs n (0: none).
 func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
 	for i, m := range f.All() {

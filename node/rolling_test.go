@@ -49,17 +49,9 @@ func fixedPorts(t testing.TB) func(*Config) {
 // restart stopped with lockerr.ErrRemoved a few seconds later.
 func TestCloseIsRestartable(t *testing.T) {
 	f := newGossipCluster(t, "closerestart", 3, 3, fixedPorts(t))
-	startSeeded(t, f, 3)
-	voters, _ := waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := fleetLeader(t, f, 10*time.Second)
-	victim := uint64(0)
-	for i, n := range f.All() {
-		if n != lead {
-			victim = i
-		}
-	}
+	voters, lead, v := formThree(t, f)
+	victim := slotOf(f, v)
 	ctx := ctxT(t, 60*time.Second)
-	v := f.Member(victim)
 	_, got, _ := queueBehind(t, ctx, "held", v, lead)
 	id := v.ID()
 	require.NoError(t, v.Close(ctx))
