@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -112,13 +113,20 @@ func leader(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
 // follower waits for a leader and returns a running node that is not it.
 func follower(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
 	t.Helper()
-	lead := leader(t, tc)
+	id := otherThan(tc, leader(t, tc))
+	if id == 0 {
+		t.Fatal("no follower")
+	}
+	return id
+}
+
+// otherThan is the first running node of tc that is none of not (0: none).
+func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
 	for id := range tc.All() {
-		if id != lead {
+		if !slices.Contains(not, id) {
 			return id
 		}
 	}
-	t.Fatal("no follower")
 	return 0
 }
 

@@ -75,19 +75,6 @@ func queueBehind(t *testing.T, ctx context.Context, name string, holder, waiter 
 	return h, got, grantedAt
 }
 
-func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
-	for id := range tc.All() {
-		skip := false
-		for _, x := range not {
-			skip = skip || x == id
-		}
-		if !skip {
-			return id
-		}
-	}
-	return 0
-}
-
 // TestCrashedHolderReleasedAfterTTL (L3): the holder's node stops without
 // Close. The next waiter, on another node, is granted once the session TTL
 // has passed since the last keepalive — not before — with a higher token.
