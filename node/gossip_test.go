@@ -93,14 +93,28 @@ func formThree(t testing.TB, f *cluster.Cluster[*Node]) (voters []uint64, lead, 
 	return voters, lead, follower
 }
 
-// slotOf is the slot of f that runs n (0: none).
-func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
-	for i, m := range f.All() {
-		if m == n {
+// formFour starts slots 1 to 4 of f (startSeeded) and waits until they form
+// a configuration of 3 voters and 1 learner, which it returns.
+func formFour(t testing.TB, f *cluster.Cluster[*Node]) (voters, learners []uint64) {
+	t.Helper()
+	startSeeded(t, f, 4)
+	return waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+}
+
+// slotWhere is the first slot of f whose running member is one for which ok
+// is true (0: none).
+func slotWhere(f *cluster.Cluster[*Node], ok func(*Node) bool) uint64 {
+	for i, n := range f.All() {
+		if ok(n) {
 			return i
 		}
 	}
 	return 0
+}
+
+// slotOf is the slot of f that runs n (0: none).
+func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
+	return slotWhere(f, func(m *Node) bool { return m == n })
 }
 
 // faultsOf is the Faults of the slot of f that runs n.
@@ -198,8 +212,7 @@ func TestGossipFormAndGrow(t *testing.T) {
 
 func TestGossipReplaceDeadVoter(t *testing.T) {
 	f := newGossipCluster(t, "heal", 4, 3)
-	startSeeded(t, f, 4)
-	voters, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	voters, learners := formFour(t, f)
 	lead := fleetLeader(t, f, 5*time.Second)
 
 	// A lock held on the leader across the whole failure, and a stream of
@@ -234,12 +247,7 @@ func TestGossipReplaceDeadVoter(t *testing.T) {
 		}
 	}()
 
-	var victim uint64
-	for i, n := range f.All() {
-		if n != lead && slices.Contains(voters, n.ID()) {
-			victim = i
-		}
-	}
+	victim := slotWhere(f, func(n *Node) bool { return n != lead && slices.Contains(voters, n.ID()) })
 	victimID := f.Member(victim).ID()
 	killed := time.Now()
 	f.Crash(victim)
@@ -267,12 +275,7 @@ func TestGossipRestartRejoins(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	h, err := lead.Acquire(ctx, "before", "o", true, 0)
 	require.NoError(t, err)
-	var victim uint64
-	for i, n := range f.All() {
-		if n != lead {
-			victim = i
-		}
-	}
+	victim := slotWhere(f, func(n *Node) bool { return n != lead })
 	oldID := f.Member(victim).ID()
 	f.Crash(victim)
 	n := startSlot(t, f, victim, lead.GossipAddr())
@@ -372,14 +375,8 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 // forever with Lock calls that never return.
 func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	f := newGossipCluster(t, "removed", 4, 3)
-	startSeeded(t, f, 4)
-	_, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	var slot uint64
-	for i, n := range f.All() {
-		if n.ID() == learners[0] {
-			slot = i
-		}
-	}
+	_, learners := formFour(t, f)
+	slot := slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
 	require.NotZero(t, slot)
 	// In the configuration is not yet holding raft state: the premise is a
 	// member that comes back *with* its data.
@@ -449,15 +446,10 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	f := newGossipCluster(t, "closegrant", 4, 3)
-	startSeeded(t, f, 4)
-	_, learners := waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	var a *Node
-	for _, n := range f.All() {
-		if n.ID() == learners[0] {
-			a = n
-		}
-	}
-	require.NotNil(t, a)
+	_, learners := formFour(t, f)
+	slot := slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
+	require.NotZero(t, slot)
+	a := f.Member(slot)
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 
@@ -549,16 +541,10 @@ func (n *Node) holderOf(name string) string {
 // threshold from there.
 func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 	f := newGossipCluster(t, "marks", 4, 3)
-	startSeeded(t, f, 4)
-	voters, _ := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	voters, _ := formFour(t, f)
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	victim := uint64(0)
-	for i, n := range f.All() {
-		if n != lead && slices.Contains(voters, n.ID()) {
-			victim = i
-		}
-	}
+	victim := slotWhere(f, func(n *Node) bool { return n != lead && slices.Contains(voters, n.ID()) })
 	victimID := f.Member(victim).ID()
 	f.Crash(victim)
 	require.Eventually(t, func() bool {

@@ -107,15 +107,9 @@ func TestObserveNoSilentGap(t *testing.T) {
 	_, learners, err := voter.ConfState(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, learners)
-	crashed := false
-	for i, n := range f.All() {
-		if n != nil && n.ID() == learners[0] {
-			f.Crash(i)
-			crashed = true
-			break
-		}
-	}
-	require.True(t, crashed)
+	slot := slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
+	require.NotZero(t, slot)
+	f.Crash(slot)
 	require.Eventually(t, func() bool { return !a.light() }, 60*time.Second, 20*time.Millisecond,
 		"the light member is promoted to learner")
 	faultsOf(f, a).DropPushes(false)
