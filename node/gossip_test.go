@@ -94,11 +94,15 @@ func formThree(t testing.TB, f *cluster.Cluster[*Node]) (voters []uint64, lead, 
 }
 
 // formFour starts slots 1 to 4 of f (startSeeded) and waits until they form
-// a configuration of 3 voters and 1 learner, which it returns.
-func formFour(t testing.TB, f *cluster.Cluster[*Node]) (voters, learners []uint64) {
+// a configuration of 3 voters and 1 learner. It returns the voters and the
+// slot of the learner.
+func formFour(t testing.TB, f *cluster.Cluster[*Node]) (voters []uint64, learner uint64) {
 	t.Helper()
 	startSeeded(t, f, 4)
-	return waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	voters, learners := waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	learner = slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
+	require.NotZero(t, learner)
+	return voters, learner
 }
 
 // slotWhere is the first slot of f whose running member is one for which ok
@@ -212,7 +216,7 @@ func TestGossipFormAndGrow(t *testing.T) {
 
 func TestGossipReplaceDeadVoter(t *testing.T) {
 	f := newGossipCluster(t, "heal", 4, 3)
-	voters, learners := formFour(t, f)
+	voters, _ := formFour(t, f)
 	lead := fleetLeader(t, f, 5*time.Second)
 
 	// A lock held on the leader across the whole failure, and a stream of
@@ -251,7 +255,7 @@ func TestGossipReplaceDeadVoter(t *testing.T) {
 	victimID := f.Member(victim).ID()
 	killed := time.Now()
 	f.Crash(victim)
-	voters, learners = waitConf(t, f, 20*time.Second, "victim replaced", func(v, l []uint64) bool {
+	voters, learners := waitConf(t, f, 20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)
 	})
 	t.Logf("voter %x replaced after %v: voters %x learners %x", victimID, time.Since(killed), voters, learners)
@@ -375,20 +379,19 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 // forever with Lock calls that never return.
 func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	f := newGossipCluster(t, "removed", 4, 3)
-	_, learners := formFour(t, f)
-	slot := slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
-	require.NotZero(t, slot)
+	_, slot := formFour(t, f)
 	// In the configuration is not yet holding raft state: the premise is a
 	// member that comes back *with* its data.
 	learner := f.Member(slot)
+	id := learner.ID()
 	require.Eventually(t, func() bool { return learner.storage.HasState() }, 20*time.Second, 10*time.Millisecond,
 		"the learner never received raft state")
 	f.Crash(slot)
 	waitConf(t, f, 20*time.Second, "the dead learner removed", func(v, l []uint64) bool {
-		return len(v) == 3 && !slices.Contains(l, learners[0])
+		return len(v) == 3 && !slices.Contains(l, id)
 	})
 	back := startSlot(t, f, slot, f.Member(f.Running()[0]).GossipAddr()) // slot 1 may be the one that was crashed
-	require.Equal(t, learners[0], back.ID(), "restarted with its data and id")
+	require.Equal(t, id, back.ID(), "restarted with its data and id")
 	// The leader notices it on its next reconcile; until then a call may
 	// still go through. It must end up stopped with lockerr.ErrRemoved, not hanging.
 	var err error
@@ -446,9 +449,7 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	f := newGossipCluster(t, "closegrant", 4, 3)
-	_, learners := formFour(t, f)
-	slot := slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
-	require.NotZero(t, slot)
+	_, slot := formFour(t, f)
 	a := f.Member(slot)
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
