@@ -128,31 +128,13 @@ func (h *transportHandler) Observe(ctx context.Context, from uint64, req *transp
 		}
 	}
 	reply := make(chan *transportpb.ObserveResponse, 1)
-	if err := n.do(ctx, func() { reply <- n.fwd.ServeObserve(from, req, n.clock.Now()) }); err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-reply:
-		return r, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
+	return awaitReply(ctx, n, reply, n.do(ctx, func() { reply <- n.fwd.ServeObserve(from, req, n.clock.Now()) }), nil)
 }
 
-// awaitLoop runs f in the loop and waits for what it sends on reply.
+// awaitLoop runs f in the loop and waits for what it sends on reply
+// (lockerr.ErrClosed if the node stops first).
 func awaitLoop[T any](ctx context.Context, n *Node, reply chan T, f func()) (T, error) {
-	var zero T
-	if err := n.do(ctx, f); err != nil {
-		return zero, err
-	}
-	select {
-	case r := <-reply:
-		return r, nil
-	case <-ctx.Done():
-		return zero, context.Cause(ctx)
-	case <-n.donec:
-		return zero, lockerr.ErrClosed
-	}
+	return awaitReply(ctx, n, reply, n.do(ctx, f), func() error { return lockerr.ErrClosed })
 }
 
 // ---- push items' error codes ----
