@@ -293,11 +293,6 @@ func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
 	lost := lostAt(h2)
 	require.NoError(t, h1.Release(ctx)) // one level; the lock and its lease go on
 	got, grantedAt := grantAsync(t, tc.Member(lead), "r", "b")
-	h3 := <-got
-	require.NotNil(t, h3)
-	require.False(t, lost().IsZero(), "the reentrant hold was not told before the lease ran out and the lock moved on")
-	require.True(t, lost().Before(grantedAt()), "reentrant hold told at %v, waiter granted at %v", lost(), grantedAt())
-	require.ErrorIs(t, context.Cause(h2.Context()), lockerr.ErrLeaseExpired)
-	t.Logf("reentrant hold told %v before the waiter was granted", grantedAt().Sub(lost()))
+	h3 := toldBeforeGrant(t, "the reentrant hold", h2, lockerr.ErrLeaseExpired, lost, got, grantedAt)
 	require.NoError(t, h3.Release(ctx))
 }

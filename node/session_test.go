@@ -63,6 +63,22 @@ func roles(t testing.TB, tc *cluster.Cluster[*Node]) (lead, a, b uint64) {
 	return lead, a, otherThan(tc, lead, a)
 }
 
+// toldBeforeGrant waits for the waiter's grant on got and requires S5 of
+// it: the holder h (who, in messages) was told it lost the lock, with cause,
+// before the grant. lost is lostAt(h), got and grantedAt are grantAsync's.
+// It returns the waiter's hold.
+func toldBeforeGrant(t *testing.T, who string, h *Hold, cause error, lost func() time.Time, got <-chan *Hold,
+	grantedAt func() time.Time) *Hold {
+	t.Helper()
+	h2 := <-got
+	require.NotNil(t, h2)
+	require.False(t, lost().IsZero(), "%s was not told before the lock was granted elsewhere", who)
+	require.True(t, lost().Before(grantedAt()), "%s told at %v, waiter granted at %v", who, lost(), grantedAt())
+	require.ErrorIs(t, context.Cause(h.Context()), cause)
+	t.Logf("%s told %v before the waiter was granted", who, grantedAt().Sub(lost()))
+	return h2
+}
+
 // queueBehind has holder take name and waiter queue for it, as owners
 // "holder" and "waiter". It returns the hold and, as grantAsync does, the
 // waiter's grant, once the waiter's lock table shows it queued.
@@ -128,12 +144,7 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 				time.Sleep(configOf(tc, a).SessionTTL / 3) // let the old leader arm a deadline first
 				tc.Crash(lead)
 			}
-			h2 := <-got
-			require.NotNil(t, h2)
-			require.False(t, lost().IsZero(), "the holder was not told before the lock was granted elsewhere")
-			require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
-			require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
-			t.Logf("holder told %v before the waiter was granted", grantedAt().Sub(lost()))
+			h2 := toldBeforeGrant(t, "the holder", h, lockerr.ErrSessionExpired, lost, got, grantedAt)
 			require.Greater(t, h2.Token(), h.Token())
 			// The cut-off node comes back, opens a new session and works.
 			tc.Heal()
@@ -193,10 +204,7 @@ func TestLeaseExpiryAndRenewal(t *testing.T) {
 	// Not renewed: expires; the holder is told before the waiter gets it.
 	lost := lostAt(h)
 	got, grantedAt := grantAsync(t, tc.Member(b), "leased", "b")
-	h2 := <-got
-	require.NotNil(t, h2)
-	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrLeaseExpired)
-	require.True(t, !lost().IsZero() && lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
+	h2 := toldBeforeGrant(t, "the holder", h, lockerr.ErrLeaseExpired, lost, got, grantedAt)
 	require.Greater(t, h2.Token(), h.Token())
 	require.ErrorIs(t, h.Renew(ctx), lockerr.ErrNotHeld)
 	require.ErrorIs(t, h.Release(ctx), lockerr.ErrNotHeld)
