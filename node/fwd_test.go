@@ -201,14 +201,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	holder := survivingVoter(t, ctx, f, lead)
 	h, err := holder.Acquire(ctx, "fo", "holder", true, 0)
 	require.NoError(t, err)
-	got := make(chan *Hold, 1)
-	go func() {
-		hh, err := a.Acquire(ctx, "fo", "light", true, 0)
-		if err != nil {
-			t.Errorf("light acquire: %v", err)
-		}
-		got <- hh
-	}()
+	got, _ := grantAsync(t, a, "fo", "light")
 	require.Eventually(t, func() bool {
 		return lead.waiters("fo") == 1
 	}, 5*time.Second, 5*time.Millisecond)
@@ -286,14 +279,7 @@ func TestLightMemberWaitDoesNotPoll(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	h, err := lead.Acquire(ctx, "np", "holder", true, 0)
 	require.NoError(t, err)
-	got := make(chan *Hold, 1)
-	go func() {
-		hh, err := a.Acquire(ctx, "np", "light", true, 0)
-		if err != nil {
-			t.Errorf("light acquire: %v", err)
-		}
-		got <- hh
-	}()
+	got, _ := grantAsync(t, a, "np", "light")
 	require.Eventually(t, func() bool { return lead.waiters("np") == 1 }, 5*time.Second, 5*time.Millisecond)
 	served := func() (sum uint64) {
 		for _, n := range f.All() {
