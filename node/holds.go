@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -137,11 +138,8 @@ func (r *holdRegistry) drop(h *Hold) {
 	if hl == nil {
 		return
 	}
-	for i, x := range hl.handles {
-		if x == h {
-			hl.handles = append(hl.handles[:i], hl.handles[i+1:]...)
-			break
-		}
+	if i := slices.Index(hl.handles, h); i >= 0 {
+		hl.handles = slices.Delete(hl.handles, i, i+1)
 	}
 	if len(hl.handles) == 0 {
 		delete(r.held, k)
