@@ -79,6 +79,20 @@ func toldBeforeGrant(t *testing.T, who string, h *Hold, cause error, lost func()
 	return h2
 }
 
+// grantWithin waits at most d for the waiter's grant on got (grantAsync)
+// and returns the hold. failed says what went wrong if it does not come.
+func grantWithin(t *testing.T, got <-chan *Hold, d time.Duration, failed string) *Hold {
+	t.Helper()
+	select {
+	case h := <-got:
+		require.NotNil(t, h, "the waiter's Acquire failed: %s", failed)
+		return h
+	case <-time.After(d):
+		t.Fatalf("%s (waited %v)", failed, d)
+		return nil
+	}
+}
+
 // queueBehind has holder take name and waiter queue for it, as owners
 // "holder" and "waiter". It returns the hold and, as grantAsync does, the
 // waiter's grant, once the waiter's lock table shows it queued.
