@@ -20,18 +20,29 @@ import (
 // and a wrong guess only shows as a cluster that never forms. Validate
 // refuses the configuration instead (lockerr.ErrInvalidConfig).
 
-// isUnspecified reports whether addr ("host:port" or a bare host) binds
-// every interface: an empty host, 0.0.0.0 or ::.
-func isUnspecified(addr string) bool {
+// hostOf is the host of "host:port", or addr itself when it is not one (a
+// bare host).
+func hostOf(addr string) string {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		host = addr
+		return addr
 	}
-	if host == "" {
+	return host
+}
+
+// isUnspecified reports whether addr ("host:port" or a bare host) binds
+// every interface: an empty host, 0.0.0.0 or ::.
+func isUnspecified(addr string) bool { return hostIs(addr, "", net.IP.IsUnspecified) }
+
+// hostIs reports whether addr's host (hostOf) is the name named, or an IP
+// for which ipIs holds.
+func hostIs(addr, named string, ipIs func(net.IP) bool) bool {
+	host := hostOf(addr)
+	if host == named {
 		return true
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsUnspecified()
+	return ip != nil && ipIs(ip)
 }
 
 // checkAdvertise validates the advertise addresses against the binds.
@@ -93,9 +104,5 @@ func (c Config) gossipAdvertiseHost(g GossipConfig) string {
 	if g.AdvertiseAddr != "" || !isUnspecified(g.BindAddr) || c.AdvertiseAddr == "" {
 		return g.AdvertiseAddr
 	}
-	host, _, err := net.SplitHostPort(c.AdvertiseAddr)
-	if err != nil {
-		return c.AdvertiseAddr
-	}
-	return host
+	return hostOf(c.AdvertiseAddr)
 }

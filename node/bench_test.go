@@ -225,26 +225,8 @@ func BenchmarkCrashTakeover(b *testing.B) {
 	ttl := 3 * time.Second
 	var fromCrash, fromKeepalive []time.Duration
 	for i := 0; i < b.N; i++ {
-		nodes, _ := benchClusterWith(b, func(c *Config) { c.SessionTTL, c.TickInterval = ttl, 50*time.Millisecond })
-		lead := leaderOf(nodes)
-		a := pick(nodes, lead)
-		w := pick(nodes, lead, a)
-		ctx := context.Background()
-		if _, err := nodes[a].Acquire(ctx, "x", "a", true, 0); err != nil {
-			b.Fatal(err)
-		}
-		got := make(chan time.Time, 1)
-		go func() {
-			if _, err := nodes[w].Acquire(ctx, "x", "w", true, 0); err == nil {
-				got <- time.Now()
-			}
-		}()
-		time.Sleep(200 * time.Millisecond) // queued
-		crash := time.Now()
-		lastKA := nodes[a].lastAcked.Load()
-		nodes[a].Crash()
-		delete(nodes, a)
-		at := <-got
+		crash, lastKA, at := benchHandoff(b, func(c *Config) { c.SessionTTL, c.TickInterval = ttl, 50*time.Millisecond },
+			(*Node).Crash)
 		fromCrash = append(fromCrash, at.Sub(crash)-ttl)
 		fromKeepalive = append(fromKeepalive, at.Sub(lastKA)-ttl)
 	}
@@ -260,26 +242,36 @@ func BenchmarkCrashTakeover(b *testing.B) {
 func BenchmarkCloseHandoff(b *testing.B) {
 	var lat []time.Duration
 	for i := 0; i < b.N; i++ {
-		nodes, _ := benchClusterWith(b, nil)
-		lead := leaderOf(nodes)
-		a := pick(nodes, lead)
-		w := pick(nodes, lead, a)
-		ctx := context.Background()
-		if _, err := nodes[a].Acquire(ctx, "x", "a", true, 0); err != nil {
-			b.Fatal(err)
-		}
-		got := make(chan time.Time, 1)
-		go func() {
-			if _, err := nodes[w].Acquire(ctx, "x", "w", true, 0); err == nil {
-				got <- time.Now()
-			}
-		}()
-		time.Sleep(200 * time.Millisecond)
-		start := time.Now()
-		go nodes[a].Close(ctx)
-		lat = append(lat, (<-got).Sub(start))
+		start, _, granted := benchHandoff(b, nil, func(n *Node) { go n.Close(context.Background()) })
+		lat = append(lat, granted.Sub(start))
 	}
 	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "close_to_grant_p50_ms")
+}
+
+// benchHandoff starts a cluster (benchClusterWith), has a follower hold "x"
+// while another follower waits for it, then ends the holder's node with end.
+// It returns when end was called, the send time of the holder's last
+// acknowledged keepalive before that, and when the waiter was granted.
+func benchHandoff(b *testing.B, tune func(*Config), end func(*Node)) (ended, lastKA, granted time.Time) {
+	nodes, _ := benchClusterWith(b, tune)
+	lead := leaderOf(nodes)
+	a := pick(nodes, lead)
+	w := pick(nodes, lead, a)
+	ctx := context.Background()
+	if _, err := nodes[a].Acquire(ctx, "x", "a", true, 0); err != nil {
+		b.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if _, err := nodes[w].Acquire(ctx, "x", "w", true, 0); err == nil {
+			got <- time.Now()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // queued
+	ended = time.Now()
+	lastKA = nodes[a].lastAcked.Load()
+	end(nodes[a])
+	return ended, lastKA, <-got
 }
 
 // BenchmarkLeaderFailover: the leader crashes; reports the time until a

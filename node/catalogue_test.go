@@ -109,10 +109,7 @@ func applied(t *testing.T, n *Node) uint64 {
 // reader's write request is refused (lockerr.ErrUpgrade); other kinds on the name
 // are refused (lockerr.ErrWrongKind) and change nothing.
 func TestRWLock(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	_, ctx, n1, n2, n3 := trio(t)
 
 	r1, err := n1.AcquireWith(ctx, rwReq("rw", "r1", true, true))
 	require.NoError(t, err)
@@ -185,10 +182,7 @@ func TestRWLock(t *testing.T) {
 // (lockerr.ErrPermitsMismatch), as is bad input before anything is proposed
 // (lockerr.ErrBadPermits).
 func TestSemaphore(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	_, ctx, n1, n2, n3 := trio(t)
 
 	a, err := n1.AcquireWith(ctx, semReq("pool", "a", 2, 3, true))
 	require.NoError(t, err)
@@ -258,10 +252,7 @@ func lockFound(n *Node, name string) (lockfsm.LockInfo, bool) {
 // Context first, then the cluster takes its permit back), the renewed one
 // stays.
 func TestSemaphoreLeasePerPermit(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	_, ctx, n1, n2, n3 := trio(t)
 	h, err := n1.AcquireWith(ctx, semReq("lp", "h", 2, 2, true))
 	require.NoError(t, err)
 	lease := 800 * time.Millisecond
@@ -362,6 +353,42 @@ func collect(ctx context.Context, o *Observer, out chan<- LeaderChange) {
 	}
 }
 
+// proclaimUnsure proclaims value within 3 s; a failure is logged, not
+// fatal: its outcome is unknown, and the test checks what was applied.
+func proclaimUnsure(t *testing.T, ctx context.Context, h *Hold, value string) {
+	t.Helper()
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := h.Proclaim(pctx, value); err != nil {
+		t.Logf("proclaim %s: %v (outcome unknown)", value, err)
+	}
+}
+
+// observeChanges observes name on n. The changes come on the returned
+// channel, which is closed when the observation ends (collect).
+func observeChanges(t *testing.T, ctx context.Context, n *Node, name string) (*Observer, <-chan LeaderChange) {
+	t.Helper()
+	o, err := n.Observe(ctx, name)
+	require.NoError(t, err)
+	ch := make(chan LeaderChange, 1024)
+	go collect(ctx, o, ch)
+	return o, ch
+}
+
+// changesUntil takes the changes from ch up to the first for which last is
+// true, that one included.
+func changesUntil(t *testing.T, ch <-chan LeaderChange, last func(LeaderChange) bool) []LeaderChange {
+	t.Helper()
+	var seen []LeaderChange
+	for {
+		c := nextChange(t, ch)
+		seen = append(seen, c)
+		if last(c) {
+			return seen
+		}
+	}
+}
+
 func nextChange(t *testing.T, ch <-chan LeaderChange) LeaderChange {
 	t.Helper()
 	select {
@@ -382,19 +409,13 @@ func nextChange(t *testing.T, ch <-chan LeaderChange) LeaderChange {
 // changes the log applied.
 func TestElection(t *testing.T) {
 	var log leaderLog
-	tc := newCluster(t, 3, func(c *Config) {
+	_, ctx, n1, n2, n3 := trio(t, func(c *Config) {
 		if c.ID == 2 {
 			c.Observer = log.observe
 		}
 	})
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
 
-	o, err := n3.Observe(ctx, "leader")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 64)
-	go collect(ctx, o, ch)
+	o, ch := observeChanges(t, ctx, n3, "leader")
 	var seen []LeaderChange
 	next := func() LeaderChange {
 		t.Helper()
@@ -469,10 +490,7 @@ func TestElection(t *testing.T) {
 // behind it even when the name is free; opposite orders never deadlock;
 // bad input is refused before anything is proposed.
 func TestMultiNameLock(t *testing.T) {
-	tc := newCluster(t, 3)
-	leader(t, tc)
-	ctx := ctxT(t, 30*time.Second)
-	n1, n2, n3 := tc.Member(1), tc.Member(2), tc.Member(3)
+	tc, ctx, n1, n2, n3 := trio(t)
 
 	b, err := n1.Acquire(ctx, "b", "holder-b", true, 0)
 	require.NoError(t, err)
@@ -683,10 +701,7 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 			speaker = n
 		}
 	}
-	o, err := watcher.Observe(ctx, "fo")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 1024)
-	go collect(ctx, o, ch)
+	_, ch := observeChanges(t, ctx, watcher, "fo")
 	first := nextChange(t, ch)
 	l, err := speaker.AcquireWith(ctx, campaignReq("fo", "speaker", "v0"))
 	require.NoError(t, err)
@@ -696,24 +711,12 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 			tc.Crash(lead)
 			crashed = true
 		}
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := l.Proclaim(pctx, fmt.Sprintf("v%d", i))
-		cancel()
-		if err != nil {
-			t.Logf("proclaim v%d: %v (outcome unknown)", i, err)
-		}
+		proclaimUnsure(t, ctx, l, fmt.Sprintf("v%d", i))
 	}
 	require.True(t, crashed)
 	require.NoError(t, l.Release(ctx))
 	// The resign is the last change: wait for it, then stop observing.
-	var seen []LeaderChange
-	for {
-		c := nextChange(t, ch)
-		seen = append(seen, c)
-		if !c.Leading() {
-			break
-		}
-	}
+	seen := changesUntil(t, ch, func(c LeaderChange) bool { return !c.Leading() })
 	want := logs[speaker.ID()].of("fo", first.Index)
 	require.Equal(t, want, seen, "observed on node %d vs applied on node %d", watcher.ID(), speaker.ID())
 	require.Greater(t, len(seen), 30, "the proclaims were observed")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -89,6 +90,15 @@ func withLogs(t testing.TB, sink *logSink) func(*Config) {
 // carries it in the clear).
 var formationByAddr sync.Map
 
+// trio starts 3 nodes (tune as for newCluster) and waits for a leader; it
+// returns them, a context of 30 s and each of the three.
+func trio(t *testing.T, tune ...func(*Config)) (tc *cluster.Cluster[*Node], ctx context.Context, n1, n2, n3 *Node) {
+	t.Helper()
+	tc = newCluster(t, 3, tune...)
+	leader(t, tc)
+	return tc, ctxT(t, 30*time.Second), tc.Member(1), tc.Member(2), tc.Member(3)
+}
+
 // leader waits until every running node agrees on a running leader and
 // returns it.
 func leader(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
@@ -103,13 +113,20 @@ func leader(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
 // follower waits for a leader and returns a running node that is not it.
 func follower(t testing.TB, tc *cluster.Cluster[*Node]) uint64 {
 	t.Helper()
-	lead := leader(t, tc)
+	id := otherThan(tc, leader(t, tc))
+	if id == 0 {
+		t.Fatal("no follower")
+	}
+	return id
+}
+
+// otherThan is the first running node of tc that is none of not (0: none).
+func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
 	for id := range tc.All() {
-		if id != lead {
+		if !slices.Contains(not, id) {
 			return id
 		}
 	}
-	t.Fatal("no follower")
 	return 0
 }
 

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"slices"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/lockraft/lockraft/node/internal/lease"
+	"github.com/lockraft/lockraft/node/internal/readctx"
 )
 
 // Keepalives and lease renewals are acknowledged only after the leader has
@@ -157,34 +157,14 @@ func (c *confirmer) issue(term uint64, now time.Time, onTick bool) {
 	c.rounds = append(c.rounds, confirmRound{id: c.id, issued: now, waiters: c.next, sessions: sessions})
 	c.next = nil
 	c.lease.SeeRound(term, sessions, now)
-	var rctx [9]byte
-	rctx[0] = 'k'
-	binary.BigEndian.PutUint64(rctx[1:], c.id)
-	c.rn.ReadIndex(rctx[:])
+	c.rn.ReadIndex(readctx.Encode(readctx.Keepalive, c.id))
 }
 
 // answer answers the waiters of each confirmed round and of every earlier
 // one; leading: this node still leads.
 func (c *confirmer) answer(rss []raft.ReadState, leading bool) {
 	for _, rs := range rss {
-		ctx := rs.RequestCtx
-		if len(ctx) != 9 || ctx[0] != 'k' {
-			continue
-		}
-		id := binary.BigEndian.Uint64(ctx[1:])
-		upto := -1
-		for i, r := range c.rounds {
-			if r.id == id {
-				upto = i
-				break
-			}
-		}
-		if upto < 0 {
-			continue // already answered through a later round
-		}
-		done := c.rounds[:upto+1]
-		c.rounds = c.rounds[upto+1:]
-		for _, r := range done {
+		for _, r := range readctx.Answered(&c.rounds, func(r confirmRound) uint64 { return r.id }, readctx.Keepalive, rs.RequestCtx) {
 			for _, w := range r.waiters {
 				if !leading {
 					w.reply <- keepaliveNotLeader

@@ -109,17 +109,7 @@ func TestS1RestartKeepsLatestConfiguration(t *testing.T) {
 // configuration than the one it had applied.
 func TestS3FailedConfStateWriteStopsNode(t *testing.T) {
 	f := newGossipCluster(t, "confwrite", 4, 3)
-	startSlot(t, f, 1)
-	startSlot(t, f, 2, f.Member(1).GossipAddr())
-	startSlot(t, f, 3, f.Member(1).GossipAddr())
-	waitConf(t, f, 30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := fleetLeader(t, f, 5*time.Second)
-	var x *Node
-	for _, n := range f.All() {
-		if n != lead {
-			x = n
-		}
-	}
+	_, _, x := formThree(t, f)
 	faultsOf(f, x).FailConfStates(errors.New("disk full"))
 	startSlot(t, f, 4, f.Member(1).GossipAddr()) // the leader adds it as a learner: a configuration change
 	waitConf(t, f, 30*time.Second, "learner added", func(v, l []uint64) bool { return len(l) == 1 })

@@ -148,32 +148,45 @@ func requireSameTables(t *testing.T, tc *cluster.Cluster[*Node]) {
 	}, 10*time.Second, 20*time.Millisecond, "replicas' lock tables differ")
 }
 
+// snapshotOften has a node snapshot every 50 entries and keep 10 before it.
+func snapshotOften(c *Config) {
+	c.SnapshotEvery = 50
+	c.CompactKeep = 10
+}
+
+// leaveBehind crashes a follower of tc (which snapshots often) and has the
+// leader take and release 150 locks meanwhile, keeping every tenth held so
+// the snapshot is not empty. It returns the follower, still down, the
+// leader and the holds it kept.
+func leaveBehind(t *testing.T, ctx context.Context, tc *cluster.Cluster[*Node]) (f uint64, lead *Node, holds []*Hold) {
+	t.Helper()
+	f = follower(t, tc)
+	tc.Crash(f)
+	lead = tc.Member(leader(t, tc))
+	for i := 0; i < 150; i++ {
+		name := fmt.Sprintf("k/%d", i%20)
+		if i%10 == 0 {
+			name = fmt.Sprintf("held/%d", i)
+		}
+		h, err := lead.Acquire(ctx, name, fmt.Sprintf("o%d", i), true, 0)
+		require.NoError(t, err)
+		if i%10 == 0 {
+			holds = append(holds, h)
+			continue
+		}
+		require.NoError(t, h.Release(ctx))
+	}
+	return f, lead, holds
+}
+
 // TestFollowerCatchesUpBySnapshot: a follower is down while the others
 // apply enough entries to snapshot and compact their logs; when it comes
 // back it is sent a snapshot (streamed by the transport), restores its lock
 // table from it, and ends byte-identical to the others.
 func TestFollowerCatchesUpBySnapshot(t *testing.T) {
-	tc := newCluster(t, 3, func(c *Config) {
-		c.SnapshotEvery = 50
-		c.CompactKeep = 10
-	})
+	tc := newCluster(t, 3, snapshotOften)
 	ctx := ctxT(t, 30*time.Second)
-	f := follower(t, tc)
-	tc.Crash(f)
-	n := tc.Member(leader(t, tc))
-	var holds []*Hold
-	for i := 0; i < 150; i++ {
-		if i%10 == 0 {
-			// Keep some held so the snapshot is not empty.
-			h, err := n.Acquire(ctx, fmt.Sprintf("held/%d", i), fmt.Sprintf("o%d", i), true, 0)
-			require.NoError(t, err)
-			holds = append(holds, h)
-			continue
-		}
-		h, err := n.Acquire(ctx, fmt.Sprintf("k/%d", i%20), fmt.Sprintf("o%d", i), true, 0)
-		require.NoError(t, err)
-		require.NoError(t, h.Release(ctx))
-	}
+	f, _, holds := leaveBehind(t, ctx, tc)
 	require.NoError(t, tc.Restart(f))
 	require.Eventually(t, func() bool {
 		st, err := tc.Member(f).Status(ctx)

@@ -183,9 +183,7 @@ func TestS1FormedClustersWithOneIDNeverMerge(t *testing.T) {
 	b := newGossipCluster(t, "twin", 3, 3, prefixed("b"))
 	w := watchFormations(t, a, b)
 	for _, f := range []*cluster.Cluster[*Node]{a, b} {
-		startSlot(t, f, 1)
-		startSlot(t, f, 2, f.Member(1).GossipAddr())
-		startSlot(t, f, 3, f.Member(1).GossipAddr())
+		startSeeded(t, f, 3)
 	}
 	va, _ := waitConf(t, a, 30*time.Second, "a formed", func(v, l []uint64) bool { return len(v) == 3 })
 	vb, _ := waitConf(t, b, 30*time.Second, "b formed", func(v, l []uint64) bool { return len(v) == 3 })

@@ -56,21 +56,10 @@ func (h *transportHandler) FwdOpen(ctx context.Context, from uint64, req *transp
 // that is not refuses the whole call.
 func (h *transportHandler) FwdPropose(ctx context.Context, from uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
 	n := (*Node)(h)
-	reply := make(chan *transportpb.FwdProposeResponse, 1)
-	fail := make(chan error, 1)
 	cmds := req.GetCommands()
-	resp, err := awaitLoop(ctx, n, reply, func() {
-		if err := n.fwd.ProposeOnLeader(from, cmds, n.clock.Now(), reply); err != nil {
-			fail <- err
-			reply <- nil
-		}
+	return awaitRefusable(ctx, n, from, "FwdPropose", func(reply chan *transportpb.FwdProposeResponse) error {
+		return n.fwd.ProposeOnLeader(from, cmds, n.clock.Now(), reply)
 	})
-	select {
-	case err := <-fail:
-		return nil, n.refuseCall(from, "FwdPropose", err)
-	default:
-	}
-	return resp, err
 }
 
 // FwdPush serves results and events pushed to this light member; only the
@@ -98,21 +87,13 @@ func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transp
 func (h *transportHandler) FwdStatus(ctx context.Context, from uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
 	n := (*Node)(h)
 	n.statusServed.Add(1)
-	reply := make(chan *transportpb.FwdStatusResponse, 1)
-	fail := make(chan error, 1)
-	resp, err := awaitLoop(ctx, n, reply, func() {
+	return awaitRefusable(ctx, n, from, "FwdStatus", func(reply chan *transportpb.FwdStatusResponse) error {
 		r, err := n.fwd.ServeStatus(from, req)
-		if err != nil {
-			fail <- err
+		if err == nil {
+			reply <- r
 		}
-		reply <- r
+		return err
 	})
-	select {
-	case err := <-fail:
-		return nil, n.refuseCall(from, "FwdStatus", err)
-	default:
-	}
-	return resp, err
 }
 
 // Observe serves a light member's subscription to elections: each name's
@@ -128,31 +109,35 @@ func (h *transportHandler) Observe(ctx context.Context, from uint64, req *transp
 		}
 	}
 	reply := make(chan *transportpb.ObserveResponse, 1)
-	if err := n.do(ctx, func() { reply <- n.fwd.ServeObserve(from, req, n.clock.Now()) }); err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-reply:
-		return r, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
+	return awaitReply(ctx, n, reply, n.do(ctx, func() { reply <- n.fwd.ServeObserve(from, req, n.clock.Now()) }), nil)
 }
 
-// awaitLoop runs f in the loop and waits for what it sends on reply.
-func awaitLoop[T any](ctx context.Context, n *Node, reply chan T, f func()) (T, error) {
-	var zero T
-	if err := n.do(ctx, f); err != nil {
-		return zero, err
-	}
+// awaitRefusable runs serve in the loop and waits for the answer it sends
+// on reply (awaitLoop); an error serve returns instead refuses the call
+// from the member (refuseCall, as method).
+func awaitRefusable[T any](ctx context.Context, n *Node, from uint64, method string, serve func(reply chan T) error) (T, error) {
+	reply := make(chan T, 1)
+	fail := make(chan error, 1)
+	resp, err := awaitLoop(ctx, n, reply, func() {
+		if err := serve(reply); err != nil {
+			fail <- err
+			var zero T
+			reply <- zero
+		}
+	})
 	select {
-	case r := <-reply:
-		return r, nil
-	case <-ctx.Done():
-		return zero, context.Cause(ctx)
-	case <-n.donec:
-		return zero, lockerr.ErrClosed
+	case err := <-fail:
+		var zero T
+		return zero, n.refuseCall(from, method, err)
+	default:
 	}
+	return resp, err
+}
+
+// awaitLoop runs f in the loop and waits for what it sends on reply
+// (lockerr.ErrClosed if the node stops first).
+func awaitLoop[T any](ctx context.Context, n *Node, reply chan T, f func()) (T, error) {
+	return awaitReply(ctx, n, reply, n.do(ctx, f), func() error { return lockerr.ErrClosed })
 }
 
 // ---- push items' error codes ----

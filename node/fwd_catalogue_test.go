@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,31 +27,12 @@ import (
 // (resubscribed with the new one): exactly the changes a raft member
 // applied.
 func TestLightMemberCatalogue(t *testing.T) {
-	logs := map[uint64]*leaderLog{}
-	var logsMu = make(chan struct{}, 1)
-	logsMu <- struct{}{}
-	f, lights := lightFleet(t, "lightcat", 6, func(c *Config) {
-		<-logsMu
-		l := &leaderLog{}
-		logs[uint64(len(logs))] = l
-		logsMu <- struct{}{}
-		c.Observer = l.observe
-	})
+	f, lights, applied := observedLightFleet(t, "lightcat", 6)
 	require.NotEmpty(t, lights)
 	a := lights[0]
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 60*time.Second)
-	var voter *Node // a raft member that is not the leader: it survives the leader's crash
-	for _, n := range f.All() {
-		if n != lead && !n.light() {
-			voters, _, err := n.ConfState(ctx)
-			if err == nil && slices.Contains(voters, n.ID()) {
-				voter = n
-				break
-			}
-		}
-	}
-	require.NotNil(t, voter)
+	voter := survivingVoter(t, ctx, f, lead)
 
 	// Read-write: the light member reads beside a raft member, then its
 	// queued write is granted by a push once the reader leaves.
@@ -94,23 +74,14 @@ func TestLightMemberCatalogue(t *testing.T) {
 	require.NoError(t, mh.Release(ctx))
 
 	// Election and Observe.
-	o, err := a.Observe(ctx, "el")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 1024)
-	go collect(ctx, o, ch)
+	_, ch := observeChanges(t, ctx, a, "el")
 	first := nextChange(t, ch)
 	require.False(t, first.Leading())
 	vl, err := voter.AcquireWith(ctx, campaignReq("el", "voter", "v0"))
 	require.NoError(t, err)
 	lp := acquireAsync(ctx, a, campaignReq("el", "light", "light-value"))
 	require.Eventually(t, func() bool { return lead.waiters("el") == 1 }, 5*time.Second, 5*time.Millisecond)
-	proclaim := func(i int) {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		if err := vl.Proclaim(pctx, fmt.Sprintf("v%d", i)); err != nil {
-			t.Logf("proclaim v%d: %v (outcome unknown)", i, err)
-		}
-	}
+	proclaim := func(i int) { proclaimUnsure(t, ctx, vl, fmt.Sprintf("v%d", i)) }
 	for i := 1; i <= 5; i++ {
 		proclaim(i)
 	}
@@ -122,32 +93,15 @@ func TestLightMemberCatalogue(t *testing.T) {
 	for i := 11; i <= 15; i++ {
 		proclaim(i)
 	}
-	for i, n := range f.All() {
-		if n == lead {
-			f.Crash(i)
-		}
-	}
+	f.Crash(slotOf(f, lead))
 	for i := 16; i <= 25; i++ {
 		proclaim(i)
 	}
 	require.NoError(t, vl.Release(ctx)) // hands over to the light member
 	lh := lp.wait(t)
 	require.Greater(t, lh.Token(), vl.Token())
-	var seen []LeaderChange
-	for {
-		c := nextChange(t, ch)
-		seen = append(seen, c)
-		if c.Owner == "light" {
-			break
-		}
-	}
-	var want []LeaderChange
-	for _, l := range logs {
-		if w := l.of("el", first.Index); len(w) > len(want) {
-			want = w
-		}
-	}
-	require.Equal(t, want, seen, "the light member observed exactly the applied changes")
+	seen := changesUntil(t, ch, func(c LeaderChange) bool { return c.Owner == "light" })
+	require.Equal(t, applied("el", first.Index), seen, "the light member observed exactly the applied changes")
 	t.Logf("light member observed %d changes; gaps caught up %d; fwd-status relearned %d", len(seen),
 		a.observeGaps.Load(), a.relearned.Load())
 	require.Positive(t, a.observeGaps.Load(), "the lost pushes were noticed and caught up")

@@ -26,10 +26,7 @@ func lightFleet(t testing.TB, name string, size int, tune func(*Config)) (*clust
 			tune(c)
 		}
 	})
-	seed := startSlot(t, f, 1).GossipAddr()
-	for i := uint64(2); i <= uint64(size); i++ {
-		startSlot(t, f, i, seed)
-	}
+	startSeeded(t, f, uint64(size))
 	learners := min(2, size-3)
 	waitConf(t, f, 60*time.Second, "3 voters + learners", func(v, l []uint64) bool { return len(v) == 3 && len(l) == learners })
 	require.Eventually(t, func() bool {
@@ -44,6 +41,51 @@ func lightFleet(t testing.TB, name string, size int, tune func(*Config)) (*clust
 	require.Eventually(t, func() bool { return len(lightNodes(f)) == size-3-learners }, 20*time.Second, 10*time.Millisecond,
 		"every member outside the configuration is light, no other")
 	return f, lightNodes(f)
+}
+
+// observedLightFleet is lightFleet whose every instance records the election
+// changes it applies. applied gives, of those records, the longest list of
+// name's changes after an index: what a raft member applied.
+func observedLightFleet(t testing.TB, name string, size int) (f *cluster.Cluster[*Node], lights []*Node,
+	applied func(name string, after uint64) []LeaderChange) {
+	t.Helper()
+	var mu sync.Mutex
+	var logs []*leaderLog
+	f, lights = lightFleet(t, name, size, func(c *Config) {
+		l := &leaderLog{}
+		mu.Lock()
+		logs = append(logs, l)
+		mu.Unlock()
+		c.Observer = l.observe
+	})
+	applied = func(name string, after uint64) []LeaderChange {
+		mu.Lock()
+		defer mu.Unlock()
+		var want []LeaderChange
+		for _, l := range logs {
+			if w := l.of(name, after); len(w) > len(want) {
+				want = w
+			}
+		}
+		return want
+	}
+	return f, lights, applied
+}
+
+// survivingVoter is a voter of f's raft configuration other than lead: one
+// that survives the leader's crash.
+func survivingVoter(t testing.TB, ctx context.Context, f *cluster.Cluster[*Node], lead *Node) *Node {
+	t.Helper()
+	for _, n := range f.All() {
+		if n != lead && !n.light() {
+			voters, _, err := n.ConfState(ctx)
+			if err == nil && slices.Contains(voters, n.ID()) {
+				return n
+			}
+		}
+	}
+	t.Fatal("no voter beside the leader")
+	return nil
 }
 
 // lightNodes are the running instances of f outside the raft configuration.
@@ -140,11 +182,7 @@ func TestLightMemberCrashReleasesAfterTTL(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	_, err := a.Acquire(ctx, "crash", "alice", true, 0)
 	require.NoError(t, err)
-	for i, n := range f.All() {
-		if n == a {
-			f.Crash(i)
-		}
-	}
+	f.Crash(slotOf(f, a))
 	start := time.Now()
 	h, err := lead.Acquire(ctx, "crash", "bob", true, 0)
 	require.NoError(t, err)
@@ -160,27 +198,10 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	// Held by a voter that is not the leader, so it survives the change.
-	var holder *Node
-	for _, n := range f.All() {
-		if n != lead && !n.light() {
-			voters, _, err := n.ConfState(ctx)
-			if err == nil && slices.Contains(voters, n.ID()) {
-				holder = n
-				break
-			}
-		}
-	}
-	require.NotNil(t, holder)
+	holder := survivingVoter(t, ctx, f, lead)
 	h, err := holder.Acquire(ctx, "fo", "holder", true, 0)
 	require.NoError(t, err)
-	got := make(chan *Hold, 1)
-	go func() {
-		hh, err := a.Acquire(ctx, "fo", "light", true, 0)
-		if err != nil {
-			t.Errorf("light acquire: %v", err)
-		}
-		got <- hh
-	}()
+	got, _ := grantAsync(t, a, "fo", "light")
 	require.Eventually(t, func() bool {
 		return lead.waiters("fo") == 1
 	}, 5*time.Second, 5*time.Millisecond)
@@ -188,11 +209,7 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	// member: the grant must be re-learned with fwd-status from the new
 	// leader.
 	faultsOf(f, a).DropPushes(true)
-	for i, n := range f.All() {
-		if n == lead {
-			f.Crash(i)
-		}
-	}
+	f.Crash(slotOf(f, lead))
 	require.Eventually(t, func() bool { l := holder.Leader(); return l != 0 && l != lead.ID() }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, h.Release(ctx))
 	select {
@@ -208,10 +225,11 @@ func TestLightMemberWaitSurvivesLeaderChange(t *testing.T) {
 	}
 }
 
+// fleetTune slows the test timing 2.5 times for 50 instances on a small
+// machine: it applies after fastConfig, whose election and heartbeat ticks
+// it keeps.
 func fleetTune(c *Config) {
 	c.TickInterval = 50 * time.Millisecond
-	c.ElectionTicks = 10
-	c.HeartbeatTicks = 1
 	c.SessionTTL = 5 * time.Second
 	c.KeepaliveInterval = 250 * time.Millisecond
 	c.RetryInterval = 250 * time.Millisecond
@@ -261,14 +279,7 @@ func TestLightMemberWaitDoesNotPoll(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	h, err := lead.Acquire(ctx, "np", "holder", true, 0)
 	require.NoError(t, err)
-	got := make(chan *Hold, 1)
-	go func() {
-		hh, err := a.Acquire(ctx, "np", "light", true, 0)
-		if err != nil {
-			t.Errorf("light acquire: %v", err)
-		}
-		got <- hh
-	}()
+	got, _ := grantAsync(t, a, "np", "light")
 	require.Eventually(t, func() bool { return lead.waiters("np") == 1 }, 5*time.Second, 5*time.Millisecond)
 	served := func() (sum uint64) {
 		for _, n := range f.All() {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,14 +67,58 @@ func startSlot(t testing.TB, f *cluster.Cluster[*Node], i uint64, seeds ...strin
 	return f.Member(i)
 }
 
-// slotOf is the slot of f that runs n (0: none).
-func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
-	for i, m := range f.All() {
-		if m == n {
+// startSeeded starts slots 1 to n of f, each after the first with the
+// first's gossip address as its seed.
+func startSeeded(t testing.TB, f *cluster.Cluster[*Node], n uint64) {
+	t.Helper()
+	seed := startSlot(t, f, 1).GossipAddr()
+	for i := uint64(2); i <= n; i++ {
+		startSlot(t, f, i, seed)
+	}
+}
+
+// formThree starts slots 1 to 3 of f (startSeeded) and waits until they
+// form a configuration of 3 voters with a leader. It returns the voters,
+// the leader and a follower.
+func formThree(t testing.TB, f *cluster.Cluster[*Node]) (voters []uint64, lead, follower *Node) {
+	t.Helper()
+	startSeeded(t, f, 3)
+	voters, _ = waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	lead = fleetLeader(t, f, 10*time.Second)
+	for _, n := range f.All() {
+		if n != lead {
+			follower = n
+		}
+	}
+	return voters, lead, follower
+}
+
+// formFour starts slots 1 to 4 of f (startSeeded) and waits until they form
+// a configuration of 3 voters and 1 learner. It returns the voters and the
+// slot of the learner.
+func formFour(t testing.TB, f *cluster.Cluster[*Node]) (voters []uint64, learner uint64) {
+	t.Helper()
+	startSeeded(t, f, 4)
+	voters, learners := waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	learner = slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
+	require.NotZero(t, learner)
+	return voters, learner
+}
+
+// slotWhere is the first slot of f whose running member is one for which ok
+// is true (0: none).
+func slotWhere(f *cluster.Cluster[*Node], ok func(*Node) bool) uint64 {
+	for i, n := range f.All() {
+		if ok(n) {
 			return i
 		}
 	}
 	return 0
+}
+
+// slotOf is the slot of f that runs n (0: none).
+func slotOf(f *cluster.Cluster[*Node], n *Node) uint64 {
+	return slotWhere(f, func(m *Node) bool { return m == n })
 }
 
 // faultsOf is the Faults of the slot of f that runs n.
@@ -173,11 +216,7 @@ func TestGossipFormAndGrow(t *testing.T) {
 
 func TestGossipReplaceDeadVoter(t *testing.T) {
 	f := newGossipCluster(t, "heal", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
-	voters, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	voters, _ := formFour(t, f)
 	lead := fleetLeader(t, f, 5*time.Second)
 
 	// A lock held on the leader across the whole failure, and a stream of
@@ -212,16 +251,11 @@ func TestGossipReplaceDeadVoter(t *testing.T) {
 		}
 	}()
 
-	var victim uint64
-	for i, n := range f.All() {
-		if n != lead && slices.Contains(voters, n.ID()) {
-			victim = i
-		}
-	}
+	victim := slotWhere(f, func(n *Node) bool { return n != lead && slices.Contains(voters, n.ID()) })
 	victimID := f.Member(victim).ID()
 	killed := time.Now()
 	f.Crash(victim)
-	voters, learners = waitConf(t, f, 20*time.Second, "victim replaced", func(v, l []uint64) bool {
+	voters, learners := waitConf(t, f, 20*time.Second, "victim replaced", func(v, l []uint64) bool {
 		return len(v) == 3 && !slices.Contains(v, victimID) && !slices.Contains(l, victimID)
 	})
 	t.Logf("voter %x replaced after %v: voters %x learners %x", victimID, time.Since(killed), voters, learners)
@@ -245,12 +279,7 @@ func TestGossipRestartRejoins(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	h, err := lead.Acquire(ctx, "before", "o", true, 0)
 	require.NoError(t, err)
-	var victim uint64
-	for i, n := range f.All() {
-		if n != lead {
-			victim = i
-		}
-	}
+	victim := slotWhere(f, func(n *Node) bool { return n != lead })
 	oldID := f.Member(victim).ID()
 	f.Crash(victim)
 	n := startSlot(t, f, victim, lead.GossipAddr())
@@ -313,45 +342,26 @@ func TestGossipSingleNodeAndLeave(t *testing.T) {
 	})
 }
 
-// syncBuffer is a goroutine-safe log sink for asserting on log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestGossipWrongKeyRefused: a member with the wrong gossip key is refused —
 // it never appears among the members nor in the raft configuration — and
 // the refusal is logged clearly on the member it tried to reach.
 func TestGossipWrongKeyRefused(t *testing.T) {
 	key := []byte("0123456789abcdef")
-	var logs syncBuffer
+	logs := &logSink{}
 	f := newGossipCluster(t, "keyed", 4, 3, func(c *Config) {
 		c.Gossip.SecretKey = key
 		switch c.Gossip.Name {
 		case "keyed-1":
-			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), nil))
+			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, tWriter{t}), nil))
 		case "keyed-4": // the intruder
 			c.Gossip.SecretKey = []byte("fedcba9876543210")
 		}
 	})
-	first := startSlot(t, f, 1)
-	startSlot(t, f, 2, first.GossipAddr())
-	startSlot(t, f, 3, first.GossipAddr())
+	startSeeded(t, f, 3)
+	first := f.Member(1)
 	voters, _ := waitConf(t, f, 20*time.Second, "keyed cluster formed", func(v, l []uint64) bool { return len(v) == 3 })
 	intruder := startSlot(t, f, 4, first.GossipAddr())
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "decrypt") }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return logs.count("decrypt") > 0 }, 10*time.Second, 20*time.Millisecond,
 		"the refusal of a wrong-key member must be logged")
 	for _, n := range []*Node{first, f.Member(2), f.Member(3)} {
 		for _, m := range n.Members() {
@@ -369,29 +379,19 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 // forever with Lock calls that never return.
 func TestGossipRemovedWhileAwayStops(t *testing.T) {
 	f := newGossipCluster(t, "removed", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
-	_, learners := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	var slot uint64
-	for i, n := range f.All() {
-		if n.ID() == learners[0] {
-			slot = i
-		}
-	}
-	require.NotZero(t, slot)
+	_, slot := formFour(t, f)
 	// In the configuration is not yet holding raft state: the premise is a
 	// member that comes back *with* its data.
 	learner := f.Member(slot)
+	id := learner.ID()
 	require.Eventually(t, func() bool { return learner.storage.HasState() }, 20*time.Second, 10*time.Millisecond,
 		"the learner never received raft state")
 	f.Crash(slot)
 	waitConf(t, f, 20*time.Second, "the dead learner removed", func(v, l []uint64) bool {
-		return len(v) == 3 && !slices.Contains(l, learners[0])
+		return len(v) == 3 && !slices.Contains(l, id)
 	})
 	back := startSlot(t, f, slot, f.Member(f.Running()[0]).GossipAddr()) // slot 1 may be the one that was crashed
-	require.Equal(t, learners[0], back.ID(), "restarted with its data and id")
+	require.Equal(t, id, back.ID(), "restarted with its data and id")
 	// The leader notices it on its next reconcile; until then a call may
 	// still go through. It must end up stopped with lockerr.ErrRemoved, not hanging.
 	var err error
@@ -449,18 +449,8 @@ func TestSessionOpenedLateIsKept(t *testing.T) {
 // their Lock calls was queued: live overlaps).
 func TestCloseHandsOutNoLiveHold(t *testing.T) {
 	f := newGossipCluster(t, "closegrant", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
-	_, learners := waitConf(t, f, 30*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
-	var a *Node
-	for _, n := range f.All() {
-		if n.ID() == learners[0] {
-			a = n
-		}
-	}
-	require.NotNil(t, a)
+	_, slot := formFour(t, f)
+	a := f.Member(slot)
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 
@@ -552,19 +542,10 @@ func (n *Node) holderOf(name string) string {
 // threshold from there.
 func TestHealthMarksStartAfreshEachTerm(t *testing.T) {
 	f := newGossipCluster(t, "marks", 4, 3)
-	startSlot(t, f, 1)
-	for i := uint64(2); i <= 4; i++ {
-		startSlot(t, f, i, f.Member(1).GossipAddr())
-	}
-	voters, _ := waitConf(t, f, 20*time.Second, "3 voters + 1 learner", func(v, l []uint64) bool { return len(v) == 3 && len(l) == 1 })
+	voters, _ := formFour(t, f)
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	victim := uint64(0)
-	for i, n := range f.All() {
-		if n != lead && slices.Contains(voters, n.ID()) {
-			victim = i
-		}
-	}
+	victim := slotWhere(f, func(n *Node) bool { return n != lead && slices.Contains(voters, n.ID()) })
 	victimID := f.Member(victim).ID()
 	f.Crash(victim)
 	require.Eventually(t, func() bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -137,11 +138,8 @@ func (r *holdRegistry) drop(h *Hold) {
 	if hl == nil {
 		return
 	}
-	for i, x := range hl.handles {
-		if x == h {
-			hl.handles = append(hl.handles[:i], hl.handles[i+1:]...)
-			break
-		}
+	if i := slices.Index(hl.handles, h); i >= 0 {
+		hl.handles = slices.Delete(hl.handles, i, i+1)
 	}
 	if len(hl.handles) == 0 {
 		delete(r.held, k)
@@ -311,41 +309,42 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	return h, fresh, nil
 }
 
+// fsmErrors are the public sentinels of the lock table's refusals; a named
+// one says which name it refuses.
+var fsmErrors = []struct {
+	fsm, public error
+	named       bool
+}{
+	{lockfsm.ErrNotHolder, lockerr.ErrNotHeld, false},
+	{lockfsm.ErrTooManyHolds, lockerr.ErrTooManyHolds, false},
+	{lockfsm.ErrAlreadyWaiting, lockerr.ErrAlreadyWaiting, false},
+	{lockfsm.ErrNoSession, lockerr.ErrSessionExpired, false},
+	{lockfsm.ErrInvalidName, lockerr.ErrInvalidName, false},
+	{lockfsm.ErrInvalidOwner, lockerr.ErrInvalidOwner, false},
+	{lockfsm.ErrWrongKind, lockerr.ErrWrongKind, true},
+	{lockfsm.ErrUpgrade, lockerr.ErrUpgrade, true},
+	{lockfsm.ErrHoldConflict, lockerr.ErrHoldConflict, true},
+	{lockfsm.ErrBadPermits, lockerr.ErrBadPermits, true},
+	{lockfsm.ErrPermitsMismatch, lockerr.ErrPermitsMismatch, true},
+	{lockfsm.ErrTooManyNames, lockerr.ErrTooManyNames, false},
+	{lockfsm.ErrDuplicateName, lockerr.ErrDuplicateName, false},
+	{lockfsm.ErrInvalidValue, lockerr.ErrInvalidValue, false},
+}
+
 func fsmError(res lockfsm.Result, name string) error {
-	switch {
-	case errors.Is(res.Err, lockfsm.ErrLocked):
+	if errors.Is(res.Err, lockfsm.ErrLocked) {
 		if res.Holder.Owner == "" {
 			return fmt.Errorf("%w: %q (no permits free, waiters ahead, or in its lock-delay)", lockerr.ErrLocked, name)
 		}
 		return fmt.Errorf("%w: %q held by owner %q", lockerr.ErrLocked, name, res.Holder.Owner)
-	case errors.Is(res.Err, lockfsm.ErrNotHolder):
-		return lockerr.ErrNotHeld
-	case errors.Is(res.Err, lockfsm.ErrTooManyHolds):
-		return lockerr.ErrTooManyHolds
-	case errors.Is(res.Err, lockfsm.ErrAlreadyWaiting):
-		return lockerr.ErrAlreadyWaiting
-	case errors.Is(res.Err, lockfsm.ErrNoSession):
-		return lockerr.ErrSessionExpired
-	case errors.Is(res.Err, lockfsm.ErrInvalidName):
-		return lockerr.ErrInvalidName
-	case errors.Is(res.Err, lockfsm.ErrInvalidOwner):
-		return lockerr.ErrInvalidOwner
-	case errors.Is(res.Err, lockfsm.ErrWrongKind):
-		return fmt.Errorf("%w: %q", lockerr.ErrWrongKind, name)
-	case errors.Is(res.Err, lockfsm.ErrUpgrade):
-		return fmt.Errorf("%w: %q", lockerr.ErrUpgrade, name)
-	case errors.Is(res.Err, lockfsm.ErrHoldConflict):
-		return fmt.Errorf("%w: %q", lockerr.ErrHoldConflict, name)
-	case errors.Is(res.Err, lockfsm.ErrBadPermits):
-		return fmt.Errorf("%w: %q", lockerr.ErrBadPermits, name)
-	case errors.Is(res.Err, lockfsm.ErrPermitsMismatch):
-		return fmt.Errorf("%w: %q", lockerr.ErrPermitsMismatch, name)
-	case errors.Is(res.Err, lockfsm.ErrTooManyNames):
-		return lockerr.ErrTooManyNames
-	case errors.Is(res.Err, lockfsm.ErrDuplicateName):
-		return lockerr.ErrDuplicateName
-	case errors.Is(res.Err, lockfsm.ErrInvalidValue):
-		return lockerr.ErrInvalidValue
+	}
+	for _, e := range fsmErrors {
+		if errors.Is(res.Err, e.fsm) {
+			if e.named {
+				return fmt.Errorf("%w: %q", e.public, name)
+			}
+			return e.public
+		}
 	}
 	return res.Err
 }

@@ -61,12 +61,7 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	}
 	faultsOf(f, a).BlockOut(peers...)
 	faultsOf(f, a).BlockIn(peers...)
-	h2 := <-got
-	require.NotNil(t, h2)
-	require.False(t, lost().IsZero(), "the idle light holder was not told before the lock was granted elsewhere")
-	require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
-	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
-	t.Logf("idle light holder told %v before the waiter was granted", grantedAt().Sub(lost()))
+	h2 := toldBeforeGrant(t, "the idle light holder", h, lockerr.ErrSessionExpired, lost, got, grantedAt)
 	require.Greater(t, h2.Token(), h.Token())
 	require.NoError(t, h2.Release(ctx))
 

@@ -43,15 +43,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			CommitHintsUsed:   n.loop.hints.used,
 		}
 	})
-	if err != nil {
-		return Status{}, err
-	}
-	select {
-	case s := <-reply:
-		return s, nil
-	case <-ctx.Done():
-		return Status{}, context.Cause(ctx)
-	}
+	return awaitReply(ctx, n, reply, err, nil)
 }
 
 // LastKeepaliveSent is when this node last sent a keepalive for its session
@@ -76,15 +68,7 @@ func (n *Node) SessionDeadline() time.Time { return n.holderDeadline() }
 // commit.
 func (n *Node) Locks(ctx context.Context) ([]lockfsm.LockInfo, error) {
 	reply := make(chan []lockfsm.LockInfo, 1)
-	if err := n.do(ctx, func() { reply <- n.fsm.Locks() }); err != nil {
-		return nil, err
-	}
-	select {
-	case l := <-reply:
-		return l, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
+	return awaitReply(ctx, n, reply, n.do(ctx, func() { reply <- n.fsm.Locks() }), nil)
 }
 
 // TableSnapshot returns the lock table's canonical snapshot bytes and the
@@ -97,17 +81,13 @@ func (n *Node) TableSnapshot(ctx context.Context) ([]byte, uint64, error) {
 		err error
 	}
 	reply := make(chan out, 1)
-	if err := n.do(ctx, func() {
+	o, err := awaitReply(ctx, n, reply, n.do(ctx, func() {
 		var buf bytes.Buffer
 		err := n.fsm.WriteSnapshot(&buf)
 		reply <- out{buf.Bytes(), n.fsm.AppliedIndex(), err}
-	}); err != nil {
+	}), nil)
+	if err != nil {
 		return nil, 0, err
 	}
-	select {
-	case o := <-reply:
-		return o.b, o.idx, o.err
-	case <-ctx.Done():
-		return nil, 0, context.Cause(ctx)
-	}
+	return o.b, o.idx, o.err
 }

@@ -60,12 +60,7 @@ func TestInspectHoldersAndQueue(t *testing.T) {
 	tc := newCluster(t, 3)
 	lead := leader(t, tc)
 	fol := follower(t, tc)
-	var other uint64
-	for id := range tc.All() {
-		if id != lead && id != fol {
-			other = id
-		}
-	}
+	other := otherThan(tc, lead, fol)
 	ctx := ctxT(t, 20*time.Second)
 	h, err := tc.Member(fol).Acquire(ctx, "stock/sku-a", "holder", true, 0)
 	require.NoError(t, err)

@@ -47,30 +47,14 @@ func (n *Node) InspectLock(ctx context.Context, name string, opts ReadOptions) (
 		err := n.askLeader(ctx, inspectRequest{Op: "lock", Name: name, Stale: opts.Stale}, &out)
 		return out.View, out.Found, err
 	}
-	type res struct {
-		v  views.LockView
-		ok bool
-	}
-	reply := make(chan res, 1)
-	err := n.readTable(ctx, opts, func() {
+	r, err := readIn(ctx, n, opts, func() inspectLockReply {
 		li, ok := n.fsm.Lock(name)
 		if !ok {
-			reply <- res{}
-			return
+			return inspectLockReply{}
 		}
-		reply <- res{inspect.Lock(li, n.sessionNodes(), n.loop.dates(n.clock)), true}
+		return inspectLockReply{inspect.Lock(li, n.sessionNodes(), n.loop.dates(n.clock)), true}
 	})
-	if err != nil {
-		return views.LockView{}, false, err
-	}
-	select {
-	case r := <-reply:
-		return r.v, r.ok, nil
-	case <-ctx.Done():
-		return views.LockView{}, false, context.Cause(ctx)
-	case <-n.donec:
-		return views.LockView{}, false, n.stoppedErr()
-	}
+	return r.View, r.Found, err
 }
 
 // InspectLocks lists the names that start with prefix, sorted, at most limit
@@ -91,8 +75,7 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 		err := n.askLeader(ctx, inspectRequest{Op: "locks", Prefix: prefix, After: after, Limit: limit, Stale: opts.Stale}, &out)
 		return out, err
 	}
-	reply := make(chan views.LocksPage, 1)
-	err := n.readTable(ctx, opts, func() {
+	return readIn(ctx, n, opts, func() views.LocksPage {
 		infos, more := n.fsm.LocksPage(prefix, after, limit)
 		nodes := n.sessionNodes()
 		p := views.LocksPage{Locks: make([]views.LockView, 0, len(infos)), Applied: n.fsm.AppliedIndex(), ServedBy: views.MemberID(n.id)}
@@ -102,19 +85,15 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 		if more && len(infos) > 0 {
 			p.Next = infos[len(infos)-1].Name
 		}
-		reply <- p
+		return p
 	})
-	if err != nil {
-		return views.LocksPage{}, err
-	}
-	select {
-	case p := <-reply:
-		return p, nil
-	case <-ctx.Done():
-		return views.LocksPage{}, context.Cause(ctx)
-	case <-n.donec:
-		return views.LocksPage{}, n.stoppedErr()
-	}
+}
+
+// readIn runs f in the loop as readTable does and returns what f gives, or
+// ctx's cause, or the error the node stopped with.
+func readIn[T any](ctx context.Context, n *Node, opts ReadOptions, f func() T) (T, error) {
+	reply := make(chan T, 1)
+	return awaitReply(ctx, n, reply, n.readTable(ctx, opts, func() { reply <- f() }), n.stoppedErr)
 }
 
 // readTable runs fn in the loop, after a ReadIndex round unless stale.
@@ -178,18 +157,7 @@ func (n *Node) InspectMembers(ctx context.Context, opts ReadOptions) (views.Memb
 			return views.MembersView{}, err
 		}
 	}
-	reply := make(chan views.MembersView, 1)
-	if err := n.do(ctx, func() { reply <- inspect.Members(n.inspectNode()) }); err != nil {
-		return views.MembersView{}, err
-	}
-	select {
-	case v := <-reply:
-		return v, nil
-	case <-ctx.Done():
-		return views.MembersView{}, context.Cause(ctx)
-	case <-n.donec:
-		return views.MembersView{}, n.stoppedErr()
-	}
+	return readIn(ctx, n, ReadOptions{Stale: true}, func() views.MembersView { return inspect.Members(n.inspectNode()) })
 }
 
 // inspectNode is what this node knows of the members (loop).

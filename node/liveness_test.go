@@ -144,7 +144,7 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 			tc := newCluster(t, 5, func(c *Config) {
 				c.Observer = func(r ApplyRecord) {
 					for _, ev := range r.Events {
-						if ev.Kind == lockfsm.EventGranted && ev.Name == "gamma" && ev.Owner == "b" {
+						if ev.Kind == lockfsm.EventGranted && ev.Name == "gamma" && ev.Owner == "waiter" {
 							gmu.Lock()
 							if committed.IsZero() {
 								committed = time.Now()
@@ -155,9 +155,7 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 				}
 			})
 			grantApplied := func() time.Time { gmu.Lock(); defer gmu.Unlock(); return committed }
-			lead := leader(t, tc)
-			a := otherThan(tc, lead)
-			b := otherThan(tc, lead, a)
+			_, a, b := roles(t, tc)
 			cfg := configOf(tc, a)
 			// The round trips and fsyncs of an election's last steps and of
 			// the expiry's commit (5 ticks), and the silence threshold for
@@ -167,12 +165,9 @@ func TestCrashedHolderReleasedUnderLeaderChurn(t *testing.T) {
 			slack := 5*cfg.TickInterval + cfg.silenceThreshold()
 			bound := cfg.SessionTTL + 2*cfg.electionTimeout() + slack
 			ctx := ctxT(t, 60*time.Second)
-			h, err := tc.Member(a).Acquire(ctx, "gamma", "a", true, 0)
-			require.NoError(t, err)
-			lost := lostAt(h)
 			holder := tc.Member(a)
-			got, _ := grantAsync(t, tc.Member(b), "gamma", "b")
-			requireWaiters(t, tc.Member(b), "gamma", 1)
+			h, got, _ := queueBehind(t, ctx, "gamma", holder, tc.Member(b))
+			lost := lostAt(h)
 
 			stop := make(chan struct{})
 			hits := make(chan []gap, 1)
@@ -258,9 +253,7 @@ func TestReviveBeforeAck(t *testing.T) {
 				knobsOfConfig(c).AckWhileMarked = planted == "AckWhileMarked"
 				knobsOfConfig(c).ReviveAsSilenceZero = planted == "ReviveAsSilenceZero"
 			})
-			lead := leader(t, tc)
-			a := otherThan(tc, lead)
-			b := otherThan(tc, lead, a)
+			lead, a, b := roles(t, tc)
 			ctx := ctxT(t, 30*time.Second)
 			h, err := tc.Member(a).Acquire(ctx, "r", "a", true, 0)
 			require.NoError(t, err)

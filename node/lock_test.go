@@ -130,51 +130,41 @@ func TestMutualExclusionAndFIFOUnderContention(t *testing.T) {
 		duration = time.Second
 	}
 	deadline := time.Now().Add(duration)
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	var wg sync.WaitGroup
 	var ops, reentered atomic.Int64
 	errc := make(chan error, 64)
-	for g := 0; g < 32; g++ {
-		n := tc.Member(uint64(g%3 + 1))
-		rng := rand.New(rand.NewPCG(seed, uint64(g)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				name := names[rng.IntN(len(names))]
-				owner := fmt.Sprintf("g%d-%d", g, ops.Add(1))
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				h, err := n.Acquire(ctx, name, owner, true, 0)
-				if err != nil {
+	contend(t, tc.Member, 32, func(g int, n *Node, rng *rand.Rand) {
+		for time.Now().Before(deadline) {
+			name := names[rng.IntN(len(names))]
+			owner := fmt.Sprintf("g%d-%d", g, ops.Add(1))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			h, err := n.Acquire(ctx, name, owner, true, 0)
+			if err != nil {
+				cancel()
+				errc <- fmt.Errorf("acquire %s: %w", name, err)
+				return
+			}
+			res.enter(name, h.Token())
+			if g%4 == 0 {
+				// Re-enter with the same owner: same token, no waiting.
+				h2, err := n.Acquire(ctx, name, owner, true, 0)
+				if err != nil || h2.Token() != h.Token() {
+					errc <- fmt.Errorf("reentry: %v token %d vs %d", err, tokenOf(h2), h.Token())
 					cancel()
-					errc <- fmt.Errorf("acquire %s: %w", name, err)
 					return
 				}
-				res.enter(name, h.Token())
-				if g%4 == 0 {
-					// Re-enter with the same owner: same token, no waiting.
-					h2, err := n.Acquire(ctx, name, owner, true, 0)
-					if err != nil || h2.Token() != h.Token() {
-						errc <- fmt.Errorf("reentry: %v token %d vs %d", err, tokenOf(h2), h.Token())
-						cancel()
-						return
-					}
-					require.NoError(t, h2.Release(ctx))
-					if h.Context().Err() != nil {
-						errc <- errors.New("first hold lost after releasing the nested one")
-					}
-					reentered.Add(1)
+				require.NoError(t, h2.Release(ctx))
+				if h.Context().Err() != nil {
+					errc <- errors.New("first hold lost after releasing the nested one")
 				}
-				res.exit(name)
-				if err := h.Release(ctx); err != nil {
-					errc <- fmt.Errorf("release: %w", err)
-				}
-				cancel()
+				reentered.Add(1)
 			}
-		}()
-	}
-	wg.Wait()
+			res.exit(name)
+			if err := h.Release(ctx); err != nil {
+				errc <- fmt.Errorf("release: %w", err)
+			}
+			cancel()
+		}
+	})
 	close(errc)
 	for err := range errc {
 		t.Error(err)
@@ -187,6 +177,25 @@ func TestMutualExclusionAndFIFOUnderContention(t *testing.T) {
 	t.Logf("%d critical sections, %d reentries, %d grants (%d from the queue)", res.writes.Load(), reentered.Load(), fifo.grants, fifo.fromQueue)
 	require.Greater(t, fifo.fromQueue, 10, "the test must actually exercise queueing")
 	require.Positive(t, reentered.Load())
+}
+
+// contend runs body on goroutines goroutines at once and waits for them:
+// goroutine g on node g%3+1 of a 3-node cluster (member is its Member),
+// with its own random source drawn from one seed, which it logs.
+func contend(t *testing.T, member func(id uint64) *Node, goroutines int, body func(g int, n *Node, rng *rand.Rand)) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		n := member(uint64(g%3 + 1))
+		rng := rand.New(rand.NewPCG(seed, uint64(g)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body(g, n, rng)
+		}()
+	}
+	wg.Wait()
 }
 
 func tokenOf(h *Hold) uint64 {
@@ -283,31 +292,21 @@ func TestCancelledLockLeavesNothing(t *testing.T) {
 func TestCancelRacingGrantLeavesNothing(t *testing.T) {
 	tc := newCluster(t, 3)
 	leader(t, tc)
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	var wg sync.WaitGroup
 	var granted, gaveUp atomic.Int64
-	for g := 0; g < 12; g++ {
-		n := tc.Member(uint64(g%3 + 1))
-		rng := rand.New(rand.NewPCG(seed, uint64(g)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 15; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(30))*time.Millisecond)
-				h, err := n.Acquire(ctx, "contended", fmt.Sprintf("g%d-%d", g, i), true, 0)
-				cancel()
-				if err != nil {
-					gaveUp.Add(1)
-					continue
-				}
-				granted.Add(1)
-				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // hold it a little: the critical section
-				require.NoError(t, h.Release(context.Background()))
+	contend(t, tc.Member, 12, func(g int, n *Node, rng *rand.Rand) {
+		for i := 0; i < 15; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(30))*time.Millisecond)
+			h, err := n.Acquire(ctx, "contended", fmt.Sprintf("g%d-%d", g, i), true, 0)
+			cancel()
+			if err != nil {
+				gaveUp.Add(1)
+				continue
 			}
-		}()
-	}
-	wg.Wait()
+			granted.Add(1)
+			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // hold it a little: the critical section
+			require.NoError(t, h.Release(context.Background()))
+		}
+	})
 	t.Logf("granted %d, gave up %d", granted.Load(), gaveUp.Load())
 	require.Positive(t, gaveUp.Load())
 	ctx := ctxT(t, 5*time.Second)

@@ -66,17 +66,9 @@ type MetricsSnapshot struct {
 // names, during which the loop waits); call it at scrape time, not per
 // operation.
 func (n *Node) MetricsSnapshot(ctx context.Context) (MetricsSnapshot, error) {
-	reply := make(chan MetricsSnapshot, 1)
-	if err := n.do(ctx, func() { reply <- n.metricsSnapshot() }); err != nil {
+	s, err := readIn(ctx, n, ReadOptions{Stale: true}, n.metricsSnapshot)
+	if err != nil {
 		return MetricsSnapshot{}, err
-	}
-	var s MetricsSnapshot
-	select {
-	case s = <-reply:
-	case <-ctx.Done():
-		return MetricsSnapshot{}, context.Cause(ctx)
-	case <-n.donec:
-		return MetricsSnapshot{}, n.stoppedErr()
 	}
 	// Outside the loop: a stat of the snapshot file and the gossip list.
 	if s.Applied > 0 && !n.light() {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -225,11 +226,8 @@ func (obs *observations) remove(o *Observer) {
 	if ob == nil {
 		return
 	}
-	for i, x := range ob.observers {
-		if x == o {
-			ob.observers = append(ob.observers[:i], ob.observers[i+1:]...)
-			break
-		}
+	if i := slices.Index(ob.observers, o); i >= 0 {
+		ob.observers = slices.Delete(ob.observers, i, i+1)
 	}
 	if len(ob.observers) == 0 {
 		delete(obs.byName, o.name)

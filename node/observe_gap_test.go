@@ -1,10 +1,8 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -28,40 +26,12 @@ import (
 // Both times the observation must be exactly what a raft member applied
 // (a prefix of it, when it ended with lockerr.ErrObserveLagged).
 func TestObserveNoSilentGap(t *testing.T) {
-	logs := map[uint64]*leaderLog{}
-	logsMu := make(chan struct{}, 1)
-	logsMu <- struct{}{}
-	f, lights := lightFleet(t, "obsgap", 6, func(c *Config) {
-		<-logsMu
-		l := &leaderLog{}
-		logs[uint64(len(logs))] = l
-		logsMu <- struct{}{}
-		c.Observer = l.observe
-	})
+	f, lights, applied := observedLightFleet(t, "obsgap", 6)
 	require.NotEmpty(t, lights)
 	a := lights[0]
 	lead := fleetLeader(t, f, 5*time.Second)
 	ctx := ctxT(t, 90*time.Second)
-	var voter *Node
-	for _, n := range f.All() {
-		if n != lead && !n.light() {
-			voters, _, err := n.ConfState(ctx)
-			if err == nil && slices.Contains(voters, n.ID()) {
-				voter = n
-				break
-			}
-		}
-	}
-	require.NotNil(t, voter)
-	applied := func(after uint64) []LeaderChange {
-		var want []LeaderChange
-		for _, l := range logs {
-			if w := l.of("eg", after); len(w) > len(want) {
-				want = w
-			}
-		}
-		return want
-	}
+	voter := survivingVoter(t, ctx, f, lead)
 
 	o, err := a.Observe(ctx, "eg")
 	require.NoError(t, err)
@@ -83,13 +53,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	var seen []LeaderChange
 	until := func(value string) {
 		t.Helper()
-		for {
-			c := nextChange(t, ch)
-			seen = append(seen, c)
-			if c.Value == value {
-				return
-			}
-		}
+		seen = append(seen, changesUntil(t, ch, func(c LeaderChange) bool { return c.Value == value })...)
 	}
 	campaign := func(value string) *Hold {
 		t.Helper()
@@ -131,31 +95,21 @@ func TestObserveNoSilentGap(t *testing.T) {
 	faultsOf(f, a).DropPushes(false)
 	z := campaign("z")
 	until("z")
-	require.Equal(t, applied(first.Index), seen, "part 1: the light member observed exactly the applied changes")
+	require.Equal(t, applied("eg", first.Index), seen, "part 1: the light member observed exactly the applied changes")
 	t.Logf("part 1: %d changes observed, gaps caught up %d", len(seen), a.observeGaps.Load())
 
 	// 2. Promotion of the light member to learner (a snapshot restore) with
 	// changes it never got.
 	faultsOf(f, a).DropPushes(true)
 	for i := 1; i <= 5; i++ {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if err := z.Proclaim(pctx, fmt.Sprintf("p%d", i)); err != nil {
-			t.Logf("proclaim p%d: %v (outcome unknown)", i, err)
-		}
-		cancel()
+		proclaimUnsure(t, ctx, z, fmt.Sprintf("p%d", i))
 	}
 	_, learners, err := voter.ConfState(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, learners)
-	crashed := false
-	for i, n := range f.All() {
-		if n != nil && n.ID() == learners[0] {
-			f.Crash(i)
-			crashed = true
-			break
-		}
-	}
-	require.True(t, crashed)
+	slot := slotWhere(f, func(n *Node) bool { return n.ID() == learners[0] })
+	require.NotZero(t, slot)
+	f.Crash(slot)
 	require.Eventually(t, func() bool { return !a.light() }, 60*time.Second, 20*time.Millisecond,
 		"the light member is promoted to learner")
 	faultsOf(f, a).DropPushes(false)
@@ -177,7 +131,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 			t.Fatalf("part 2: neither the final change nor an end observed in 20 s; seen %v", seen)
 		}
 	}
-	want := applied(first.Index)
+	want := applied("eg", first.Index)
 	if errors.Is(end, lockerr.ErrObserveLagged) {
 		require.LessOrEqual(t, len(seen), len(want))
 		require.Equal(t, want[:len(seen)], seen, "part 2: a lagged observation is a prefix of the applied changes")
@@ -197,19 +151,12 @@ func TestObserveNoSilentGap(t *testing.T) {
 // then sees the next change.
 func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	logs := map[uint64]*leaderLog{1: {}, 2: {}, 3: {}}
-	tc := newCluster(t, 3, func(c *Config) {
-		c.SnapshotEvery = 50
-		c.CompactKeep = 10
-		c.Observer = logs[c.ID].observe
-	})
+	tc := newCluster(t, 3, snapshotOften, func(c *Config) { c.Observer = logs[c.ID].observe })
 	ctx := ctxT(t, 60*time.Second)
 	lead := tc.Member(leader(t, tc))
 	fid := follower(t, tc)
 	f := tc.Member(fid)
-	o, err := f.Observe(ctx, "sr")
-	require.NoError(t, err)
-	ch := make(chan LeaderChange, 1024)
-	go collect(ctx, o, ch)
+	o, ch := observeChanges(t, ctx, f, "sr")
 	first := nextChange(t, ch)
 	h, err := lead.AcquireWith(ctx, campaignReq("sr", "lead", "v0"))
 	require.NoError(t, err)
@@ -245,21 +192,11 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	// it was cut off (nothing), never a fold.
 	require.Empty(t, after, "no change folded from the snapshot (first %v)", first)
 
-	o2, err := f.Observe(ctx, "sr")
-	require.NoError(t, err)
-	ch2 := make(chan LeaderChange, 16)
-	go collect(ctx, o2, ch2)
+	_, ch2 := observeChanges(t, ctx, f, "sr")
 	cur := nextChange(t, ch2)
 	h2, err := lead.AcquireWith(ctx, campaignReq("sr", "lead", "again"))
 	require.NoError(t, err)
-	var seen []LeaderChange
-	for {
-		c := nextChange(t, ch2)
-		seen = append(seen, c)
-		if c.Value == "again" {
-			break
-		}
-	}
+	seen := changesUntil(t, ch2, func(c LeaderChange) bool { return c.Value == "again" })
 	require.Equal(t, logs[lead.ID()].of("sr", cur.Index), seen, "after the restore, from %v", cur)
 	require.Equal(t, h2.Token(), seen[len(seen)-1].Token)
 	require.NoError(t, h2.Release(ctx))

@@ -2,10 +2,11 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/lockraft/lockraft/node/internal/readctx"
 )
 
 // Linearizable reads of the lock table (raft-guide.md §5): a read first asks
@@ -56,43 +57,22 @@ func (r *readIndexState) issue(now time.Time) {
 		return
 	}
 	r.id++
-	var rctx [9]byte
-	rctx[0] = 'i'
-	binary.BigEndian.PutUint64(rctx[1:], r.id)
 	r.rounds = append(r.rounds, readRound{id: r.id, issued: now, reads: r.next})
 	r.next = nil
 	// Dropped silently when there is no leader; retry issues another.
-	r.rn.ReadIndex(rctx[:])
+	r.rn.ReadIndex(readctx.Encode(readctx.Read, r.id))
 }
 
 // answer takes a Ready's read states and runs every read whose index is
 // applied (at the end of each Ready, before its issue).
 func (r *readIndexState) answer(rss []raft.ReadState, applied uint64) {
 	for _, rs := range rss {
-		c := rs.RequestCtx
-		if len(c) != 9 || c[0] != 'i' {
-			continue
-		}
-		id := binary.BigEndian.Uint64(c[1:])
-		upto := -1
-		for i, rd := range r.rounds {
-			if rd.id == id {
-				upto = i
-				break
-			}
-		}
-		if upto < 0 {
-			continue // answered by a later round already
-		}
-		// Raft answers rounds in order, and a later round's index also
-		// covers every earlier read.
-		for _, rd := range r.rounds[:upto+1] {
+		for _, rd := range readctx.Answered(&r.rounds, func(rd readRound) uint64 { return rd.id }, readctx.Read, rs.RequestCtx) {
 			for _, p := range rd.reads {
 				p.index = rs.Index
 				r.ready = append(r.ready, p)
 			}
 		}
-		r.rounds = r.rounds[upto+1:]
 	}
 	if len(r.ready) > 0 {
 		kept := r.ready[:0]

@@ -27,18 +27,7 @@ func TestL3NewLeaderDoesNotRemoveFreshLearner(t *testing.T) {
 	f := newGossipCluster(t, "lagging", 4, 3, func(c *Config) {
 		c.NoCommitHints = true // commits reach C only through the leader's commit index
 	})
-	startSlot(t, f, 1)
-	startSlot(t, f, 2, f.Member(1).GossipAddr())
-	startSlot(t, f, 3, f.Member(1).GossipAddr())
-	waitConf(t, f, 30*time.Second, "formed", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := fleetLeader(t, f, 5*time.Second)
-	var c *Node
-	for _, n := range f.All() {
-		if n != lead {
-			c = n
-			break
-		}
-	}
+	_, _, c := formThree(t, f)
 	status := func(n *Node) (commit, applied uint64) {
 		ch := make(chan [2]uint64, 1)
 		require.NoError(t, n.do(context.Background(), func() {

@@ -14,24 +14,13 @@ import (
 // session's TTL. Measured: restart → next waiter's grant.
 func TestRestartEndsOldSession(t *testing.T) {
 	tc := newCluster(t, 3, func(c *Config) { c.SessionTTL = 10 * time.Second; c.KeepaliveInterval = time.Second })
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	_, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := tc.Member(a).Acquire(ctx, "gamma", "a", true, 0)
-	require.NoError(t, err)
-	got, grantedAt := grantAsync(t, tc.Member(b), "gamma", "b")
-	requireWaiters(t, tc.Member(b), "gamma", 1)
+	h, got, grantedAt := queueBehind(t, ctx, "gamma", tc.Member(a), tc.Member(b))
 	tc.Crash(a)
 	restarted := time.Now()
 	require.NoError(t, tc.Restart(a))
-	var h2 *Hold
-	select {
-	case h2 = <-got:
-	case <-time.After(configOf(tc, a).SessionTTL / 2):
-		t.Fatalf("the old session's lock was not released within half its TTL of the restart")
-	}
-	require.NotNil(t, h2)
+	h2 := grantWithin(t, got, configOf(tc, a).SessionTTL/2, "the old session's lock was not released within half its TTL of the restart")
 	took := grantedAt().Sub(restarted)
 	t.Logf("restart → next waiter's grant: %v (TTL %v)", took, configOf(tc, a).SessionTTL)
 	require.Greater(t, h2.Token(), h.Token())
@@ -54,22 +43,13 @@ func TestLightMemberRestartEndsOldSession(t *testing.T) {
 	require.NotZero(t, idx)
 	lead := fleetLeader(t, f, 10*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := light.Acquire(ctx, "delta", "light", true, 0)
-	require.NoError(t, err)
-	got, grantedAt := grantAsync(t, lead, "delta", "leader")
-	requireWaiters(t, lead, "delta", 1)
+	h, got, grantedAt := queueBehind(t, ctx, "delta", light, lead)
 	seed := lead.GossipAddr()
 	f.Crash(idx)
 	restarted := time.Now()
 	n := startSlot(t, f, idx, seed)
 	require.True(t, n.light(), "the restarted member is light again")
-	var h2 *Hold
-	select {
-	case h2 = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("the light member's old session was not ended within 5 s of its restart (TTL 10 s)")
-	}
-	require.NotNil(t, h2)
+	h2 := grantWithin(t, got, 5*time.Second, "the light member's old session was not ended within 5 s of its restart (TTL 10 s)")
 	t.Logf("light member restart → next waiter's grant: %v", grantedAt().Sub(restarted))
 	require.Greater(t, h2.Token(), h.Token())
 }

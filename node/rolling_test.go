@@ -49,33 +49,15 @@ func fixedPorts(t testing.TB) func(*Config) {
 // restart stopped with lockerr.ErrRemoved a few seconds later.
 func TestCloseIsRestartable(t *testing.T) {
 	f := newGossipCluster(t, "closerestart", 3, 3, fixedPorts(t))
-	startSlot(t, f, 1)
-	startSlot(t, f, 2, f.Member(1).GossipAddr())
-	startSlot(t, f, 3, f.Member(1).GossipAddr())
-	voters, _ := waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
-	lead := fleetLeader(t, f, 10*time.Second)
-	victim := uint64(0)
-	for i, n := range f.All() {
-		if n != lead {
-			victim = i
-		}
-	}
+	voters, lead, v := formThree(t, f)
+	victim := slotOf(f, v)
 	ctx := ctxT(t, 60*time.Second)
-	v := f.Member(victim)
-	_, err := v.Acquire(ctx, "held", "v", true, 0)
-	require.NoError(t, err)
-	got, _ := grantAsync(t, lead, "held", "l")
-	requireWaiters(t, lead, "held", 1)
+	_, got, _ := queueBehind(t, ctx, "held", v, lead)
 	id := v.ID()
 	require.NoError(t, v.Close(ctx))
 	f.Stopped(victim)
-	select {
-	case h := <-got:
-		require.NotNil(t, h, "Close released the lock to the next waiter")
-		require.NoError(t, h.Release(ctx))
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close did not release the lock at once")
-	}
+	h := grantWithin(t, got, 2*time.Second, "Close did not release the lock at once")
+	require.NoError(t, h.Release(ctx))
 	n := startSlot(t, f, victim, lead.GossipAddr())
 	require.Equal(t, id, n.ID())
 	require.Eventually(t, func() bool { return n.sess.Load() != 0 }, 20*time.Second, 10*time.Millisecond, "the restarted member has a session")

@@ -230,9 +230,7 @@ func TestS5HolderToldByDeadlineWhileLoopStalled(t *testing.T) {
 		name := map[bool]string{false: "session-cut-off", true: "lease-not-renewed"}[leased]
 		t.Run(name, func(t *testing.T) {
 			tc := newCluster(t, 3)
-			lead := leader(t, tc)
-			a := otherThan(tc, lead)
-			b := otherThan(tc, lead, a)
+			_, a, b := roles(t, tc)
 			n := tc.Member(a)
 			ctx := ctxT(t, 30*time.Second)
 			lease := time.Duration(0)
@@ -295,11 +293,6 @@ func TestS5ReentrantHoldSharesTheLease(t *testing.T) {
 	lost := lostAt(h2)
 	require.NoError(t, h1.Release(ctx)) // one level; the lock and its lease go on
 	got, grantedAt := grantAsync(t, tc.Member(lead), "r", "b")
-	h3 := <-got
-	require.NotNil(t, h3)
-	require.False(t, lost().IsZero(), "the reentrant hold was not told before the lease ran out and the lock moved on")
-	require.True(t, lost().Before(grantedAt()), "reentrant hold told at %v, waiter granted at %v", lost(), grantedAt())
-	require.ErrorIs(t, context.Cause(h2.Context()), lockerr.ErrLeaseExpired)
-	t.Logf("reentrant hold told %v before the waiter was granted", grantedAt().Sub(lost()))
+	h3 := toldBeforeGrant(t, "the reentrant hold", h2, lockerr.ErrLeaseExpired, lost, got, grantedAt)
 	require.NoError(t, h3.Release(ctx))
 }

@@ -89,17 +89,7 @@ func (c Config) listenAddr() string {
 // isLoopback reports whether "host:port" names only this host: a loopback
 // IP or "localhost". An empty host, 0.0.0.0, :: and any other name or
 // address are reachable from elsewhere (or may be).
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func isLoopback(addr string) bool { return hostIs(addr, "localhost", net.IP.IsLoopback) }
 
 // tlsMemberID returns the member id this node's certificate names.
 func tlsMemberID(t *transport.TLS) (string, uint64, error) {

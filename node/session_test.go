@@ -55,17 +55,54 @@ func grantAsync(t *testing.T, n *Node, name, owner string) (<-chan *Hold, func()
 	return ch, func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
 }
 
-func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
-	for id := range tc.All() {
-		skip := false
-		for _, x := range not {
-			skip = skip || x == id
-		}
-		if !skip {
-			return id
-		}
+// roles are tc's leader and two of its followers, a and b.
+func roles(t testing.TB, tc *cluster.Cluster[*Node]) (lead, a, b uint64) {
+	t.Helper()
+	lead = leader(t, tc)
+	a = otherThan(tc, lead)
+	return lead, a, otherThan(tc, lead, a)
+}
+
+// toldBeforeGrant waits for the waiter's grant on got and requires S5 of
+// it: the holder h (who, in messages) was told it lost the lock, with cause,
+// before the grant. lost is lostAt(h), got and grantedAt are grantAsync's.
+// It returns the waiter's hold.
+func toldBeforeGrant(t *testing.T, who string, h *Hold, cause error, lost func() time.Time, got <-chan *Hold,
+	grantedAt func() time.Time) *Hold {
+	t.Helper()
+	h2 := <-got
+	require.NotNil(t, h2)
+	require.False(t, lost().IsZero(), "%s was not told before the lock was granted elsewhere", who)
+	require.True(t, lost().Before(grantedAt()), "%s told at %v, waiter granted at %v", who, lost(), grantedAt())
+	require.ErrorIs(t, context.Cause(h.Context()), cause)
+	t.Logf("%s told %v before the waiter was granted", who, grantedAt().Sub(lost()))
+	return h2
+}
+
+// grantWithin waits at most d for the waiter's grant on got (grantAsync)
+// and returns the hold. failed says what went wrong if it does not come.
+func grantWithin(t *testing.T, got <-chan *Hold, d time.Duration, failed string) *Hold {
+	t.Helper()
+	select {
+	case h := <-got:
+		require.NotNil(t, h, "the waiter's Acquire failed: %s", failed)
+		return h
+	case <-time.After(d):
+		t.Fatalf("%s (waited %v)", failed, d)
+		return nil
 	}
-	return 0
+}
+
+// queueBehind has holder take name and waiter queue for it, as owners
+// "holder" and "waiter". It returns the hold and, as grantAsync does, the
+// waiter's grant, once the waiter's lock table shows it queued.
+func queueBehind(t *testing.T, ctx context.Context, name string, holder, waiter *Node) (*Hold, <-chan *Hold, func() time.Time) {
+	t.Helper()
+	h, err := holder.Acquire(ctx, name, "holder", true, 0)
+	require.NoError(t, err)
+	got, grantedAt := grantAsync(t, waiter, name, "waiter")
+	requireWaiters(t, waiter, name, 1)
+	return h, got, grantedAt
 }
 
 // TestCrashedHolderReleasedAfterTTL (L3): the holder's node stops without
@@ -73,14 +110,9 @@ func otherThan(tc *cluster.Cluster[*Node], not ...uint64) uint64 {
 // has passed since the last keepalive — not before — with a higher token.
 func TestCrashedHolderReleasedAfterTTL(t *testing.T) {
 	tc := newCluster(t, 3)
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	_, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
-	h, err := tc.Member(a).Acquire(ctx, "cron/nightly", "a", true, 0)
-	require.NoError(t, err)
-	got, _ := grantAsync(t, tc.Member(b), "cron/nightly", "b")
-	requireWaiters(t, tc.Member(b), "cron/nightly", 1)
+	h, got, _ := queueBehind(t, ctx, "cron/nightly", tc.Member(a), tc.Member(b))
 	ttl := configOf(tc, a).SessionTTL
 	crash := time.Now()
 	tc.Crash(a)
@@ -119,22 +151,14 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 			}
 			b := otherThan(tc, lead, a)
 			ctx := ctxT(t, 30*time.Second)
-			h, err := tc.Member(a).Acquire(ctx, "stock/sku-42", "a", true, 0)
-			require.NoError(t, err)
+			h, got, grantedAt := queueBehind(t, ctx, "stock/sku-42", tc.Member(a), tc.Member(b))
 			lost := lostAt(h)
-			got, grantedAt := grantAsync(t, tc.Member(b), "stock/sku-42", "b")
-			requireWaiters(t, tc.Member(b), "stock/sku-42", 1)
 			tc.CutOff(a)
 			if c.failoverMid {
 				time.Sleep(configOf(tc, a).SessionTTL / 3) // let the old leader arm a deadline first
 				tc.Crash(lead)
 			}
-			h2 := <-got
-			require.NotNil(t, h2)
-			require.False(t, lost().IsZero(), "the holder was not told before the lock was granted elsewhere")
-			require.True(t, lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
-			require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrSessionExpired)
-			t.Logf("holder told %v before the waiter was granted", grantedAt().Sub(lost()))
+			h2 := toldBeforeGrant(t, "the holder", h, lockerr.ErrSessionExpired, lost, got, grantedAt)
 			require.Greater(t, h2.Token(), h.Token())
 			// The cut-off node comes back, opens a new session and works.
 			tc.Heal()
@@ -150,9 +174,7 @@ func TestPartitionedHolderLearnsFirst(t *testing.T) {
 // deadlines and keepalives keep them).
 func TestSessionsSurviveFailover(t *testing.T) {
 	tc := newCluster(t, 3)
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	lead, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	ha, err := tc.Member(a).Acquire(ctx, "x", "a", true, 0)
 	require.NoError(t, err)
@@ -179,9 +201,7 @@ func TestSessionsSurviveFailover(t *testing.T) {
 // and kept for as long as it is renewed.
 func TestLeaseExpiryAndRenewal(t *testing.T) {
 	tc := newCluster(t, 3)
-	lead := leader(t, tc)
-	a := otherThan(tc, lead)
-	b := otherThan(tc, lead, a)
+	_, a, b := roles(t, tc)
 	ctx := ctxT(t, 30*time.Second)
 	lease := 600 * time.Millisecond
 
@@ -198,10 +218,7 @@ func TestLeaseExpiryAndRenewal(t *testing.T) {
 	// Not renewed: expires; the holder is told before the waiter gets it.
 	lost := lostAt(h)
 	got, grantedAt := grantAsync(t, tc.Member(b), "leased", "b")
-	h2 := <-got
-	require.NotNil(t, h2)
-	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrLeaseExpired)
-	require.True(t, !lost().IsZero() && lost().Before(grantedAt()), "holder told at %v, waiter granted at %v", lost(), grantedAt())
+	h2 := toldBeforeGrant(t, "the holder", h, lockerr.ErrLeaseExpired, lost, got, grantedAt)
 	require.Greater(t, h2.Token(), h.Token())
 	require.ErrorIs(t, h.Renew(ctx), lockerr.ErrNotHeld)
 	require.ErrorIs(t, h.Release(ctx), lockerr.ErrNotHeld)

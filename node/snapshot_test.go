@@ -114,25 +114,9 @@ func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 // restore and ends byte-identical to the others. With the restore on the
 // loop, every call to that node waited for the disk.
 func TestL1LoopServesDuringSlowRestore(t *testing.T) {
-	tc := newCluster(t, 3, func(c *Config) {
-		c.SnapshotEvery = 50
-		c.CompactKeep = 10
-	})
+	tc := newCluster(t, 3, snapshotOften)
 	ctx := ctxT(t, 60*time.Second)
-	f := follower(t, tc)
-	tc.Crash(f)
-	lead := tc.Member(leader(t, tc))
-	for i := 0; i < 150; i++ {
-		name := fmt.Sprintf("k/%d", i%20)
-		if i%10 == 0 {
-			name = fmt.Sprintf("held/%d", i) // kept held, so the snapshot is not empty
-		}
-		h, err := lead.Acquire(ctx, name, fmt.Sprintf("o%d", i), true, 0)
-		require.NoError(t, err)
-		if i%10 != 0 {
-			require.NoError(t, h.Release(ctx))
-		}
-	}
+	f, lead, _ := leaveBehind(t, ctx, tc)
 	stalled := tc.Faults(f).StallSnapshots()
 	t.Cleanup(tc.Faults(f).ReleaseSnapshots)
 	require.NoError(t, tc.Restart(f))

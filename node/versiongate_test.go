@@ -45,12 +45,7 @@ func TestVersionGateDuringRollingUpgrade(t *testing.T) {
 				require.Eventually(t, func() bool { l := leader(t, tc); return l != old }, 10*time.Second, 10*time.Millisecond)
 				lead = leader(t, tc)
 			}
-			var follower uint64
-			for id := range tc.All() {
-				if id != lead && id != old {
-					follower = id
-				}
-			}
+			follower := otherThan(tc, lead, old)
 			ctx := ctxT(t, 20*time.Second)
 			// The mutex is not gated.
 			h, err := tc.Member(follower).Acquire(ctx, "m", "o", false, 0)

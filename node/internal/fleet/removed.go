@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/node/internal/readctx"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -79,11 +79,8 @@ func (f *Fleet) confirmRemoved(outside []uint64, now time.Time, term, raftTerm u
 		return
 	}
 	rec.removalID++
-	var rctx [9]byte
-	rctx[0] = 'r'
-	binary.BigEndian.PutUint64(rctx[1:], rec.removalID)
 	rec.removal = &removalRound{id: rec.removalID, term: term, ids: ids, issued: now}
-	f.host.ReadIndex(rctx[:])
+	f.host.ReadIndex(readctx.Encode(readctx.Removal, rec.removalID))
 }
 
 // ReadStates marks the removal round confirmed when its ReadIndex comes
@@ -94,8 +91,7 @@ func (f *Fleet) ReadStates(rss []raft.ReadState) {
 		return
 	}
 	for _, rs := range rss {
-		c := rs.RequestCtx
-		if len(c) == 9 && c[0] == 'r' && binary.BigEndian.Uint64(c[1:]) == r.id {
+		if id, ok := readctx.Decode(rs.RequestCtx, readctx.Removal); ok && id == r.id {
 			r.confirmed, r.index = true, rs.Index
 			f.wake()
 		}

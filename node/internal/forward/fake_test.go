@@ -42,41 +42,35 @@ type fakeNet struct {
 	observe          func(to uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error)
 }
 
-func (f *fakeNet) FwdPropose(_ context.Context, to uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
-	f.calls = append(f.calls, call{"FwdPropose", to, req})
-	if f.propose == nil {
-		return &transportpb.FwdProposeResponse{}, nil
+// fakeCall records a call and answers it with answer, or where that is nil
+// with def and defErr.
+func fakeCall[Req, Resp any](f *fakeNet, method string, to uint64, req Req, answer func(uint64, Req) (Resp, error),
+	def Resp, defErr error) (Resp, error) {
+	f.calls = append(f.calls, call{method, to, req})
+	if answer == nil {
+		return def, defErr
 	}
-	return f.propose(to, req)
+	return answer(to, req)
+}
+
+func (f *fakeNet) FwdPropose(_ context.Context, to uint64, req *transportpb.FwdProposeRequest) (*transportpb.FwdProposeResponse, error) {
+	return fakeCall(f, "FwdPropose", to, req, f.propose, &transportpb.FwdProposeResponse{}, nil)
 }
 
 func (f *fakeNet) FwdOpen(_ context.Context, to uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
-	f.calls = append(f.calls, call{"FwdOpen", to, req})
-	if f.open == nil {
-		return nil, errors.New("unreachable")
-	}
-	return f.open(to, req)
+	return fakeCall(f, "FwdOpen", to, req, f.open, nil, errors.New("unreachable"))
 }
 
 func (f *fakeNet) FwdPush(_ context.Context, to uint64, req *transportpb.FwdPushRequest) (*transportpb.FwdPushResponse, error) {
-	f.calls = append(f.calls, call{"FwdPush", to, req})
-	return &transportpb.FwdPushResponse{}, nil
+	return fakeCall(f, "FwdPush", to, req, nil, &transportpb.FwdPushResponse{}, nil)
 }
 
 func (f *fakeNet) FwdStatus(_ context.Context, to uint64, req *transportpb.FwdStatusRequest) (*transportpb.FwdStatusResponse, error) {
-	f.calls = append(f.calls, call{"FwdStatus", to, req})
-	if f.status == nil {
-		return &transportpb.FwdStatusResponse{}, nil
-	}
-	return f.status(to, req)
+	return fakeCall(f, "FwdStatus", to, req, f.status, &transportpb.FwdStatusResponse{}, nil)
 }
 
 func (f *fakeNet) Observe(_ context.Context, to uint64, req *transportpb.ObserveRequest) (*transportpb.ObserveResponse, error) {
-	f.calls = append(f.calls, call{"Observe", to, req})
-	if f.observe == nil {
-		return &transportpb.ObserveResponse{}, nil
-	}
-	return f.observe(to, req)
+	return fakeCall(f, "Observe", to, req, f.observe, &transportpb.ObserveResponse{}, nil)
 }
 
 // take returns the calls made so far and forgets them.

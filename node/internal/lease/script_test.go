@@ -444,68 +444,66 @@ func fmtReport(r *memberReport) string {
 	return strings.Join(parts, " ")
 }
 
+// fields is a line of output: "k=v" pairs, of which zero values are left
+// out.
+type fields []string
+
+func (f *fields) num(k string, v uint64) {
+	if v != 0 {
+		*f = append(*f, fmt.Sprintf("%s=%d", k, v))
+	}
+}
+
+func (f *fields) str(k, v string) {
+	if v != "" {
+		*f = append(*f, k+"="+v)
+	}
+}
+
+func (f fields) String() string { return strings.Join(f, " ") }
+
 func fmtCommand(c lockfsm.Command) string {
-	parts := []string{c.Kind.String()}
-	add := func(k string, v uint64) {
-		if v != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-		}
-	}
-	if c.Name != "" {
-		parts = append(parts, "name="+c.Name)
-	}
-	add("s", c.Session)
-	if c.Owner != "" {
-		parts = append(parts, "owner="+c.Owner)
-	}
-	add("node", c.Node)
-	add("token", c.Token)
-	add("seq", c.Seq)
-	add("ttl", c.TTLMillis)
-	add("lease", c.LeaseMillis)
-	add("delay", c.LockDelayMillis)
+	f := fields{c.Kind.String()}
+	f.str("name", c.Name)
+	f.num("s", c.Session)
+	f.str("owner", c.Owner)
+	f.num("node", c.Node)
+	f.num("token", c.Token)
+	f.num("seq", c.Seq)
+	f.num("ttl", c.TTLMillis)
+	f.num("lease", c.LeaseMillis)
+	f.num("delay", c.LockDelayMillis)
 	for _, m := range c.Checkpoints {
 		if m.Live {
-			parts = append(parts, fmt.Sprintf("%d:live", m.Session))
+			f = append(f, fmt.Sprintf("%d:live", m.Session))
 		} else {
-			parts = append(parts, fmt.Sprintf("%d:silent=%dms", m.Session, m.SilenceMillis))
+			f = append(f, fmt.Sprintf("%d:silent=%dms", m.Session, m.SilenceMillis))
 		}
 	}
-	return strings.Join(parts, " ")
+	return f.String()
 }
 
 func fmtResult(r lockfsm.Result) string {
-	var parts []string
+	var f fields
 	if r.Err != nil {
-		parts = append(parts, "err="+strings.TrimPrefix(r.Err.Error(), "lockfsm: "))
+		f.str("err", strings.TrimPrefix(r.Err.Error(), "lockfsm: "))
 	}
-	parts = append(parts, r.Status.String())
-	if r.Token != 0 {
-		parts = append(parts, fmt.Sprintf("token=%d", r.Token))
-	}
-	return strings.Join(parts, " ")
+	f = append(f, r.Status.String())
+	f.num("token", r.Token)
+	return f.String()
 }
 
 func fmtEvent(x lockfsm.Event) string {
-	parts := []string{x.Kind.String()}
-	if x.Name != "" {
-		parts = append(parts, "name="+x.Name)
-	}
-	add := func(k string, v uint64) {
-		if v != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-		}
-	}
-	add("s", x.Session)
-	if x.Owner != "" {
-		parts = append(parts, "owner="+x.Owner)
-	}
-	add("token", x.Token)
-	add("lease", x.LeaseMillis)
-	add("ttl", x.TTLMillis)
-	add("delay", x.DelayMillis)
+	f := fields{x.Kind.String()}
+	f.str("name", x.Name)
+	f.num("s", x.Session)
+	f.str("owner", x.Owner)
+	f.num("token", x.Token)
+	f.num("lease", x.LeaseMillis)
+	f.num("ttl", x.TTLMillis)
+	f.num("delay", x.DelayMillis)
 	if x.Reason != lockfsm.ReasonNone {
-		parts = append(parts, "reason="+x.Reason.String())
+		f.str("reason", x.Reason.String())
 	}
-	return strings.Join(parts, " ")
+	return f.String()
 }
