@@ -47,24 +47,29 @@ func (n *Node) do(ctx context.Context, f func()) error {
 // awaitReply waits for what a function the loop was given sends on reply:
 // scheduled is the error of handing it to the loop (do), which ends the
 // wait at once. If ctx ends first it returns ctx's cause; if the node stops
-// first, stopped's error. With stopped nil only the reply or ctx ends the
-// wait, as the plain reads of this replica have always waited.
+// first, stopped's error (nil: the error the node stopped with, or
+// ErrClosed). A function queued just as the loop ended never runs, so the
+// wait never outlives the loop, whatever ctx is.
 func awaitReply[T any](ctx context.Context, n *Node, reply <-chan T, scheduled error, stopped func() error) (T, error) {
 	var zero T
 	if scheduled != nil {
 		return zero, scheduled
 	}
-	donec := n.donec
 	if stopped == nil {
-		donec = nil // never ready
+		stopped = n.stoppedErr
 	}
 	select {
 	case r := <-reply:
 		return r, nil
 	case <-ctx.Done():
 		return zero, context.Cause(ctx)
-	case <-donec:
-		return zero, stopped()
+	case <-n.donec:
+		select {
+		case r := <-reply: // it ran before the loop ended
+			return r, nil
+		default:
+			return zero, stopped()
+		}
 	}
 }
 
