@@ -24,12 +24,19 @@ type transportHandler Node
 // it (guard.go).
 func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	n := (*Node)(h)
-	if from := msgs[0].GetFrom(); !n.members.Allows(from) {
+	from := msgs[0].GetFrom()
+	if !n.members.Allows(from) {
 		// One batch is one peer's (transport: From == the stream's peer).
 		// At Info: a member removed a moment ago, or one gossip has not
 		// reported yet, does this too.
 		n.tr.Note(refusedRaft, fmt.Sprint(from), "reason", "not a member", "type", msgs[0].GetType().String(),
 			"msgs", len(msgs))
+		return
+	}
+	if role, ok := n.tr.PeerRole(from); !ok || !role.Voter() {
+		// The transport admits raft streams from voter certificates only;
+		// checked again for every path into the loop.
+		n.tr.Refuse(refusedRaft, fmt.Sprint(from), "reason", "no voter role", "role", role.String(), "msgs", len(msgs))
 		return
 	}
 	if n.k.Stages != nil {
@@ -122,10 +129,15 @@ func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transpor
 }
 
 // Removed serves the leader's notice that this node is no longer in the
-// configuration; fleet.JudgeRemoved decides whether to believe it, and a
-// believed one stops this node with lockerr.ErrRemoved.
+// configuration: only a caller with a voter certificate may send one (a
+// leader is a voter: privilege.go), and fleet.JudgeRemoved decides whether
+// to believe it (from the leader this node follows, or a voter of its
+// configuration); a believed one stops this node with lockerr.ErrRemoved.
 func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
 	n := (*Node)(h)
+	if err := requireRole(ctx, transport.Role.Voter, "voter"); err != nil {
+		return nil, n.refuseCall(from, "Removed", err)
+	}
 	res := make(chan error, 1)
 	verdict, err := awaitLoop(ctx, n, res, func() {
 		err := n.fleet.JudgeRemoved(from, req)

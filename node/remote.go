@@ -49,6 +49,13 @@ func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
 		err = n.authoriseProposal(m)
 	}
+	if err == nil && m.GetType() == raftpb.MessageType_MsgApp {
+		// Cut before a configuration change no leader proposes; the rest
+		// is stepped (privilege.go).
+		if cut := n.loop.guard.confs.trimAppend(m, n.loop.confState, n.loop.lastApplied, v.lastIndex); cut != nil {
+			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", cut)
+		}
+	}
 	switch {
 	case errors.Is(err, errStale):
 		n.log.Debug("stale raft message dropped", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)

@@ -1,0 +1,187 @@
+package node
+
+// The insider suite: what a certificate the cluster's CA issued may do,
+// by its role. Each attack runs over real gRPC with mutual TLS against the
+// three-voter cluster of newAttackSetup (a holds "stock", b waits for it),
+// from an attacker's own transport holding one of these certificates:
+//
+//   - light: a member certificate with the light role (id 77, no member of
+//     the configuration);
+//   - non-member: a certificate with the voter role naming id 77, which is
+//     in no configuration but which the node lets send raft messages (as it
+//     does a learner, or a member gossip reports: admitRaftSender);
+//   - voter: the certificate of b, a voter of the configuration — the most a
+//     compromised member can hold.
+//
+// docs/security.md names each test beside the claim it proves.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/transport"
+	"github.com/lockraft/lockraft/transport/transportpb"
+)
+
+// certKind is one row of the insider tables.
+type certKind struct {
+	name string
+	id   func(s *attackSetup) uint64
+	role string
+}
+
+var insiderKinds = []certKind{
+	{"light", func(*attackSetup) uint64 { return outsider }, "light"},
+	{"non-member", func(*attackSetup) uint64 { return outsider }, "voter"},
+	{"voter", func(s *attackSetup) uint64 { return s.b }, "voter"},
+}
+
+// roleTLS returns a certificate of member id of cluster with role.
+func (p *testPKI) roleTLS(cluster string, id uint64, role string) *transport.TLS {
+	p.t.Helper()
+	cert, key, err := p.ca.MemberRole(cluster, id, role, nil, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	require.NoError(p.t, err)
+	roots, c, err := p.ca.Material(cert, key)
+	require.NoError(p.t, err)
+	return &transport.TLS{Roots: roots, Certificate: c}
+}
+
+// insider returns the attacker's transport for kind k, speaking to every
+// node of s, and its id. A non-member is let send raft messages on every
+// node first (admitRaftSender), so that what stops it is the node's guard.
+func (s *attackSetup) insider(t *testing.T, k certKind) (*transport.Transport, uint64) {
+	t.Helper()
+	id := k.id(s)
+	peers := map[uint64]string{}
+	for n := range s.tc.All() {
+		peers[n] = s.tc.Addr(n)
+	}
+	if k.name == "non-member" {
+		for _, n := range s.tc.All() {
+			admitRaftSender(n, id)
+		}
+	}
+	return attacker(t, "test", s.pki.roleTLS("test", id, k.role), id, peers), id
+}
+
+// admitRaftSender lets id through the member set's filter, as a learner or a
+// member gossip reports with raft data would be.
+func admitRaftSender(n *Node, id uint64) { n.members.AddFounders([]uint64{id}) }
+
+// logEnd returns n's last log index and its term.
+func logEnd(t *testing.T, n *Node) (uint64, uint64) {
+	t.Helper()
+	type end struct{ i, t uint64 }
+	ch := make(chan end, 1)
+	require.NoError(t, n.do(context.Background(), func() {
+		li, err := n.storage.LastIndex()
+		require.NoError(t, err)
+		lt, err := n.storage.Term(li)
+		require.NoError(t, err)
+		ch <- end{li, lt}
+	}))
+	e := <-ch
+	return e.i, e.t
+}
+
+// forgedAppend is an append of term that continues n's log with ents and
+// commits them: what a leader elected in term would send.
+func forgedAppend(t *testing.T, n *Node, from, to, term uint64, ents ...*raftpb.Entry) *raftpb.Message {
+	li, lt := logEnd(t, n)
+	for i, e := range ents {
+		e.Index, e.Term = new(li+1+uint64(i)), new(term)
+	}
+	return &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), From: new(from), To: new(to), Term: new(term),
+		Index: new(li), LogTerm: new(lt), Commit: new(li + uint64(len(ents))), Entries: ents}
+}
+
+// A member that is no voter cannot make itself leader: an append of a
+// higher term carrying the expiry of a's session, a heartbeat of a higher
+// term followed by a Removed notice, both refused; nothing moves. A voter of
+// the configuration can (raft trusts its voters): its append of a higher
+// term is applied, and a's session expires on the node it was sent to.
+// (S1, L3; privilege.go, leaderRule.)
+func TestAttackInsiderForgedLeadership(t *testing.T) {
+	for _, k := range insiderKinds {
+		t.Run(k.name, func(t *testing.T) {
+			s := newAttackSetup(t)
+			tr, as := s.insider(t, k)
+			target := s.tc.Member(s.a)
+			term := raftTerm(t, target) + 1
+			expire := lockfsm.Command{Kind: lockfsm.KindExpireSession, Session: s.sessA}
+			tr.Send([]*raftpb.Message{forgedAppend(t, target, as, s.a, term, &raftpb.Entry{Data: expire.AppendEncode(nil)})})
+			if k.name == "voter" {
+				require.Eventually(t, func() bool {
+					sess, _, _ := lockState(t, target, "stock")
+					return sess != s.sessA
+				}, 10*time.Second, 5*time.Millisecond, "a voter's append of a higher term is raft's to take")
+				return
+			}
+			tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgHeartbeat.Enum(), From: new(as), To: new(s.a),
+				Term: new(term + 1)}})
+			if k.name == "non-member" {
+				s.loggedOnce(t, s.a, "raft message", "refused raft message", as, 2)
+			}
+			ctx := ctxT(t, 5*time.Second)
+			_, err := tr.Removed(ctx, s.a, &transportpb.RemovedRequest{Term: term + 1, Applied: 1 << 40,
+				Voters: []uint64{s.lead, s.b, as}})
+			require.ErrorIs(t, err, transport.ErrPermissionDenied)
+			require.Less(t, raftTerm(t, target), term, "the forged term was not taken")
+			s.untouched(t)
+		})
+	}
+}
+
+// confChangeEntry is a ConfChangeV2 entry removing ids.
+func confChangeEntry(t *testing.T, ids ...uint64) *raftpb.Entry {
+	cc := &raftpb.ConfChangeV2{}
+	for _, id := range ids {
+		cc.Changes = append(cc.Changes, &raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)})
+	}
+	b, err := proto.Marshal(cc)
+	require.NoError(t, err)
+	return &raftpb.Entry{Type: raftpb.EntryType_EntryConfChangeV2.Enum(), Data: b}
+}
+
+// Even a voter that makes itself leader cannot append a configuration change
+// no leader proposes: one removing every voter (which raft cannot apply, so
+// every replica that committed it stopped, and again on every restart), a v1
+// change other than the bootstrap's, an update. The append is cut before it,
+// the node keeps serving and its configuration is unchanged. (L1;
+// privilege.go, confLedger.)
+func TestAttackInsiderConfChangeAppendCut(t *testing.T) {
+	s := newAttackSetup(t)
+	k := insiderKinds[2] // a voter: the others cannot lead at all
+	tr, as := s.insider(t, k)
+	target := s.tc.Member(s.a)
+	v1, err := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(s.lead)})
+	require.NoError(t, err)
+	update := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeUpdateNode.Enum(), NodeId: new(s.lead)}}}
+	upd, err := proto.Marshal(update)
+	require.NoError(t, err)
+	bad := []*raftpb.Entry{
+		confChangeEntry(t, 1, 2, 3),
+		{Type: raftpb.EntryType_EntryConfChange.Enum(), Data: v1},
+		{Type: raftpb.EntryType_EntryConfChangeV2.Enum(), Data: upd},
+	}
+	for _, e := range bad {
+		term := raftTerm(t, target) + 1
+		tr.Send([]*raftpb.Message{forgedAppend(t, target, as, s.a, term, e)})
+		require.Eventually(t, func() bool { return raftTerm(t, target) >= term }, 10*time.Second, 5*time.Millisecond)
+	}
+	s.loggedOnce(t, s.a, "raft message", "refused raft message", as, uint64(len(bad)))
+	require.NoError(t, target.err(), "a stopped")
+	v, _, err := target.ConfState(ctxT(t, 5*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2, 3}, v)
+	serving(t, s.tc, "after")
+}
+
+var _ = fmt.Sprint
