@@ -18,6 +18,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/certgen"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -184,4 +186,51 @@ func TestAttackInsiderConfChangeAppendCut(t *testing.T) {
 	serving(t, s.tc, "after")
 }
 
-var _ = fmt.Sprint
+
+// In gossip mode the leader adds as a learner only a member whose
+// certificate has the voter role: a newcomer with a light certificate stays
+// a light member (it locks through the leader) however long it is alive,
+// while one with a voter certificate is added. Before roles every
+// certificate of the cluster's CA and the gossip key made a learner, and from
+// there a raft participant. (fleet.mayParticipate; MemberSet admits a
+// member gossip reports only with a voter certificate: TestMemberSet.)
+func TestAttackInsiderGossipLightNeverLearner(t *testing.T) {
+	pki := newTestPKI(t)
+	ids := map[uint64]uint64{1: certRandomID(), 2: certRandomID(), 3: certRandomID(), 4: certRandomID(), 5: certRandomID()}
+	f := newGossipCluster(t, "roles", 5, 3, func(c *Config) {
+		slot := uint64(0)
+		for s := uint64(1); s <= 5; s++ {
+			if c.Gossip.Name == fmt.Sprintf("roles-%d", s) {
+				slot = s
+			}
+		}
+		role := "voter"
+		if slot == 4 {
+			role = "light"
+		}
+		c.TLS = pki.roleTLS(c.ClusterID, ids[slot], role)
+		c.Gossip.Keys = [][]byte{[]byte("0123456789abcdef0123456789abcdef")}
+	})
+	n1 := startSlot(t, f, 1)
+	for i := uint64(2); i <= 3; i++ {
+		startSlot(t, f, i, n1.GossipAddr())
+	}
+	waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
+	light := startSlot(t, f, 4, n1.GossipAddr())
+	ctx := ctxT(t, 30*time.Second)
+	h, err := light.Acquire(ctx, "light-locks", "l", true, 0)
+	require.NoError(t, err, "a light member locks through the leader")
+	require.NoError(t, h.Release(ctx))
+	startSlot(t, f, 5, n1.GossipAddr())
+	_, learners := waitConf(t, f, 30*time.Second, "the voter newcomer a learner", func(v, l []uint64) bool {
+		return slices.Contains(l, ids[5])
+	})
+	require.NotContains(t, learners, ids[4])
+	// Long past StabilizeFor, with room for learners: still not added.
+	time.Sleep(time.Second)
+	v, l := waitConf(t, f, 5*time.Second, "any", func(v, l []uint64) bool { return true })
+	require.NotContains(t, append(v, l...), ids[4], "the light member was added to the configuration")
+	require.True(t, light.light())
+}
+
+func certRandomID() uint64 { return certgen.RandomID() }

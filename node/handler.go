@@ -33,12 +33,6 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 			"msgs", len(msgs))
 		return
 	}
-	if role, ok := n.tr.PeerRole(from); !ok || !role.Voter() {
-		// The transport admits raft streams from voter certificates only;
-		// checked again for every path into the loop.
-		n.tr.Refuse(refusedRaft, fmt.Sprint(from), "reason", "no voter role", "role", role.String(), "msgs", len(msgs))
-		return
-	}
 	if n.k.Stages != nil {
 		for _, m := range msgs {
 			if m.GetType() == raftpb.MessageType_MsgApp {

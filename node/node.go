@@ -315,6 +315,7 @@ func start(cfg Config) (*Node, error) {
 		n.app.fsync = m.Fsync
 	}
 	n.loop.guard.leaders = &leaderRule{conf: func() *raftpb.ConfState { return n.loop.confState }, role: n.tr.PeerRole}
+	n.members.SetRoles(n.tr.PeerRole)
 	n.addr = cfg.advertised(n.tr.Addr())
 	for _, m := range cfg.Members {
 		if m.ID != cfg.ID {

@@ -265,3 +265,19 @@ func requireRole(ctx context.Context, has func(transport.Role) bool, want string
 	}
 	return fmt.Errorf("%w: a %s call from %d with role %v", transport.ErrPermissionDenied, want, p.ID, p.Role)
 }
+
+// inspectAllowed says whether the caller of an Inspect call (ctx) may have
+// op served: "transfer", an operator action, needs the operator role; the
+// views ("lock", "locks", "members") a member of the cluster (member says
+// whether an id is one) or the operator role. A certificate of the CA that
+// names no member learns nothing and moves nothing.
+func inspectAllowed(ctx context.Context, op string, member func(uint64) bool) error {
+	if op == "transfer" {
+		return requireRole(ctx, transport.Role.Operator, "operator")
+	}
+	p, ok := transport.CallerOf(ctx)
+	if ok && (p.Role.Operator() || p.Role.Member() && member(p.ID)) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s view asked by %d, no member of the cluster (role %v)", transport.ErrPermissionDenied, op, p.ID, p.Role)
+}

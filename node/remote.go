@@ -21,7 +21,18 @@ import (
 func (n *Node) stepRemote(msgs []*raftpb.Message) {
 	g := &n.loop.guard
 	v := g.view(n.rn, n.id)
+	var checked uint64 // the last sender whose role was checked, and passed
 	for _, m := range msgs {
+		if from := m.GetFrom(); from != checked {
+			// The transport admits raft streams from voter certificates
+			// only; checked again for every path into the loop.
+			if role, ok := n.tr.PeerRole(from); !ok || !role.Voter() {
+				n.tr.Refuse(refusedRaft, fmt.Sprint(from), "type", m.GetType().String(), "reason", "no voter role",
+					"role", role.String())
+				continue
+			}
+			checked = from
+		}
 		if m.GetType() == raftpb.MessageType_MsgHeartbeat && g.appStepped {
 			g.deferred = append(g.deferred, m)
 			continue

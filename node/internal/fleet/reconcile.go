@@ -222,6 +222,9 @@ func (f *Fleet) reconcileAt(now time.Time, term uint64) {
 		}
 		addrs[id] = inf.meta.RaftAddr
 		pr, inConfig := st.Progress[id]
+		if !inConfig && !f.mayParticipate(id) {
+			continue // never a learner: its certificate is not a voter's
+		}
 		h := membership.MemberHealth{RaftID: id, Gossip: inf.state, HasData: inf.meta.HasData}
 		healthy := inf.state == membership.StateAlive
 		role := 0
@@ -342,4 +345,14 @@ func (f *Fleet) LeaveCluster(ctx context.Context, conf func(context.Context) (vo
 		return false
 	}
 	return err == nil
+}
+
+// mayParticipate reports whether member id may be added to the raft
+// configuration: the last certificate the transport verified for it has the
+// voter role. A light member's certificate, or none verified yet, keeps it
+// out (it works through the leader, and is added once a voter certificate
+// of it is seen).
+func (f *Fleet) mayParticipate(id uint64) bool {
+	r, ok := f.host.Net().PeerRole(id)
+	return ok && r.Voter()
 }
