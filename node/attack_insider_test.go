@@ -8,8 +8,9 @@ package node
 //   - light: a member certificate with the light role (id 77, no member of
 //     the configuration);
 //   - non-member: a certificate with the voter role naming id 77, which is
-//     in no configuration but which the node lets send raft messages (as it
-//     does a learner, or a member gossip reports: admitRaftSender);
+//     in no configuration; for the raft attacks the node lets it send raft
+//     messages (as it does a learner, or a member gossip reports:
+//     admitRaftSender), so that what stops it is the guard;
 //   - voter: the certificate of b, a voter of the configuration — the most a
 //     compromised member can hold.
 //
@@ -57,7 +58,8 @@ func (p *testPKI) roleTLS(cluster string, id uint64, role string) *transport.TLS
 
 // insider returns the attacker's transport for kind k, speaking to every
 // node of s, and its id. A non-member is let send raft messages on every
-// node first (admitRaftSender), so that what stops it is the node's guard.
+// node first (admitRaftSender), so that what stops it is the node's guard
+// (it is then a member of sorts: one the node hears raft from).
 func (s *attackSetup) insider(t *testing.T, k certKind) (*transport.Transport, uint64) {
 	t.Helper()
 	id := k.id(s)
@@ -234,3 +236,37 @@ func TestAttackInsiderGossipLightNeverLearner(t *testing.T) {
 }
 
 func certRandomID() uint64 { return certgen.RandomID() }
+
+// Operator actions on the peer port need the operator role: the Inspect
+// call's leadership transfer is refused to every member certificate without
+// it (the leader stays), and the views (members, locks) are answered only to
+// a member of the cluster. A member certificate with ",operator" may
+// transfer. (inspectAllowed.)
+func TestAttackInsiderInspectNeedsRoles(t *testing.T) {
+	s := newAttackSetup(t)
+	ctx := ctxT(t, 20*time.Second)
+	for _, k := range insiderKinds {
+		// Not let through as a raft sender: a certificate of no member.
+		tr := attacker(t, "test", s.pki.roleTLS("test", k.id(s), k.role), k.id(s), map[uint64]string{s.lead: s.tc.Addr(s.lead)})
+		for range 3 {
+			_, err := tr.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: transportpb.InspectOp_INSPECT_OP_TRANSFER})
+			require.ErrorIs(t, err, transport.ErrPermissionDenied, "%s: transfer", k.name)
+		}
+		for _, op := range []transportpb.InspectOp{transportpb.InspectOp_INSPECT_OP_MEMBERS, transportpb.InspectOp_INSPECT_OP_LOCKS} {
+			_, err := tr.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: op, Stale: true})
+			if k.name == "voter" {
+				require.NoError(t, err, "%s: %v", k.name, op)
+			} else {
+				require.ErrorIs(t, err, transport.ErrPermissionDenied, "%s: %v", k.name, op)
+			}
+		}
+		require.Equal(t, s.lead, leader(t, s.tc), "%s moved the leadership", k.name)
+	}
+	s.loggedOnce(t, s.lead, "call", "refused call", outsider, 10)
+	s.untouched(t)
+	// An operator member (b's certificate with the operator role) may.
+	op := attacker(t, "test", s.pki.roleTLS("test", s.b, "voter,operator"), s.b, map[uint64]string{s.lead: s.tc.Addr(s.lead)})
+	_, err := op.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: transportpb.InspectOp_INSPECT_OP_TRANSFER, To: s.a})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return leader(t, s.tc) == s.a }, 10*time.Second, 10*time.Millisecond)
+}

@@ -82,7 +82,7 @@ func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transpo
 			r.Op = name
 		}
 	}
-	if err := inspectAllowed(ctx, r.Op, n.knownMember); err != nil {
+	if err := inspectAllowed(ctx, r.Op, func(id uint64) bool { return clusterMember(n, id) }); err != nil {
 		return nil, n.refuseCall(from, "Inspect", err)
 	}
 	if n.light() || n.Leader() != n.id {

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -280,4 +281,16 @@ func inspectAllowed(ctx context.Context, op string, member func(uint64) bool) er
 		return nil
 	}
 	return fmt.Errorf("%w: %s view asked by %d, no member of the cluster (role %v)", transport.ErrPermissionDenied, op, p.ID, p.Role)
+}
+
+// clusterMember reports whether id is a member of n's cluster: one the
+// member set lets send raft messages (the configuration, the static list,
+// a voter gossip reports), or a member gossip reports alive (a light member).
+func clusterMember(n *Node, id uint64) bool {
+	if n.members.Allows(id) {
+		return true
+	}
+	return slices.ContainsFunc(n.Members(), func(m membership.Member) bool {
+		return m.Meta.RaftID == id && m.State == membership.StateAlive
+	})
 }
