@@ -188,7 +188,6 @@ func TestAttackInsiderConfChangeAppendCut(t *testing.T) {
 	serving(t, s.tc, "after")
 }
 
-
 // In gossip mode the leader adds as a learner only a member whose
 // certificate has the voter role: a newcomer with a light certificate stays
 // a light member (it locks through the leader) however long it is alive,
@@ -269,4 +268,38 @@ func TestAttackInsiderInspectNeedsRoles(t *testing.T) {
 	_, err := op.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: transportpb.InspectOp_INSPECT_OP_TRANSFER, To: s.a})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return leader(t, s.tc) == s.a }, 10*time.Second, 10*time.Millisecond)
+}
+
+// Formation with TLS: a founder adopts a formation id only from the
+// candidate itself — the gossip member the request names as candidate has
+// the raft id of the caller's certificate. A certificate of the CA that is
+// not the first founder's, asking founders 2 and 3 (founder 1 not up yet) to
+// adopt its id in founder 1's name, is refused; before, they adopted it
+// durably and the cluster could not form until their data was wiped.
+// (fleet.Answer.)
+func TestAttackInsiderFormationNeedsCandidate(t *testing.T) {
+	pki := newTestPKI(t)
+	ids := map[string]uint64{"hj-1": certRandomID(), "hj-2": certRandomID(), "hj-3": certRandomID()}
+	f := newGossipCluster(t, "hj", 3, 3, func(c *Config) {
+		c.TLS = pki.roleTLS(c.ClusterID, ids[c.Gossip.Name], "voter")
+		c.Gossip.Keys = [][]byte{[]byte("0123456789abcdef0123456789abcdef")}
+	})
+	n2 := startSlot(t, f, 2)
+	n3 := startSlot(t, f, 3, n2.GossipAddr())
+	require.Eventually(t, func() bool { return len(n2.Members()) == 2 && len(n3.Members()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	for _, k := range insiderKinds {
+		as := uint64(outsider)
+		if k.name == "voter" {
+			as = ids["hj-3"] // a founder, but not the candidate it names
+		}
+		tr := attacker(t, "hj", pki.roleTLS("hj", as, k.role), as, map[uint64]string{n2.ID(): n2.Addr()})
+		out, err := tr.Form(ctxT(t, 5*time.Second), n2.ID(), &transportpb.FormRequest{Formation: fmt.Sprintf("%032x", len(k.name)),
+			Candidate: "hj-1", Founders: []string{"hj-1", "hj-2", "hj-3"}, Target: "hj-2", TargetId: n2.ID()})
+		require.NoError(t, err, k.name)
+		require.False(t, out.GetAdopted(), "%s: adopted", k.name)
+		require.Empty(t, n2.fleet.Formation(), "%s: founder 2 adopted a formation id", k.name)
+	}
+	// Founder 1 comes up and forms the cluster with them.
+	startSlot(t, f, 1, n2.GossipAddr())
+	waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
 }
