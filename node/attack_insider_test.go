@@ -303,3 +303,32 @@ func TestAttackInsiderFormationNeedsCandidate(t *testing.T) {
 	startSlot(t, f, 1, n2.GossipAddr())
 	waitConf(t, f, 30*time.Second, "3 voters", func(v, l []uint64) bool { return len(v) == 3 })
 }
+
+// A member removed from the cluster is refused from then on, whatever its
+// certificate: after a leaves, a's own certificate is refused at admission
+// on every node that applied the removal, even for a call any member may
+// make. (fleet.OnConfChange revokes it; transport.Revoke.)
+func TestAttackInsiderRemovedMemberRefused(t *testing.T) {
+	s := newAttackSetup(t)
+	ctx := ctxT(t, 20*time.Second)
+	old := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.lead: s.tc.Addr(s.lead), s.a: s.tc.Addr(s.a)})
+	_, err := old.VersionGate(ctx, s.lead, &transportpb.VersionGateRequest{})
+	require.NoError(t, err, "a member may ask")
+	require.NoError(t, s.tc.Member(s.b).Leave(ctx))
+	s.tc.Stopped(s.b)
+	for _, id := range []uint64{s.lead, s.a} {
+		require.Eventually(t, func() bool {
+			v, _, err := s.tc.Member(id).ConfState(ctx)
+			return err == nil && !slices.Contains(v, s.b)
+		}, 10*time.Second, 10*time.Millisecond)
+		// (The leader answers the Leave first: a second's grace.)
+		require.Eventually(t, func() bool {
+			_, err = old.VersionGate(ctx, id, &transportpb.VersionGateRequest{})
+			return err != nil // refused at the handshake (or, mid-connection, at admission)
+		}, 5*time.Second, 50*time.Millisecond, "node %d still admits the removed member", id)
+		for range 3 {
+			_, err = old.VersionGate(ctx, id, &transportpb.VersionGateRequest{})
+			require.Error(t, err, "node %d admitted the removed member again", id)
+		}
+	}
+}
