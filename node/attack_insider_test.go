@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/certgen"
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -331,4 +332,26 @@ func TestAttackInsiderRemovedMemberRefused(t *testing.T) {
 			require.Error(t, err, "node %d admitted the removed member again", id)
 		}
 	}
+}
+
+// A loopback bind advertised at another host's address is reachable from
+// there (through a proxy or a port forward), so it counts as exposed: no
+// plaintext without Insecure, and an explicit cluster id. Only a node that
+// is both bound and advertised on loopback runs without TLS. (checkSecurity.)
+func TestAttackLoopbackBindAdvertisedElsewhereIsExposed(t *testing.T) {
+	for _, adv := range []string{"192.0.2.1:7400", "orders-0.orders:7400"} {
+		cfg := Config{ID: 1, DataDir: t.TempDir(), ClusterID: "test", ListenAddr: "127.0.0.1:0", AdvertiseAddr: adv,
+			Members: []Member{{ID: 1, Addr: adv}}}
+		_, err := Start(cfg)
+		require.ErrorIs(t, err, lockerr.ErrInvalidConfig, adv)
+		require.ErrorContains(t, err, "without TLS", adv)
+		cfg.ClusterID = ""
+		_, err = Start(cfg)
+		require.ErrorContains(t, err, "explicit ClusterID", adv)
+	}
+	cfg := Config{ID: 1, DataDir: t.TempDir(), ClusterID: "test", ListenAddr: "127.0.0.1:0", AdvertiseAddr: "127.0.0.1:7400",
+		Members: []Member{{ID: 1, Addr: "127.0.0.1:7400"}}}
+	n, err := Start(cfg)
+	require.NoError(t, err, "loopback bound and advertised")
+	n.Crash()
 }
