@@ -112,7 +112,7 @@ func forgedAppend(t *testing.T, n *Node, from, to, term uint64, ents ...*raftpb.
 // term followed by a Removed notice, both refused; nothing moves. A voter of
 // the configuration can (raft trusts its voters): its append of a higher
 // term is applied, and a's session expires on the node it was sent to.
-// (S1, L3; privilege.go, leaderRule.)
+// (S1, L3; privilege.LeaderRule.)
 func TestAttackInsiderForgedLeadership(t *testing.T) {
 	for _, k := range insiderKinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -160,7 +160,7 @@ func confChangeEntry(t *testing.T, ids ...uint64) *raftpb.Entry {
 // every replica that committed it stopped, and again on every restart), a v1
 // change other than the bootstrap's, an update. The append is cut before it,
 // the node keeps serving and its configuration is unchanged. (L1;
-// privilege.go, confLedger.)
+// privilege.ConfLedger.)
 func TestAttackInsiderConfChangeAppendCut(t *testing.T) {
 	s := newAttackSetup(t)
 	k := insiderKinds[2] // a voter: the others cannot lead at all
@@ -241,7 +241,7 @@ func certRandomID() uint64 { return certgen.RandomID() }
 // call's leadership transfer is refused to every member certificate without
 // it (the leader stays), and the views (members, locks) are answered only to
 // a member of the cluster. A member certificate with ",operator" may
-// transfer. (inspectAllowed.)
+// transfer. (privilege.InspectAllowed.)
 func TestAttackInsiderInspectNeedsRoles(t *testing.T) {
 	s := newAttackSetup(t)
 	ctx := ctxT(t, 20*time.Second)
@@ -354,4 +354,80 @@ func TestAttackLoopbackBindAdvertisedElsewhereIsExposed(t *testing.T) {
 	n, err := Start(cfg)
 	require.NoError(t, err, "loopback bound and advertised")
 	n.Crash()
+}
+
+// Quotas: in a static cluster only a listed member opens a session (a light
+// or voter certificate naming another id is refused, where before a
+// stranger opened 500 one-hour sessions in seconds); a member opens at most
+// MaxSessionsPerMember sessions, and one session holds or waits for at most
+// MaxLocksPerSession names. Nothing beyond is applied. The voter row speaks
+// as member 3 (crashed, so its node does not end sessions it did not open).
+// (privilege.Quotas.)
+func TestAttackInsiderQuotas(t *testing.T) {
+	const sessions, locks = 3, 4
+	pki := newTestPKI(t)
+	tc := newCluster(t, 3, pki.tune, func(c *Config) { c.MaxSessionsPerMember, c.MaxLocksPerSession = sessions, locks })
+	lid := leader(t, tc)
+	victim := otherThan(tc, lid)
+	tc.Crash(victim)
+	ctx := ctxT(t, 30*time.Second)
+	lead := tc.Member(lid)
+	inLoop := func(f func() int) int {
+		ch := make(chan int, 1)
+		require.NoError(t, lead.do(ctx, func() { ch <- f() }))
+		return <-ch
+	}
+	for _, k := range insiderKinds {
+		id := uint64(outsider)
+		if k.name == "voter" {
+			id = victim
+		}
+		tr := attacker(t, "test", pki.roleTLS("test", id, k.role), id, map[uint64]string{lid: tc.Addr(lid)})
+		var opened []uint64
+		for i := range 2 * sessions {
+			out, err := tr.FwdOpen(ctx, lid, &transportpb.FwdOpenRequest{Nonce: uint64(100 + i), TtlMillis: 3_600_000})
+			if err == nil {
+				opened = append(opened, out.GetSession())
+			} else {
+				require.ErrorIs(t, err, transport.ErrPermissionDenied)
+			}
+		}
+		count := func() int { return inLoop(func() int { return lead.fsm.SessionsOf(id) }) }
+		if k.name != "voter" {
+			require.Empty(t, opened, "%s opened sessions in a static cluster", k.name)
+			require.Zero(t, count())
+			continue
+		}
+		require.Equal(t, sessions, count(), "3's sessions: its crashed node's and those opened, up to the quota")
+		require.Len(t, opened, sessions-1)
+		// Locks of one session, up to the quota.
+		sess := opened[0]
+		holds := func() int { return inLoop(func() int { info, _ := lead.fsm.Session(sess); return info.Holds }) }
+		var granted int
+		for i := range 2 * locks {
+			c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: sess, Seq: uint64(1 + i), Name: fmt.Sprintf("q%d", i), Owner: "o"}
+			_, err := tr.FwdPropose(ctx, lid, &transportpb.FwdProposeRequest{Commands: [][]byte{c.AppendEncode(nil)}})
+			if err != nil {
+				require.ErrorContains(t, err, lockerr.ErrQuotaExceeded.Error())
+				continue
+			}
+			granted++
+			// Applied before the next: the quota counts what is applied.
+			require.Eventually(t, func() bool { return holds() == granted }, 5*time.Second, 5*time.Millisecond)
+		}
+		require.Equal(t, locks, granted)
+		require.Equal(t, locks, holds())
+	}
+	serving(t, tc, "after")
+}
+
+// Quotas out of range are a configuration error.
+func TestQuotaConfigValidated(t *testing.T) {
+	for _, q := range [][2]int{{-1, 0}, {0, -1}, {1<<16 + 1, 0}, {0, 1<<24 + 1}} {
+		cfg := Config{ID: 1, DataDir: t.TempDir(), Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}},
+			MaxSessionsPerMember: q[0], MaxLocksPerSession: q[1]}
+		require.ErrorIs(t, cfg.Validate(), lockerr.ErrInvalidConfig, "%v", q)
+	}
+	cfg := Config{ID: 1, DataDir: t.TempDir(), Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
+	require.NoError(t, cfg.Validate())
 }

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -46,7 +47,7 @@ import (
 //   - a message that would make this node take a new leader, and a vote
 //     request, only from a voter of the applied configuration with a voter
 //     certificate; an append's configuration changes only as a leader
-//     proposes them (privilege.go).
+//     proposes them (node/internal/privilege).
 //
 // A refused message is dropped (raft retries what matters) and logged once
 // per sender and interval; one a correct peer may send across a leader
@@ -95,8 +96,8 @@ type raftView struct {
 	isLeader       bool
 	lastIndex      uint64 // exact as of the last Ready, a lower bound after it
 	// leaders, if set, says who may become this node's leader
-	// (privilege.go); nil judges shapes only (the pure tests).
-	leaders *leaderRule
+	// (privilege.LeaderRule); nil judges shapes only (the pure tests).
+	leaders *privilege.LeaderRule
 }
 
 // checkRemote judges one message from a peer; nil means raft may step it.
@@ -121,10 +122,10 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 		// every term check (a heartbeat of term 0 would commit anything).
 		return fmt.Errorf("%w: %v of term %d", errGuard, m.GetType(), t)
 	}
-	// Only a voter may become the leader (privilege.go).
-	if v.leaders != nil && adoptsLeader(m, v) {
-		if err := v.leaders.check(from); err != nil {
-			return fmt.Errorf("%w (%v of term %d)", err, m.GetType(), t)
+	// Only a voter may become the leader (node/internal/privilege).
+	if v.leaders != nil && privilege.AdoptsLeader(m, v.term, v.lead) {
+		if err := v.leaders.Check(from); err != nil {
+			return fmt.Errorf("%w: %v (%v of term %d)", errGuard, err, m.GetType(), t)
 		}
 	}
 	// Leader traffic of the current term comes from the leader raft follows.
@@ -336,17 +337,17 @@ func checkConfState(cs *raftpb.ConfState, last uint64) error {
 // every voter, entering a joint configuration twice, ...). Used on apply:
 // a committed change raft cannot apply stops the node cleanly.
 func checkConfChange(cs *raftpb.ConfState, cc raftpb.ConfChangeI, last uint64) error {
-	_, err := nextConf(cs, cc, last)
+	_, err := privilege.NextConf(cs, cc, last)
 	return err
 }
 
 // msgGuard is the loop's state for judging remote messages.
 type msgGuard struct {
-	lastIndex  uint64            // raft's last index as of the last Ready
-	appStepped bool              // a MsgApp or MsgSnap was stepped since the last Ready
-	deferred   []*raftpb.Message // heartbeats waiting for the end of the turn
-	leaders    *leaderRule       // who may lead this node (privilege.go)
-	confs      confLedger        // configuration changes appended, not yet applied (privilege.go)
+	lastIndex  uint64                // raft's last index as of the last Ready
+	appStepped bool                  // a MsgApp or MsgSnap was stepped since the last Ready
+	deferred   []*raftpb.Message     // heartbeats waiting for the end of the turn
+	leaders    *privilege.LeaderRule // who may lead this node
+	confs      privilege.ConfLedger  // configuration changes appended, not yet applied
 }
 
 // noteAppend updates the guard from one Ready's storage append (the loop
@@ -355,10 +356,10 @@ type msgGuard struct {
 func (g *msgGuard) noteAppend(m *raftpb.Message) {
 	if ents := m.GetEntries(); len(ents) > 0 {
 		g.lastIndex = ents[len(ents)-1].GetIndex()
-		g.confs.noteEntries(ents)
+		g.confs.NoteEntries(ents)
 	} else if s := m.GetSnapshot(); s != nil && !raft.IsEmptySnap(s) {
 		g.lastIndex = s.GetMetadata().GetIndex()
-		g.confs.noteSnapshot(s.GetMetadata())
+		g.confs.NoteSnapshot(s.GetMetadata())
 	}
 }
 

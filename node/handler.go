@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -124,12 +125,12 @@ func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transpor
 
 // Removed serves the leader's notice that this node is no longer in the
 // configuration: only a caller with a voter certificate may send one (a
-// leader is a voter: privilege.go), and fleet.JudgeRemoved decides whether
+// leader is a voter: privilege.LeaderRule), and fleet.JudgeRemoved decides whether
 // to believe it (from the leader this node follows, or a voter of its
 // configuration); a believed one stops this node with lockerr.ErrRemoved.
 func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
 	n := (*Node)(h)
-	if err := requireRole(ctx, transport.Role.Voter, "voter"); err != nil {
+	if err := privilege.RequireRole(ctx, transport.Role.Voter, "voter"); err != nil {
 		return nil, n.refuseCall(from, "Removed", err)
 	}
 	res := make(chan error, 1)

@@ -7,7 +7,7 @@ package node
 // the reply is the view as JSON (read-only output for operators, never input
 // to raft or the lock table). Reads are answered to a member of the cluster
 // (of the configuration, the static list or gossip) or an operator; a
-// transfer only to an operator (inspectAllowed). This file is
+// transfer only to an operator (privilege.InspectAllowed). This file is
 // the only place that makes or serves the call: askLeader (client side) and
 // the Inspect handler (server side).
 
@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/views"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -82,7 +83,7 @@ func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transpo
 			r.Op = name
 		}
 	}
-	if err := inspectAllowed(ctx, r.Op, func(id uint64) bool { return clusterMember(n, id) }); err != nil {
+	if err := privilege.InspectAllowed(ctx, r.Op, n.fleet.IsMember); err != nil {
 		return nil, n.refuseCall(from, "Inspect", err)
 	}
 	if n.light() || n.Leader() != n.id {

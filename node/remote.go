@@ -6,6 +6,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -62,9 +63,9 @@ func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 	}
 	if err == nil && m.GetType() == raftpb.MessageType_MsgApp {
 		// Cut before a configuration change no leader proposes; the rest
-		// is stepped (privilege.go).
-		if cut := n.loop.guard.confs.trimAppend(m, n.loop.confState, n.loop.lastApplied, v.lastIndex); cut != nil {
-			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", cut)
+		// is stepped (privilege.ConfLedger).
+		if cut := n.loop.guard.confs.TrimAppend(m, n.loop.confState, n.loop.lastApplied, v.lastIndex); cut != nil {
+			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", fmt.Errorf("%w: %v", errGuard, cut))
 		}
 	}
 	switch {
@@ -93,6 +94,10 @@ func (n *Node) authoriseProposal(m *raftpb.Message) error {
 		case err == nil:
 			keep = append(keep, e)
 		case errors.Is(err, errUnknownSession):
+		case errors.Is(err, lockerr.ErrQuotaExceeded):
+			// Only this command: the member's others (a release that
+			// frees room) go on.
+			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "err", err)
 		default:
 			return err
 		}

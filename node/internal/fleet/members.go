@@ -1,10 +1,12 @@
 package fleet
 
 import (
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -113,4 +115,17 @@ func (s *MemberSet) Remove(id uint64) {
 	s.removed[id] = true
 	delete(s.static, id)
 	s.mu.Unlock()
+}
+
+// IsMember reports whether id is a member of this node's cluster: one the
+// member set lets send raft messages (the configuration, the static list, a
+// voter gossip reports), or one gossip reports alive (a light member). Safe
+// from any goroutine.
+func (f *Fleet) IsMember(id uint64) bool {
+	if f.members.Allows(id) {
+		return true
+	}
+	return f.ml != nil && slices.ContainsFunc(f.ml.Members(), func(m membership.Member) bool {
+		return m.Meta.RaftID == id && m.State == membership.StateAlive
+	})
 }

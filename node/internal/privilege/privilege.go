@@ -1,4 +1,11 @@
-package node
+// Package privilege holds the node's rules of least privilege among
+// members, as pure functions of what they are given: who may become a
+// node's leader (LeaderRule), which configuration changes an append may
+// carry (ConfLedger), which calls need which certificate role (RequireRole,
+// InspectAllowed), and the quotas the leader enforces (Quotas). The node
+// (package node: guard.go, remote.go, inspectcall.go, authz.go, fwd.go)
+// applies them.
+package privilege
 
 import (
 	"context"
@@ -10,7 +17,8 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -22,7 +30,7 @@ import (
 // appends. So the guard (guard.go) narrows who may be taken as leader, and
 // what a leader's append may carry:
 //
-//   - leaderRule: a message that would make this node adopt a leader (leader
+//   - LeaderRule: a message that would make this node adopt a leader (leader
 //     traffic of a higher term, or of the current term while it follows no
 //     one) and a vote request come only from a voter of the configuration
 //     this node applied (incoming or outgoing) whose certificate has the
@@ -32,7 +40,7 @@ import (
 //     changes, or make a node believe a Removed notice from it. A node with no
 //     configuration yet (a new learner before its first append) cannot judge
 //     the configuration and takes a voter-role sender.
-//   - confLedger: the configuration changes an append carries are what this
+//   - ConfLedger: the configuration changes an append carries are what this
 //     node's membership logic and raft produce — a ConfChange only as raft's
 //     bootstrap writes it (adding a voter), a ConfChangeV2 adding a voter or
 //     learner, promoting, removing or entering/leaving a joint configuration
@@ -45,37 +53,37 @@ import (
 // configuration that campaigns and wins may lead, and a leader may propose
 // any lock command (an expiry included).
 
-// leaderRule says whether a sender may become the leader this node follows.
+// LeaderRule says whether a sender may become the leader this node follows.
 // conf is the configuration the loop applied; role the transport's record of
 // a member's certificate role (Network.PeerRole).
-type leaderRule struct {
-	conf func() *raftpb.ConfState
-	role func(id uint64) (transport.Role, bool)
+type LeaderRule struct {
+	Conf func() *raftpb.ConfState
+	Role func(id uint64) (transport.Role, bool)
 }
 
 // check: nil if from may lead this node; an errGuard error otherwise.
-func (r *leaderRule) check(from uint64) error {
-	if role, ok := r.role(from); !ok || !role.Voter() {
-		return fmt.Errorf("%w: %d has no voter certificate (role %v, known %t)", errGuard, from, role, ok)
+func (r *LeaderRule) Check(from uint64) error {
+	if role, ok := r.Role(from); !ok || !role.Voter() {
+		return fmt.Errorf("%d has no voter certificate (role %v, known %t)", from, role, ok)
 	}
-	cs := r.conf()
+	cs := r.Conf()
 	if len(cs.GetVoters()) == 0 && len(cs.GetVotersOutgoing()) == 0 {
 		return nil // no configuration yet: nothing to judge by
 	}
 	if slices.Contains(cs.GetVoters(), from) || slices.Contains(cs.GetVotersOutgoing(), from) {
 		return nil
 	}
-	return fmt.Errorf("%w: %d is not a voter of the applied configuration", errGuard, from)
+	return fmt.Errorf("%d is not a voter of the applied configuration", from)
 }
 
 // adoptsLeader reports whether raft, stepping m, would take its sender as
 // leader (or a candidate's request may move this node's term): leader traffic
 // of a term above v.term, or of v.term while this node follows no one, and
 // vote requests.
-func adoptsLeader(m *raftpb.Message, v raftView) bool {
+func AdoptsLeader(m *raftpb.Message, term, lead uint64) bool {
 	switch m.GetType() {
 	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
-		return m.GetTerm() > v.term || (m.GetTerm() == v.term && v.lead == 0)
+		return m.GetTerm() > term || (m.GetTerm() == term && lead == 0)
 	case raftpb.MessageType_MsgVote, raftpb.MessageType_MsgPreVote:
 		return true
 	}
@@ -86,10 +94,10 @@ func adoptsLeader(m *raftpb.Message, v raftView) bool {
 // address of the member added.
 const maxConfContext = 512
 
-// confLedger follows the configuration changes in this node's raft log
+// ConfLedger follows the configuration changes in this node's raft log
 // that it has not applied yet, so an append's changes are judged on top of
 // the configuration they follow (loop; fed by msgGuard.noteAppend).
-type confLedger struct {
+type ConfLedger struct {
 	pending []pendingConf // appended, by index, possibly applied already
 	// A snapshot appended but perhaps not restored yet: its configuration
 	// is the base from its index on.
@@ -104,7 +112,7 @@ type pendingConf struct {
 
 // noteEntries records the configuration changes among entries raft appended
 // (replacing those at or after their first index).
-func (l *confLedger) noteEntries(ents []*raftpb.Entry) {
+func (l *ConfLedger) NoteEntries(ents []*raftpb.Entry) {
 	if len(ents) == 0 {
 		return
 	}
@@ -121,7 +129,7 @@ func (l *confLedger) noteEntries(ents []*raftpb.Entry) {
 }
 
 // noteSnapshot records an appended snapshot: everything before it is gone.
-func (l *confLedger) noteSnapshot(md *raftpb.SnapshotMetadata) {
+func (l *ConfLedger) NoteSnapshot(md *raftpb.SnapshotMetadata) {
 	l.pending = l.pending[:0]
 	l.snapIndex, l.snapConf = md.GetIndex(), md.GetConfState()
 }
@@ -132,7 +140,7 @@ func (l *confLedger) noteSnapshot(md *raftpb.SnapshotMetadata) {
 // before the first one a leader could not have proposed. It returns why it
 // cut, or nil. It judges nothing when raft will reject m anyway (m.Index
 // beyond lastIndex) or when this node has no configuration yet.
-func (l *confLedger) trimAppend(m *raftpb.Message, applied *raftpb.ConfState, lastApplied, lastIndex uint64) error {
+func (l *ConfLedger) TrimAppend(m *raftpb.Message, applied *raftpb.ConfState, lastApplied, lastIndex uint64) error {
 	ents := m.GetEntries()
 	if !slices.ContainsFunc(ents, func(e *raftpb.Entry) bool { return e.GetType() != raftpb.EntryNormal }) {
 		return nil
@@ -152,7 +160,7 @@ func (l *confLedger) trimAppend(m *raftpb.Message, applied *raftpb.ConfState, la
 		if p.index <= baseIdx || p.index > m.GetIndex() {
 			continue
 		}
-		next, err := nextConf(cs, p.cc, p.index)
+		next, err := NextConf(cs, p.cc, p.index)
 		if err != nil {
 			return nil // this node's own log says otherwise: not ours to judge
 		}
@@ -167,12 +175,12 @@ func (l *confLedger) trimAppend(m *raftpb.Message, applied *raftpb.ConfState, la
 			err = leaderMayPropose(cc)
 		}
 		if err == nil {
-			cs, err = nextConf(cs, cc, e.GetIndex())
+			cs, err = NextConf(cs, cc, e.GetIndex())
 		}
 		if err != nil {
 			clear(ents[i:])
 			m.Entries = ents[:i]
-			return fmt.Errorf("%w: append cut at index %d: configuration change %v", errGuard, e.GetIndex(), err)
+			return fmt.Errorf("append cut at index %d: configuration change %v", e.GetIndex(), err)
 		}
 	}
 	return nil
@@ -229,7 +237,7 @@ func leaderMayPropose(cc raftpb.ConfChangeI) error {
 // (at log index last), or raft's reason to refuse it (removing every voter,
 // entering a joint configuration twice, leaving one that is not joint):
 // raft's own confchange on a scratch tracker.
-func nextConf(cs *raftpb.ConfState, cc raftpb.ConfChangeI, last uint64) (*raftpb.ConfState, error) {
+func NextConf(cs *raftpb.ConfState, cc raftpb.ConfChangeI, last uint64) (*raftpb.ConfState, error) {
 	cfg, trk, err := confchange.Restore(confchange.Changer{Tracker: tracker.MakeProgressTracker(1, 0), LastIndex: last}, cs)
 	if err != nil {
 		return nil, err
@@ -259,7 +267,7 @@ func nextConf(cs *raftpb.ConfState, cc raftpb.ConfChangeI, last uint64) (*raftpb
 // a role that has (Role.Voter, Role.Operator, Role.Member), else
 // transport.ErrPermissionDenied naming what was wanted. Every Network
 // passes its calls a ctx with their caller; one without is refused.
-func requireRole(ctx context.Context, has func(transport.Role) bool, want string) error {
+func RequireRole(ctx context.Context, has func(transport.Role) bool, want string) error {
 	p, ok := transport.CallerOf(ctx)
 	if ok && has(p.Role) {
 		return nil
@@ -272,9 +280,9 @@ func requireRole(ctx context.Context, has func(transport.Role) bool, want string
 // views ("lock", "locks", "members") a member of the cluster (member says
 // whether an id is one) or the operator role. A certificate of the CA that
 // names no member learns nothing and moves nothing.
-func inspectAllowed(ctx context.Context, op string, member func(uint64) bool) error {
+func InspectAllowed(ctx context.Context, op string, member func(uint64) bool) error {
 	if op == "transfer" {
-		return requireRole(ctx, transport.Role.Operator, "operator")
+		return RequireRole(ctx, transport.Role.Operator, "operator")
 	}
 	p, ok := transport.CallerOf(ctx)
 	if ok && (p.Role.Operator() || p.Role.Member() && member(p.ID)) {
@@ -283,14 +291,68 @@ func inspectAllowed(ctx context.Context, op string, member func(uint64) bool) er
 	return fmt.Errorf("%w: %s view asked by %d, no member of the cluster (role %v)", transport.ErrPermissionDenied, op, p.ID, p.Role)
 }
 
-// clusterMember reports whether id is a member of n's cluster: one the
-// member set lets send raft messages (the configuration, the static list,
-// a voter gossip reports), or a member gossip reports alive (a light member).
-func clusterMember(n *Node, id uint64) bool {
-	if n.members.Allows(id) {
-		return true
+// Quotas
+//
+// What a member asks the leader to do costs every replica memory and disk
+// for as long as it lasts, so the leader bounds it per member, when it
+// proposes a member's command (the node's authorise and FwdOpen), against its applied lock
+// table:
+//
+//   - a member has at most Config.MaxSessionsPerMember sessions open;
+//   - one of its sessions holds or waits for at most
+//     Config.MaxLocksPerSession names (a reentrant acquire of a name it
+//     already holds or waits for is not a new one);
+//   - in a static cluster only a member of the list opens a session: a
+//     certificate of the CA naming another id is no member there (with
+//     gossip, any member of the fleet may, as a light member).
+//
+// Commands proposed but not applied yet are not counted, so a burst can pass
+// a quota by what is in flight (at most the calls a peer may have open at
+// once). A refusal wraps transport.ErrPermissionDenied (what a remote caller
+// can tell) and, for a quota, lockerr.ErrQuotaExceeded; the leader's own
+// commands are never refused.
+type Quotas struct {
+	Sessions, Locks int
+	Static          bool              // a static cluster: sessions only for members
+	Member          func(uint64) bool // who is a member of the static list (MemberSet.Allows)
+}
+
+// admit: nil if member from may have cmd proposed for it, given table.
+func (q Quotas) Admit(from uint64, cmd *lockfsm.Command, table *lockfsm.FSM) error {
+	switch cmd.Kind {
+	case lockfsm.KindOpenSession:
+		return q.AdmitOpen(from, table)
+	case lockfsm.KindAcquire:
+		s, ok := table.Session(cmd.Session)
+		if !ok || s.Holds+s.Waits < q.Locks {
+			return nil
+		}
+		if li, ok := table.Lock(cmd.Name); ok {
+			for _, h := range li.Holds {
+				if h.Session == cmd.Session {
+					return nil // reentrant, or another hold of a name it has
+				}
+			}
+			for _, w := range li.Waiters {
+				if w.Session == cmd.Session {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("%w: %w: session %d of member %d has %d locks (at most %d)", transport.ErrPermissionDenied, lockerr.ErrQuotaExceeded,
+			cmd.Session, from, s.Holds+s.Waits, q.Locks)
 	}
-	return slices.ContainsFunc(n.Members(), func(m membership.Member) bool {
-		return m.Meta.RaftID == id && m.State == membership.StateAlive
-	})
+	return nil
+}
+
+// admitOpen: nil if member from may open another session.
+func (q Quotas) AdmitOpen(from uint64, table *lockfsm.FSM) error {
+	if q.Static && !q.Member(from) {
+		return fmt.Errorf("%w: %d is not a member of this static cluster", transport.ErrPermissionDenied, from)
+	}
+	if n := table.SessionsOf(from); n >= q.Sessions {
+		return fmt.Errorf("%w: %w: member %d has %d sessions open (at most %d)", transport.ErrPermissionDenied,
+			lockerr.ErrQuotaExceeded, from, n, q.Sessions)
+	}
+	return nil
 }
