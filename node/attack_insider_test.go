@@ -398,8 +398,10 @@ func TestAttackInsiderQuotas(t *testing.T) {
 			require.Zero(t, count())
 			continue
 		}
-		require.Equal(t, sessions, count(), "3's sessions: its crashed node's and those opened, up to the quota")
-		require.Len(t, opened, sessions-1)
+		// Its crashed node's session, if it opened one before the crash,
+		// and those opened: up to the quota, never beyond.
+		require.Equal(t, sessions, count())
+		require.GreaterOrEqual(t, len(opened), sessions-1)
 		// Locks of one session, up to the quota.
 		sess := opened[0]
 		holds := func() int { return inLoop(func() int { info, _ := lead.fsm.Session(sess); return info.Holds }) }
