@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/node"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -106,3 +107,23 @@ func (n *Node) UseGossipKey(key []byte) error { return n.n.UseGossipKey(key) }
 // RemoveGossipKey drops an old key (step 3, on every member once all use the
 // new one).
 func (n *Node) RemoveGossipKey(key []byte) error { return n.n.RemoveGossipKey(key) }
+
+// ErrQuotaExceeded: the leader refused a member's request beyond a quota
+// (WithQuotas): another session beyond the member's sessions, another name
+// beyond a session's locks. Nothing was done; the request may be retried
+// once the member holds less.
+var ErrQuotaExceeded = lockerr.ErrQuotaExceeded
+
+// WithQuotas sets the quotas the leader enforces on what each member asks of
+// it: sessionsPerMember sessions open at once for one member (default
+// node.DefaultMaxSessionsPerMember, 16: one per incarnation, with room for
+// restarts), and locksPerSession names one session holds or waits for at once
+// (default node.DefaultMaxLocksPerSession, 2^20). 0 keeps a default; a
+// negative value, or one above 2^16 sessions or 2^24 locks, makes Join fail
+// with ErrInvalidConfig. In a static cluster only the listed members open
+// sessions at all.
+func WithQuotas(sessionsPerMember, locksPerSession int) Option {
+	return func(o *options) {
+		o.cfg.MaxSessionsPerMember, o.cfg.MaxLocksPerSession = sessionsPerMember, locksPerSession
+	}
+}

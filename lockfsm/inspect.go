@@ -136,6 +136,18 @@ func (f *FSM) Session(id uint64) (SessionInfo, bool) {
 	return s.info(), true
 }
 
+// SessionsOf counts the open sessions of member node (read-only; a scan of
+// the open sessions).
+func (f *FSM) SessionsOf(node uint64) int {
+	n := 0
+	for _, s := range f.sessions {
+		if s.node == node {
+			n++
+		}
+	}
+	return n
+}
+
 // HasSession reports whether session id is open.
 func (f *FSM) HasSession(id uint64) bool { return f.sessions[id] != nil }
 

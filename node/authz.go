@@ -72,9 +72,12 @@ var (
 )
 
 // authorise decides whether member from may have the leader propose cmd
-// (loop, leader).
+// (loop, leader): its own, and within its quotas (privilege.Quotas).
 func (n *Node) authorise(from uint64, cmd *lockfsm.Command) error {
-	return authoriseCommand(from, cmd, n.sessionOwner, n.k.FollowerExpiry)
+	if err := authoriseCommand(from, cmd, n.sessionOwner, n.k.FollowerExpiry); err != nil {
+		return err
+	}
+	return n.quota.Admit(from, cmd, n.fsm)
 }
 
 // authoriseCommand is authorise on a given view of the sessions (owner says

@@ -131,6 +131,13 @@ type Config struct {
 	// holder from overlapping with the next one when fencing is not used.
 	LockDelay time.Duration
 
+	// Quotas the leader enforces on what members ask of it (privilege.Quotas): the
+	// sessions open at once for one member (0: DefaultMaxSessionsPerMember)
+	// and the names one session of a member holds or waits for at once (0:
+	// DefaultMaxLocksPerSession). A request beyond one is refused with
+	// lockerr.ErrQuotaExceeded.
+	MaxSessionsPerMember int
+	MaxLocksPerSession   int
 	// MaxHolds is the maximum reentrant hold depth of one owner on one name
 	// (default 64).
 	MaxHolds uint32
@@ -204,7 +211,14 @@ const (
 	DefaultTickInterval = 100 * time.Millisecond
 	DefaultSessionTTL   = 10 * time.Second
 	DefaultMaxHolds     = 64
-	DefaultDriftRatio   = 0.02
+	// A member opens one session per incarnation, and a restart ends the
+	// previous one at once: 16 leaves room for restarts in a row while
+	// bounding what a member can make every replica keep.
+	DefaultMaxSessionsPerMember = 16
+	// Room for the million held locks a single session may take in the
+	// benchmarks.
+	DefaultMaxLocksPerSession = 1 << 20
+	DefaultDriftRatio         = 0.02
 	// MaxNameLen and MaxOwnerLen bound lock names and owners in bytes.
 	MaxNameLen  = 512
 	MaxOwnerLen = 256
@@ -235,6 +249,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KeepaliveInterval == 0 {
 		c.KeepaliveInterval = c.defaultKeepaliveInterval()
+	}
+	if c.MaxSessionsPerMember == 0 {
+		c.MaxSessionsPerMember = DefaultMaxSessionsPerMember
+	}
+	if c.MaxLocksPerSession == 0 {
+		c.MaxLocksPerSession = DefaultMaxLocksPerSession
 	}
 	if c.MaxHolds == 0 {
 		c.MaxHolds = DefaultMaxHolds
@@ -310,6 +330,12 @@ func (c Config) Validate() error {
 	}
 	if c.LockDelay < 0 || c.LockDelay > time.Minute {
 		return bad("LockDelay %v outside [0, 1m]", c.LockDelay)
+	}
+	if c.MaxSessionsPerMember < 0 || c.MaxSessionsPerMember > 1<<16 {
+		return bad("MaxSessionsPerMember %d outside [1, %d]", c.MaxSessionsPerMember, 1<<16)
+	}
+	if c.MaxLocksPerSession < 0 || c.MaxLocksPerSession > 1<<24 {
+		return bad("MaxLocksPerSession %d outside [1, %d]", c.MaxLocksPerSession, 1<<24)
 	}
 	if c.MaxHolds > 1<<20 {
 		return bad("MaxHolds %d above %d", c.MaxHolds, 1<<20)

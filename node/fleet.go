@@ -47,6 +47,7 @@ func newFleet(n *Node, formation string) *fleet.Fleet {
 		ClusterID:       cfg.ClusterID,
 		Version:         cfg.version(),
 		DataDir:         cfg.DataDir,
+		Authenticated:   cfg.TLS != nil,
 		Gossip:          cfg.Gossip,
 		Formation:       formation,
 		ElectionTimeout: cfg.electionTimeout(),

@@ -40,15 +40,30 @@ func (n *Node) light() bool { return n.ml != nil && !n.storage.HasState() }
 
 // FwdOpen serves a light member's request to open its session: the session
 // is always the caller's own (Node = its authenticated id), with a TTL of at
-// most MaxSessionTTL.
+// most MaxSessionTTL, within its quota of sessions, and in a static cluster
+// only for a member of the list (privilege.Quotas).
 func (h *transportHandler) FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
 	n := (*Node)(h)
 	if !validTTL(req.GetTtlMillis()) {
 		return nil, n.refuseCall(from, "FwdOpen", fmt.Errorf("%w: %d ms", errBadTTL, req.GetTtlMillis()))
 	}
 	reply := make(chan *transportpb.FwdOpenResponse, 1)
+	fail := make(chan error, 1)
 	nonce, ttl := req.GetNonce(), req.GetTtlMillis()
-	return awaitLoop(ctx, n, reply, func() { n.fwd.OpenOnLeader(from, nonce, ttl, n.clock.Now(), reply) })
+	resp, err := awaitLoop(ctx, n, reply, func() {
+		if err := n.quota.AdmitOpen(from, n.fsm); err != nil {
+			fail <- err
+			reply <- nil
+			return
+		}
+		n.fwd.OpenOnLeader(from, nonce, ttl, n.clock.Now(), reply)
+	})
+	select {
+	case err := <-fail:
+		return nil, n.refuseCall(from, "FwdOpen", err)
+	default:
+	}
+	return resp, err
 }
 
 // FwdPropose serves a light member's forwarded commands. Every command must

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -42,7 +43,11 @@ import (
 //     peer's word.
 //   - the leader-only messages of the current term (a heartbeat, an append, a
 //     snapshot, a read-index answer, a campaign order) only from the leader
-//     raft follows, once it follows one.
+//     raft follows, once it follows one;
+//   - a message that would make this node take a new leader, and a vote
+//     request, only from a voter of the applied configuration with a voter
+//     certificate; an append's configuration changes only as a leader
+//     proposes them (node/internal/privilege).
 //
 // A refused message is dropped (raft retries what matters) and logged once
 // per sender and interval; one a correct peer may send across a leader
@@ -90,6 +95,9 @@ type raftView struct {
 	id, term, lead uint64
 	isLeader       bool
 	lastIndex      uint64 // exact as of the last Ready, a lower bound after it
+	// leaders, if set, says who may become this node's leader
+	// (privilege.LeaderRule); nil judges shapes only (the pure tests).
+	leaders *privilege.LeaderRule
 }
 
 // checkRemote judges one message from a peer; nil means raft may step it.
@@ -113,6 +121,12 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 		// requests, and steps a message of term 0 as a local one, skipping
 		// every term check (a heartbeat of term 0 would commit anything).
 		return fmt.Errorf("%w: %v of term %d", errGuard, m.GetType(), t)
+	}
+	// Only a voter may become the leader (node/internal/privilege).
+	if v.leaders != nil && privilege.AdoptsLeader(m, v.term, v.lead) {
+		if err := v.leaders.Check(from); err != nil {
+			return fmt.Errorf("%w: %v (%v of term %d)", errGuard, err, m.GetType(), t)
+		}
 	}
 	// Leader traffic of the current term comes from the leader raft follows.
 	fromLeader := t != v.term || v.lead == 0 || from == v.lead
@@ -323,32 +337,17 @@ func checkConfState(cs *raftpb.ConfState, last uint64) error {
 // every voter, entering a joint configuration twice, ...). Used on apply:
 // a committed change raft cannot apply stops the node cleanly.
 func checkConfChange(cs *raftpb.ConfState, cc raftpb.ConfChangeI, last uint64) error {
-	cfg, trk, err := confchange.Restore(confchange.Changer{Tracker: tracker.MakeProgressTracker(1, 0), LastIndex: last}, cs)
-	if err != nil {
-		return err
-	}
-	pt := tracker.MakeProgressTracker(1, 0)
-	pt.Config, pt.Progress = cfg, trk
-	ch := confchange.Changer{Tracker: pt, LastIndex: last}
-	v2 := cc.AsV2()
-	switch {
-	case v2.LeaveJoint():
-		_, _, err = ch.LeaveJoint()
-	default:
-		if autoLeave, ok := v2.EnterJoint(); ok {
-			_, _, err = ch.EnterJoint(autoLeave, v2.GetChanges()...)
-		} else {
-			_, _, err = ch.Simple(v2.GetChanges()...)
-		}
-	}
+	_, err := privilege.NextConf(cs, cc, last)
 	return err
 }
 
 // msgGuard is the loop's state for judging remote messages.
 type msgGuard struct {
-	lastIndex  uint64            // raft's last index as of the last Ready
-	appStepped bool              // a MsgApp or MsgSnap was stepped since the last Ready
-	deferred   []*raftpb.Message // heartbeats waiting for the end of the turn
+	lastIndex  uint64                // raft's last index as of the last Ready
+	appStepped bool                  // a MsgApp or MsgSnap was stepped since the last Ready
+	deferred   []*raftpb.Message     // heartbeats waiting for the end of the turn
+	leaders    *privilege.LeaderRule // who may lead this node
+	confs      privilege.ConfLedger  // configuration changes appended, not yet applied
 }
 
 // noteAppend updates the guard from one Ready's storage append (the loop
@@ -357,8 +356,10 @@ type msgGuard struct {
 func (g *msgGuard) noteAppend(m *raftpb.Message) {
 	if ents := m.GetEntries(); len(ents) > 0 {
 		g.lastIndex = ents[len(ents)-1].GetIndex()
+		g.confs.NoteEntries(ents)
 	} else if s := m.GetSnapshot(); s != nil && !raft.IsEmptySnap(s) {
 		g.lastIndex = s.GetMetadata().GetIndex()
+		g.confs.NoteSnapshot(s.GetMetadata())
 	}
 }
 
@@ -367,7 +368,7 @@ func (g *msgGuard) noteAppend(m *raftpb.Message) {
 func (g *msgGuard) view(rn *raft.RawNode, self uint64) raftView {
 	st := rn.BasicStatus()
 	return raftView{id: self, term: st.GetTerm(), lead: st.Lead, isLeader: st.RaftState == raft.StateLeader,
-		lastIndex: g.lastIndex}
+		lastIndex: g.lastIndex, leaders: g.leaders}
 }
 
 // isHeartbeat: a heartbeat or its answer, whose context may carry contact

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -24,7 +25,8 @@ type transportHandler Node
 // it (guard.go).
 func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 	n := (*Node)(h)
-	if from := msgs[0].GetFrom(); !n.members.Allows(from) {
+	from := msgs[0].GetFrom()
+	if !n.members.Allows(from) {
 		// One batch is one peer's (transport: From == the stream's peer).
 		// At Info: a member removed a moment ago, or one gossip has not
 		// reported yet, does this too.
@@ -122,10 +124,15 @@ func (h *transportHandler) Renew(ctx context.Context, from uint64, req *transpor
 }
 
 // Removed serves the leader's notice that this node is no longer in the
-// configuration; fleet.JudgeRemoved decides whether to believe it, and a
-// believed one stops this node with lockerr.ErrRemoved.
+// configuration: only a caller with a voter certificate may send one (a
+// leader is a voter: privilege.LeaderRule), and fleet.JudgeRemoved decides whether
+// to believe it (from the leader this node follows, or a voter of its
+// configuration); a believed one stops this node with lockerr.ErrRemoved.
 func (h *transportHandler) Removed(ctx context.Context, from uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
 	n := (*Node)(h)
+	if err := privilege.RequireRole(ctx, transport.Role.Voter, "voter"); err != nil {
+		return nil, n.refuseCall(from, "Removed", err)
+	}
 	res := make(chan error, 1)
 	verdict, err := awaitLoop(ctx, n, res, func() {
 		err := n.fleet.JudgeRemoved(from, req)

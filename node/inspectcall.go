@@ -5,7 +5,9 @@ package node
 // node asked to transfer leadership without being the leader asks it too.
 // It is the typed Inspect method of the transport: the request is typed,
 // the reply is the view as JSON (read-only output for operators, never input
-// to raft or the lock table). Any authenticated member may ask. This file is
+// to raft or the lock table). Reads are answered to a member of the cluster
+// (of the configuration, the static list or gossip) or an operator; a
+// transfer only to an operator (privilege.InspectAllowed). This file is
 // the only place that makes or serves the call: askLeader (client side) and
 // the Inspect handler (server side).
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/views"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -79,6 +82,9 @@ func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transpo
 		if op == in.GetOp() {
 			r.Op = name
 		}
+	}
+	if err := privilege.InspectAllowed(ctx, r.Op, n.fleet.IsMember); err != nil {
+		return nil, n.refuseCall(from, "Inspect", err)
 	}
 	if n.light() || n.Leader() != n.id {
 		return nil, fmt.Errorf("%w: not the leader", lockerr.ErrUnavailable)

@@ -34,6 +34,7 @@ import (
 	"github.com/lockraft/lockraft/node/internal/fleet"
 	"github.com/lockraft/lockraft/node/internal/forward"
 	"github.com/lockraft/lockraft/node/internal/lease"
+	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/node/internal/tick"
 	"github.com/lockraft/lockraft/raftlog"
 	"github.com/lockraft/lockraft/transport"
@@ -55,6 +56,7 @@ type Node struct {
 	rn      *raft.RawNode    // owned by the loop goroutine
 	fleet   *fleet.Fleet     // cluster management (fleet.go, node/internal/fleet)
 	members *fleet.MemberSet // who may send raft messages (the fleet's)
+	quota   privilege.Quotas // what members may have the leader hold for them
 
 	reqc  chan func()            // work to run inside the loop
 	recvc chan []*raftpb.Message // raft messages from the transport
@@ -206,6 +208,8 @@ func start(cfg Config) (*Node, error) {
 	}
 	n.fleet = newFleet(n, ident.formation)
 	n.members = n.fleet.MemberSet()
+	n.quota = privilege.Quotas{Sessions: n.cfg.MaxSessionsPerMember, Locks: n.cfg.MaxLocksPerSession,
+		Static: cfg.Gossip == nil, Member: n.members.Allows}
 	ok := false
 	defer func() {
 		if !ok {
@@ -316,6 +320,8 @@ func start(cfg Config) (*Node, error) {
 	if m := cfg.Metrics; m != nil {
 		n.app.fsync = m.Fsync
 	}
+	n.loop.guard.leaders = &privilege.LeaderRule{Conf: func() *raftpb.ConfState { return n.loop.confState }, Role: n.tr.PeerRole}
+	n.members.SetRoles(n.tr.PeerRole)
 	n.addr = cfg.advertised(n.tr.Addr())
 	for _, m := range cfg.Members {
 		if m.ID != cfg.ID {

@@ -6,6 +6,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -21,7 +22,18 @@ import (
 func (n *Node) stepRemote(msgs []*raftpb.Message) {
 	g := &n.loop.guard
 	v := g.view(n.rn, n.id)
+	var checked uint64 // the last sender whose role was checked, and passed
 	for _, m := range msgs {
+		if from := m.GetFrom(); from != checked {
+			// The transport admits raft streams from voter certificates
+			// only; checked again for every path into the loop.
+			if role, ok := n.tr.PeerRole(from); !ok || !role.Voter() {
+				n.tr.Refuse(refusedRaft, fmt.Sprint(from), "type", m.GetType().String(), "reason", "no voter role",
+					"role", role.String())
+				continue
+			}
+			checked = from
+		}
 		if m.GetType() == raftpb.MessageType_MsgHeartbeat && g.appStepped {
 			g.deferred = append(g.deferred, m)
 			continue
@@ -49,6 +61,13 @@ func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 	if err == nil && m.GetType() == raftpb.MessageType_MsgProp {
 		err = n.authoriseProposal(m)
 	}
+	if err == nil && m.GetType() == raftpb.MessageType_MsgApp {
+		// Cut before a configuration change no leader proposes; the rest
+		// is stepped (privilege.ConfLedger).
+		if cut := n.loop.guard.confs.TrimAppend(m, n.loop.confState, n.loop.lastApplied, v.lastIndex); cut != nil {
+			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", fmt.Errorf("%w: %v", errGuard, cut))
+		}
+	}
 	switch {
 	case errors.Is(err, errStale):
 		n.log.Debug("stale raft message dropped", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
@@ -75,6 +94,10 @@ func (n *Node) authoriseProposal(m *raftpb.Message) error {
 		case err == nil:
 			keep = append(keep, e)
 		case errors.Is(err, errUnknownSession):
+		case errors.Is(err, lockerr.ErrQuotaExceeded):
+			// Only this command: the member's others (a release that
+			// frees room) go on.
+			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "err", err)
 		default:
 			return err
 		}

@@ -13,7 +13,8 @@ import (
 
 // Secure by default
 //
-// A node whose gRPC or gossip port is reachable from other hosts must
+// A node whose gRPC or gossip port is reachable from other hosts (bound to
+// an address other than loopback, or advertised at one) must
 // authenticate its peers: with Config.TLS every member proves its identity
 // with a certificate of the cluster's CA, and gossip is encrypted with the
 // cluster's keys. On loopback (the quick start, tests) both may be off: only
@@ -43,8 +44,11 @@ func (c Config) checkSecurity(clusterSet bool) error {
 	if c.Insecure {
 		return nil
 	}
+	// Advertised elsewhere, a loopback bind is reached through whatever
+	// forwards to it (a proxy, a port forward): exposed all the same.
 	grpcExposed := c.Listener != nil && !isLoopback(c.Listener.Addr().String()) ||
-		c.Listener == nil && !isLoopback(c.ListenAddr)
+		c.Listener == nil && !isLoopback(c.ListenAddr) ||
+		c.AdvertiseAddr != "" && !isLoopback(c.AdvertiseAddr)
 	if grpcExposed && c.TLS == nil {
 		return bad("refusing to serve raft on %s without TLS: anyone who can reach it could act as any member; "+
 			"configure TLS (the cluster's CA and this member's certificate) or, knowingly, Insecure", c.listenAddr())
@@ -67,6 +71,9 @@ func (c Config) checkSecurity(clusterSet bool) error {
 func (c Config) exposedAddrs() []string {
 	var out []string
 	if a := c.listenAddr(); !isLoopback(a) {
+		out = append(out, a)
+	}
+	if a := c.AdvertiseAddr; a != "" && !isLoopback(a) {
 		out = append(out, a)
 	}
 	if g := c.Gossip; g != nil {

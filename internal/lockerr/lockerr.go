@@ -55,6 +55,12 @@ var (
 	ErrObserveLagged   = errors.New("lockraft: election observer fell too far behind")
 )
 
+// Quotas (lockraft's security.go): what one member may have the leader hold
+// for it.
+var (
+	ErrQuotaExceeded = errors.New("lockraft: quota exceeded")
+)
+
 // Operator actions (lockraft's inspect.go).
 var (
 	ErrNotLeader = errors.New("lockraft: not the leader")

@@ -15,6 +15,10 @@ type Config struct {
 	ClusterID string
 	Version   string // the software version this node tells its peers
 	DataDir   string // where the version gate's record is kept ("": nowhere)
+	// Authenticated: a caller's id is its certificate's (TLS), so a
+	// formation candidate must be the caller (Answer). Without TLS nothing
+	// backs an id, and a candidate is taken at its word.
+	Authenticated bool
 
 	// Gossip is the node's gossip configuration (defaults are applied
 	// here); nil with static members.

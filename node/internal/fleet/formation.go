@@ -319,8 +319,26 @@ func (f *Fleet) Answer(from uint64, req FormRequest) FormReply {
 	if req.Candidate != req.Founders[0] {
 		return refuse("only the first founder, %s, forms the cluster; %s asked", req.Founders[0], req.Candidate)
 	}
+	if f.cfg.Authenticated {
+		// The candidate is the caller: the gossip member of that name
+		// has the raft id the caller's certificate names.
+		if id, ok := f.gossipID(req.Candidate); !ok || id != from {
+			return refuse("the caller %016x is not the candidate %s (raft id %016x, seen %t)", from, req.Candidate, id, ok)
+		}
+	}
 	if err := f.joinFormation(req.Formation); err != nil {
 		return refuse("%v", err)
 	}
 	return FormReply{Adopted: true, Name: f.name, ID: f.cfg.ID}
+}
+
+// gossipID is the raft id of the gossip member called name, if gossip
+// lists one.
+func (f *Fleet) gossipID(name string) (uint64, bool) {
+	for _, m := range f.ml.Members() {
+		if m.Name == name {
+			return m.Meta.RaftID, true
+		}
+	}
+	return 0, false
 }

@@ -77,4 +77,9 @@ type Network interface {
 	PeerVersion(peer uint64) (version string, seen bool)
 	// SetFormation tells the transport the node's formation id.
 	SetFormation(id string) error
+	// PeerRole is the role of the last verified certificate naming id
+	// (transport.Network's).
+	PeerRole(id uint64) (transport.Role, bool)
+	// Revoke refuses member id from now on (transport.Network's).
+	Revoke(id uint64)
 }

@@ -83,6 +83,8 @@ type fakeNet struct {
 	versions  map[uint64]string
 	formation string
 	removed   chan *transportpb.RemovedRequest
+	roles     map[uint64]transport.Role // PeerRole; absent: PlaintextRole
+	revoked   []uint64
 }
 
 func (n *fakeNet) AddPeer(id uint64, addr string) { n.peers[id] = addr }
@@ -91,6 +93,13 @@ func (n *fakeNet) PeerVersion(id uint64) (string, bool) {
 	return v, ok
 }
 func (n *fakeNet) SetFormation(id string) error { n.formation = id; return nil }
+func (n *fakeNet) PeerRole(id uint64) (transport.Role, bool) {
+	if r, ok := n.roles[id]; ok {
+		return r, true
+	}
+	return transport.PlaintextRole, true
+}
+func (n *fakeNet) Revoke(id uint64) { n.revoked = append(n.revoked, id) }
 func (n *fakeNet) Removed(_ context.Context, _ uint64, req *transportpb.RemovedRequest) (*transportpb.RemovedResponse, error) {
 	n.removed <- req
 	return &transportpb.RemovedResponse{}, nil

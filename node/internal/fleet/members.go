@@ -1,9 +1,13 @@
 package fleet
 
 import (
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/membership"
+	"github.com/lockraft/lockraft/transport"
 )
 
 // MemberSet says who may send this node raft messages (and snapshots):
@@ -12,10 +16,12 @@ import (
 //     outgoing voters, learners to be);
 //   - the founding members of a static cluster and the voters this node
 //     bootstrapped with by gossip (before their configuration is applied);
-//   - with gossip, every member that gossip reports with raft data: a
-//     follower that lags behind the configuration change adding a new
-//     voter must still hear that voter once it leads, and a new learner
-//     must hear the leader before any configuration reached it;
+//   - with gossip, every member that gossip reports with raft data and
+//     whose certificate has the voter role (SetRoles; the gossip flag is
+//     the member's own word, the certificate the CA's): a follower that
+//     lags behind the configuration change adding a new voter must still
+//     hear that voter once it leads, and a new learner must hear the leader
+//     before any configuration reached it;
 //
 // and never a member whose removal this node applied (as etcd's transport
 // refuses removed members), whatever gossip says. A light member (gossip, no
@@ -30,6 +36,7 @@ type MemberSet struct {
 	static  map[uint64]bool
 	gossip  map[uint64]bool
 	removed map[uint64]bool
+	role    func(uint64) (transport.Role, bool) // SetRoles; nil: no gossip member is admitted
 }
 
 // NewMemberSet makes the set of a node whose static members are static.
@@ -49,7 +56,23 @@ func (s *MemberSet) Allows(id uint64) bool {
 	if s.removed[id] {
 		return false
 	}
-	return s.conf[id] || s.static[id] || s.gossip[id]
+	if s.conf[id] || s.static[id] {
+		return true
+	}
+	if !s.gossip[id] || s.role == nil {
+		return false
+	}
+	r, ok := s.role(id)
+	return ok && r.Voter()
+}
+
+// SetRoles gives the set the roles of members' certificates
+// (transport.Network's PeerRole): a member gossip reports is admitted only
+// with the voter role.
+func (s *MemberSet) SetRoles(role func(uint64) (transport.Role, bool)) {
+	s.mu.Lock()
+	s.role = role
+	s.mu.Unlock()
 }
 
 // SetConf records the applied configuration (loop).
@@ -92,4 +115,17 @@ func (s *MemberSet) Remove(id uint64) {
 	s.removed[id] = true
 	delete(s.static, id)
 	s.mu.Unlock()
+}
+
+// IsMember reports whether id is a member of this node's cluster: one the
+// member set lets send raft messages (the configuration, the static list, a
+// voter gossip reports), or one gossip reports alive (a light member). Safe
+// from any goroutine.
+func (f *Fleet) IsMember(id uint64) bool {
+	if f.members.Allows(id) {
+		return true
+	}
+	return f.ml != nil && slices.ContainsFunc(f.ml.Members(), func(m membership.Member) bool {
+		return m.Meta.RaftID == id && m.State == membership.StateAlive
+	})
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/transport"
 )
 
 func TestMemberSet(t *testing.T) {
@@ -14,8 +16,16 @@ func TestMemberSet(t *testing.T) {
 	s.SetConf(&raftpb.ConfState{Voters: []uint64{3}, LearnersNext: []uint64{4}})
 	require.True(t, s.Allows(3))
 	require.True(t, s.Allows(4))
-	s.SetGossip([]uint64{5})
-	require.True(t, s.Allows(5), "gossip reports raft data")
+	s.SetGossip([]uint64{5, 7})
+	require.False(t, s.Allows(5), "gossip's word alone, no certificate role known")
+	s.SetRoles(func(id uint64) (transport.Role, bool) {
+		if id == 5 {
+			return transport.RoleVoter, true
+		}
+		return transport.RoleLight, true
+	})
+	require.True(t, s.Allows(5), "gossip reports raft data, and the certificate has the voter role")
+	require.False(t, s.Allows(7), "gossip reports raft data, but the certificate is a light member's")
 	s.AddFounders([]uint64{6})
 	require.True(t, s.Allows(6))
 	s.Remove(5)

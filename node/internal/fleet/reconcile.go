@@ -83,8 +83,16 @@ func (f *Fleet) ClaimRemoval(id uint64, learner bool, now time.Time) bool {
 // wake asks for a reconcile step on the loop, if its queue has room.
 func (f *Fleet) wake() { f.host.TryDo(f.reconcile) }
 
+// leaveAnswerGrace is how long a member that left is still admitted, for
+// the answer to its Leave to reach it.
+const leaveAnswerGrace = time.Second
+
 // OnConfChange keeps the transport, the member set and the reconcile state
-// in step with an applied configuration change (loop).
+// in step with an applied configuration change (loop). A member removed is
+// revoked: the transport refuses it from then on. raft hands a restarted
+// node the changes since its last snapshot again, so a removal there is
+// revoked again; one compacted into the snapshot is still kept out of raft
+// by the configuration, not refused by the transport.
 func (f *Fleet) OnConfChange(cc raftpb.ConfChangeI) {
 	v2 := cc.AsV2()
 	rec := &f.rec
@@ -100,6 +108,17 @@ func (f *Fleet) OnConfChange(cc raftpb.ConfChangeI) {
 			// A member that left (Leave), in either mode, waits for this.
 			for _, w := range rec.leaveWait[id] {
 				w <- nil
+			}
+			if id != f.cfg.ID {
+				// Refused from now on, whatever its certificate (calls to
+				// it still work: the leader tells it it was removed). One
+				// waiting for its Leave is answered first, on the
+				// connection revoking would close.
+				if net := f.host.Net(); len(rec.leaveWait[id]) > 0 {
+					time.AfterFunc(leaveAnswerGrace, func() { net.Revoke(id) })
+				} else {
+					net.Revoke(id)
+				}
 			}
 			delete(rec.leaveWait, id)
 			if f.gossip == nil {
@@ -222,6 +241,9 @@ func (f *Fleet) reconcileAt(now time.Time, term uint64) {
 		}
 		addrs[id] = inf.meta.RaftAddr
 		pr, inConfig := st.Progress[id]
+		if !inConfig && !f.mayParticipate(id) {
+			continue // never a learner: its certificate is not a voter's
+		}
 		h := membership.MemberHealth{RaftID: id, Gossip: inf.state, HasData: inf.meta.HasData}
 		healthy := inf.state == membership.StateAlive
 		role := 0
@@ -342,4 +364,14 @@ func (f *Fleet) LeaveCluster(ctx context.Context, conf func(context.Context) (vo
 		return false
 	}
 	return err == nil
+}
+
+// mayParticipate reports whether member id may be added to the raft
+// configuration: the last certificate the transport verified for it has the
+// voter role. A light member's certificate, or none verified yet, keeps it
+// out (it works through the leader, and is added once a voter certificate
+// of it is seen).
+func (f *Fleet) mayParticipate(id uint64) bool {
+	r, ok := f.host.Net().PeerRole(id)
+	return ok && r.Voter()
 }
