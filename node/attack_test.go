@@ -8,7 +8,7 @@ package node
 // cluster's CA — of a member that is not in the cluster (id 77), or of a
 // real member (an insider: a compromised or buggy member), which is the
 // strongest position short of the CA's key. Against main each PoC crashed
-// the process or moved the lock (README "Security", issue 14).
+// the process or moved the lock (README "Security").
 
 import (
 	"context"

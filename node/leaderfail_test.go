@@ -17,7 +17,7 @@ import (
 
 // b2bTTL is the session TTL of TestHealthySessionsSurviveBackToBackFailovers
 // in election timeouts: the floor by default; LOCKRAFT_B2B_TTL_ET overrides it
-// (3 reproduces issue 15's report on the old floor).
+// (3 reproduces the session losses once seen on the old floor).
 func b2bTTL(t *testing.T, et time.Duration) time.Duration {
 	if s := os.Getenv("LOCKRAFT_B2B_TTL_ET"); s != "" {
 		k, err := strconv.ParseFloat(s, 64)
@@ -31,7 +31,7 @@ func b2bTTL(t *testing.T, et time.Duration) time.Duration {
 // waiting Lock on healthy, never-paused nodes keep their session while the
 // leader is killed and the next leader is killed as soon as it is elected
 // (two back-to-back failovers, a majority up), with the TTL at its floor.
-// Issue 15's report: with TTL 3 s (3 election timeouts) the waiting Locks got
+// Once, with TTL 3 s (3 election timeouts) the waiting Locks got
 // lockerr.ErrSessionExpired after two quick leader kills.
 func TestHealthySessionsSurviveBackToBackFailovers(t *testing.T) {
 	const tick = 50 * time.Millisecond
@@ -176,7 +176,7 @@ func (h recHandler) WithGroup(g string) slog.Handler {
 	return recHandler{r: h.r, level: h.level, next: h.next.WithGroup(g)}
 }
 
-// TestClusterThatCannotServe (L1, point 5 of issue 15): a node with 2 of 3
+// TestClusterThatCannotServe (L1): a node with 2 of 3
 // peers unreachable. TryLock returns lockerr.ErrUnavailable within its bound (two
 // election timeouts) instead of hanging; a Lock whose context ends returns
 // an error that is both lockerr.ErrUnavailable and context.DeadlineExceeded; Ready
@@ -245,7 +245,7 @@ func TestClusterThatCannotServe(t *testing.T) {
 	require.Less(t, took, 2*et+et/2, "Close waits at most an election timeout without a leader")
 }
 
-// TestLastMembersClose (point 5 of issue 15): closing the members of a
+// TestLastMembersClose (L1): closing the members of a
 // cluster one after another, each with a 10 s context: the last one, left
 // without a quorum, returns promptly with an error that says its locks expire
 // by TTL (it waited ~3.5 s and returned a bare lockerr.ErrUnavailable before).

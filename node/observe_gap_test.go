@@ -12,7 +12,7 @@ import (
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
-// TestObserveNoSilentGap (Observe, issue 18; L4: pushed, never polled): a
+// TestObserveNoSilentGap (Observe; L4: pushed, never polled): a
 // light member's observer never misses or repeats a change silently.
 //
 //  1. Pushes are lost while the election leaves the lock table twice
@@ -143,7 +143,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 	require.NoError(t, fin.Release(ctx))
 }
 
-// TestObserveAcrossSnapshotRestore (Observe, issue 18): a raft member whose
+// TestObserveAcrossSnapshotRestore (Observe): a raft member whose
 // lock table is replaced by a snapshot covering election changes it never
 // applied does not hand its observer the current state in their place (a
 // fold): the observation ends with lockerr.ErrObserveLagged after exactly the
@@ -202,7 +202,7 @@ func TestObserveAcrossSnapshotRestore(t *testing.T) {
 	require.NoError(t, h2.Release(ctx))
 }
 
-// TestObserveLeaderRecordsCover (Observe, issue 18): the leader answers a
+// TestObserveLeaderRecordsCover (Observe): the leader answers a
 // light member's catch-up only from records that cover it — the changes
 // after the member's mark, also after the election left the table — and
 // otherwise gives the current state, which a member that asked for changes

@@ -82,7 +82,7 @@ func TestProposalsOfOneTurnShareAnAppend(t *testing.T) {
 // leader as a MsgProp) is refused by the leader: configuration changes are
 // only the leader's own (reconcile, a member's own leave), never a peer's
 // proposal, so no member can shrink or brick the configuration (S1, S7).
-// Before issue 14 the leader proposed it as it was (this test asserted it
+// Once the leader proposed it as it was (this test asserted it
 // committed).
 func TestForwardedConfChangeIsRefused(t *testing.T) {
 	tc := newCluster(t, 3)
