@@ -146,22 +146,38 @@ func transferee(st raft.Status, self uint64, recentOnly bool) uint64 {
 // lockerr.ErrUnavailable (another configuration change is pending, or the removal
 // was not applied in time: it may still apply), lockerr.ErrClosed, ctx's cause.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
-	res := make(chan error, 1)
-	if err := n.do(ctx, func() { res <- n.proposeOperatorRemoval(id) }); err != nil {
-		return err
-	}
-	select {
-	case err := <-res:
-		if err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 	wctx, cancel := context.WithTimeout(ctx, 5*n.cfg.electionTimeout())
 	defer cancel()
 	t := time.NewTicker(n.cfg.TickInterval)
 	defer t.Stop()
+	// A leader elected a moment ago has not heard from every healthy
+	// voter yet: it waits to know before it judges the quorum check.
+	for {
+		res := make(chan error, 1)
+		if err := n.do(ctx, func() { res <- n.proposeOperatorRemoval(id) }); err != nil {
+			return err
+		}
+		var err error
+		select {
+		case err = <-res:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if !errors.Is(err, errHealthUnknown) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("%w: %v", lockerr.ErrUnavailable, err)
+		case <-t.C:
+		}
+	}
 	for {
 		voters, learners, err := n.ConfState(wctx)
 		if err == nil && !slices.Contains(voters, id) && !slices.Contains(learners, id) {
@@ -180,6 +196,10 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 		}
 	}
 }
+
+// errHealthUnknown: the leader has not led long enough to know which voters
+// are healthy (RemoveMember waits and asks again).
+var errHealthUnknown = errors.New("the voters' health is not known yet")
 
 // proposeOperatorRemoval checks and proposes the removal (loop).
 func (n *Node) proposeOperatorRemoval(id uint64) error {
@@ -205,6 +225,9 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 			}
 		}
 		remaining := len(cs.GetVoters()) - 1
+		if healthy < remaining/2+1 && n.loop.peers.young(n.clock.Now()) {
+			return fmt.Errorf("%w: this leader was elected less than an election timeout ago", errHealthUnknown)
+		}
 		if healthy < remaining/2+1 {
 			return fmt.Errorf("%w: removing %016x would leave %d healthy of %d voters, below a quorum", lockerr.ErrRefused, id, healthy, remaining)
 		}

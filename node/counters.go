@@ -40,6 +40,7 @@ func (c *loopCounters) noteExpiry(cmd *lockfsm.Command, res lockfsm.Result) {
 // after each reset; health is "seen within an election timeout". Loop.
 type peerWatch struct {
 	seen   map[uint64]time.Time
+	since  time.Time // the first tick this node led at (zero: not leading)
 	self   uint64
 	within time.Duration // an election timeout and a tick
 }
@@ -48,11 +49,11 @@ type peerWatch struct {
 // this node does not lead).
 func (w *peerWatch) note(rn *raft.RawNode, leading bool, now time.Time) {
 	if !leading {
-		w.seen = nil
+		w.seen, w.since = nil, time.Time{}
 		return
 	}
 	if w.seen == nil {
-		w.seen = map[uint64]time.Time{}
+		w.seen, w.since = map[uint64]time.Time{}, now
 	}
 	rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if pr.RecentActive {
@@ -69,6 +70,12 @@ func (w *peerWatch) active(id uint64, now time.Time) bool {
 	}
 	at, ok := w.seen[id]
 	return ok && now.Sub(at) <= w.within
+}
+
+// young reports whether this node has led for less than an election
+// timeout: a peer it has not heard from yet may be healthy all the same.
+func (w *peerWatch) young(now time.Time) bool {
+	return w.since.IsZero() || now.Sub(w.since) < w.within
 }
 
 // queueHeads times this node's queued Acquires from reaching the head of
