@@ -139,8 +139,12 @@ type peer struct {
 
 	queue   chan []wireMsg // batches of marshalled messages
 	pending atomic.Int64   // messages in queue, bounded by QueueSize
-	foreign atomic.Bool    // a formation mismatch was logged
-	snaps   chan *raftpb.Message
+	// backingOff is set while writeLoop waits to redial; heard wakes it
+	// (heardFrom: the peer reached this node, so it is up again).
+	backingOff atomic.Bool
+	heard      chan struct{}
+	foreign    atomic.Bool // a formation mismatch was logged
+	snaps      chan *raftpb.Message
 
 	ctx    context.Context // cancelled by stop
 	cancel context.CancelFunc
@@ -168,7 +172,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 				BaseDelay:  50 * time.Millisecond,
 				Multiplier: 1.6,
 				Jitter:     0.2,
-				MaxDelay:   maxRedial,
+				MaxDelay:   cfg.maxRedial(),
 			},
 			MinConnectTimeout: cfg.DialTimeout,
 		}),
@@ -188,6 +192,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		addr:   addr,
 		conn:   conn,
 		rpc:    transportpb.NewRaftClient(conn),
+		heard:  make(chan struct{}, 1),
 		ctx:    ctx,
 		cancel: cancel,
 	}
@@ -295,7 +300,7 @@ func (p *peer) writeLoop() {
 		stream  transportpb.Raft_StreamClient
 		cancel  context.CancelFunc = func() {}
 		carry   []wireMsg          // messages taken from the queue but not yet sent
-		backoff = minRedial
+		backoff = p.t.cfg.minRedial()
 		// streamGen: the formation generation the stream was opened in.
 		streamGen uint64
 	)
@@ -390,7 +395,7 @@ func (p *peer) writeLoop() {
 			}
 			continue
 		}
-		backoff = minRedial
+		backoff = p.t.cfg.minRedial()
 	}
 }
 
@@ -418,15 +423,41 @@ func (p *peer) streamFailed(err error, dropped int) {
 }
 
 // sleep waits for the current backoff (doubling it up to maxRedial), or
-// returns false when the peer is stopped.
+// until the peer is heard from (then the backoff starts over), or returns
+// false when the peer is stopped.
 func (p *peer) sleep(d *time.Duration) bool {
 	timer := time.NewTimer(*d)
 	defer timer.Stop()
-	*d = min(*d*2, maxRedial)
+	*d = min(*d*2, p.t.cfg.maxRedial())
+	p.backingOff.Store(true)
+	defer p.backingOff.Store(false)
 	select {
 	case <-p.ctx.Done():
 		return false
 	case <-timer.C:
 		return true
+	case <-p.heard:
+		*d = p.t.cfg.minRedial()
+		return true
+	}
+}
+
+// heardFrom tells a peer's writer, if it is waiting to redial, that the peer
+// just reached this node: a member that restarted is up again, so the
+// stream is redialled now, and gRPC's own connection backoff is reset,
+// instead of after a backoff that grew while the peer was down (up to
+// maxRedial on each layer). The leader's heartbeats then reach a restarted
+// follower as soon as it says anything, not seconds later.
+func (t *Transport) heardFrom(id uint64) {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	if p == nil || !p.backingOff.Load() {
+		return
+	}
+	p.conn.ResetConnectBackoff()
+	select {
+	case p.heard <- struct{}{}:
+	default:
 	}
 }

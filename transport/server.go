@@ -43,6 +43,7 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 			return 0, err
 		}
 	}
+	s.t.heardFrom(a.from)
 	return a.from, nil
 }
 

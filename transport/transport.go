@@ -297,6 +297,25 @@ type Config struct {
 	// limits, if set, replaces the admission caps and decode budgets
 	// (tests).
 	limits *admissionLimits
+	// redialMin and redialMax, if set, replace minRedial and maxRedial
+	// (tests).
+	redialMin, redialMax time.Duration
+}
+
+// minRedial and maxRedial are the shortest and longest a peer's stream
+// waits to redial (the latter bounds gRPC's connection backoff too).
+func (c *Config) minRedial() time.Duration {
+	if c.redialMin > 0 {
+		return c.redialMin
+	}
+	return minRedial
+}
+
+func (c *Config) maxRedial() time.Duration {
+	if c.redialMax > 0 {
+		return c.redialMax
+	}
+	return maxRedial
 }
 
 // streamWindow is the gRPC flow-control window of each stream, in both

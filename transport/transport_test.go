@@ -191,6 +191,31 @@ func TestReconnectAfterRestart(t *testing.T) {
 	}
 }
 
+// TestRedialWhenPeerHeard (L1 under churn: a leader reaches a restarted
+// follower as soon as it says anything): a peer's writer that is waiting to
+// redial a peer that was down redials at once when that peer reaches this
+// node, instead of after its backoff. Both backoffs are a minute here, so
+// without the wake the message would wait a minute.
+func TestRedialWhenPeerHeard(t *testing.T) {
+	slow := func(c *Config) { c.redialMin, c.redialMax = time.Minute, time.Minute }
+	a, b := newNode(t, "c1", 1, slow), newNode(t, "c1", 2, slow)
+	connect(a, b)
+	addr := b.t.Addr()
+	require.NoError(t, b.t.Close())
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+	require.Eventually(t, func() bool { return a.rec.UnreachableCount(2) > 0 }, waitFor, tick)
+	// a's writer for b now waits a minute to redial.
+
+	b2 := newNode(t, "c1", 2, slow, func(c *Config) { c.ListenAddr = addr })
+	b2.t.AddPeer(1, a.t.Addr())
+	b2.t.Send([]*raftpb.Message{msgApp(2, 1, 1)}) // b2 says something to a
+	require.Eventually(t, func() bool { got, _ := a.rec.received(); return len(got) == 1 }, waitFor, tick)
+
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
+	require.Eventually(t, func() bool { got, _ := b2.rec.received(); return len(got) == 1 }, waitFor, tick,
+		"a did not redial b once b reached it")
+}
+
 // A typed call reaches the handler with the caller's id and its request;
 // the handler's answer and errors (a deadline, a permission refusal, an
 // invalid request) come back as such.
