@@ -66,6 +66,11 @@ var (
 	// option, a negative lease, a page limit, a malformed member id); the
 	// message names it. Nothing was proposed.
 	ErrInvalidConfig = lockerr.ErrInvalidConfig
+	// ErrInvalidLease: a lease (WithLease) shorter than the cluster's
+	// timings can hand out and keep renewed; the message names the floor
+	// (see WithLease; 600 ms with the default timings). Nothing was
+	// proposed. Not retryable: ask for a longer lease.
+	ErrInvalidLease = lockerr.ErrInvalidLease
 	// ErrTooManyHolds: a reentrant Lock past the hold limit
 	// (WithMaxHolds). Nothing changed; the existing holds remain.
 	ErrTooManyHolds = lockerr.ErrTooManyHolds
@@ -345,7 +350,17 @@ func WithOwner(owner string) LockOption { return func(o *lockOptions) { o.owner 
 
 // WithLease gives the lock its own lease (like SET … PX): it is released when
 // the lease runs out unless renewed with Renew. Without it the lock lives as
-// long as the node's session.
+// long as the node's session. The lease is carried in whole milliseconds.
+//
+// The holder's Context ends 2·DriftRatio·d + one tick before the lease as
+// counted from the send of the Acquire or last Renew, and a grant from the
+// wait queue is first confirmed by one renewal, which may take up to d/2.
+// So d has a floor, the larger of 2·(heartbeat interval + tick) and
+// (heartbeat interval + 2·tick) / (1 − 2·DriftRatio): 600 ms with the
+// default timings (100 ms tick, 200 ms heartbeat, 2 % drift). A shorter d is
+// refused at the call with ErrInvalidLease, whose message names the floor;
+// a negative d with ErrInvalidConfig. Give a lease a second or more and
+// Renew well before it ends.
 func WithLease(d time.Duration) LockOption { return func(o *lockOptions) { o.lease = d } }
 
 // Option configures Join.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/lease"
 )
 
 // The lock catalogue at the node: read-write locks, counting semaphores,
@@ -34,7 +35,8 @@ type Request struct {
 	// fail at once with lockerr.ErrLocked when the request cannot be granted now.
 	Wait bool
 	// Lease > 0 gives the hold its own lease (released when it runs out
-	// unless renewed); 0 ties it to the node's session.
+	// unless renewed; at least lease.Floor, else lockerr.ErrInvalidLease); 0
+	// ties it to the node's session.
 	Lease time.Duration
 
 	// Primitive is the kind of lock (zero: the mutex).
@@ -59,13 +61,16 @@ type Request struct {
 // lockerr.ErrLocked when the request cannot be granted now (it never queues). If it
 // returns an error, the owner is neither holding nor queued for this call
 // within one commit (S4). Bad input is refused before anything is proposed
-// (lockerr.ErrInvalidName, lockerr.ErrInvalidOwner, lockerr.ErrInvalidConfig, lockerr.ErrBadPermits,
+// (lockerr.ErrInvalidName, lockerr.ErrInvalidOwner, lockerr.ErrInvalidConfig, lockerr.ErrInvalidLease, lockerr.ErrBadPermits,
 // lockerr.ErrTooManyNames, lockerr.ErrDuplicateName, lockerr.ErrInvalidValue); so is a catalogue
 // request while a member of the configuration may run an older version
 // (lockerr.ErrOlderMembers). A name already in use as another kind is refused by the
 // cluster (lockerr.ErrWrongKind): nothing changes.
 func (n *Node) AcquireWith(ctx context.Context, r Request) (*Hold, error) {
 	c, err := r.command(n.cfg.MaxHolds)
+	if err == nil {
+		err = lease.CheckFloor(r.Lease, n.cfg.TickInterval, n.cfg.heartbeatInterval(), n.cfg.DriftRatio)
+	}
 	if err != nil {
 		return nil, err
 	}

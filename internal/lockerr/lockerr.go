@@ -21,6 +21,7 @@ var (
 	ErrInvalidName    = errors.New("lockraft: invalid lock name")
 	ErrInvalidOwner   = errors.New("lockraft: invalid owner")
 	ErrInvalidConfig  = errors.New("lockraft: invalid config")
+	ErrInvalidLease   = errors.New("lockraft: lease too short for the cluster's timings")
 	ErrLocked         = errors.New("lockraft: locked by another owner")
 	ErrNotHeld        = errors.New("lockraft: lock not held")
 	ErrTooManyHolds   = errors.New("lockraft: reentrant hold limit reached")

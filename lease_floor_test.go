@@ -1,0 +1,44 @@
+package lockraft_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft"
+)
+
+// TestLeaseFloor: with the default timings (100 ms tick, 200 ms heartbeat,
+// 2 % drift) a lease under 600 ms is refused at the call with
+// ErrInvalidLease naming the floor, before anything is proposed, by every
+// call that takes WithLease; 600 ms is granted with a live Context. Below
+// the floor such leases used to fail after the grant ("lease ran out before
+// the grant could be handed out"), or be granted with a Context that ended
+// a few dozen milliseconds later.
+func TestLeaseFloor(t *testing.T) {
+	addr := freeAddr(t)
+	n, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr))
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, n.Ready(ctx))
+
+	for _, d := range []time.Duration{time.Millisecond, 50 * time.Millisecond, 110 * time.Millisecond, 150 * time.Millisecond, 599 * time.Millisecond} {
+		_, err := n.Lock(ctx, "leased", lockraft.WithLease(d))
+		require.ErrorIs(t, err, lockraft.ErrInvalidLease, "Lock with a %v lease", d)
+		require.Contains(t, err.Error(), "floor of 600ms")
+		require.False(t, lockraft.IsRetryable(err))
+		_, err = n.TryLock(ctx, "leased", lockraft.WithLease(d))
+		require.ErrorIs(t, err, lockraft.ErrInvalidLease, "TryLock with a %v lease", d)
+		_, err = n.Semaphore("pool", 2).Acquire(ctx, 1, lockraft.WithLease(d))
+		require.ErrorIs(t, err, lockraft.ErrInvalidLease, "Acquire with a %v lease", d)
+	}
+	l, err := n.Lock(ctx, "leased", lockraft.WithLease(600*time.Millisecond))
+	require.NoError(t, err)
+	require.NoError(t, l.Context().Err(), "a lease at the floor is handed out live")
+	require.NoError(t, l.Renew(ctx))
+	require.NoError(t, l.Unlock(ctx))
+}
