@@ -278,6 +278,6 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 	n.abandon(o) // proposes the Cancel that releases this grant
 	n.loop.holds.lose(h.key(), lockerr.ErrLeaseExpired)
 	if done != nil {
-		done <- opResult{err: fmt.Errorf("%w: %v", lockerr.ErrLeaseExpired, err)}
+		done <- opResult{err: fmt.Errorf("%w: %w", lockerr.ErrLeaseExpired, err)}
 	}
 }
