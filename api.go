@@ -226,9 +226,10 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 // with WithOwner, the same owner re-entering gets the same token and a
 // higher hold count. If Lock returns an error, nothing is held or queued
 // for it (within one commit). A Lock waiting when the node's session ends
-// returns ErrSessionExpired (retry: the node opens a new session). If ctx
-// ends while this node has no leader, the error wraps both ErrUnavailable
-// and ctx's cause (errors.Is holds for both).
+// returns ErrSessionExpired (retry: the node opens a new session); if it
+// ended because this node has no leader, the error wraps ErrUnavailable
+// too. If ctx ends while this node has no leader, the error wraps both
+// ErrUnavailable and ctx's cause (errors.Is holds for both).
 func (n *Node) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, true, opts)
 }
@@ -236,8 +237,9 @@ func (n *Node) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock
 // TryLock takes the lock only if it is free (or already held by the same
 // owner); otherwise it returns ErrLocked at once. It never queues. It
 // returns within two election timeouts (2 s with the default timings, or
-// ctx's deadline if sooner): ErrUnavailable if no leader answered by then,
-// with nothing held or queued. Right after Join, call Ready first.
+// ctx's deadline if sooner): ErrUnavailable if no leader answered by then
+// (also when this node's session lapsed meanwhile), with nothing held or
+// queued. Right after Join, call Ready first.
 func (n *Node) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return n.acquire(ctx, name, false, opts)
 }

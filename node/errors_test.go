@@ -1,6 +1,8 @@
 package node
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,4 +51,51 @@ func TestLeasedGrantUnconfirmedIsUnavailable(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leased Lock never returned")
 	}
+}
+
+// TestTryLockWithoutQuorumIsUnavailable: a member that lost the majority
+// keeps answering TryLock with lockerr.ErrUnavailable, also across the moment
+// its session lapses for want of acknowledged keepalives (the TTL after the
+// last one): the calls pending then used to fail with only
+// lockerr.ErrSessionExpired, which IsRetryable and errors.Is(ErrUnavailable)
+// did not recognise as an outage.
+func TestTryLockWithoutQuorumIsUnavailable(t *testing.T) {
+	tc := newCluster(t, 3, func(c *Config) { c.TryLockTimeout = 300 * time.Millisecond })
+	lead := leader(t, tc)
+	s := otherThan(tc, lead)
+	n := tc.Member(s)
+	ctx := ctxT(t, 30*time.Second)
+	require.NoError(t, n.Ready(ctx))
+	before := n.sess.Load()
+	for id := range tc.All() {
+		if id != s {
+			tc.Crash(id)
+		}
+	}
+	until := time.Now().Add(configOf(tc, s).SessionTTL + 2*time.Second)
+	errs := make(chan error, 1024)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(until); i++ {
+				h, err := n.Acquire(ctx, fmt.Sprintf("x%d", g), fmt.Sprintf("o%d-%d", g, i), false, 0)
+				if h != nil {
+					errs <- fmt.Errorf("granted without a quorum")
+					return
+				}
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	calls := 0
+	for err := range errs {
+		calls++
+		require.ErrorIs(t, err, lockerr.ErrUnavailable, "TryLock %d without a quorum", calls)
+	}
+	t.Logf("%d TryLocks without a quorum", calls)
+	require.NotEqual(t, before, n.sess.Load(), "the session never lapsed during the test")
 }

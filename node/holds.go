@@ -223,6 +223,9 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	select {
 	case out := <-done:
 		n.k.Returned(n.id, o.index, o.calledAt, o.firstProposed)
+		if errors.Is(out.err, lockerr.ErrSessionExpired) && n.leaderless() { // the session lapsed in an outage
+			return nil, fmt.Errorf("%w: no leader: %w", lockerr.ErrUnavailable, out.err)
+		}
 		return out.hold, out.err
 	case <-ctx.Done():
 	}
