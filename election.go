@@ -116,7 +116,9 @@ func (l Leader) Leading() bool { return l.Token != 0 }
 // then yields ctx's error and stops) or the node stops (ErrClosed or its
 // error), or the loop body falls node.MaxObserveBacklog changes behind
 // or its node cannot show it every change (ErrObserveLagged: never a
-// silent gap). A failover of the raft leader loses or repeats none.
+// silent gap). A failover of the raft leader loses or repeats none. A name
+// in use as another kind of lock (a mutex, say) yields ErrWrongKind at once
+// (on a light member, which keeps no lock table, it yields nobody leading).
 // The first item is the leader as this node has applied it: on a follower
 // it may trail a Proclaim or Resign that just returned elsewhere, and that
 // change then follows as the next item.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -158,7 +159,7 @@ type observed struct {
 // current leader (or nobody) as this node has applied it (a follower may
 // trail the leader by the entries it has not applied yet: those changes
 // follow), then every change in log order. The observation lasts until ctx
-// ends, Close, or the node stops.
+// ends, Close, or the node stops (or at once: forward.WrongKind).
 func (n *Node) Observe(ctx context.Context, name string) (*Observer, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func (n *Node) Observe(ctx context.Context, name string) (*Observer, error) {
 	octx, cancel := context.WithCancel(ctx)
 	o := &Observer{n: n, name: name, wake: make(chan struct{}, 1), cancel: cancel}
 	if err := n.do(ctx, func() {
-		if err := n.err(); err != nil {
+		if err := cmp.Or(n.err(), forward.WrongKind(n.loop.observe.fsm, name)); err != nil {
 			o.end(err)
 			return
 		}

@@ -7,10 +7,13 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -24,6 +27,16 @@ type Change struct {
 	Owner   string
 	Token   uint64
 	Value   string
+}
+
+// WrongKind is lockerr.ErrWrongKind, naming the kind, when t has name in
+// use as another kind of lock than an election (held, waited for, or in its
+// lock-delay), as every call of the wrong kind is refused; nil otherwise.
+func WrongKind(t Table, name string) error {
+	if li, ok := t.Lock(name); ok && li.Primitive != lockfsm.PrimElection {
+		return fmt.Errorf("%w: %q is a %v, not an election", lockerr.ErrWrongKind, name, li.Primitive)
+	}
+	return nil
 }
 
 // CurrentLeader reads the election name's current state from t.

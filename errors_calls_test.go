@@ -42,3 +42,25 @@ func TestLeaseFloor(t *testing.T) {
 	require.NoError(t, l.Renew(ctx))
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestObserveWrongKind: Observe of a name in use as another kind of lock
+// (here a mutex) ends at once with ErrWrongKind, as every other call of the
+// wrong kind does, instead of reporting an election that nobody leads.
+func TestObserveWrongKind(t *testing.T) {
+	n := joinOne(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := n.Lock(ctx, "jobs")
+	require.NoError(t, err)
+	var got []error
+	for ld, err := range n.Observe(ctx, "jobs") {
+		got = append(got, err)
+		if err == nil {
+			t.Errorf("Observe of a mutex yielded %+v", ld)
+			break
+		}
+	}
+	require.Len(t, got, 1)
+	require.ErrorIs(t, got[0], lockraft.ErrWrongKind)
+	require.NoError(t, l.Unlock(ctx))
+}
