@@ -196,6 +196,14 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 			}
 		}
 		if cfg.ID == 0 && len(peers) > 0 {
+			// The other options first: a wildcard bind without an
+			// advertise address is why no peer matches, and its message
+			// says what to do.
+			probe := cfg
+			probe.ID = cfg.Members[0].ID
+			if err := probe.Validate(); err != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%w: %s %q is not among peers %v", ErrInvalidConfig, selfOpt, self, peers)
 		}
 	} else {

@@ -37,6 +37,27 @@ func TestWildcardBindNeedsAdvertiseAddr(t *testing.T) {
 	require.Contains(t, err.Error(), "gossip bound to")
 }
 
+// With static peers (Join's list), a replica bound to every interface
+// without an advertise address is told that first: the wildcard is why it
+// finds itself among no peers, and "is not among peers" alone hid the fix.
+func TestWildcardBindStaticPeersNamesAdvertise(t *testing.T) {
+	a, b := freeAddr(t), freeAddr(t)
+	_, port, err := net.SplitHostPort(a)
+	require.NoError(t, err)
+	for _, bind := range []string{"0.0.0.0:" + port, "[::]:" + port, ":" + port} {
+		_, err := lockraft.Join([]string{a, b}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(bind),
+			lockraft.WithClusterID("adv"), lockraft.WithInsecure(), fast())
+		require.ErrorIs(t, err, lockraft.ErrInvalidConfig, bind)
+		require.Contains(t, err.Error(), "needs an advertise address", bind)
+		require.NotContains(t, err.Error(), "not among peers", bind)
+	}
+	// A plain address that matches no peer still says so.
+	_, err = lockraft.Join([]string{a, b}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("127.0.0.1:1"),
+		lockraft.WithClusterID("adv"), lockraft.WithInsecure(), fast())
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "not among peers")
+}
+
 // With an advertise address, three static replicas bound to 0.0.0.0 find
 // themselves in the peer list by it, advertise it, and serve locks (L1,
 // S2 tokens increase across members).
