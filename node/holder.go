@@ -3,11 +3,11 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/node/internal/callerr"
 )
 
 // The holder side of S5 ("holder knows first"): a Hold's Context ends no
@@ -278,6 +278,6 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 	n.abandon(o) // proposes the Cancel that releases this grant
 	n.loop.holds.lose(h.key(), lockerr.ErrLeaseExpired)
 	if done != nil {
-		done <- opResult{err: fmt.Errorf("%w: %w", lockerr.ErrLeaseExpired, err)}
+		done <- opResult{err: callerr.GivenBack(err)}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
+	"github.com/lockraft/lockraft/node/internal/callerr"
 )
 
 // Hold is one successful acquisition of a lock. Reentrant acquisitions by the
@@ -223,10 +224,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	select {
 	case out := <-done:
 		n.k.Returned(n.id, o.index, o.calledAt, o.firstProposed)
-		if errors.Is(out.err, lockerr.ErrSessionExpired) && n.leaderless() { // the session lapsed in an outage
-			return nil, fmt.Errorf("%w: no leader: %w", lockerr.ErrUnavailable, out.err)
-		}
-		return out.hold, out.err
+		return out.hold, callerr.InOutage(out.err, n.leaderless)
 	case <-ctx.Done():
 	}
 	// The caller gave up. Settle the op inside the loop, then look once more:
