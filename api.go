@@ -40,98 +40,140 @@ import (
 )
 
 // Errors. Compare with errors.Is; each is one value whichever package
-// returned it. Each says what happened, whether the outcome of the call is
-// known, and whether retrying is worth it (IsRetryable).
+// returned it. Each error's comment (here and beside the calls it belongs
+// to: catalogue.go, election.go, ...) says what happened, its "Outcome:"
+// (whether the call left something behind, or may still take effect), and
+// "Retryable: yes" or "Retryable: no": exactly what IsRetryable reports for
+// it. That is the one place retryability is decided (TestErrorDocs holds
+// every exported error to it).
 var (
 	// ErrLocked: TryLock (or another call that does not wait) found the
 	// name held by another owner, waiters ahead of it, no permits free, or
 	// the name in its lock-delay; the message names the holder when there
-	// is one. Nothing is held or queued; safe to retry.
+	// is one. Outcome: known, nothing is held or queued. Retryable: yes,
+	// later.
 	ErrLocked = lockerr.ErrLocked
-	// ErrNotHeld: Unlock or Renew of a lock this handle no longer holds
-	// (unlocked already, released by its lease's or its session's expiry).
-	// Nothing changed.
+	// ErrNotHeld: Unlock, Renew (or Release, Resign, Proclaim) of a lock
+	// this handle no longer holds (unlocked already, released by its
+	// lease's or its session's expiry; the error then also wraps the
+	// cause). Outcome: known, nothing changed. Retryable: no, the lock is
+	// gone; IsRetryable is false for any error that wraps it.
 	ErrNotHeld = lockerr.ErrNotHeld
 	// ErrClosed: the node is closed or closing. A Lock that returns it
 	// leaves nothing behind once the node's session is closed or expires.
-	// Not worth retrying on this node.
+	// Outcome: known. Retryable: no, not on this node.
 	ErrClosed = lockerr.ErrClosed
 	// ErrInvalidName: the lock name is empty, longer than 512 bytes, or not
-	// valid UTF-8. Nothing was proposed.
+	// valid UTF-8. Outcome: known, nothing was proposed. Retryable: no, fix
+	// the name.
 	ErrInvalidName = lockerr.ErrInvalidName
 	// ErrInvalidOwner: the owner (WithOwner) is empty, longer than 256
-	// bytes, or not valid UTF-8. Nothing was proposed.
+	// bytes, or not valid UTF-8. Outcome: known, nothing was proposed.
+	// Retryable: no, fix the owner.
 	ErrInvalidOwner = lockerr.ErrInvalidOwner
 	// ErrInvalidConfig: an option or argument is out of range (a Join
 	// option, a negative lease, a page limit, a malformed member id); the
-	// message names it. Nothing was proposed.
+	// message names it. Outcome: known, nothing was proposed. Retryable:
+	// no, fix the call.
 	ErrInvalidConfig = lockerr.ErrInvalidConfig
 	// ErrInvalidLease: a lease (WithLease) shorter than the cluster's
 	// timings can hand out and keep renewed; the message names the floor
-	// (see WithLease; 600 ms with the default timings). Nothing was
-	// proposed. Not retryable: ask for a longer lease.
+	// (see WithLease; 600 ms with the default timings). Outcome: known,
+	// nothing was proposed. Retryable: no, ask for a longer lease.
 	ErrInvalidLease = lockerr.ErrInvalidLease
 	// ErrTooManyHolds: a reentrant Lock past the hold limit
-	// (WithMaxHolds). Nothing changed; the existing holds remain.
+	// (WithMaxHolds). Outcome: known, nothing changed; the existing holds
+	// remain. Retryable: no, not before an Unlock.
 	ErrTooManyHolds = lockerr.ErrTooManyHolds
 	// ErrAlreadyWaiting: the same explicit owner is already waiting for
-	// this name (two concurrent Locks with one WithOwner). Nothing changed.
+	// this name (two concurrent Locks with one WithOwner). Outcome: known,
+	// nothing changed. Retryable: no, the owner's other Lock is waiting.
 	ErrAlreadyWaiting = lockerr.ErrAlreadyWaiting
 	// ErrReleased is a handle's Context cause after its Unlock released
-	// the last hold.
+	// the last hold; no call returns it alone. Outcome: known, the lock
+	// was released. Retryable: no, there is nothing to retry.
 	ErrReleased = lockerr.ErrReleased
 	// ErrLeaseExpired is a handle's Context cause when its own lease
 	// (WithLease) ran out; the cluster may grant the lock to another owner.
+	// A leased Lock whose grant could not be confirmed in time also returns
+	// it, wrapping why (ErrUnavailable when no leader answered, which makes
+	// it retryable). Outcome: known, nothing is held. Retryable: no, not by
+	// itself: renew sooner, or use a longer lease.
 	ErrLeaseExpired = lockerr.ErrLeaseExpired
 	// ErrSessionExpired: the node's session expired or could not be kept
 	// alive (see WithSessionTTL); the cluster may grant its locks to other
 	// owners.
+	//   - A waiting Lock's (or TryLock's) error: nothing is held or queued
+	//     for it. The node opens a new session, and calling again waits for
+	//     it (bounded by its context). If the session lapsed because this
+	//     node had no leader, the error wraps ErrUnavailable too.
 	//   - A handle's Context cause: the lock is lost.
-	//   - A waiting Lock's error: nothing is held or queued for it. Safe to
-	//     retry: the node opens a new session, and the retry waits for it
-	//     (bounded by its context).
 	//   - Unlock's error: the session ended while the release was on its
-	//     way (or before: the error then also wraps ErrNotHeld). The lock
-	//     goes with the session, at once if the node closed it, else at the
-	//     cluster's expiry: nothing to retry.
+	//     way (or before: the error then also wraps ErrNotHeld, and is not
+	//     retryable). The lock goes with the session, at once if the node
+	//     closed it, else at the cluster's expiry; calling Unlock again
+	//     only reports ErrNotHeld.
+	//
+	// Outcome: known, this node holds nothing of that session. Retryable:
+	// yes: a user's retry loop around Lock is what should happen next, as
+	// the Locker adapter does.
 	ErrSessionExpired = lockerr.ErrSessionExpired
 	// ErrUnavailable: no working leader could be reached in time (a majority
-	// of voters unreachable). From TryLock (after two election timeouts) and
+	// of voters unreachable). From TryLock (after two election timeouts),
 	// from a Lock or Ready whose ctx ended without a leader (wrapping ctx's
-	// cause): nothing held or queued, retry later. From Unlock: outcome
-	// unknown, the node keeps retrying the release. From Close: the session
-	// could not be closed; its locks are released by session expiry.
+	// cause), or a Lock pending when the session lapsed in the outage
+	// (wrapping ErrSessionExpired): nothing held or queued. From Unlock: the
+	// node keeps retrying the release. From Close: the session could not be
+	// closed; its locks are released by session expiry. From an operator
+	// action: it may still happen. Outcome: known for Lock, TryLock and
+	// Ready; unknown for Unlock, Resign and the operator actions.
+	// Retryable: yes, later.
 	ErrUnavailable = lockerr.ErrUnavailable
 	// ErrStorage: a disk write failed. The node stopped serving rather than
-	// acknowledge anything it could not make durable.
+	// acknowledge anything it could not make durable. Outcome: the failed
+	// write was not acknowledged; the node's locks expire with its session.
+	// Retryable: no, restart the node once the disk is fixed.
 	ErrStorage = lockerr.ErrStorage
 	// ErrRemoved: the cluster removed this member from its configuration
 	// while it was away (for example down past the dead-member threshold);
-	// it stopped serving and holds nothing. Restart it with a fresh data
-	// directory to rejoin as a new member.
+	// it stopped serving and holds nothing. Outcome: known. Retryable: no,
+	// restart it with a fresh data directory to rejoin as a new member.
 	ErrRemoved = lockerr.ErrRemoved
 	// ErrDataDir: the data directory is corrupt, locked by another process,
 	// or belongs to another node or cluster; the message says which.
+	// Outcome: known, Join started nothing. Retryable: no, fix the
+	// directory.
 	ErrDataDir = lockerr.ErrDataDir
 	// ErrNewerVersion: the log holds an entry from a newer lockraft version.
 	// This member stopped applying there (nothing past it was applied:
 	// skipping it would make its lock table differ from the other
-	// replicas') and stopped serving. Upgrade it and restart it on the same
-	// data directory.
+	// replicas') and stopped serving. Outcome: known. Retryable: no,
+	// upgrade it and restart it on the same data directory.
 	ErrNewerVersion = lockerr.ErrNewerVersion
 	// ErrInternal: the node hit a broken invariant and stopped serving
 	// rather than go on with state it cannot trust; its session expires and
 	// its locks move on. A bug: the message says what happened; report it.
-	// Restart the node.
+	// Outcome: known, the node holds nothing. Retryable: no, restart the
+	// node.
 	ErrInternal = lockerr.ErrInternal
 )
 
-// IsRetryable reports whether err is worth retrying as is: the cluster was
-// busy or unavailable, or the name was locked. For context errors the
-// outcome of Lock is settled (nothing left behind); for Unlock it is not
-// known (the node keeps retrying the release itself).
+// IsRetryable reports whether the call that returned err is worth making
+// again as is, with nothing to fix first: err is (or wraps) ErrLocked (the
+// name was taken), ErrUnavailable (no leader in time), ErrSessionExpired
+// (the node's session ended; the next call waits for a new one) or
+// ErrObserveLagged (observe again), and does not wrap ErrNotHeld (the
+// handle's lock is gone: Unlock or Renew again would only say so). Each
+// error's comment says the same ("Retryable: yes/no"). A call that ended
+// with its ctx is not retryable by this test: Lock then left nothing
+// behind, Unlock's outcome is unknown (the node keeps retrying the
+// release).
 func IsRetryable(err error) bool {
-	return errors.Is(err, ErrLocked) || errors.Is(err, ErrUnavailable)
+	if errors.Is(err, ErrNotHeld) {
+		return false
+	}
+	return errors.Is(err, ErrLocked) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSessionExpired) ||
+		errors.Is(err, ErrObserveLagged)
 }
 
 // Node is one lockraft replica embedded in the service. Its methods are safe

@@ -22,21 +22,25 @@ import (
 
 // Errors of the catalogue. Each is deterministic: nothing was proposed, or
 // the cluster refused the request and nothing changed. None is worth
-// retrying as is.
+// retrying as is (see IsRetryable).
 var (
 	// ErrWrongKind: the name is in use as another kind of lock (a mutex
 	// taken as a semaphore, a read-write lock locked as a mutex, a
-	// multi-name lock naming an election, ...).
+	// multi-name lock naming an election, ...), for Observe too. Outcome:
+	// known, nothing changed. Retryable: no, not while the name is in use
+	// as that kind.
 	ErrWrongKind = lockerr.ErrWrongKind
 	// ErrHoldConflict: the owner already holds the name in a way this
 	// request cannot extend: one name of a multi-name lock taken singly (or
 	// another set), a campaign by the current leader, a semaphore request
-	// only the owner's own release could satisfy.
+	// only the owner's own release could satisfy. Outcome: known, nothing
+	// changed. Retryable: no, it could only wait for itself.
 	ErrHoldConflict = lockerr.ErrHoldConflict
 	// ErrOlderMembers: a member of the cluster's configuration runs (or may
 	// run) an older lockraft version, without the catalogue (a rolling
-	// upgrade is under way); nothing was proposed. Retry once every member
-	// is upgraded. The mutex is never affected.
+	// upgrade is under way). Outcome: known, nothing was proposed.
+	// Retryable: no, not as is: retry once every member is upgraded. The
+	// mutex is never affected.
 	ErrOlderMembers = lockerr.ErrOlderMembers
 )
 

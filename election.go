@@ -30,14 +30,15 @@ const MaxValueLen = node.MaxValueLen
 
 var (
 	// ErrInvalidValue: an election value longer than MaxValueLen bytes.
-	// Nothing was proposed.
+	// Outcome: known, nothing was proposed. Retryable: no, fix the value.
 	ErrInvalidValue = lockerr.ErrInvalidValue
 	// ErrObserveLagged ends an Observe that cannot be given every change:
 	// its loop fell node.MaxObserveBacklog changes behind, or its node
 	// missed changes it cannot replay (its lock table was restored from a
 	// snapshot; on a light member, the leader's records do not reach back).
-	// Rather than skip one, the observation stops. Observe again to resume
-	// from the current leader.
+	// Rather than skip one, the observation stops. Outcome: known, the
+	// election is unaffected. Retryable: yes: Observe again to resume from
+	// the current leader.
 	ErrObserveLagged = lockerr.ErrObserveLagged
 )
 

@@ -2,6 +2,7 @@ package lockraft_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,4 +64,30 @@ func TestObserveWrongKind(t *testing.T) {
 	require.Len(t, got, 1)
 	require.ErrorIs(t, got[0], lockraft.ErrWrongKind)
 	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestIsRetryable: the calls worth making again as is. A Lock that failed
+// because the node's session ended left nothing behind, and calling again
+// waits for the new session, so ErrSessionExpired is retryable; an error
+// that says the handle's lock is gone (ErrNotHeld, whatever it wraps) is
+// not, or a retry loop around Renew would never end.
+func TestIsRetryable(t *testing.T) {
+	for err, want := range map[error]bool{
+		lockraft.ErrLocked:         true,
+		lockraft.ErrUnavailable:    true,
+		lockraft.ErrSessionExpired: true,
+		lockraft.ErrObserveLagged:  true,
+		fmt.Errorf("%w: no leader: %w", lockraft.ErrUnavailable, lockraft.ErrSessionExpired): true,
+		fmt.Errorf("%w: %w", lockraft.ErrLeaseExpired, lockraft.ErrUnavailable):              true,
+		fmt.Errorf("%w: %w", lockraft.ErrNotHeld, lockraft.ErrSessionExpired):                false,
+		lockraft.ErrNotHeld:       false,
+		lockraft.ErrLeaseExpired:  false,
+		lockraft.ErrClosed:        false,
+		lockraft.ErrInvalidLease:  false,
+		context.DeadlineExceeded:  false,
+		lockraft.ErrOlderMembers:  false,
+		lockraft.ErrQuotaExceeded: false,
+	} {
+		require.Equal(t, want, lockraft.IsRetryable(err), "IsRetryable(%q)", err)
+	}
 }

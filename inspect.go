@@ -24,12 +24,15 @@ import (
 // nothing changed.
 var (
 	// ErrNotLeader: the action needs the leader; the message names it.
+	// Outcome: known, nothing changed. Retryable: no, not here: ask the
+	// leader.
 	ErrNotLeader = lockerr.ErrNotLeader
 	// ErrNotMember: no voter or learner with that id (for a transfer: no
-	// voter).
+	// voter). Outcome: known, nothing changed. Retryable: no, fix the id.
 	ErrNotMember = lockerr.ErrNotMember
 	// ErrRefused: the action would remove the leader itself or leave fewer
-	// healthy voters than a quorum.
+	// healthy voters than a quorum. Outcome: known, nothing changed.
+	// Retryable: no, not as is.
 	ErrRefused = lockerr.ErrRefused
 )
 

@@ -24,10 +24,11 @@ import (
 const MaxMultiNames = node.MaxMultiNames
 
 var (
-	// ErrTooManyNames: LockAll of more than MaxMultiNames names. Nothing
-	// was proposed.
+	// ErrTooManyNames: LockAll of more than MaxMultiNames names. Outcome:
+	// known, nothing was proposed. Retryable: no, fix the call.
 	ErrTooManyNames = lockerr.ErrTooManyNames
-	// ErrDuplicateName: LockAll naming a name twice. Nothing was proposed.
+	// ErrDuplicateName: LockAll naming a name twice. Outcome: known,
+	// nothing was proposed. Retryable: no, fix the call.
 	ErrDuplicateName = lockerr.ErrDuplicateName
 )
 

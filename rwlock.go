@@ -25,7 +25,7 @@ import (
 
 // ErrUpgrade: WLock by an owner that holds the read side of the same lock.
 // Refused rather than queued, since it could only wait for itself: Unlock
-// the read side first. Nothing changed.
+// the read side first. Outcome: known, nothing changed. Retryable: no.
 var ErrUpgrade = lockerr.ErrUpgrade
 
 // RLock blocks until the read side of the read-write lock name is granted

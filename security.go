@@ -110,8 +110,8 @@ func (n *Node) RemoveGossipKey(key []byte) error { return n.n.RemoveGossipKey(ke
 
 // ErrQuotaExceeded: the leader refused a member's request beyond a quota
 // (WithQuotas): another session beyond the member's sessions, another name
-// beyond a session's locks. Nothing was done; the request may be retried
-// once the member holds less.
+// beyond a session's locks. Outcome: known, nothing was done. Retryable:
+// no, not as is: the request may succeed once the member holds less.
 var ErrQuotaExceeded = lockerr.ErrQuotaExceeded
 
 // WithQuotas sets the quotas the leader enforces on what each member asks of

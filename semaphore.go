@@ -30,11 +30,11 @@ const MaxPermits = node.MaxPermits
 
 var (
 	// ErrBadPermits: a semaphore size below 1 or above MaxPermits, or a
-	// request for fewer than 1 or more than size permits. Nothing was
-	// proposed.
+	// request for fewer than 1 or more than size permits. Outcome: known,
+	// nothing was proposed. Retryable: no, fix the call.
 	ErrBadPermits = lockerr.ErrBadPermits
 	// ErrPermitsMismatch: the name is in use as a semaphore of another size.
-	// Nothing changed.
+	// Outcome: known, nothing changed. Retryable: no, not while it is.
 	ErrPermitsMismatch = lockerr.ErrPermitsMismatch
 )
 
