@@ -1,9 +1,11 @@
 package lockraft_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft"
 )
 
 // exportedVars returns, for the non-test files of dir, each exported
@@ -98,6 +102,106 @@ func checkErrorNames(sentinels, root map[string]ast.Expr) []string {
 		}
 		if id, ok := sel.X.(*ast.Ident); !ok || id.Name != "lockerr" {
 			bad = append(bad, name+": not assigned from lockerr."+name)
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// errorDocs returns, for the non-test files of dir, each exported
+// package-level variable whose name starts with Err and its doc comment
+// (the comment above it, or above its var declaration when that declares
+// it alone).
+func errorDocs(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	fs := token.NewFileSet()
+	out := map[string]string{}
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fs, filepath.Join(dir, e.Name()), nil, parser.ParseComments|parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				doc := vs.Doc
+				if doc == nil && len(g.Specs) == 1 {
+					doc = g.Doc
+				}
+				for _, n := range vs.Names {
+					if n.IsExported() && strings.HasPrefix(n.Name, "Err") {
+						out[n.Name] = doc.Text()
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// rootErrors are the values of package lockraft's exported errors, by
+// name; TestErrorDocs checks that it lists every one.
+var rootErrors = map[string]error{
+	"ErrLocked": lockraft.ErrLocked, "ErrNotHeld": lockraft.ErrNotHeld, "ErrClosed": lockraft.ErrClosed,
+	"ErrInvalidName": lockraft.ErrInvalidName, "ErrInvalidOwner": lockraft.ErrInvalidOwner,
+	"ErrInvalidConfig": lockraft.ErrInvalidConfig, "ErrInvalidLease": lockraft.ErrInvalidLease,
+	"ErrTooManyHolds": lockraft.ErrTooManyHolds, "ErrAlreadyWaiting": lockraft.ErrAlreadyWaiting,
+	"ErrReleased": lockraft.ErrReleased, "ErrLeaseExpired": lockraft.ErrLeaseExpired,
+	"ErrSessionExpired": lockraft.ErrSessionExpired, "ErrUnavailable": lockraft.ErrUnavailable,
+	"ErrStorage": lockraft.ErrStorage, "ErrRemoved": lockraft.ErrRemoved, "ErrDataDir": lockraft.ErrDataDir,
+	"ErrNewerVersion": lockraft.ErrNewerVersion, "ErrInternal": lockraft.ErrInternal,
+	"ErrWrongKind": lockraft.ErrWrongKind, "ErrUpgrade": lockraft.ErrUpgrade,
+	"ErrHoldConflict": lockraft.ErrHoldConflict, "ErrBadPermits": lockraft.ErrBadPermits,
+	"ErrPermitsMismatch": lockraft.ErrPermitsMismatch, "ErrTooManyNames": lockraft.ErrTooManyNames,
+	"ErrDuplicateName": lockraft.ErrDuplicateName, "ErrInvalidValue": lockraft.ErrInvalidValue,
+	"ErrOlderMembers": lockraft.ErrOlderMembers, "ErrObserveLagged": lockraft.ErrObserveLagged,
+	"ErrQuotaExceeded": lockraft.ErrQuotaExceeded, "ErrNotLeader": lockraft.ErrNotLeader,
+	"ErrNotMember": lockraft.ErrNotMember, "ErrRefused": lockraft.ErrRefused,
+}
+
+// TestErrorDocs walks every exported error of package lockraft against its
+// godoc: each has a comment that says its outcome ("Outcome:") and whether
+// it is retryable ("Retryable: yes" or "Retryable: no", once), and that
+// answer is IsRetryable's for the error. So retryability is decided in
+// IsRetryable and stated, the same, beside each error. The planted check:
+// a comment that claims the wrong answer, or says nothing, is caught.
+func TestErrorDocs(t *testing.T) {
+	docs := errorDocs(t, ".")
+	names := slices.Sorted(maps.Keys(docs))
+	require.Equal(t, slices.Sorted(maps.Keys(rootErrors)), names, "rootErrors lists every exported error")
+	require.Empty(t, checkErrorDocs(docs))
+
+	doctored := maps.Clone(docs)
+	doctored["ErrClosed"] = strings.Replace(doctored["ErrClosed"], "Retryable: no", "Retryable: yes", 1)
+	doctored["ErrUnavailable"] = "ErrUnavailable: no leader."
+	require.Len(t, checkErrorDocs(doctored), 2, "%v", checkErrorDocs(doctored))
+}
+
+// checkErrorDocs lists the errors whose doc comment does not state their
+// outcome and their retryability, or states a retryability IsRetryable
+// disagrees with.
+func checkErrorDocs(docs map[string]string) []string {
+	var bad []string
+	for name, doc := range docs {
+		text := strings.Join(strings.Fields(doc), " ") // comments wrap anywhere
+		yes, no := strings.Count(text, "Retryable: yes"), strings.Count(text, "Retryable: no")
+		switch {
+		case doc == "":
+			bad = append(bad, name+": no doc comment")
+		case !strings.Contains(text, "Outcome:"):
+			bad = append(bad, name+": does not say its outcome (Outcome:)")
+		case yes+no != 1:
+			bad = append(bad, name+`: says "Retryable: yes" or "Retryable: no" other than once`)
+		case (yes == 1) != lockraft.IsRetryable(rootErrors[name]):
+			bad = append(bad, fmt.Sprintf("%s: doc says retryable=%v, IsRetryable says %v", name, yes == 1,
+				lockraft.IsRetryable(rootErrors[name])))
 		}
 	}
 	slices.Sort(bad)
