@@ -17,20 +17,28 @@ import (
 	"github.com/lockraft/lockraft"
 )
 
+// exportedVar is one exported package-level variable of a non-test file:
+// the expression it is assigned (nil without one) and its doc comment (the
+// comment above it, or above its var declaration when that declares it
+// alone).
+type exportedVar struct {
+	value ast.Expr
+	doc   string
+}
+
 // exportedVars returns, for the non-test files of dir, each exported
-// package-level variable with the expression it is assigned (nil without
-// one).
-func exportedVars(t *testing.T, dir string) map[string]ast.Expr {
+// package-level variable by name.
+func exportedVars(t *testing.T, dir string) map[string]exportedVar {
 	t.Helper()
 	fs := token.NewFileSet()
-	out := map[string]ast.Expr{}
+	out := map[string]exportedVar{}
 	ents, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fs, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fs, filepath.Join(dir, e.Name()), nil, parser.ParseComments|parser.SkipObjectResolution)
 		require.NoError(t, err)
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
@@ -39,15 +47,19 @@ func exportedVars(t *testing.T, dir string) map[string]ast.Expr {
 			}
 			for _, s := range g.Specs {
 				vs := s.(*ast.ValueSpec)
+				doc := vs.Doc
+				if doc == nil && len(g.Specs) == 1 {
+					doc = g.Doc
+				}
 				for i, n := range vs.Names {
 					if !n.IsExported() {
 						continue
 					}
-					var x ast.Expr
+					v := exportedVar{doc: doc.Text()}
 					if i < len(vs.Values) {
-						x = vs.Values[i]
+						v.value = vs.Values[i]
 					}
-					out[n.Name] = x
+					out[n.Name] = v
 				}
 			}
 		}
@@ -63,9 +75,9 @@ func exportedVars(t *testing.T, dir string) map[string]ast.Expr {
 // copy. The planted check: a root error assigned from another sentinel, or
 // declared on its own, is caught (checkErrorNames on a doctored map).
 func TestErrorsDeclaredOnce(t *testing.T) {
-	sentinels := exportedVars(t, filepath.Join("internal", "lockerr"))
+	sentinels := values(exportedVars(t, filepath.Join("internal", "lockerr")))
 	require.NotEmpty(t, sentinels)
-	root := exportedVars(t, ".")
+	root := values(exportedVars(t, "."))
 	require.Empty(t, checkErrorNames(sentinels, root))
 
 	for name := range exportedVars(t, "node") {
@@ -108,39 +120,23 @@ func checkErrorNames(sentinels, root map[string]ast.Expr) []string {
 	return bad
 }
 
+// values keeps the assigned expression of each variable.
+func values(vars map[string]exportedVar) map[string]ast.Expr {
+	out := map[string]ast.Expr{}
+	for name, v := range vars {
+		out[name] = v.value
+	}
+	return out
+}
+
 // errorDocs returns, for the non-test files of dir, each exported
-// package-level variable whose name starts with Err and its doc comment
-// (the comment above it, or above its var declaration when that declares
-// it alone).
+// package-level variable whose name starts with Err and its doc comment.
 func errorDocs(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	fs := token.NewFileSet()
 	out := map[string]string{}
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fs, filepath.Join(dir, e.Name()), nil, parser.ParseComments|parser.SkipObjectResolution)
-		require.NoError(t, err)
-		for _, d := range f.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.VAR {
-				continue
-			}
-			for _, s := range g.Specs {
-				vs := s.(*ast.ValueSpec)
-				doc := vs.Doc
-				if doc == nil && len(g.Specs) == 1 {
-					doc = g.Doc
-				}
-				for _, n := range vs.Names {
-					if n.IsExported() && strings.HasPrefix(n.Name, "Err") {
-						out[n.Name] = doc.Text()
-					}
-				}
-			}
+	for name, v := range exportedVars(t, dir) {
+		if strings.HasPrefix(name, "Err") {
+			out[name] = v.doc
 		}
 	}
 	return out
