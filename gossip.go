@@ -66,21 +66,9 @@ type Gossip struct {
 // A member that stops answering is declared failed after roughly
 // ProbeInterval + SuspicionMult*log10(N+1)*ProbeInterval. Shorter intervals
 // detect failures sooner but cost more traffic and give more false positives
-// under GC pauses or CPU starvation.
-type GossipTiming struct {
-	ProbeInterval       time.Duration // one random member probed per interval
-	ProbeTimeout        time.Duration // ack deadline for a direct probe (an RTT bound)
-	SuspicionMult       int           // suspicion timeout multiplier (see above)
-	GossipInterval      time.Duration // how often queued broadcasts are gossiped
-	GossipNodes         int           // members gossiped to per GossipInterval
-	RetransmitMult      int           // a broadcast is retransmitted RetransmitMult*log(N+1) times
-	PushPullInterval    time.Duration // full state sync (anti-entropy) period
-	TCPTimeout          time.Duration // stream connect/IO deadline (join, push/pull)
-	GossipToTheDeadTime time.Duration // keep gossiping to a dead member this long (lets it refute)
-	DeadNodeReclaimTime time.Duration // a dead member's name may be reclaimed from a new address after this
-	RetryJoinInterval   time.Duration // first retry delay for seeds; doubles while forming
-	ForgetAfter         time.Duration // failed and left members are forgotten after this
-}
+// under GC pauses or CPU starvation. The fields are documented on
+// membership.Timing, which this names.
+type GossipTiming = membership.Timing
 
 // LANGossipTiming is the default: memberlist's LAN timing (probe every 1 s
 // with a 500 ms timeout, suspicion ×4, push/pull every 30 s) but for gossip
@@ -97,41 +85,25 @@ type GossipTiming struct {
 // the suspicion timeout a suspected member has to refute (≥ 4 probe
 // intervals); a fleet of 50 formed 2–3 s later. Set GossipInterval to
 // 200 ms for memberlist's pace.
-func LANGossipTiming() GossipTiming { return GossipTiming(membership.LANTiming()) }
+func LANGossipTiming() GossipTiming { return membership.LANTiming() }
 
 // FastGossipTiming is for tests and demos on loopback: failures are detected
 // in well under a second. Never use it across a real network.
-func FastGossipTiming() GossipTiming { return GossipTiming(membership.FastTiming()) }
+func FastGossipTiming() GossipTiming { return membership.FastTiming() }
 
 // VoterPolicy tunes how the leader manages the raft configuration of a
-// gossip fleet.
-type VoterPolicy struct {
-	// StabilizeFor: a member must have been healthy this long before it is
-	// added as a learner or promoted to voter (keeps a flapping member out).
-	StabilizeFor time.Duration
-	// DeadVoterAfter: a voter must have been failed this long before it is
-	// removed. Long, because a false positive shrinks the quorum.
-	DeadVoterAfter time.Duration
-	// DeadLearnerAfter: the same for learners, which can go eagerly.
-	DeadLearnerAfter time.Duration
-	// MaxLag: a member trailing the leader's log by more than this many
-	// entries is not caught up (not promoted, not counted healthy).
-	MaxLag uint64
-	// MaxLearners: warm standbys kept as raft learners (0: the default, 2).
-	// The rest of the fleet stays out of the raft configuration (light
-	// members). Negative: none — the leader then heartbeats only the voters
-	// (each learner costs it about as much idle CPU as a voter:
-	// docs/operations-cost.md), and a learner is added only to grow the voters to
-	// their target or to replace a failed voter, so a replacement waits for
-	// it to catch up where a standby would already have.
-	MaxLearners int
-	// MaxVoters: 3, 5 or 7.
-	MaxVoters int
-}
+// gossip fleet: how long a member must be healthy before it is added or
+// promoted, how long a voter or learner must be failed before it is
+// removed, how far behind counts as caught up, how many warm standbys
+// (learners) are kept and how many voters at most. Zero fields take
+// DefaultVoterPolicy's values. The fields are documented on
+// membership.Thresholds, which this names. A learner costs the leader about
+// as much idle CPU as a voter (docs/operations-cost.md).
+type VoterPolicy = membership.Thresholds
 
 // DefaultVoterPolicy: stabilize 10 s, dead voter 5 min, dead learner 30 s,
 // lag 250 entries, 2 learners, at most 5 voters.
-func DefaultVoterPolicy() VoterPolicy { return VoterPolicy(membership.DefaultThresholds()) }
+func DefaultVoterPolicy() VoterPolicy { return membership.DefaultThresholds() }
 
 // WithGossip makes Join form and heal the cluster by gossip membership:
 // Join's peers are then gossip seeds ("host:port", host may be a DNS name
@@ -146,8 +118,8 @@ func WithGossip(g Gossip) Option {
 			BindPort:        g.BindPort,
 			AdvertiseAddr:   g.AdvertiseAddr,
 			AdvertisePort:   g.AdvertisePort,
-			Timing:          membership.Timing(g.Timing),
-			Thresholds:      membership.Thresholds(g.Voters),
+			Timing:          g.Timing,
+			Thresholds:      g.Voters,
 			SettleFor:       g.SettleFor,
 			ReconcileEvery:  g.ReconcileEvery,
 		}
