@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/lockraft/lockraft/bench/internal/childproc"
 	"io"
 	"net"
 	"net/http"
@@ -141,34 +142,7 @@ func child() error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)          // diagnosis: which goroutines wake an idle replica
 	mux.Handle("/debug/pprof/allocs", pprof.Handler("allocs")) // diagnosis: what an idle replica allocates (GC cost)
 	mux.HandleFunc("/stats", serveStats)
-	mux.HandleFunc("/load", func(w http.ResponseWriter, r *http.Request) {
-		callers, _ := strconv.Atoi(r.URL.Query().Get("callers"))
-		pairs, _ := strconv.Atoi(r.URL.Query().Get("pairs"))
-		prefix := r.URL.Query().Get("prefix")
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		errs := 0
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		for g := range callers {
-			wg.Go(func() {
-				name := fmt.Sprintf("%s-%d", prefix, g)
-				for range pairs {
-					l, err := n.Lock(ctx, name)
-					if err == nil {
-						err = l.Unlock(ctx)
-					}
-					if err != nil {
-						mu.Lock()
-						errs++
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		json.NewEncoder(w).Encode(map[string]int{"errors": errs})
-	})
+	mux.HandleFunc("/load", childproc.LoadHandler(n))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -225,33 +199,6 @@ type proc struct {
 	role  string
 }
 
-// freePorts returns n distinct ports free on loopback for TCP and UDP, all
-// held until every one is chosen (so no two are the same).
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		closers = append(closers, u)
-		ports = append(ports, p)
-	}
-	return ports, nil
-}
-
 func parent() error {
 	self, err := os.Executable()
 	if err != nil {
@@ -296,7 +243,7 @@ func measureFleet(self, kind string) error {
 			peers[i] = "127.0.0.1:0"
 		}
 	} else {
-		ports, err := freePorts(size)
+		ports, err := childproc.FreePorts(size)
 		if err != nil {
 			return err
 		}
@@ -421,7 +368,7 @@ func measureFleet(self, kind string) error {
 		return st.Commit
 	}
 	commit0 := applied()
-	load0 := loadavg()
+	load0 := childproc.Loadavg()
 	cpu0 := make([]int64, size)
 	sw0 := make([]int64, size)
 	for i, p := range procs {
@@ -439,7 +386,7 @@ func measureFleet(self, kind string) error {
 			picked[p.role] = true
 			pwg.Go(func() {
 				secs := int(flagIdle.Seconds()) - 1
-				_, body := getTimeout(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, secs), *flagIdle+30*time.Second)
+				_, body := childproc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, secs), *flagIdle+30*time.Second)
 				file := filepath.Join(*flagProfile, fmt.Sprintf("fleet%s-proc%d-%s.pprof", kind, i, strings.TrimSuffix(p.role, "*")))
 				os.WriteFile(file, []byte(body), 0o644)
 			})
@@ -462,10 +409,10 @@ func measureFleet(self, kind string) error {
 		s := stats(p.url)
 		sw := ctxSwitches(p.cmd.Process.Pid)
 		rows = append(rows, row{i, p.role, float64(s["cpu_us"]-cpu0[i]) / float64(window.Microseconds()) * 100,
-			float64(rssKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid),
+			float64(childproc.RSSKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid),
 			float64(sw-sw0[i]) / window.Seconds()})
 	}
-	load1 := loadavg()
+	load1 := childproc.Loadavg()
 	idleEntries := applied() - commit0
 	if bare {
 		fmt.Printf("\n== 50 members of the gossip layer alone (LAN timing; no raft, no session): formed in %v; idle window %v; load average %s before, %s after\n",
@@ -498,7 +445,7 @@ func measureFleet(self, kind string) error {
 			continue
 		}
 		wg.Go(func() {
-			code, body := getTimeout(fmt.Sprintf("%s/load?callers=%d&pairs=%d&prefix=s2-%d", p.url, c, per, i), 6*time.Minute)
+			code, body := childproc.Get(fmt.Sprintf("%s/load?callers=%d&pairs=%d&prefix=s2-%d", p.url, c, per, i), 6*time.Minute)
 			var r map[string]int
 			mu.Lock()
 			defer mu.Unlock()
@@ -576,18 +523,7 @@ func maxOf[T any](rs []T, f func(T) float64) float64 {
 	return m
 }
 
-func get(url string) (int, string) { return getTimeout(url, 5*time.Second) }
-
-func getTimeout(url string, d time.Duration) (int, string) {
-	c := http.Client{Timeout: d}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
+func get(url string) (int, string) { return childproc.Get(url, 5*time.Second) }
 
 func stats(url string) map[string]int64 {
 	var m map[string]int64
@@ -596,32 +532,9 @@ func stats(url string) map[string]int64 {
 	return m
 }
 
-func rssKiB(pid int) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
-}
-
 func fdCount(pid int) int {
 	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	return len(ents)
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // maxLearners maps -learners to VoterPolicy.MaxLearners, whose zero is the

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/lockraft/lockraft/bench/internal/childproc"
 	"io"
 	"net"
 	"net/http"
@@ -114,34 +115,7 @@ func child() error {
 		json.NewEncoder(w).Encode(map[string]uint64{"heap_inuse": ms.HeapInuse, "heap_alloc": ms.HeapAlloc,
 			"heap_sys": ms.HeapSys, "heap_released": ms.HeapReleased, "sys": ms.Sys, "num_gc": uint64(ms.NumGC)})
 	})
-	mux.HandleFunc("/load", func(w http.ResponseWriter, r *http.Request) {
-		callers, _ := strconv.Atoi(r.URL.Query().Get("callers"))
-		pairs, _ := strconv.Atoi(r.URL.Query().Get("pairs"))
-		prefix := r.URL.Query().Get("prefix")
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		errs := 0
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		for g := range callers {
-			wg.Go(func() {
-				name := fmt.Sprintf("%s/%d", prefix, g)
-				for range pairs {
-					l, err := n.Lock(ctx, name)
-					if err == nil {
-						err = l.Unlock(ctx)
-					}
-					if err != nil {
-						mu.Lock()
-						errs++
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		json.NewEncoder(w).Encode(map[string]int{"errors": errs})
-	})
+	mux.HandleFunc("/load", childproc.LoadHandler(n))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -297,7 +271,7 @@ func parent() error {
 	}
 	slices.Sort(sizes)
 	fmt.Printf("restartcost: sizes %v MB, %d restarts each, RSS again after %v; load average %s; %d CPUs\n",
-		sizes, *flagRuns, *flagIdle, loadavg(), runtime.NumCPU())
+		sizes, *flagRuns, *flagIdle, childproc.Loadavg(), runtime.NumCPU())
 	var results []*result
 	pairsAt := map[int]int{} // size → pairs the WAL run needed, for the engines without a byte count
 	for _, engine := range strings.Split(*flagEngines, ",") {
@@ -309,7 +283,7 @@ func parent() error {
 		}
 	}
 	printTable(results)
-	fmt.Printf("load average at the end %s\n", loadavg())
+	fmt.Printf("load average at the end %s\n", childproc.Loadavg())
 	return nil
 }
 
@@ -323,7 +297,7 @@ func measureEngine(self, engine string, sizes []int, pairsAt map[int]int) ([]*re
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	ports, err := freePorts(3)
+	ports, err := childproc.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -406,17 +380,17 @@ func measureEngine(self, engine string, sizes []int, pairsAt map[int]int) ([]*re
 				return results, err
 			}
 			pid := p.cmd.Process.Pid
-			r.rss0 = append(r.rss0, float64(rssKiB(pid))/1024)
+			r.rss0 = append(r.rss0, float64(childproc.RSSKiB(pid))/1024)
 			r.heap0 = append(r.heap0, heapMiB(p.url))
 			r.serving = append(r.serving, p.served)
 			r.join = append(r.join, p.joined)
 			time.Sleep(*flagIdle) // the measurement window, not a wait for a condition
-			r.rss1 = append(r.rss1, float64(rssKiB(pid))/1024)
+			r.rss1 = append(r.rss1, float64(childproc.RSSKiB(pid))/1024)
 			r.heap1 = append(r.heap1, heapMiB(p.url))
 			if *flagProfile != "" {
-				_, body := getTimeout(p.url+"/debug/pprof/heap", 10*time.Second)
+				_, body := childproc.Get(p.url+"/debug/pprof/heap", 10*time.Second)
 				os.WriteFile(prof+"-heap.pprof", []byte(body), 0o644)
-				_, body = getTimeout(p.url+"/debug/pprof/allocs", 10*time.Second)
+				_, body = childproc.Get(p.url+"/debug/pprof/allocs", 10*time.Second)
 				os.WriteFile(prof+"-allocs.pprof", []byte(body), 0o644)
 			}
 			fmt.Printf("  %s %d MB (log on disk %.1f MB) run %d: serving %v (Join %v), RSS %.1f → %.1f MiB, heap %.1f → %.1f MiB\n",
@@ -440,7 +414,7 @@ func (c *cluster) load(round, pairs int) (int, error) {
 			callers++
 		}
 		wg.Go(func() {
-			code, body := getTimeout(fmt.Sprintf("%s/load?callers=%d&pairs=%d&prefix=m%d", p.url, callers, per, i), 6*time.Minute)
+			code, body := childproc.Get(fmt.Sprintf("%s/load?callers=%d&pairs=%d&prefix=m%d", p.url, callers, per, i), 6*time.Minute)
 			var r map[string]int
 			mu.Lock()
 			defer mu.Unlock()
@@ -563,61 +537,7 @@ func spread(v []float64, f string) string {
 
 func heapMiB(url string) float64 {
 	var m map[string]uint64
-	_, body := getTimeout(url+"/stats", 5*time.Second)
+	_, body := childproc.Get(url+"/stats", 5*time.Second)
 	json.Unmarshal([]byte(body), &m)
 	return float64(m["heap_inuse"]) / (1 << 20)
-}
-
-func getTimeout(url string, d time.Duration) (int, string) {
-	c := http.Client{Timeout: d}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func rssKiB(pid int) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			if f := strings.Fields(v); len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
-}
-
-// freePorts returns n distinct ports free on loopback, all held until every
-// one is chosen.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
