@@ -361,7 +361,7 @@ func TestGossipWrongKeyRefused(t *testing.T) {
 	first := f.Member(1)
 	voters, _ := waitConf(t, f, 20*time.Second, "keyed cluster formed", func(v, l []uint64) bool { return len(v) == 3 })
 	intruder := startSlot(t, f, 4, first.GossipAddr())
-	require.Eventually(t, func() bool { return logs.count("decrypt") > 0 }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return logs.CountLines("decrypt") > 0 }, 10*time.Second, 20*time.Millisecond,
 		"the refusal of a wrong-key member must be logged")
 	for _, n := range []*Node{first, f.Member(2), f.Member(3)} {
 		for _, m := range n.Members() {

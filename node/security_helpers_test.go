@@ -1,12 +1,10 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/certgen"
 	"github.com/lockraft/lockraft/internal/cluster"
+	"github.com/lockraft/lockraft/internal/nettest"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -136,33 +135,7 @@ func attacker(t *testing.T, cluster string, tl *transport.TLS, as uint64, peers 
 
 // logSink collects every node's log lines besides t.Log, for assertions on
 // what is logged (and how often).
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-// count returns how many lines contain every one of subs.
-func (s *logSink) count(subs ...string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, line := range strings.Split(s.buf.String(), "\n") {
-		all := line != ""
-		for _, sub := range subs {
-			all = all && strings.Contains(line, sub)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
+type logSink = nettest.LogBuffer
 
 // raftTerm is a node's raft term (loop).
 func raftTerm(t *testing.T, n *Node) uint64 {
