@@ -208,8 +208,21 @@ func TestAttackConfChangeProposalsRefused(t *testing.T) {
 	props = append(props, empty)
 	// As member b (a real member's certificate), to the leader.
 	tr := attacker(t, "test", s.pki.member("test", s.b), s.b, map[uint64]string{s.lead: s.tc.Addr(s.lead), s.a: s.tc.Addr(s.a)})
-	for _, ents := range props {
-		tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgProp.Enum(), From: new(s.b), To: new(s.lead), Entries: ents}})
+	// One at a time, each until it was refused: coalesced into one batch,
+	// the empty entries would have the transport refuse the batch whole
+	// (one refusal for all), and a send may be lost (raft's transport may
+	// drop), in which case the attacker sends again.
+	lead := s.tc.Member(s.lead)
+	for i, ents := range props {
+		want := refusals(lead, "raft message") + 1
+		require.Eventually(t, func() bool {
+			tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgProp.Enum(), From: new(s.b), To: new(s.lead), Entries: ents}})
+			deadline := time.Now().Add(time.Second)
+			for time.Now().Before(deadline) && refusals(lead, "raft message") < want {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return refusals(lead, "raft message") >= want
+		}, 20*time.Second, time.Millisecond, "proposal %d never refused", i)
 	}
 	// And to a follower, which would have forwarded it.
 	tr.Send([]*raftpb.Message{{Type: raftpb.MessageType_MsgProp.Enum(), From: new(s.b), To: new(s.a), Entries: props[1]}})
