@@ -39,6 +39,19 @@ func newCluster(t testing.TB, size int, tune ...func(*Config)) *cluster.Cluster[
 	}, tune)
 }
 
+// newSimCluster is newCluster on the in-memory network (internal/simnet),
+// for a test that runs inside a testing/synctest bubble: time there moves
+// only when every goroutine waits, so a loaded machine cannot stretch the
+// ticks against each other. The seed picks the network's delays.
+func newSimCluster(t testing.TB, size int, seed uint64, tune ...func(*Config)) *cluster.Cluster[*Node] {
+	t.Helper()
+	t.Logf("simulated network, seed %d", seed)
+	return startCluster(t, cluster.Options[*Node]{Size: size, Sim: true, Seed: seed, SimPolicy: cluster.LANPolicy},
+		func(s cluster.Spec) Config {
+			return Config{ID: s.ID, ClusterID: "test", DataDir: s.Dir, Members: members(s.Peers), Listener: s.Listener}
+		}, tune)
+}
+
 // startCluster starts opts's members in the harness, each from the Config
 // base makes of its Spec with the test defaults (fastConfig, logs to t.Log,
 // the harness's knobs) and then tune applied in order: a tune may read

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -362,8 +363,15 @@ func TestDefaultTimingsKeepTheFailoverBudget(t *testing.T) {
 // and a keepalive call gave up after one KeepaliveInterval: no keepalive was
 // ever acknowledged and every holder gave its locks up at the TTL, on a
 // cluster that was merely slow.
+//
+// On the simulated network in a synctest bubble: the delays are in ticks,
+// which a loaded machine stretches unevenly on real time.
 func TestKeepalivesSurviveSlowConfirmation(t *testing.T) {
-	tc := newCluster(t, 3, func(c *Config) { c.RetryInterval = c.TickInterval })
+	synctest.Test(t, testKeepalivesSurviveSlowConfirmation)
+}
+
+func testKeepalivesSurviveSlowConfirmation(t *testing.T) {
+	tc := newSimCluster(t, 3, 1, func(c *Config) { c.RetryInterval = c.TickInterval })
 	lead := leader(t, tc)
 	a := otherThan(tc, lead)
 	ctx := ctxT(t, 30*time.Second)
