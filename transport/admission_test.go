@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,8 +167,10 @@ func TestOperatorIdentityRefusedOnPeerPort(t *testing.T) {
 	op := dialRaw(t, a.t.Addr(), &TLS{Roots: roots, Certificate: c}, "c1", 0)
 	_, err = op.rpc.Keepalive(op.ctx, &transportpb.KeepaliveRequest{})
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
-	require.Eventually(t, func() bool { return a.t.Refusals(refusedConn) >= 1 }, waitFor, tick)
-	require.Contains(t, a.log.String(), "is no member")
+	// The refusal is counted, then logged: await both.
+	require.Eventually(t, func() bool {
+		return a.t.Refusals(refusedConn) >= 1 && strings.Contains(a.log.String(), "is no member")
+	}, waitFor, tick, "refusals %d, log %q", a.t.Refusals(refusedConn), a.log.String())
 }
 
 // A member keeps at most connsPerPeer connections: a newer one closes its

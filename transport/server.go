@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 
@@ -37,6 +38,9 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 	if a == nil {
 		return 0, status.Error(codes.Unauthenticated, "stream not admitted")
 	}
+	if s.t.adm.isRevoked(a.from) { // revoked while its connection was still closing
+		return 0, s.revoked(a.from, refusedRPC)
+	}
 	if a.adopt != "" {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if err := s.t.form.Check(a.from, rpc, a.adopt, first(md, mdFormationDetail), true); err != nil {
@@ -45,6 +49,14 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 	}
 	s.t.heardFrom(a.from)
 	return a.from, nil
+}
+
+// revoked refuses input of kind from a member revoked after its stream was
+// admitted.
+func (s *server) revoked(from uint64, kind string) error {
+	err := fmt.Errorf("%w: member %d was revoked", errDenied, from)
+	s.t.refused.Refuse(kind, strconv.FormatUint(from, 10), "err", err)
+	return status.Error(codes.PermissionDenied, err.Error())
 }
 
 func first(md metadata.MD, key string) string {
@@ -78,6 +90,12 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 		}
 		if err != nil {
 			return err
+		}
+		if s.t.adm.isRevoked(from) {
+			// Revoke closes the member's connections, but a batch already
+			// received may be read before the close lands: nothing read
+			// after Revoke returned is delivered.
+			return s.revoked(from, refusedMessage)
 		}
 		raws := b.GetMsgs()
 		counts = counts[:0]
