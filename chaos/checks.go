@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ type AppliedLog struct {
 	grants    map[uint64][]grant   // index -> grants in that entry
 	owners    map[string]bool      // owners ever granted
 	grantedAt map[string]time.Time // probe owners: when a replica first applied their grant
+	grantedBy map[string]lockfsm.Kind // probe owners: the kind of command whose apply granted them
 	// In-process runs (Observe): when a replica first applied each owner's
 	// grant and the end of its hold (the history checks' bounds, Outcomes).
 	holdFrom, holdTo map[string]time.Time
@@ -48,7 +50,7 @@ type grant struct {
 // NewAppliedLog returns an empty log.
 func NewAppliedLog() *AppliedLog {
 	return &AppliedLog{digest: map[uint64]string{}, grants: map[uint64][]grant{}, owners: map[string]bool{},
-		grantedAt: map[string]time.Time{}, leaders: map[uint64][]node.LeaderChange{},
+		grantedAt: map[string]time.Time{}, grantedBy: map[string]lockfsm.Kind{}, leaders: map[uint64][]node.LeaderChange{},
 		holdFrom: map[string]time.Time{}, holdTo: map[string]time.Time{}}
 }
 
@@ -171,6 +173,9 @@ func (l *AppliedLog) ObserveDigest(id uint64, inc int, index uint64, d string, g
 			l.owners[g.Owner] = true
 			if strings.HasPrefix(g.Owner, probeOwnerPrefix) {
 				l.grantedAt[g.Owner] = now
+				if k, err := strconv.ParseUint(d[:max(strings.IndexByte(d, '|'), 0)], 10, 8); err == nil {
+					l.grantedBy[g.Owner] = lockfsm.Kind(k)
+				}
 			}
 		}
 	}
@@ -187,6 +192,14 @@ func (l *AppliedLog) GrantedAt(owner string) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.grantedAt[owner]
+}
+
+// GrantedBy is the kind of command whose apply granted a probe owner (its
+// first grant; zero: not yet, or a digest that did not say).
+func (l *AppliedLog) GrantedBy(owner string) lockfsm.Kind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grantedBy[owner]
 }
 
 // lifeCopy is the session and hold changes so far, in index order.

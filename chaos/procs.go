@@ -194,7 +194,7 @@ func RunProcs(ctx context.Context, pc ProcsConfig) (*Report, error) {
 	runCtx, cancel := context.WithTimeout(ctx, pc.Duration)
 	defer cancel()
 	var probes []*probeResult
-	var restarts []time.Duration
+	var restarts []restartProbe
 	var windows []rollingWindow
 	switch {
 	case churn:
