@@ -21,9 +21,9 @@ import (
 type AppliedLog struct {
 	mu        sync.Mutex
 	digest    map[uint64]string
-	grants    map[uint64][]grant   // index -> grants in that entry
-	owners    map[string]bool      // owners ever granted
-	grantedAt map[string]time.Time // probe owners: when a replica first applied their grant
+	grants    map[uint64][]grant      // index -> grants in that entry
+	owners    map[string]bool         // owners ever granted
+	grantedAt map[string]time.Time    // probe owners: when a replica first applied their grant
 	grantedBy map[string]lockfsm.Kind // probe owners: the kind of command whose apply granted them
 	// In-process runs (Observe): when a replica first applied each owner's
 	// grant and the end of its hold (the history checks' bounds, Outcomes).
