@@ -28,6 +28,7 @@ type waiterProbe struct {
 	leader    uint64        // the killed leader, whose process queued the dead waiter
 	restarted time.Duration // kill → restart
 	took      time.Duration // kill → the live waiter's grant
+	by        lockfsm.Kind  // the command whose apply granted the live waiter
 	pending   bool          // not granted before the run ended
 }
 
@@ -152,14 +153,20 @@ func restartedWaiterProbe(ctx context.Context, c *Cluster, rng *rand.Rand, round
 	case <-time.After(3*ttl + 10*time.Second):
 		p.pending, p.took = true, time.Since(killed)
 	}
-	logf("restarted-waiter probe %d: restarted %v after the kill; the live waiter granted %v after the kill",
-		round, p.restarted.Round(time.Millisecond), p.took.Round(time.Millisecond))
+	p.by = c.Applied.GrantedBy(own("wl"))
+	logf("restarted-waiter probe %d: restarted %v after the kill; the live waiter granted %v after the kill, by %v",
+		round, p.restarted.Round(time.Millisecond), p.took.Round(time.Millisecond), p.by)
 	return p, nil
 }
 
 // waiterVerdicts: the dead session holds nothing past its TTL, whatever the
-// restart did; what L3 asks of the restart is that the name reached the live
-// waiter before the dead session could have expired by TTL: its last
+// restart did; what L3 asks of the restart is that it ends the dead
+// incarnation's session, so that the name reaches the live waiter through
+// the restart's CloseSession (or the holder's release, if the session was
+// ended before it), never through the leader's ExpireSession at the TTL.
+// The verdict is that command, not the time: a restart on a loaded machine
+// may take most of a short TTL and still be the one that ended it. The time
+// is reported against when the dead session could have expired: its last
 // keepalive was at most a keepalive interval before the kill.
 func waiterVerdicts(probes []*waiterProbe, ttl, keepalive time.Duration, viol func(string, ...any), note func(string)) {
 	if len(probes) == 0 {
@@ -169,9 +176,9 @@ func waiterVerdicts(probes []*waiterProbe, ttl, keepalive time.Duration, viol fu
 	var tooks []time.Duration
 	for _, p := range probes {
 		tooks = append(tooks, p.took)
-		if p.pending || p.took >= bound {
-			viol("L3: restarted-waiter probe %d: n%d restarted %v after its kill, but the name reached the next live waiter only %v after the kill (pending %v): the dead incarnation's waiter was not ended by the restart (it could expire %v after the kill at the earliest)",
-				p.round, p.leader, p.restarted.Round(time.Millisecond), p.took.Round(time.Millisecond), p.pending, bound)
+		if p.pending || p.by == lockfsm.KindExpireSession {
+			viol("L3: restarted-waiter probe %d: n%d restarted %v after its kill, but the name reached the next live waiter only %v after the kill (pending %v, by %v): the dead incarnation's waiter was not ended by the restart (it could expire %v after the kill at the earliest)",
+				p.round, p.leader, p.restarted.Round(time.Millisecond), p.took.Round(time.Millisecond), p.pending, p.by, bound)
 		}
 	}
 	slices.Sort(tooks)
