@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft/chaos"
+	"github.com/lockraft/lockraft/node"
 )
 
 func main() {
@@ -39,6 +40,7 @@ func main() {
 	nodeLog := flag.String("nodelog", "", "write the nodes' logs (slog text, info level) to this file")
 	procs := flag.Bool("procs", false, "multi-process mode: each node its own OS process; faults kill, stop, partition (netns)")
 	prims := flag.String("primitives", "mutex", "comma-separated primitives the clients drive, each operation picking one: mutex, rw, semaphore, election, multi, or all (with election, observers on every node check Observe)")
+	ttl := flag.Duration("ttl", 0, "session TTL of the in-process nodes (0: the checker's 2 s); e.g. 10s to give restarted members time to come back while their old session is still alive (restarted-waiter)")
 	histDir := flag.String("history", "", "write each run's history (gob) to this directory before the end checks, as FAULT-seed-SEED.gob, to study the checker offline (chaos.LoadHistory)")
 	flag.Parse()
 	logf := func(string, ...any) {}
@@ -101,8 +103,12 @@ func main() {
 			if *histDir != "" {
 				histFile = filepath.Join(*histDir, fmt.Sprintf("%s-seed-%d.gob", f, *seed))
 			}
+			var tune func(*node.Config)
+			if *ttl > 0 {
+				tune = func(c *node.Config) { c.SessionTTL = *ttl }
+			}
 			rep, err = chaos.Run(context.Background(), chaos.RunConfig{Seed: *seed, Duration: *dur, Faults: kinds, Size: size, LeaderClock: *leaderClock,
-				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute, HistoryFile: histFile})
+				Workload: wl, Logf: logf, Logger: logger, CheckTimeout: 5 * time.Minute, HistoryFile: histFile, Tune: tune})
 			if size != 0 {
 				f = fmt.Sprintf("%s/%d", f, size)
 			}
