@@ -62,8 +62,9 @@ import (
 //     version does not know never grants what it might mean elsewhere.
 //   - Least privilege: a member URI without a role (every certificate issued
 //     before roles) is a light member. Such a cluster migrates by reissuing
-//     its voters' certificates with role=voter (lockraft-certs reissue) and
-//     rotating them in place before upgrading; see docs/security.md.
+//     its voters' certificates with role=voter (lockraft-certs reissue,
+//     which keeps their decimal id, what such versions read) and rotating
+//     them in place before upgrading; see docs/security.md.
 
 // MemberScheme is the URI scheme of member identities.
 const MemberScheme = "lockraft"
