@@ -158,7 +158,7 @@ func TestDataDirChecks(t *testing.T) {
 	a2, b2 := freeAddr(t), freeAddr(t)
 	_, err = lockraft.Join([]string{a2, b2}, lockraft.WithDataDir(dir), lockraft.WithListenAddr(b2), fast())
 	require.ErrorIs(t, err, lockraft.ErrDataDir)
-	require.Contains(t, err.Error(), "belongs to node 1")
+	require.Contains(t, err.Error(), "belongs to node 0000000000000001")
 
 	// Same id, another cluster.
 	_, err = lockraft.Join([]string{a2}, lockraft.WithDataDir(dir), lockraft.WithListenAddr(a2),

@@ -53,7 +53,7 @@ func (n *Node) acquireWith(ctx context.Context, prim int, r node.Request, opts [
 		opt(&lo)
 	}
 	if lo.owner == "" {
-		lo.owner = fmt.Sprintf("node-%d/call-%d", n.n.ID(), n.ownerID.Add(1))
+		lo.owner = fmt.Sprintf("node-%016x/call-%d", n.n.ID(), n.ownerID.Add(1))
 	}
 	r.Owner, r.Lease = lo.owner, lo.lease
 	var start time.Time

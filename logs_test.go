@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/internal/nettest"
 )
 
 // checkShippable asserts what a service that ships lockraft's logs needs:
@@ -140,4 +143,37 @@ func TestCheckShippableCatches(t *testing.T) {
 		<-done
 		require.True(t, ft.Failed(), "%s not caught", tc.name)
 	}
+}
+
+// A member id reads the same everywhere: the node's log lines (its own
+// attribute, the leader it follows), a lock's default owner and the member
+// an inspection names, all in 16 hex digits, never in decimal. The id is
+// one whose decimal and hex forms share no prefix, so neither can pass for
+// the other.
+func TestMemberIDIsHexEverywhere(t *testing.T) {
+	const id = 0xdeadbeef00c0ffee
+	hex, dec := lockraft.MemberID(id).String(), strconv.FormatUint(id, 10)
+	var logs nettest.LogBuffer
+	addr := freeAddr(t)
+	n, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr),
+		lockraft.WithStaticMembers(id, map[uint64]string{id: addr}), fast(),
+		lockraft.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	l, err := n.Lock(ctx, "ids")
+	require.NoError(t, err)
+	v, found, err := n.InspectLock(ctx, "ids")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.NotNil(t, v.Holder)
+	require.Equal(t, hex, v.Holder.Member.String())
+	require.True(t, strings.HasPrefix(v.Holder.Owner, "node-"+hex+"/call-"),
+		"the default owner %q names the member as the MEMBER column does (%s)", v.Holder.Owner, hex)
+	require.NoError(t, l.Unlock(ctx))
+
+	require.True(t, logs.HasLine(`msg="leader changed"`, "lockraft_node="+hex, "leader="+hex), logs.String())
+	require.NotContains(t, logs.String(), dec, "a member id in decimal")
 }

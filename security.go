@@ -28,9 +28,13 @@ type securityOptions struct {
 }
 
 // MemberURI is the URI SAN a member's certificate must carry:
-// lockraft://<clusterID>/<raftID> (raftID in decimal). With static peers the
-// raft id is the member's 1-based position in the peer list; with gossip it
-// is any random non-zero 64-bit number, taken from the certificate.
+// lockraft://<clusterID>/<raftID>, raftID in 16 hex digits as MemberID
+// prints it (lockraft://orders-prod/0000000000000003). With static peers
+// the raft id is the member's 1-based position in the peer list; with
+// gossip it is any random non-zero 64-bit number, taken from the
+// certificate. Certificates of earlier versions, with the id in decimal
+// (lockraft://orders-prod/3), are still read; a decimal id of exactly 16
+// digits would be read as hex, another member, and is refused.
 func MemberURI(clusterID string, raftID uint64) string { return transport.MemberURI(clusterID, raftID) }
 
 // WithTLSFiles turns on mutual TLS from PEM files: caFile holds the

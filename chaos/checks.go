@@ -468,7 +468,7 @@ func explainLive(applied *AppliedLog, logf func(string, ...any), stop <-chan str
 				nextLive = fmt.Sprintf("already cancelled (%v)", context.Cause(next.Ctx))
 			}
 		}
-		logf("LIVE OVERLAP on %s: %s (token %d, node %x, entered %v before) still live when %s (token %d, node %x, %s) entered",
+		logf("LIVE OVERLAP on %s: %s (token %d, node %016x, entered %v before) still live when %s (token %d, node %016x, %s) entered",
 			next.Name, prev.Owner, prev.Token, prev.Node, at.Sub(prev.At).Round(time.Millisecond), next.Owner, next.Token, next.Node, nextLive)
 		for _, d := range applied.Describe(min(prev.Token, next.Token), max(prev.Token, next.Token)) {
 			logf("  applied %s", d)

@@ -91,7 +91,7 @@ func (c *GossipCluster) startSlot(s cluster.Spec) (*node.Node, error) {
 	c.raftID[slot] = n.ID()
 	c.mu.Unlock()
 	if c.logf != nil {
-		c.logf("start slot %d (dir %s) raft id %x", slot, s.Dir, n.ID())
+		c.logf("start slot %d (dir %s) raft id %016x", slot, s.Dir, n.ID())
 	}
 	return n, nil
 }
@@ -134,7 +134,7 @@ func (c *GossipCluster) forget(slot uint64) {
 // Crash kills the node in a slot without cleanup.
 func (c *GossipCluster) Crash(slot uint64) {
 	if n := c.Node(slot); n != nil && c.logf != nil {
-		c.logf("crash slot %d (raft id %x)", slot, n.ID())
+		c.logf("crash slot %d (raft id %016x)", slot, n.ID())
 	}
 	c.Cluster.Crash(slot)
 }
@@ -150,7 +150,7 @@ func (c *GossipCluster) Leave(ctx context.Context, slot uint64) error {
 		return nil
 	}
 	if c.logf != nil {
-		c.logf("leave slot %d (raft id %x)", slot, n.ID())
+		c.logf("leave slot %d (raft id %016x)", slot, n.ID())
 	}
 	return n.Leave(ctx)
 }
@@ -199,7 +199,7 @@ func (c *GossipCluster) waitConf(ctx context.Context, each func(), ok func(voter
 		}
 		select {
 		case <-ctx.Done():
-			return v, l, fmt.Errorf("configuration not reached (voters %x learners %x): %w", v, l, ctx.Err())
+			return v, l, fmt.Errorf("configuration not reached (voters %016x learners %016x): %w", v, l, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -334,12 +334,12 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 				return
 			}
 			if err != nil {
-				viol("churn: dead voter %x not replaced: %v", victim, err)
+				viol("churn: dead voter %016x not replaced: %v", victim, err)
 				return
 			}
-			logf("voter %x replaced after %v", victim, time.Since(killed).Round(time.Millisecond))
+			logf("voter %016x replaced after %v", victim, time.Since(killed).Round(time.Millisecond))
 			if time.Since(killed) < ChurnThresholds().DeadVoterAfter {
-				viol("churn: voter %x replaced after %v, before the %v threshold", victim, time.Since(killed), ChurnThresholds().DeadVoterAfter)
+				viol("churn: voter %016x replaced after %v, before the %v threshold", victim, time.Since(killed), ChurnThresholds().DeadVoterAfter)
 			}
 			c.forget(s) // gone for good: the slot's next start is fresh
 		case 2: // kill -9 any member and restart it from disk soon after
@@ -392,7 +392,7 @@ func (c *GossipCluster) catchUp(ctx context.Context, slot uint64) (time.Duration
 	defer cancel()
 	v, l, err := c.WaitConf(wctx, func(v, l []uint64) bool { return slices.Contains(v, id) || slices.Contains(l, id) })
 	if err != nil {
-		return 0, fmt.Errorf("not in the configuration (voters %x learners %x): %w", v, l, err)
+		return 0, fmt.Errorf("not in the configuration (voters %016x learners %016x): %w", v, l, err)
 	}
 	in := time.Now()
 	var target uint64
@@ -600,7 +600,7 @@ func (c *GossipCluster) rejoinRemoved(ctx context.Context, injected map[string]i
 		if !errors.Is(err, lockerr.ErrRemoved) {
 			continue
 		}
-		logf("slot %d (raft id %x) stopped with ErrRemoved; rejoining it with a fresh data dir", s, n.ID())
+		logf("slot %d (raft id %016x) stopped with ErrRemoved; rejoining it with a fresh data dir", s, n.ID())
 		injected["rejoin-fresh"]++
 		c.Crash(s)
 		c.forget(s)

@@ -87,7 +87,7 @@ func (r *procRun) waitVoters(ctx context.Context, size int) ([]uint64, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("configuration never settled (last voters %x): %w", last, ctx.Err())
+			return nil, fmt.Errorf("configuration never settled (last voters %016x): %w", last, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -106,7 +106,7 @@ func (r *procRun) rolling(ctx context.Context, applied map[string]int, viol func
 		viol("rolling: %v", err)
 		return nil
 	}
-	r.cfg.Logf("rolling: voters %x", voters)
+	r.cfg.Logf("rolling: voters %016x", voters)
 	// Operations before this moment ran while the fleet was still forming.
 	windows := []rollingWindow{{slot: 0, start: 0, end: time.Since(r.epoch).Nanoseconds()}}
 	ids := make(map[uint64]uint64) // slot -> raft id
@@ -143,11 +143,11 @@ func (r *procRun) rolling(ctx context.Context, applied map[string]int, viol func
 				viol("rolling: after restarting slot %d: %v", slot, err)
 				return windows
 			case !slices.Equal(got, voters):
-				viol("rolling: voters %x after restarting slot %d, were %x", got, slot, voters)
+				viol("rolling: voters %016x after restarting slot %d, were %016x", got, slot, voters)
 			case c.ID != ids[slot]:
-				viol("rolling: slot %d came back as raft id %x, was %x", slot, c.ID, ids[slot])
+				viol("rolling: slot %d came back as raft id %016x, was %016x", slot, c.ID, ids[slot])
 			}
-			r.cfg.Logf("rolling: slot %d (raft id %x) closed in %v, back serving after %v", slot, ids[slot],
+			r.cfg.Logf("rolling: slot %d (raft id %016x) closed in %v, back serving after %v", slot, ids[slot],
 				closed.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 			sleepCtx(ctx, 300*time.Millisecond) // traffic on the whole fleet
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/lockraft/lockraft/internal/refuse"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Membership is one running gossip member. All methods are safe for
@@ -107,7 +108,7 @@ func Start(cfg Config) (*Membership, error) {
 	}
 	m.ml = ml
 	m.keyring = mc.Keyring
-	m.log.Info("gossip started", "addr", m.addr(ml.LocalNode()), "raft_id", cfg.Meta.RaftID, "cluster", cfg.Meta.ClusterID,
+	m.log.Info("gossip started", "addr", m.addr(ml.LocalNode()), "raft_id", views.MemberID(cfg.Meta.RaftID), "cluster", cfg.Meta.ClusterID,
 		"encrypted", mc.Keyring != nil, "label", mc.Label)
 	if len(cfg.Seeds) > 0 {
 		// Seeds are resolved (DNS names too), this member's own address is
@@ -205,7 +206,7 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 	if meta.RaftID != m.meta.RaftID || meta.ClusterID != m.meta.ClusterID {
 		old := m.meta
 		m.mu.Unlock()
-		return fmt.Errorf("%w: RaftID/ClusterID are fixed (%d/%q), got %d/%q", ErrInvalidMeta, old.RaftID, old.ClusterID, meta.RaftID, meta.ClusterID)
+		return fmt.Errorf("%w: RaftID/ClusterID are fixed (%016x/%q), got %016x/%q", ErrInvalidMeta, old.RaftID, old.ClusterID, meta.RaftID, meta.ClusterID)
 	}
 	m.meta = meta
 	m.mu.Unlock()
@@ -427,7 +428,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	d.m.members[n.Name] = &mem
 	delete(d.m.rejected, n.Name)
 	d.m.mu.Unlock()
-	d.m.log.Debug("member joined", "member", n.Name, "raft_id", meta.RaftID, "addr", mem.Addr)
+	d.m.log.Debug("member joined", "member", n.Name, "raft_id", views.MemberID(meta.RaftID), "addr", mem.Addr)
 	d.m.emit(Event{Kind: EventJoin, Member: mem})
 }
 
@@ -474,9 +475,9 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	out := *mem
 	d.m.mu.Unlock()
 	if kind == EventFailed {
-		d.m.log.Info("member failed (gossip); a hint, not proof of a crash", "member", n.Name, "raft_id", meta.RaftID)
+		d.m.log.Info("member failed (gossip); a hint, not proof of a crash", "member", n.Name, "raft_id", views.MemberID(meta.RaftID))
 	} else {
-		d.m.log.Info("member left", "member", n.Name, "raft_id", meta.RaftID)
+		d.m.log.Info("member left", "member", n.Name, "raft_id", views.MemberID(meta.RaftID))
 	}
 	d.m.emit(Event{Kind: kind, Member: out})
 }

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Operator actions (the admin handler's opt-in): hand leadership to another
@@ -89,7 +90,7 @@ func (n *Node) startTransfer(to uint64) error {
 	}
 	n.loop.props.flush() // raft drops proposals while a transfer is in progress
 	n.rn.TransferLeader(to)
-	n.log.Info("leadership transfer requested by an operator", "to", to)
+	n.log.Info("leadership transfer requested by an operator", "to", views.MemberID(to))
 	return nil
 }
 
@@ -181,7 +182,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	for {
 		voters, learners, err := n.ConfState(wctx)
 		if err == nil && !slices.Contains(voters, id) && !slices.Contains(learners, id) {
-			n.log.Info("member removed by an operator", "id", id)
+			n.log.Info("member removed by an operator", "id", views.MemberID(id))
 			return nil
 		}
 		select {
@@ -240,7 +241,7 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 	if err := n.rn.ProposeConfChange(cc); err != nil {
 		return fmt.Errorf("%w: %v", lockerr.ErrUnavailable, err)
 	}
-	n.log.Info("operator removal proposed", "id", id)
+	n.log.Info("operator removal proposed", "id", views.MemberID(id))
 	return nil
 }
 

@@ -147,7 +147,7 @@ func (s *attackSetup) untouched(t *testing.T) {
 func (s *attackSetup) loggedOnce(t *testing.T, id uint64, kind, msg string, source uint64, n uint64) {
 	t.Helper()
 	lines := func() int {
-		return s.logs.CountLines(fmt.Sprintf("n=%d ", id), `msg="`+msg+`"`, fmt.Sprintf("source=%d ", source))
+		return s.logs.CountLines(fmt.Sprintf("n=%016x ", id), `msg="`+msg+`"`, fmt.Sprintf("source=%016x ", source))
 	}
 	require.Eventually(t, func() bool { return refusals(s.tc.Member(id), kind) >= n && lines() >= 1 }, 10*time.Second,
 		5*time.Millisecond, "node %d counted %d %q refusals, want %d, and a line from %d", id,
@@ -381,7 +381,7 @@ func TestAttackForwardedCommandsForOthersRefused(t *testing.T) {
 	// as another member's commands: both counted and logged once.
 	s.loggedOnce(t, s.lead, "call", "refused call", outsider, uint64(2*(len(forged)+3)))
 	s.loggedOnce(t, s.lead, "raft message", "refused raft message", s.b, 2) // b's and the stranger's proposal
-	require.Equal(t, 1, s.logs.CountLines(fmt.Sprintf("n=%d ", s.lead), `msg="refused raft message"`, fmt.Sprintf("source=%d ", outsider)))
+	require.Equal(t, 1, s.logs.CountLines(fmt.Sprintf("n=%016x ", s.lead), `msg="refused raft message"`, fmt.Sprintf("source=%016x ", outsider)))
 	s.untouched(t)
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
@@ -89,12 +90,12 @@ func authoriseCommand(from uint64, cmd *lockfsm.Command, owner func(uint64) (uin
 		if cmd.Kind == lockfsm.KindExpireSession && followerExpiry {
 			return nil // the planted bug proposes expiries from followers on purpose
 		}
-		return fmt.Errorf("%w: %v from %d", errKindRefused, cmd.Kind, from)
+		return fmt.Errorf("%w: %v from %016x", errKindRefused, cmd.Kind, from)
 	}
 	switch rule {
 	case byNode:
 		if cmd.Node != from {
-			return fmt.Errorf("%w: %v for member %d by %d", errNotYours, cmd.Kind, cmd.Node, from)
+			return fmt.Errorf("%w: %v for member %016x by %016x", errNotYours, cmd.Kind, cmd.Node, from)
 		}
 		if cmd.Kind == lockfsm.KindOpenSession && !validTTL(cmd.TTLMillis) {
 			return fmt.Errorf("%w: %d ms", errBadTTL, cmd.TTLMillis)
@@ -120,7 +121,7 @@ func sessionOf(from, session uint64, owner func(uint64) (uint64, bool)) error {
 	case !known:
 		return fmt.Errorf("%w: %d", errUnknownSession, session)
 	case who != 0 && who != from:
-		return fmt.Errorf("%w: session %d is member %d's, caller is %d", errNotYours, session, who, from)
+		return fmt.Errorf("%w: session %d is member %016x's, caller is %016x", errNotYours, session, who, from)
 	}
 	return nil
 }
@@ -192,6 +193,6 @@ const refusedCall = "call"
 // refuseCall logs a refused call once per caller and interval and returns
 // err for the caller.
 func (n *Node) refuseCall(from uint64, call string, err error) error {
-	n.tr.Refuse(refusedCall, fmt.Sprint(from), "call", call, "err", err)
+	n.tr.Refuse(refusedCall, views.MemberID(from).String(), "call", call, "err", err)
 	return err
 }

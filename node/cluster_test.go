@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 func fastConfig(c *Config) {
@@ -162,7 +163,7 @@ func testLoggerTo(t testing.TB, id uint64, sink io.Writer) *slog.Logger {
 	if sink != nil {
 		w = io.MultiWriter(w, sink)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("n", id)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("n", views.MemberID(id))
 }
 
 type tWriter struct{ t testing.TB }

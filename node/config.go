@@ -357,16 +357,16 @@ func (c Config) Validate() error {
 				return bad("member with id 0")
 			}
 			if seen[m.ID] {
-				return bad("member id %d listed twice", m.ID)
+				return bad("member id %016x listed twice", m.ID)
 			}
 			seen[m.ID] = true
 			if m.Addr == "" {
-				return bad("member %d has no address", m.ID)
+				return bad("member %016x has no address", m.ID)
 			}
 			self = self || m.ID == c.ID
 		}
 		if !self {
-			return bad("ID %d is not among Members", c.ID)
+			return bad("ID %016x is not among Members", c.ID)
 		}
 	}
 	if c.Gossip != nil {

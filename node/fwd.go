@@ -15,6 +15,7 @@ import (
 	"slices"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node/internal/forward"
@@ -89,7 +90,7 @@ func (h *transportHandler) FwdPush(ctx context.Context, from uint64, req *transp
 	// failed, it is looking), from a member with raft data, the only kind
 	// that can lead. Never from a light member or a stranger.
 	if lead := n.lead.Load(); from != lead && (lead != 0 || !n.members.Allows(from)) {
-		return nil, n.refuseCall(from, "FwdPush", fmt.Errorf("%w: push from %d, the leader is %d", transport.ErrPermissionDenied, from, lead))
+		return nil, n.refuseCall(from, "FwdPush", fmt.Errorf("%w: push from %016x, the leader is %016x", transport.ErrPermissionDenied, from, lead))
 	}
 	items := req.GetItems()
 	if err := n.do(ctx, func() { (*fwdHost)(n).onPush(items) }); err != nil {
@@ -243,7 +244,7 @@ func (h *fwdHost) SetLeader(id uint64) {
 	n.loop.leader = id
 	n.lead.set(id)
 	if id != 0 {
-		n.log.Info("light member: leader found", "leader", id)
+		n.log.Info("light member: leader found", "leader", views.MemberID(id))
 		n.reproposeAll()
 	}
 }

@@ -108,7 +108,7 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 	}
 	switch {
 	case from == v.id || transport.ReservedID(from):
-		return fmt.Errorf("%w: sender id %d", errGuard, from)
+		return fmt.Errorf("%w: sender id %016x", errGuard, from)
 	case t >= maxRaftValue || m.GetIndex() >= maxRaftValue || m.GetLogTerm() >= maxRaftValue ||
 		m.GetCommit() >= maxRaftValue || m.GetRejectHint() >= maxRaftValue:
 		return fmt.Errorf("%w: index or term out of range", errGuard)
@@ -133,12 +133,12 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 	switch m.GetType() {
 	case raftpb.MessageType_MsgApp:
 		if !fromLeader {
-			return fmt.Errorf("%w: append from %d, not the leader %d of term %d", errGuard, from, v.lead, t)
+			return fmt.Errorf("%w: append from %016x, not the leader %016x of term %d", errGuard, from, v.lead, t)
 		}
 		return checkAppend(m)
 	case raftpb.MessageType_MsgHeartbeat:
 		if !fromLeader {
-			return fmt.Errorf("%w: heartbeat from %d, not the leader %d of term %d", errGuard, from, v.lead, t)
+			return fmt.Errorf("%w: heartbeat from %016x, not the leader %016x of term %d", errGuard, from, v.lead, t)
 		}
 		if isCommitHint(m) {
 			// A hint rides behind the leader's appends, which made this
@@ -148,9 +148,9 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 			// while this node follows no one, is stale.
 			switch {
 			case t > v.term || (t == v.term && v.lead != 0 && from != v.lead):
-				return fmt.Errorf("%w: commit hint from %d in term %d, not the leader %d of term %d", errGuard, from, t, v.lead, v.term)
+				return fmt.Errorf("%w: commit hint from %016x in term %d, not the leader %016x of term %d", errGuard, from, t, v.lead, v.term)
 			case t < v.term || v.lead == 0:
-				return fmt.Errorf("%w: commit hint of term %d (now %d, leader %d)", errStale, t, v.term, v.lead)
+				return fmt.Errorf("%w: commit hint of term %d (now %d, leader %016x)", errStale, t, v.term, v.lead)
 			}
 		}
 		if t >= v.term && m.GetCommit() > v.lastIndex {
@@ -163,7 +163,7 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 			return fmt.Errorf("%w: snapshot of term %d (now %d)", errStale, t, v.term)
 		}
 		if !fromLeader {
-			return fmt.Errorf("%w: snapshot from %d, not the leader %d of term %d", errGuard, from, v.lead, t)
+			return fmt.Errorf("%w: snapshot from %016x, not the leader %016x of term %d", errGuard, from, v.lead, t)
 		}
 		return checkSnapshot(m, v.id)
 	case raftpb.MessageType_MsgAppResp:
@@ -177,7 +177,7 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 			return fmt.Errorf("%w: campaign order of term %d (now %d)", errStale, t, v.term)
 		}
 		if t != v.term || from != v.lead {
-			return fmt.Errorf("%w: campaign order from %d, not the leader %d of term %d", errGuard, from, v.lead, v.term)
+			return fmt.Errorf("%w: campaign order from %016x, not the leader %016x of term %d", errGuard, from, v.lead, v.term)
 		}
 	case raftpb.MessageType_MsgReadIndex:
 		// A node issues ReadIndex only as leader; one that lost leadership
@@ -193,7 +193,7 @@ func checkRemote(m *raftpb.Message, v raftView) error {
 			return fmt.Errorf("%w: read index answer of term %d (now %d)", errStale, t, v.term)
 		}
 		if t != v.term || from != v.lead || len(m.GetEntries()) != 1 {
-			return fmt.Errorf("%w: read index answer from %d, not the leader %d of term %d", errGuard, from, v.lead, v.term)
+			return fmt.Errorf("%w: read index answer from %016x, not the leader %016x of term %d", errGuard, from, v.lead, v.term)
 		}
 	case raftpb.MessageType_MsgTransferLeader:
 		// Forwarded by a node that called TransferLeader as it lost
@@ -311,7 +311,7 @@ func checkConfState(cs *raftpb.ConfState, last uint64) error {
 	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range set {
 			if transport.ReservedID(id) {
-				return fmt.Errorf("%w: configuration with reserved id %d", errGuard, id)
+				return fmt.Errorf("%w: configuration with reserved id %016x", errGuard, id)
 			}
 		}
 	}

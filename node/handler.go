@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/node/internal/privilege"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -30,7 +31,7 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 		// One batch is one peer's (transport: From == the stream's peer).
 		// At Info: a member removed a moment ago, or one gossip has not
 		// reported yet, does this too.
-		n.tr.Note(refusedRaft, fmt.Sprint(from), "reason", "not a member", "type", msgs[0].GetType().String(),
+		n.tr.Note(refusedRaft, views.MemberID(from).String(), "reason", "not a member", "type", msgs[0].GetType().String(),
 			"msgs", len(msgs))
 		return
 	}
@@ -55,15 +56,15 @@ func (h *transportHandler) Receive(msgs []*raftpb.Message) {
 func (h *transportHandler) AcceptSnapshot(from uint64, m *raftpb.Message) error {
 	n := (*Node)(h)
 	if !n.members.Allows(from) {
-		return fmt.Errorf("%w: %d is not a member", transport.ErrPermissionDenied, from)
+		return fmt.Errorf("%w: %016x is not a member", transport.ErrPermissionDenied, from)
 	}
 	if lead := n.lead.Load(); from != lead {
 		if m.GetTerm() > n.termSeen.Load() {
 			// Maybe a leader this node has not heard of yet: its
 			// heartbeats will say so, and it sends the snapshot again.
-			return fmt.Errorf("snapshot from %d of term %d: not following it yet", from, m.GetTerm())
+			return fmt.Errorf("snapshot from %016x of term %d: not following it yet", from, m.GetTerm())
 		}
-		return fmt.Errorf("%w: snapshot from %d, the leader is %d", transport.ErrPermissionDenied, from, lead)
+		return fmt.Errorf("%w: snapshot from %016x, the leader is %016x", transport.ErrPermissionDenied, from, lead)
 	}
 	return checkSnapshot(m, n.id)
 }

@@ -103,7 +103,7 @@ func checkIdentity(dir string, id uint64, cluster string) (identity, error) {
 		return ident, writeIdentity(dir, ident)
 	}
 	if ident.id != id {
-		return identity{}, fmt.Errorf("%w: %s belongs to node %d, not %d", lockerr.ErrDataDir, dir, ident.id, id)
+		return identity{}, fmt.Errorf("%w: %s belongs to node %016x, not %016x", lockerr.ErrDataDir, dir, ident.id, id)
 	}
 	if ident.cluster != cluster {
 		return identity{}, fmt.Errorf("%w: %s belongs to cluster %q, not %q", lockerr.ErrDataDir, dir, ident.cluster, cluster)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Leader changes and a cluster that cannot serve, as callers see them:
@@ -87,7 +88,7 @@ func (w *leaderWatch) check(now time.Time, leaderless bool, leader uint64, closi
 	if !leaderless {
 		w.hadLeader = true
 		if w.warned {
-			w.log.Info("cluster has a leader again", "leader", leader, "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
+			w.log.Info("cluster has a leader again", "leader", views.MemberID(leader), "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
 		}
 		*w = leaderWatch{hadLeader: true, warnAfter: w.warnAfter, log: w.log}
 		return

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // The loop: the one goroutine that owns raft, the lock table and loopState.
@@ -231,7 +232,7 @@ func (n *Node) step(msgs []*raftpb.Message) {
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
-			n.log.Debug("step", "err", err, "type", m.GetType().String(), "from", m.GetFrom())
+			n.log.Debug("step", "err", err, "type", m.GetType().String(), "from", views.MemberID(m.GetFrom()))
 		}
 		if m.GetType() == raftpb.MessageType_MsgStorageAppendResp {
 			n.onDurable(m)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/node/internal/campaign"
@@ -174,7 +175,7 @@ func Start(cfg Config) (*Node, error) {
 const ProfileLabel = "lockraft_node"
 
 // LogKeyNode is the attribute every log record of a node carries: its raft
-// id. The prefix keeps it apart from the keys of the service's own logger
+// id in hex (16 digits), as every member id in the logs. The prefix keeps it apart from the keys of the service's own logger
 // (a "node" it adds itself would otherwise appear twice). Other context
 // keys are lockraft_component (raft, membership, memberlist).
 const LogKeyNode = "lockraft_node"
@@ -184,7 +185,7 @@ func start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
 		k:       knobsOf(&cfg),
-		log:     cfg.Logger.With(LogKeyNode, cfg.ID),
+		log:     cfg.Logger.With(LogKeyNode, views.MemberID(cfg.ID)),
 		id:      cfg.ID,
 		clock:   cfg.Clock,
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
@@ -254,7 +255,7 @@ func start(cfg Config) (*Node, error) {
 		if err := n.storage.Bootstrap(cs); err != nil {
 			return nil, fmt.Errorf("%w: bootstrap: %v", lockerr.ErrDataDir, err)
 		}
-		n.log.Info("bootstrapped new cluster", "voters", cs.Voters, "cluster", cfg.ClusterID)
+		n.log.Info("bootstrapped new cluster", "voters", views.MemberIDs(cs.Voters), "cluster", cfg.ClusterID)
 	}
 	hs, cs, err := n.storage.InitialState()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/node/internal/lease"
 )
@@ -124,7 +125,7 @@ func (n *Node) onSoftState(ss *raft.SoftState) {
 		if ss.Lead != 0 {
 			n.loop.stats.leaderChanges++
 		}
-		n.log.Info("leader changed", "leader", ss.Lead, "state", ss.RaftState.String())
+		n.log.Info("leader changed", "leader", views.MemberID(ss.Lead), "state", ss.RaftState.String())
 		// Proposals forwarded to the old leader may be lost without notice:
 		// propose them again now rather than after RetryInterval.
 		n.reproposeAll()

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/lockfsm"
 )
 
@@ -28,7 +29,7 @@ func (n *Node) stepRemote(msgs []*raftpb.Message) {
 			// The transport admits raft streams from voter certificates
 			// only; checked again for every path into the loop.
 			if role, ok := n.tr.PeerRole(from); !ok || !role.Voter() {
-				n.tr.Refuse(refusedRaft, fmt.Sprint(from), "type", m.GetType().String(), "reason", "no voter role",
+				n.tr.Refuse(refusedRaft, views.MemberID(from).String(), "type", m.GetType().String(), "reason", "no voter role",
 					"role", role.String())
 				continue
 			}
@@ -65,15 +66,15 @@ func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 		// Cut before a configuration change no leader proposes; the rest
 		// is stepped (privilege.ConfLedger).
 		if cut := n.loop.guard.confs.TrimAppend(m, n.loop.confState, n.loop.lastApplied, v.lastIndex); cut != nil {
-			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", fmt.Errorf("%w: %v", errGuard, cut))
+			n.tr.Refuse(refusedRaft, views.MemberID(m.GetFrom()).String(), "type", m.GetType().String(), "term", m.GetTerm(), "err", fmt.Errorf("%w: %v", errGuard, cut))
 		}
 	}
 	switch {
 	case errors.Is(err, errStale):
-		n.log.Debug("stale raft message dropped", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
+		n.log.Debug("stale raft message dropped", "from", views.MemberID(m.GetFrom()), "type", m.GetType().String(), "err", err)
 		return false
 	case err != nil:
-		n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "term", m.GetTerm(), "err", err)
+		n.tr.Refuse(refusedRaft, views.MemberID(m.GetFrom()).String(), "type", m.GetType().String(), "term", m.GetTerm(), "err", err)
 		return false
 	}
 	return true
@@ -97,7 +98,7 @@ func (n *Node) authoriseProposal(m *raftpb.Message) error {
 		case errors.Is(err, lockerr.ErrQuotaExceeded):
 			// Only this command: the member's others (a release that
 			// frees room) go on.
-			n.tr.Refuse(refusedRaft, fmt.Sprint(m.GetFrom()), "type", m.GetType().String(), "err", err)
+			n.tr.Refuse(refusedRaft, views.MemberID(m.GetFrom()).String(), "type", m.GetType().String(), "err", err)
 		default:
 			return err
 		}

@@ -132,7 +132,7 @@ func TestLoopPanicStopsNodeCleanly(t *testing.T) {
 	require.ErrorIs(t, context.Cause(h.Context()), lockerr.ErrInternal)
 	_, err = tc.Member(victim).Acquire(ctx, "q", "victim", true, 0)
 	require.ErrorIs(t, err, lockerr.ErrInternal)
-	require.Equal(t, 1, logs.CountLines(fmt.Sprintf("n=%d ", victim), "raft loop panicked"))
+	require.Equal(t, 1, logs.CountLines(fmt.Sprintf("n=%016x ", victim), "raft loop panicked"))
 	h2, err := tc.Member(lead).Acquire(ctx, "p", "next", true, 0)
 	require.NoError(t, err, "the lock moves on once the stopped node's session expires")
 	require.NoError(t, h2.Release(ctx))

@@ -34,6 +34,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Restoring a snapshot from the leader, off the loop.
@@ -101,7 +103,7 @@ func snapshotIncludes(m *raftpb.Message) bool {
 func (n *Node) snapshotForNewMember(to, index uint64) {
 	n.rn.ReportSnapshot(to, raft.SnapshotFailure)
 	if n.loop.jobs.sinceSnap < n.cfg.SnapshotEvery {
-		n.log.Info("snapshot for a member added after the latest one", "member", to, "latest", index)
+		n.log.Info("snapshot for a member added after the latest one", "member", views.MemberID(to), "latest", index)
 		n.loop.jobs.sinceSnap = n.cfg.SnapshotEvery // maybeSnapshot at the end of this turn, or once the committer is free
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/node/internal/campaign"
 )
 
@@ -24,7 +25,7 @@ func noteGrantedPreVotes(y *campaign.Yield, rn *raft.RawNode, self uint64, m *ra
 		}
 		st := rn.BasicStatus()
 		if y.Granted(now, self, r.GetTo(), st.GetTerm(), st.RaftState == raft.StatePreCandidate) {
-			log.Debug("standing aside for a peer's campaign", "peer", r.GetTo(), "term", st.GetTerm(), "for", y.For)
+			log.Debug("standing aside for a peer's campaign", "peer", views.MemberID(r.GetTo()), "term", st.GetTerm(), "for", y.For)
 		}
 	}
 }

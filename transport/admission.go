@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -279,7 +280,7 @@ func (t *Transport) admitConn(raw net.Conn, info credentials.AuthInfo) (*tracked
 	a.mu.Lock()
 	if a.isRevoked(ident.ID) { // revoked during the handshake
 		a.mu.Unlock()
-		return nil, fmt.Errorf("%w: member %d was revoked", errDenied, ident.ID)
+		return nil, fmt.Errorf("%w: member %016x was revoked", errDenied, ident.ID)
 	}
 	p := a.peers[ident.ID]
 	if p == nil {
@@ -296,7 +297,7 @@ func (t *Transport) admitConn(raw net.Conn, info credentials.AuthInfo) (*tracked
 	a.mu.Unlock()
 	a.roles.Store(ident.ID, ident.Role)
 	if evict != nil {
-		t.refused.Note(refusedConn, strconv.FormatUint(ident.ID, 10), "reason", "newer connection from the same member",
+		t.refused.Note(refusedConn, views.MemberID(ident.ID).String(), "reason", "newer connection from the same member",
 			"max", a.lim.connsPerPeer)
 		_ = evict.Close()
 	}
@@ -352,7 +353,7 @@ func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) 
 	if err != nil {
 		return nil, err
 	}
-	src := strconv.FormatUint(from, 10)
+	src := views.MemberID(from).String()
 	a := t.adm
 	p := tc.peer
 	adm := &admitted{from: from, role: role, peer: p, adopt: adopt}
@@ -389,7 +390,7 @@ func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) 
 		if p.calls.Add(1) > a.lim.callsPerPeer {
 			p.calls.Add(-1)
 			t.refused.Refuse(refusedRPC, src, "rpc", rpc, "reason", "too many calls from this peer", "max", a.lim.callsPerPeer)
-			return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight from member %d", a.lim.callsPerPeer, from)
+			return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight from member %016x", a.lim.callsPerPeer, from)
 		}
 		if a.calls.Add(1) > a.lim.calls {
 			a.calls.Add(-1)
@@ -418,9 +419,9 @@ func (t *Transport) sender(ctx context.Context, tc *trackedConn, md metadata.MD,
 			return 0, 0, status.Error(codes.Unauthenticated, "no verified client certificate")
 		}
 		if fromStr != "" && fromStr != strconv.FormatUint(tc.id, 10) {
-			t.refused.Refuse(refusedRPC, strconv.FormatUint(tc.id, 10), "rpc", rpc,
+			t.refused.Refuse(refusedRPC, views.MemberID(tc.id).String(), "rpc", rpc,
 				"reason", "sender header contradicts the certificate", "header", fromStr)
-			return 0, 0, status.Errorf(codes.PermissionDenied, "certificate names member %d, header says %q", tc.id, fromStr)
+			return 0, 0, status.Errorf(codes.PermissionDenied, "certificate names member %016x, header says %q", tc.id, fromStr)
 		}
 		return tc.id, tc.role, nil
 	}
@@ -433,8 +434,8 @@ func (t *Transport) sender(ctx context.Context, tc *trackedConn, md metadata.MD,
 		tc.id, tc.peer.id = id, id
 	} else if tc.id != id {
 		t.refused.Refuse(refusedRPC, peerAddr(ctx), "rpc", rpc, "reason", "another sender on the same connection",
-			"from", id, "connection_from", tc.id)
-		return 0, 0, status.Errorf(codes.PermissionDenied, "this connection speaks for member %d, not %d", tc.id, id)
+			"from", views.MemberID(id), "connection_from", views.MemberID(tc.id))
+		return 0, 0, status.Errorf(codes.PermissionDenied, "this connection speaks for member %016x, not %016x", tc.id, id)
 	}
 	return id, PlaintextRole, nil
 }
@@ -462,7 +463,7 @@ func (t *Transport) Revoke(id uint64) {
 		_ = c.Close()
 	}
 	if len(closing) > 0 {
-		t.log.Info("transport: revoked member's connections closed", "member", id, "connections", len(closing))
+		t.log.Info("transport: revoked member's connections closed", "member", views.MemberID(id), "connections", len(closing))
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/big"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +22,11 @@ import (
 //	serial 5f3a9c...        a certificate, by its serial number in hex
 //	                        (colons and case are ignored: openssl's
 //	                        "5F:3A:9C..." and its "serial=5F3A9C..." too)
-//	member 7                every certificate naming member 7 (decimal)
+//	member 000000000000002a every certificate naming that member: its id
+//	                        as lockraftctl shows it, 16 hex digits (case
+//	                        is ignored); a decimal id, as lists written
+//	                        for earlier versions have it, is read as a
+//	                        certificate's is (see identity.go)
 //
 // A serial revokes one certificate (a leaked key, a demoted member whose
 // voter certificate was reissued as light); a member id revokes an identity
@@ -86,7 +89,7 @@ func parseDenyList(b []byte) (*denySet, error) {
 			}
 			s.serials[SerialString(v)] = true
 		case "member":
-			id, err := strconv.ParseUint(fields[1], 10, 64)
+			id, err := parseMemberIDText(strings.ToLower(fields[1]))
 			if err != nil || ReservedID(id) {
 				return nil, fmt.Errorf("line %d: member %q is not a member id", n, fields[1])
 			}

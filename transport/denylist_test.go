@@ -19,14 +19,17 @@ func TestParseDenyList(t *testing.T) {
 	s, err := parseDenyList([]byte(`# revoked
 serial 5F:3A:9c   # openssl's colons and case
 serial=ABC
-member 7
+member 000000000000002a
+member 00000000000000FF   # case
+member 7                  # decimal, as lists for earlier versions have it
 
 member	9 # tab
 `))
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"5f3a9c": true, "abc": true}, s.serials)
-	require.Equal(t, map[uint64]bool{7: true, 9: true}, s.members)
-	for _, bad := range []string{"serial xyz", "member 0", "member -1", "member", "user 7", "serial 1 2"} {
+	require.Equal(t, map[uint64]bool{0x2a: true, 0xff: true, 7: true, 9: true}, s.members)
+	for _, bad := range []string{"serial xyz", "member 0", "member -1", "member", "user 7", "serial 1 2",
+		"member 0000000000000000", "member 2a", "member 0x2a", "member 07", "member 000000000000002g"} {
 		_, err := parseDenyList([]byte(bad))
 		require.Error(t, err, bad)
 	}
@@ -88,7 +91,7 @@ func TestDenyList(t *testing.T) {
 	require.Error(t, err)
 
 	// By member id, whatever certificate names it.
-	writeDenyList(t, path, "member 3\n", time.Now().Add(time.Minute))
+	writeDenyList(t, path, "member 0000000000000003\n", time.Now().Add(time.Minute))
 	require.NoError(t, a.t.ReloadDenyList())
 	_, err = c.t.Keepalive(context.Background(), 1, &transportpb.KeepaliveRequest{})
 	require.Error(t, err)

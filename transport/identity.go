@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Identities in certificates
@@ -21,7 +23,8 @@ import (
 //	lockraft://<cluster-id>/operator/<name>?role=operator  an operator that is no member
 //	lockraft://<cluster-id>/<raft-id>                      an older certificate: light
 //
-// for example lockraft://orders-prod/3?role=voter. Why this shape:
+// for example lockraft://orders-prod/0000000000000003?role=voter. Why this
+// shape:
 //   - URI SANs are X.509's field for identities that are not host names
 //     (SPIFFE uses them the same way), so the same certificate can also
 //     carry the DNS names and IPs an operator's PKI wants, and Common Name
@@ -34,8 +37,18 @@ import (
 //     a member of orders-prod is refused by orders-staging even though both
 //     trust the same CA. (It must therefore be a DNS-style name: letters,
 //     digits, '-' and '.'; Go's certificate parser rejects other hosts.)
-//   - The id is decimal, as in the static configuration (1, 2, 3); gossip
-//     members use random 64-bit ids, which the certificate tool generates.
+//   - The id is written as 16 hex digits, as lockraftctl, the admin handler,
+//     metrics and logs show it, so a certificate's subject can be matched
+//     to a member by eye; gossip members use random 64-bit ids, which the
+//     certificate tool generates. Certificates issued before this form
+//     carry the id in decimal (lockraft://orders-prod/3), and are still
+//     read: exactly 16 hex digits is the hex form, any other string of
+//     decimal digits (no leading zero) the older decimal one. A decimal id
+//     of exactly 16 digits is therefore read as hex, another id: such a
+//     certificate then names no member it is used for, and is refused
+//     (it fails closed); reissue it. Versions before the hex form refuse a
+//     hex id (or read another one), so new certificates are issued once
+//     every member runs a version that reads them.
 //   - The role is chosen when the certificate is issued and travels in the
 //     query, beside the id it qualifies: the path says who, the query what
 //     it may do. A query is what versions that predate roles ignore (they
@@ -49,8 +62,9 @@ import (
 //     version does not know never grants what it might mean elsewhere.
 //   - Least privilege: a member URI without a role (every certificate issued
 //     before roles) is a light member. Such a cluster migrates by reissuing
-//     its voters' certificates with role=voter (lockraft-certs reissue) and
-//     rotating them in place before upgrading; see docs/security.md.
+//     its voters' certificates with role=voter (lockraft-certs reissue,
+//     which keeps their decimal id, what such versions read) and rotating
+//     them in place before upgrading; see docs/security.md.
 
 // MemberScheme is the URI scheme of member identities.
 const MemberScheme = "lockraft"
@@ -154,14 +168,36 @@ type Identity struct {
 // role: what certificates issued before roles carry. It is read as a light
 // member; MemberRoleURI names a member with its role.
 func MemberURI(cluster string, id uint64) string {
-	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10)}).String()
+	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + views.MemberID(id).String()}).String()
 }
 
 // MemberRoleURI returns the URI SAN that names member id of cluster with
 // role (voter or light, optionally with operator).
 func MemberRoleURI(cluster string, id uint64, role Role) string {
-	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10),
+	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + views.MemberID(id).String(),
 		RawQuery: "role=" + role.String()}).String()
+}
+
+// parseMemberIDText reads a member id as a certificate URI or a deny-list
+// writes it: exactly 16 lower-case hex digits (views.MemberID), or, as
+// certificates issued before the hex form have it, decimal without
+// leading zeros and of any other length. A decimal id of exactly 16 digits
+// is read as hex (see the comment at the top of this file). Anything else
+// is ErrIdentity.
+func parseMemberIDText(s string) (uint64, error) {
+	if len(s) == 16 {
+		if strings.Trim(s, "0123456789abcdef") == "" {
+			if n, err := strconv.ParseUint(s, 16, 64); err == nil {
+				return n, nil
+			}
+		}
+		return 0, fmt.Errorf("%w: member id %q: want 16 hex digits", ErrIdentity, s)
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || strconv.FormatUint(n, 10) != s {
+		return 0, fmt.Errorf("%w: member id %q: want 16 hex digits (or, from an earlier certificate, decimal)", ErrIdentity, s)
+	}
+	return n, nil
 }
 
 // OperatorURI returns the URI SAN of an operator named name that is no
@@ -257,12 +293,12 @@ func ParseIdentity(cert *x509.Certificate) (Identity, error) {
 		return id, nil
 	}
 	rest, ok := strings.CutPrefix(u.Path, "/")
-	n, err := strconv.ParseUint(rest, 10, 64)
-	if !ok || err != nil || strconv.FormatUint(n, 10) != rest {
-		return bad("the member id must be decimal")
+	n, err := parseMemberIDText(rest)
+	if !ok || err != nil {
+		return bad("the member id must be 16 hex digits (or decimal, as earlier certificates have it)")
 	}
 	if ReservedID(n) {
-		return Identity{}, fmt.Errorf("%w: reserved member id %d", ErrIdentity, n)
+		return Identity{}, fmt.Errorf("%w: reserved member id %016x", ErrIdentity, n)
 	}
 	switch {
 	case u.RawQuery == "":

@@ -33,12 +33,12 @@ func (p *pki) identityOf(uris ...string) (Identity, error) {
 func TestParseIdentity(t *testing.T) {
 	p := newPKI(t)
 	for uri, want := range map[string]Identity{
-		MemberURI("orders-prod", 3):                       {Cluster: "orders-prod", ID: 3, Role: RoleLight},
-		MemberRoleURI("orders-prod", 3, RoleVoter):        {Cluster: "orders-prod", ID: 3, Role: RoleVoter},
-		MemberRoleURI("orders-prod", 3, RoleLight):        {Cluster: "orders-prod", ID: 3, Role: RoleLight},
-		MemberRoleURI("c", 1<<62, RoleVoter|RoleOperator): {Cluster: "c", ID: 1 << 62, Role: RoleVoter | RoleOperator},
-		"lockraft://c/9?role=light,operator":              {Cluster: "c", ID: 9, Role: RoleLight | RoleOperator},
-		OperatorURI("orders-prod", "alice.b_c-1"):         {Cluster: "orders-prod", Operator: "alice.b_c-1", Role: RoleOperator},
+		MemberURI("orders-prod", 3):                         {Cluster: "orders-prod", ID: 3, Role: RoleLight},
+		MemberRoleURI("orders-prod", 3, RoleVoter):          {Cluster: "orders-prod", ID: 3, Role: RoleVoter},
+		MemberRoleURI("orders-prod", 3, RoleLight):          {Cluster: "orders-prod", ID: 3, Role: RoleLight},
+		MemberRoleURI("c", 1<<62, RoleVoter|RoleOperator):   {Cluster: "c", ID: 1 << 62, Role: RoleVoter | RoleOperator},
+		"lockraft://c/0000000000000009?role=light,operator": {Cluster: "c", ID: 9, Role: RoleLight | RoleOperator},
+		OperatorURI("orders-prod", "alice.b_c-1"):           {Cluster: "orders-prod", Operator: "alice.b_c-1", Role: RoleOperator},
 	} {
 		got, err := p.identityOf(uri, "spiffe://example.org/x")
 		require.NoError(t, err, uri)
@@ -54,6 +54,8 @@ func TestParseIdentity(t *testing.T) {
 		{MemberURI("c", 1), MemberRoleURI("c", 1, RoleVoter)},
 		{"lockraft://c/x"},
 		{"lockraft://c/03?role=voter"},
+		{"lockraft://c/0000000000000000?role=voter"},
+		{"lockraft://c/ffffffffffffffff?role=voter"},
 		{"lockraft://c/3/4?role=voter"},
 		{"lockraft://c/?role=voter"},
 		{"lockraft://c/3?role=admin"},
@@ -97,25 +99,71 @@ func mustLeaf(t *testing.T, p *pki, uri string) *x509.Certificate {
 	return pair.Leaf
 }
 
-// A member URI with a role reads, to a version that predates roles, as the
-// member it names: such versions took the id from the path alone
-// (strconv.ParseUint of the path without its "/"), and the role is in the
-// query. So certificates with roles can be rolled out before the upgrade.
-// An operator identity is no member to them.
-func TestRoleURIReadByOlderVersions(t *testing.T) {
-	older := func(s string) (string, uint64, error) {
+// A member id in a URI is 16 hex digits, as lockraftctl and the logs show
+// it. Certificates issued before that carry it in decimal, and are read as
+// they always were; exactly 16 digits is the hex form, so a decimal id of
+// that length names another member (and is refused where it is used).
+// Anything else is refused.
+func TestMemberURIIDForms(t *testing.T) {
+	p := newPKI(t)
+	require.Equal(t, "lockraft://orders-prod/000000000000002a?role=voter", MemberRoleURI("orders-prod", 42, RoleVoter))
+	require.Equal(t, "lockraft://orders-prod/8000000000000001", MemberURI("orders-prod", 1<<63|1))
+	for uri, id := range map[string]uint64{
+		MemberRoleURI("c", 42, RoleVoter):                 42,
+		MemberRoleURI("c", 0x1234567890123456, RoleVoter): 0x1234567890123456,
+		// Decimal, as certificates of earlier versions have it.
+		"lockraft://c/42?role=voter":                   42,
+		"lockraft://c/3":                               3,
+		"lockraft://c/123456789012345?role=voter":      123456789012345,
+		"lockraft://c/12345678901234567?role=voter":    12345678901234567,
+		"lockraft://c/18446744073709551613?role=voter": 18446744073709551613,
+		// 16 digits: hex, whatever an earlier certificate meant.
+		"lockraft://c/1234567890123456?role=voter": 0x1234567890123456,
+	} {
+		got, err := p.identityOf(uri)
+		require.NoError(t, err, uri)
+		require.Equal(t, id, got.ID, uri)
+	}
+	for _, bad := range []string{
+		"lockraft://c/000000000000002A?role=voter",  // upper case: not as written
+		"lockraft://c/00000000000002a?role=voter",   // 15 hex digits
+		"lockraft://c/0000000000000002a?role=voter", // 17
+		"lockraft://c/0x000000000000002a?role=voter",
+		"lockraft://c/2a?role=voter",
+		"lockraft://c/042?role=voter", // decimal with a leading zero
+		"lockraft://c/-42?role=voter",
+		"lockraft://c/+42?role=voter",
+		"lockraft://c/18446744073709551616?role=voter", // 2^64
+		"lockraft://c/000000000000000g?role=voter",
+		"lockraft://c/%20000000000000002a?role=voter",
+	} {
+		_, err := p.identityOf(bad)
+		require.ErrorIs(t, err, ErrIdentity, bad)
+	}
+}
+
+// Versions before the hex form read the path as decimal without leading
+// zeros: a hex URI is refused by them or names another id, never the
+// member it is for, which is why new certificates are issued once every
+// member reads them. The decimal certificates they issued, with roles,
+// are read here as the same member (TestMemberURIIDForms); an operator
+// identity is no member to them.
+func TestHexURIReadByOlderVersions(t *testing.T) {
+	older := func(s string) (uint64, error) {
 		u, err := url.Parse(s)
 		require.NoError(t, err)
-		id, err := strconv.ParseUint(strings.TrimPrefix(u.Path, "/"), 10, 64)
-		return u.Host, id, err
+		rest := strings.TrimPrefix(u.Path, "/")
+		id, err := strconv.ParseUint(rest, 10, 64)
+		if err == nil && strconv.FormatUint(id, 10) != rest {
+			err = strconv.ErrSyntax
+		}
+		return id, err
 	}
-	for _, r := range []Role{RoleVoter, RoleLight, RoleVoter | RoleOperator} {
-		cluster, id, err := older(MemberRoleURI("orders-prod", 42, r))
-		require.NoError(t, err)
-		require.Equal(t, "orders-prod", cluster)
-		require.Equal(t, uint64(42), id)
+	for _, id := range []uint64{3, 42, 0xdeadbeef, 1 << 63, 0x1234567890123456} {
+		got, err := older(MemberRoleURI("orders-prod", id, RoleVoter))
+		require.True(t, err != nil || got != id, "%016x read as %d", id, got)
 	}
-	_, _, err := older(OperatorURI("orders-prod", "alice"))
+	_, err := older(OperatorURI("orders-prod", "alice"))
 	require.Error(t, err)
 }
 

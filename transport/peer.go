@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -76,7 +77,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		p := t.peers[to]
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			if p == nil || !p.enqueueSnapshot(m) {
-				t.log.Warn("transport: snapshot dropped", "peer", to, "known", p != nil)
+				t.log.Warn("transport: snapshot dropped", "peer", views.MemberID(to), "known", p != nil)
 				unreachable[to] = true
 				h.ReportSnapshot(to, true)
 			}
@@ -88,7 +89,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		}
 		b, err := proto.Marshal(m)
 		if err != nil {
-			t.log.Error("transport: marshal", "peer", to, "type", m.GetType(), "err", err)
+			t.log.Error("transport: marshal", "peer", views.MemberID(to), "type", m.GetType(), "err", err)
 			unreachable[to] = true
 			continue
 		}
@@ -329,7 +330,7 @@ func (p *peer) writeLoop() {
 				!decodeAmplified(wire+len(carry[0].b), len(batch.Msgs)+1, ents+carry[0].ents))) {
 				if len(carry[0].b) > limit || carry[0].ents > maxMsgEntries {
 					p.t.log.Error("transport: message over MaxMsgSize or the entry limit dropped",
-						"peer", p.id, "size", len(carry[0].b), "max", limit, "entries", carry[0].ents)
+						"peer", views.MemberID(p.id), "size", len(carry[0].b), "max", limit, "entries", carry[0].ents)
 					carry = carry[1:]
 					continue
 				}
@@ -410,13 +411,13 @@ func (p *peer) streamFailed(err error, dropped int) {
 			if f := p.t.cfg.OnForeignPeer; f != nil {
 				f(p.id, detail, true) // the node says it, with what it knows
 			} else {
-				p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", p.id, "addr", p.addr, "err", err)
+				p.t.log.Warn("transport: peer belongs to another formed cluster; not sending to it", "peer", views.MemberID(p.id), "addr", p.addr, "err", err)
 			}
 		}
 	} else if status.Code(err) == codes.PermissionDenied {
-		p.t.log.Warn("transport: peer rejected stream", "peer", p.id, "addr", p.addr, "err", err)
+		p.t.log.Warn("transport: peer rejected stream", "peer", views.MemberID(p.id), "addr", p.addr, "err", err)
 	} else {
-		p.t.log.Debug("transport: stream to peer failed", "peer", p.id, "addr", p.addr,
+		p.t.log.Debug("transport: stream to peer failed", "peer", views.MemberID(p.id), "addr", p.addr,
 			"dropped", dropped, "err", err)
 	}
 	p.t.cfg.Handler.ReportUnreachable(p.id)

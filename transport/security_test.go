@@ -121,7 +121,7 @@ func TestTLSIdentityIsTheCertificate(t *testing.T) {
 	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), mdCluster, "c1", mdFrom, "3")
 	_, err = transportpb.NewRaftClient(conn).Keepalive(ctx, &transportpb.KeepaliveRequest{})
-	require.ErrorContains(t, err, "certificate names member 1")
+	require.ErrorContains(t, err, "certificate names member 0000000000000001")
 
 	// Member 1 sending raft messages as 3 over its own connection.
 	a.t.Send([]*raftpb.Message{msgApp(3, 2, 1), msgApp(1, 2, 2)})
@@ -134,7 +134,7 @@ func TestTLSIdentityIsTheCertificate(t *testing.T) {
 	a.t.AddPeer(3, b.t.Addr())
 	_, err = a.t.Keepalive(context.Background(), 3, &transportpb.KeepaliveRequest{})
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "dialled member 3")
+	require.Contains(t, err.Error(), "dialled member 0000000000000003")
 }
 
 // Garbage on the gRPC port (TLS and plaintext) is refused at the handshake

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -81,7 +81,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	}
 	a, lim := admittedOf(ctx).peer, &s.t.adm.lim
 	local := s.t.cfg.LocalID
-	src := strconv.FormatUint(from, 10)
+	src := views.MemberID(from).String()
 	var counts []int // entries of each message of the batch, reused
 	for {
 		b, err := stream.Recv()
@@ -127,7 +127,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 			}
 			if ok, why := netrules.RemoteMessageOK(m, local, from); !ok {
 				s.t.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
-					"msg_from", m.GetFrom(), "msg_to", m.GetTo())
+					"msg_from", views.MemberID(m.GetFrom()), "msg_to", views.MemberID(m.GetTo()))
 				continue
 			}
 			msgs = append(msgs, m)

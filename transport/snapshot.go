@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -53,7 +54,7 @@ func (p *peer) snapshotLoop() {
 				return
 			}
 			if err != nil {
-				p.t.log.Warn("transport: snapshot send failed", "peer", p.id,
+				p.t.log.Warn("transport: snapshot send failed", "peer", views.MemberID(p.id),
 					"index", m.GetSnapshot().GetMetadata().GetIndex(), "err", err)
 			}
 			p.t.cfg.Handler.ReportSnapshot(p.id, err != nil)
@@ -143,7 +144,7 @@ func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 	if err != nil {
 		return err
 	}
-	src := fmt.Sprint(from)
+	src := views.MemberID(from).String()
 	m, err := checkSnapshotHeader(c, s.t.cfg.LocalID, from, s.t.cfg.MaxSnapshotSize)
 	if err == nil {
 		err = s.t.cfg.Handler.AcceptSnapshot(from, m)
@@ -193,7 +194,7 @@ func checkSnapshotHeader(c *transportpb.SnapshotChunk, local, from uint64, max i
 	switch {
 	case m.GetType() != raftpb.MessageType_MsgSnap || m.GetTo() != local || m.GetFrom() != from ||
 		m.GetSnapshot().GetMetadata() == nil:
-		return nil, fmt.Errorf("%w: not a MsgSnap from %d to %d: type %v from %d to %d",
+		return nil, fmt.Errorf("%w: not a MsgSnap from %016x to %016x: type %v from %016x to %016x",
 			errBadHeader, from, local, m.GetType(), m.GetFrom(), m.GetTo())
 	case len(m.GetEntries()) > 0 || len(m.GetResponses()) > 0:
 		return nil, fmt.Errorf("%w: MsgSnap with entries or responses", errBadHeader)

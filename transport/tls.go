@@ -55,7 +55,7 @@ func (c *TLS) validate(cluster string, local uint64) error {
 		return err
 	}
 	if gotCluster != cluster || id != local {
-		return fmt.Errorf("%w: this member's certificate names member %d of cluster %q, not %d of %q",
+		return fmt.Errorf("%w: this member's certificate names member %016x of cluster %q, not %016x of %q",
 			ErrIdentity, id, gotCluster, local, cluster)
 	}
 	if _, err := c.Roots(); err != nil {
@@ -124,10 +124,10 @@ func (t *Transport) admitIdentity(leaf *x509.Certificate, ident Identity, incomi
 		return fmt.Errorf("%w: operator %q is no member", ErrIdentity, ident.Operator)
 	}
 	if why := t.deny.current().denies(leaf, ident.ID); why != "" {
-		return fmt.Errorf("%w: member %d: %s", errDenied, ident.ID, why)
+		return fmt.Errorf("%w: member %016x: %s", errDenied, ident.ID, why)
 	}
 	if incoming && t.adm.isRevoked(ident.ID) {
-		return fmt.Errorf("%w: member %d was revoked", errDenied, ident.ID)
+		return fmt.Errorf("%w: member %016x was revoked", errDenied, ident.ID)
 	}
 	t.adm.roles.Store(ident.ID, ident.Role)
 	return nil
@@ -188,7 +188,7 @@ func (t *Transport) clientTLS(id uint64) *tls.Config {
 				return err
 			}
 			if ident.Cluster != t.cfg.ClusterID || ident.ID != id {
-				return fmt.Errorf("%w: dialled member %d of %q, the server is member %d of %q",
+				return fmt.Errorf("%w: dialled member %016x of %q, the server is member %016x of %q",
 					ErrIdentity, id, t.cfg.ClusterID, ident.ID, ident.Cluster)
 			}
 			return t.admitIdentity(cs.PeerCertificates[0], ident, false)

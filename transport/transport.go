@@ -57,6 +57,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/internal/refuse"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -359,7 +360,7 @@ func (c *Config) validate() error {
 	case c.MaxConns < 0:
 		return fmt.Errorf("%w: MaxConns %d < 0", ErrInvalidConfig, c.MaxConns)
 	case ReservedID(c.LocalID):
-		return fmt.Errorf("%w: LocalID %d is reserved", ErrInvalidConfig, c.LocalID)
+		return fmt.Errorf("%w: LocalID %016x is reserved", ErrInvalidConfig, c.LocalID)
 	}
 	if c.TLS != nil {
 		if err := c.TLS.validate(c.ClusterID, c.LocalID); err != nil {
@@ -552,7 +553,7 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 	p, err := newPeer(t, id, addr)
 	if err != nil {
 		delete(t.peers, id)
-		t.log.Error("transport: add peer", "peer", id, "addr", addr, "err", err)
+		t.log.Error("transport: add peer", "peer", views.MemberID(id), "addr", addr, "err", err)
 	} else {
 		t.peers[id] = p
 	}
@@ -606,7 +607,7 @@ func (t *Transport) peer(id uint64) (*peer, error) {
 	}
 	p := t.peers[id]
 	if p == nil {
-		return nil, fmt.Errorf("%w: %d", ErrUnknownPeer, id)
+		return nil, fmt.Errorf("%w: %016x", ErrUnknownPeer, id)
 	}
 	return p, nil
 }

@@ -117,7 +117,7 @@ func TestOtherClusterIsRejected(t *testing.T) {
 	}, waitFor, 10*time.Millisecond)
 	got, _ := b.rec.received()
 	require.Empty(t, got)
-	require.Contains(t, b.log.String(), "level=WARN msg=\"refused rpc\" source=1 rpc=Stream reason=\"another cluster\" local_cluster=cluster-b remote_cluster=cluster-a")
+	require.Contains(t, b.log.String(), "level=WARN msg=\"refused rpc\" source=0000000000000001 rpc=Stream reason=\"another cluster\" local_cluster=cluster-b remote_cluster=cluster-a")
 	require.Contains(t, a.log.String(), "peer rejected stream")
 
 	_, err := a.t.Keepalive(context.Background(), 2, &transportpb.KeepaliveRequest{})

@@ -1,18 +1,20 @@
 // Command lockraft-certs makes the certificates of a lockraft cluster: a CA,
 // for each member a certificate naming it and its role with the URI SAN
 // lockraft://<cluster>/<raft-id>?role=<role>, usable for both sides of
-// mutual TLS, and operators' client certificates.
+// mutual TLS, and operators' client certificates. The raft id is written,
+// taken (-id) and shown in hex, 16 digits, as lockraftctl members shows it.
 //
 //	lockraft-certs ca -dir certs                       # certs/ca.pem, certs/ca-key.pem
 //	lockraft-certs member -dir certs -cluster orders-prod -id 1 -role voter -host 10.0.0.1
-//	                                                   # certs/member-1.pem, certs/member-1-key.pem
+//	                                                   # certs/member-0000000000000001.pem and -key.pem
 //	lockraft-certs member -dir certs -cluster orders-prod -id random -role light
 //	                                                   # a gossip member: prints the random id
 //	lockraft-certs operator -dir certs -cluster orders-prod -name alice
 //	                                                   # certs/operator-alice.pem: lockraftctl's client certificate
-//	lockraft-certs reissue -dir certs -cert certs/member-1.pem -role voter
+//	lockraft-certs reissue -dir certs -cert certs/member-0000000000000001.pem -role voter
 //	                                                   # the same member (id, cluster, hosts) with a role
-//	lockraft-certs show certs/member-1.pem             # what a certificate names
+//	lockraft-certs show certs/member-0000000000000001.pem
+//	                                                   # what a certificate names
 //
 // The role is chosen when a certificate is issued, and there is no default:
 // voter (may be a raft participant: learner, voter, standby), light (opens
@@ -22,7 +24,13 @@
 // light: reissue the voters' certificates with -role voter (and rotate them
 // in place, members read their files again within a second) before
 // upgrading a cluster to a version with roles; older versions accept the new
-// certificates.
+// certificates, as reissue keeps the id as the certificate has it.
+//
+// Certificates issued by earlier versions name the member in decimal
+// (lockraft://orders-prod/1), which this version still reads but earlier
+// ones read only that way. reissue keeps that form, so that it serves a
+// cluster not yet upgraded; reissue -hex writes the hex form, for members
+// that all run this version or a later one.
 //
 // Give each member ca.pem and its own pair (lockraft.WithTLSFiles). Keep
 // ca-key.pem offline: whoever has it can mint any member. To rotate a
@@ -40,13 +48,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/certgen"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -84,11 +93,11 @@ func run(args []string, out io.Writer) error {
 		fs := flag.NewFlagSet("member", flag.ContinueOnError)
 		dir := fs.String("dir", ".", "directory holding ca.pem and ca-key.pem; the member's files go here too")
 		cluster := fs.String("cluster", "", "cluster id (lockraft.WithClusterID); a DNS-style name")
-		idFlag := fs.String("id", "", `raft id: the member's 1-based position in the static peer list, or "random" for gossip`)
+		idFlag := fs.String("id", "", `raft id in hex, as lockraftctl members shows it: the member's 1-based position in the static peer list (the 10th is a), or "random" for gossip`)
 		role := fs.String("role", "", roleHelp)
 		hosts := fs.String("host", "", "extra SANs, comma-separated DNS names or IPs (optional)")
 		days := fs.Int("days", 365, "validity in days")
-		name := fs.String("name", "", `file name prefix (default "member-<id>")`)
+		name := fs.String("name", "", `file name prefix (default "member-<id in hex>")`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -97,16 +106,17 @@ func run(args []string, out io.Writer) error {
 		}
 		id := certgen.RandomID()
 		if *idFlag != "random" {
-			var err error
-			if id, err = strconv.ParseUint(*idFlag, 10, 64); err != nil || transport.ReservedID(id) {
-				return fmt.Errorf("bad -id %q", *idFlag)
+			v, err := views.ParseMemberID(*idFlag)
+			if err != nil || transport.ReservedID(uint64(v)) {
+				return fmt.Errorf("bad -id %q: want a raft id in hex, as lockraftctl members shows it", *idFlag)
 			}
+			id = uint64(v)
 		}
 		var hs []string
 		if *hosts != "" {
 			hs = strings.Split(*hosts, ",")
 		}
-		return issueMember(out, *dir, *name, *cluster, id, *role, hs, *days)
+		return issueMember(out, *dir, *name, *cluster, id, *role, hs, *days, false)
 	case "operator":
 		fs := flag.NewFlagSet("operator", flag.ContinueOnError)
 		dir := fs.String("dir", ".", "directory holding ca.pem and ca-key.pem; the operator's files go here too")
@@ -137,7 +147,9 @@ func run(args []string, out io.Writer) error {
 		certFile := fs.String("cert", "", "the member's current certificate (PEM)")
 		role := fs.String("role", "", roleHelp)
 		days := fs.Int("days", 365, "validity in days")
-		name := fs.String("name", "", `file name prefix (default: the current certificate's, e.g. "member-3")`)
+		name := fs.String("name", "", `file name prefix (default: the current certificate's, e.g. "member-0000000000000003")`)
+		hex := fs.Bool("hex", false, "name the member in hex even if the current certificate has it in decimal "+
+			"(what versions before the hex form issued, and all they read): once every member runs this version")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -163,7 +175,7 @@ func run(args []string, out io.Writer) error {
 		if prefix == "" {
 			prefix = strings.TrimSuffix(filepath.Base(*certFile), ".pem")
 		}
-		return issueMember(out, *dir, prefix, ident.Cluster, ident.ID, *role, hs, *days)
+		return issueMember(out, *dir, prefix, ident.Cluster, ident.ID, *role, hs, *days, !*hex && decimalID(old))
 	case "show":
 		if len(args) != 2 {
 			return errors.New("usage: lockraft-certs show CERT.pem")
@@ -176,7 +188,7 @@ func run(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		who := fmt.Sprintf("member %d", ident.ID)
+		who := "member " + views.MemberID(ident.ID).String()
 		if ident.ID == 0 {
 			who = "operator " + ident.Operator
 		}
@@ -187,8 +199,9 @@ func run(args []string, out io.Writer) error {
 	return fmt.Errorf("unknown command %q (ca, member, operator, reissue or show)", args[0])
 }
 
-// issueMember issues member id's certificate with role into dir.
-func issueMember(out io.Writer, dir, prefix, cluster string, id uint64, role string, hosts []string, days int) error {
+// issueMember issues member id's certificate with role into dir, the id in
+// hex, or in decimal (as earlier versions wrote and read it) if decimal.
+func issueMember(out io.Writer, dir, prefix, cluster string, id uint64, role string, hosts []string, days int, decimal bool) error {
 	r, err := transport.ParseRole(role)
 	if err != nil || !r.Member() {
 		return fmt.Errorf("bad -role %q: %s", role, roleHelp)
@@ -200,14 +213,34 @@ func issueMember(out io.Writer, dir, prefix, cluster string, id uint64, role str
 	if err != nil {
 		return err
 	}
-	cert, key, err := ca.MemberRole(cluster, id, r.String(), hosts, time.Now().Add(-time.Hour), time.Now().AddDate(0, 0, days))
+	uri := transport.MemberRoleURI(cluster, id, r)
+	if decimal {
+		uri = certgen.DecimalMemberRoleURI(cluster, id, r.String())
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		return err
+	}
+	cert, key, err := ca.Issue(certgen.CommonName(r.String(), id), []*url.URL{u}, hosts, time.Now().Add(-time.Hour), time.Now().AddDate(0, 0, days))
 	if err != nil {
 		return err
 	}
 	if prefix == "" {
-		prefix = fmt.Sprintf("member-%d", id)
+		prefix = "member-" + views.MemberID(id).String()
 	}
-	return writePair(out, dir, prefix, cert, key, transport.MemberRoleURI(cluster, id, r))
+	return writePair(out, dir, prefix, cert, key, uri)
+}
+
+// decimalID reports whether cert names its member in decimal, as
+// certificates issued before the hex form do (exactly 16 digits is hex:
+// see transport's identity.go).
+func decimalID(cert *x509.Certificate) bool {
+	for _, u := range cert.URIs {
+		if u.Scheme == transport.MemberScheme {
+			return len(strings.TrimPrefix(u.Path, "/")) != 16
+		}
+	}
+	return false
 }
 
 func loadCA(dir string) (*certgen.CA, error) {

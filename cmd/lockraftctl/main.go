@@ -21,6 +21,11 @@
 // lockraft-certs operator), or -token-file (a bearer token; also
 // $LOCKRAFT_TOKEN). A token is never sent over plain http off loopback.
 //
+// Member ids are printed and taken in hex, 16 digits (leading zeros and
+// 0x optional when given), as the admin handler, metrics, logs and
+// certificates show them; a lock's default owner, node-<id>/call-<n>,
+// names its member the same way.
+//
 // Names, owners and every other string the endpoint answers are printed
 // escaped when they hold control or format characters ("\x1b[31m"), so
 // that they cannot act on the terminal.
@@ -73,6 +78,7 @@ commands:
   lock NAME              one name: its holder and its waiters in queue order
   leader transfer [ID]   hand leadership to voter ID (default: the most caught-up one)
   member remove ID       remove a voter or learner (ask the leader's endpoint)
+IDs are in hex, 16 digits (leading zeros and 0x optional), as members shows them.
 flags:
 `
 

@@ -155,6 +155,9 @@ func TestCtlAgainstCluster(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.Equal(t, 1+3+1, strings.Count(out, "\n"), out) // header, 3 rows, "more after"
 	require.Contains(t, out, `(more after "stock/sku-c"`)
+	// A default owner names its member as the MEMBER column does.
+	fid := lockraft.MemberID(nodes[fol].ID()).String()
+	require.Regexp(t, `stock/sku-b\s+node-`+fid+`/call-\d+\s+`+fid+`\s`, out)
 	code, out, _ = ctl("-endpoint", ep, "-o", "json", "locks", "stock/")
 	require.Equal(t, exitOK, code)
 	var page lockraft.LocksPage

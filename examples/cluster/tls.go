@@ -33,10 +33,10 @@ func maybeCerts(tmp string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("member-%d.pem", id)), cert, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("member-%016x.pem", id)), cert, 0o600); err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("member-%d-key.pem", id)), key, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("member-%016x-key.pem", id)), key, 0o600); err != nil {
 			return "", err
 		}
 	}
@@ -47,5 +47,5 @@ func maybeCerts(tmp string) (string, error) {
 // tlsOption is node id's mutual TLS from the files maybeCerts wrote.
 func tlsOption(dir string, id uint64) lockraft.Option {
 	return lockraft.WithTLSFiles(filepath.Join(dir, "ca.pem"),
-		filepath.Join(dir, fmt.Sprintf("member-%d.pem", id)), filepath.Join(dir, fmt.Sprintf("member-%d-key.pem", id)))
+		filepath.Join(dir, fmt.Sprintf("member-%016x.pem", id)), filepath.Join(dir, fmt.Sprintf("member-%016x-key.pem", id)))
 }

@@ -36,6 +36,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockraft/lockraft"
 )
 
 // ErrIdentity: the pod could not get its certificate.
@@ -104,7 +106,7 @@ func (i *identity) issue(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: fmt.Sprintf("lockraft %s %d", i.role, i.id)}, URIs: []*url.URL{u}}, key)
+		Subject: pkix.Name{CommonName: fmt.Sprintf("lockraft %s %s", i.role, lockraft.MemberID(i.id))}, URIs: []*url.URL{u}}, key)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -175,9 +177,9 @@ func writeAtomic(path string, data []byte) error {
 }
 
 // memberURI is the URI SAN naming member id of cluster with role (as
-// lockraft.MemberURI and lockraft-certs write it).
+// lockraft.MemberURI and lockraft-certs write it: the id in 16 hex digits).
 func memberURI(cluster string, id uint64, role string) string {
-	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + strconv.FormatUint(id, 10), RawQuery: "role=" + role}).String()
+	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + lockraft.MemberID(id).String(), RawQuery: "role=" + role}).String()
 }
 
 // certificateRequest creates a cert-manager CertificateRequest for csrPEM

@@ -113,7 +113,7 @@ func TestMembersFormWithPodIdentity(t *testing.T) {
 	defer fake.mu.Unlock()
 	require.Len(t, fake.uris, 3)
 	for _, u := range fake.uris {
-		require.Regexp(t, `^lockraft://k8s-test/[0-9]+\?role=voter$`, u)
+		require.Regexp(t, `^lockraft://k8s-test/[0-9a-f]{16}\?role=voter$`, u)
 	}
 	for _, b := range fake.bodies {
 		require.NotContains(t, b, "PRIVATE KEY", "no key leaves its pod")

@@ -182,7 +182,7 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 		if err != nil {
 			return err
 		}
-		log.Info("member certificate issued", "id", ident.id, "role", ident.role, "not_after", notAfter)
+		log.Info("member certificate issued", "id", lockraft.MemberID(ident.id), "role", ident.role, "not_after", notAfter)
 		go ident.renew(ctx, notAfter, log.Warn)
 		key, err := readGossipKey(c.gossipKey)
 		if err != nil {

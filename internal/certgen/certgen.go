@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // CA is a certificate authority: its certificate and key.
@@ -108,7 +110,14 @@ func (ca *CA) MemberRole(cluster string, id uint64, role string, hosts []string,
 	if err != nil {
 		return nil, nil, err
 	}
-	return ca.Issue(fmt.Sprintf("lockraft %s %d", role, id), []*url.URL{u}, hosts, notBefore, notAfter)
+	return ca.Issue(CommonName(role, id), []*url.URL{u}, hosts, notBefore, notAfter)
+}
+
+// CommonName is the subject common name of member id's certificate with
+// role: informative only (the URI SAN is the identity), the id in hex as
+// the URI has it.
+func CommonName(role string, id uint64) string {
+	return fmt.Sprintf("lockraft %s %s", role, views.MemberID(id))
 }
 
 // Operator issues the client certificate of operator name (1 to 64
@@ -193,10 +202,17 @@ func RandomID() uint64 {
 // that the transport's own tests can use this package;
 // TestMemberCertificateNamesMember keeps them equal).
 func MemberURI(cluster string, id uint64) string {
-	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + strconv.FormatUint(id, 10)}).String()
+	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + views.MemberID(id).String()}).String()
 }
 
 func MemberRoleURI(cluster string, id uint64, role string) string {
+	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + views.MemberID(id).String(), RawQuery: "role=" + role}).String()
+}
+
+// DecimalMemberRoleURI is MemberRoleURI with the id in decimal, as
+// certificates issued before the hex form name their member (and as
+// members of those versions read it); transport still reads it.
+func DecimalMemberRoleURI(cluster string, id uint64, role string) string {
 	return (&url.URL{Scheme: "lockraft", Host: cluster, Path: "/" + strconv.FormatUint(id, 10), RawQuery: "role=" + role}).String()
 }
 

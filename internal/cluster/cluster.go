@@ -33,6 +33,7 @@ import (
 	"github.com/lockraft/lockraft/internal/faults"
 	"github.com/lockraft/lockraft/internal/knobs"
 	"github.com/lockraft/lockraft/internal/simnet"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -269,7 +270,7 @@ func (c *Cluster[M]) start(id uint64, ln net.Listener, seeds []string) error {
 	spec := Spec{
 		ID: id, Incarnation: inc, Dir: c.Dir(id), Peers: slices.Clone(c.peers), Addr: c.addrs[id], Seeds: seeds,
 		Clock: c.clocks[id], Knobs: c.faults[id].Knobs(&knobs.Node{Network: inner}),
-		Logger: c.log.With("n", id, "inc", inc),
+		Logger: c.log.With("n", views.MemberID(id), "inc", inc),
 	}
 	if ln != nil {
 		spec.Listener = netemListener{ln, c.netems[id]}
@@ -279,7 +280,7 @@ func (c *Cluster[M]) start(id uint64, ln net.Listener, seeds []string) error {
 		if ln != nil {
 			ln.Close()
 		}
-		return fmt.Errorf("start member %d: %w", id, err)
+		return fmt.Errorf("start member %016x: %w", id, err)
 	}
 	c.mu.Lock()
 	c.members[id] = m
@@ -359,7 +360,7 @@ func (c *Cluster[M]) Crash(id uint64) {
 	c.running[id] = false
 	c.mu.Unlock()
 	if ok {
-		c.log.Info("crash", "n", id)
+		c.log.Info("crash", "n", views.MemberID(id))
 		kill(m)
 	}
 }
@@ -437,7 +438,7 @@ func (c *Cluster[M]) restart(id uint64, seeds []string) error {
 			return fmt.Errorf("rebind %s: %w", c.addrs[id], err)
 		}
 	}
-	c.log.Info("restart", "n", id)
+	c.log.Info("restart", "n", views.MemberID(id))
 	return c.start(id, ln, seeds)
 }
 
@@ -449,7 +450,7 @@ func (c *Cluster[M]) StartMember(id uint64) error { return c.Restart(id) }
 // restart rebuilds the table by replaying the raft log.
 func (c *Cluster[M]) WipeLockTable(id uint64) error {
 	if !c.Crashed(id) {
-		return fmt.Errorf("member %d is running", id)
+		return fmt.Errorf("member %016x is running", id)
 	}
 	return os.Remove(filepath.Join(c.dirs[id], "locks.db"))
 }

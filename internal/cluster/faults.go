@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/faults"
 	"github.com/lockraft/lockraft/internal/simnet"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Partition splits the members into groups that cannot reach each other;
@@ -26,7 +27,7 @@ func (c *Cluster[M]) Partition(groups ...[]uint64) {
 			}
 		}
 	}
-	c.log.Info("partition", "groups", groups)
+	c.log.Info("partition", "groups", memberGroups(groups))
 }
 
 // Isolate cuts one member off from all others.
@@ -53,7 +54,7 @@ func (c *Cluster[M]) CutOff(id uint64) {
 		c.faults[other].BlockOut(id)
 		c.faults[other].BlockIn(id)
 	}
-	c.log.Info("cut off", "n", id)
+	c.log.Info("cut off", "n", views.MemberID(id))
 }
 
 // Unisolate undoes Isolate(id) or CutOff(id) alone, except towards keep (still cut off;
@@ -80,7 +81,7 @@ func (c *Cluster[M]) Cut(a, b uint64) {
 func (c *Cluster[M]) OneWay(from, to uint64) {
 	c.faults[from].BlockOut(to)
 	c.faults[to].BlockIn(from)
-	c.log.Info("one-way cut", "from", from, "to", to)
+	c.log.Info("one-way cut", "from", views.MemberID(from), "to", views.MemberID(to))
 }
 
 // Bridge splits the others into two halves that cannot talk to each other
@@ -99,7 +100,7 @@ func (c *Cluster[M]) Bridge(bridge uint64) {
 			c.Cut(x, y)
 		}
 	}
-	c.log.Info("bridge", "n", bridge, "halves", [][]uint64{a, b})
+	c.log.Info("bridge", "n", views.MemberID(bridge), "halves", memberGroups([][]uint64{a, b}))
 }
 
 func (c *Cluster[M]) healCuts() {
@@ -138,7 +139,7 @@ func (c *Cluster[M]) SetMessagePolicy(id uint64, p faults.MessagePolicy) {
 	} else {
 		c.faults[id].SetMessagePolicy(p)
 	}
-	c.log.Info("message policy", "from", id, "drop", p.DropRate, "dup", p.DupRate, "delay", p.DelayRate,
+	c.log.Info("message policy", "from", views.MemberID(id), "drop", p.DropRate, "dup", p.DupRate, "delay", p.DelayRate,
 		"delay_max", p.DelayMax)
 }
 
@@ -174,7 +175,7 @@ func (c *Cluster[M]) FailDisk(id uint64, raftLog bool) {
 	} else {
 		c.faults[id].FailCommits(ErrInjectedDisk)
 	}
-	c.log.Info("disk fails", "n", id, "raft_log", raftLog)
+	c.log.Info("disk fails", "n", views.MemberID(id), "raft_log", raftLog)
 }
 
 // RepairDisk crashes a member whose disk failed, heals the disk and
@@ -198,7 +199,7 @@ func (c *Cluster[M]) RepairDisk(id uint64) error {
 func (c *Cluster[M]) Degrade(id uint64, delay time.Duration, resetPPM uint32) {
 	if e := c.netems[id]; e != nil {
 		e.set(delay, resetPPM)
-		c.log.Info("degrade", "n", id, "delay", delay, "reset_ppm", resetPPM)
+		c.log.Info("degrade", "n", views.MemberID(id), "delay", delay, "reset_ppm", resetPPM)
 	}
 }
 
@@ -211,7 +212,7 @@ func (c *Cluster[M]) Pause(id uint64) {
 	}
 	c.mu.Unlock()
 	c.faults[id].Pause()
-	c.log.Info("pause", "n", id)
+	c.log.Info("pause", "n", views.MemberID(id))
 }
 
 // Resume ends a Pause.
@@ -246,7 +247,7 @@ func (c *Cluster[M]) skew(id uint64) *SkewClock {
 func (c *Cluster[M]) ClockJump(id uint64, d time.Duration) {
 	if sc := c.skew(id); sc != nil {
 		sc.Jump(d)
-		c.log.Info("clock jumps", "n", id, "by", d)
+		c.log.Info("clock jumps", "n", views.MemberID(id), "by", d)
 	}
 }
 
@@ -255,7 +256,7 @@ func (c *Cluster[M]) ClockJump(id uint64, d time.Duration) {
 func (c *Cluster[M]) WallStep(id uint64, d time.Duration) {
 	if sc := c.skew(id); sc != nil {
 		sc.StepWall(d)
-		c.log.Info("wall clock steps", "n", id, "by", d, "offset", sc.WallOffset())
+		c.log.Info("wall clock steps", "n", views.MemberID(id), "by", d, "offset", sc.WallOffset())
 	}
 }
 
@@ -263,6 +264,15 @@ func (c *Cluster[M]) WallStep(id uint64, d time.Duration) {
 func (c *Cluster[M]) ClockRate(id uint64, r float64) {
 	if sc := c.skew(id); sc != nil {
 		sc.SetRate(r)
-		c.log.Info("clock rate", "n", id, "rate", r)
+		c.log.Info("clock rate", "n", views.MemberID(id), "rate", r)
 	}
+}
+
+// memberGroups is groups of member ids as log lines show them (hex).
+func memberGroups(groups [][]uint64) [][]views.MemberID {
+	out := make([][]views.MemberID, len(groups))
+	for i, g := range groups {
+		out[i] = views.MemberIDs(g)
+	}
+	return out
 }

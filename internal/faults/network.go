@@ -29,7 +29,7 @@ func (f *Faults) wrapNetwork(inner transport.NewNetwork) transport.NewNetwork {
 // blocked is the error of a call that a block stops: what a refused
 // connection looks like.
 func blocked(from, to uint64) error {
-	return status.Errorf(codes.Unavailable, "call %d → %d blocked by fault injection", from, to)
+	return status.Errorf(codes.Unavailable, "call %016x → %016x blocked by fault injection", from, to)
 }
 
 // network is the outgoing side.
@@ -54,7 +54,7 @@ func call[Req, Resp any](n *network, ctx context.Context, to uint64, req Req, po
 	if policy && !n.f.callFault(ctx, to, func() {
 		_, _ = do(context.WithoutCancel(ctx), to, req)
 	}) {
-		return zero, status.Errorf(codes.Unavailable, "call to %d dropped by fault injection", to)
+		return zero, status.Errorf(codes.Unavailable, "call to %016x dropped by fault injection", to)
 	}
 	return do(ctx, to, req)
 }
@@ -122,7 +122,7 @@ func (h *handler) Receive(msgs []*raftpb.Message) {
 
 func (h *handler) AcceptSnapshot(from uint64, m *raftpb.Message) error {
 	if !h.f.allowsIn(from) {
-		return fmt.Errorf("snapshot from %d blocked by fault injection", from)
+		return fmt.Errorf("snapshot from %016x blocked by fault injection", from)
 	}
 	return h.Handler.AcceptSnapshot(from, m)
 }

@@ -3,13 +3,14 @@ package netrules
 import (
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // FormationMismatchMsg prefixes the PermissionDenied status of a formation
@@ -142,14 +143,14 @@ func (f *Formation) Check(from uint64, rpc, remote, remoteDetail string, raftTra
 		}
 		if local == "" {
 			if err := f.Adopt(remote); err != nil {
-				f.Log.Warn(f.Name+": cannot join the formed cluster of a peer", "rpc", rpc, "from", from,
+				f.Log.Warn(f.Name+": cannot join the formed cluster of a peer", "rpc", rpc, "from", views.MemberID(from),
 					"remote_formation", remote, "err", err)
 				return f.mismatch(fmt.Sprintf("%s: local none, remote %q: %v", FormationMismatchMsg, remote, err))
 			}
 			if err := f.setLocked(remote); err != nil {
 				return status.Errorf(codes.Internal, "formation: %v", err)
 			}
-			f.Log.Info(f.Name+": joined a formed cluster", "formation", remote, "from", from)
+			f.Log.Info(f.Name+": joined a formed cluster", "formation", remote, "from", views.MemberID(from))
 			return nil
 		}
 	}
@@ -159,7 +160,7 @@ func (f *Formation) Check(from uint64, rpc, remote, remoteDetail string, raftTra
 // reject tells OnForeign (or the log) once per (peer, formation) and
 // returns the PermissionDenied status.
 func (f *Formation) reject(from uint64, rpc, local, remote, remoteDetail string) error {
-	key := strconv.FormatUint(from, 10) + "/" + remote
+	key := views.MemberID(from).String() + "/" + remote
 	if _, seen := f.logged.LoadOrStore(key, true); !seen {
 		if on := f.OnForeign; on != nil && remote != "" {
 			if len(remoteDetail) > MaxFormationDetail {
@@ -168,7 +169,7 @@ func (f *Formation) reject(from uint64, rpc, local, remote, remoteDetail string)
 			on(from, remoteDetail, false) // the node says it, with what it knows
 		} else {
 			f.Log.Warn(f.Name+": rejected a peer of another formed cluster; it is ignored from now on",
-				"rpc", rpc, "from", from, "local_formation", local, "remote_formation", remote)
+				"rpc", rpc, "from", views.MemberID(from), "local_formation", local, "remote_formation", remote)
 		}
 	}
 	return f.mismatch(fmt.Sprintf("%s: local %q, remote %q", FormationMismatchMsg, local, remote))

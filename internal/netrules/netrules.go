@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"go.etcd.io/raft/v3"
@@ -29,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockraft/lockraft/internal/refuse"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Errors a Call can return (transport's names).
@@ -71,7 +71,7 @@ type Receiver struct {
 // snapshot), its role (voters only) and AdmitRaft. It counts a refusal and
 // returns the PermissionDenied status the sender sees.
 func (r *Receiver) Admit(rpc string, from uint64, role Role, cluster string, raftTraffic bool) error {
-	src := strconv.FormatUint(from, 10)
+	src := views.MemberID(from).String()
 	if cluster != r.ClusterID {
 		r.Refused.Refuse(RefusedRPC, src, "rpc", rpc, "reason", "another cluster",
 			"local_cluster", r.ClusterID, "remote_cluster", cluster)
@@ -80,7 +80,7 @@ func (r *Receiver) Admit(rpc string, from uint64, role Role, cluster string, raf
 	}
 	if r.Revoked(from) {
 		r.Refused.Refuse(RefusedRPC, src, "rpc", rpc, "reason", "revoked member")
-		return status.Errorf(codes.PermissionDenied, "member %d is revoked", from)
+		return status.Errorf(codes.PermissionDenied, "member %016x is revoked", from)
 	}
 	if raftTraffic {
 		if !role.Voter() {
@@ -89,7 +89,7 @@ func (r *Receiver) Admit(rpc string, from uint64, role Role, cluster string, raf
 		}
 		if f := r.AdmitRaft; f != nil && !f(from) {
 			r.Refused.Note(RefusedRPC, src, "rpc", rpc, "reason", "not admitted for raft traffic")
-			return status.Errorf(codes.PermissionDenied, "member %d may not send raft traffic here", from)
+			return status.Errorf(codes.PermissionDenied, "member %016x may not send raft traffic here", from)
 		}
 	}
 	return nil
@@ -139,26 +139,26 @@ func CallError(err error) error {
 // the status's refusal (wrapped), else err.
 func ClientError(ctx context.Context, method string, to uint64, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("transport: %s to %d: %w", method, to, ctx.Err())
+		return fmt.Errorf("transport: %s to %016x: %w", method, to, ctx.Err())
 	}
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.DeadlineExceeded:
 		// The server sees the propagated deadline first and may answer
 		// before ctx itself has expired here.
-		return fmt.Errorf("transport: %s to %d: %w (%s)", method, to, context.DeadlineExceeded, st.Message())
+		return fmt.Errorf("transport: %s to %016x: %w (%s)", method, to, context.DeadlineExceeded, st.Message())
 	case codes.PermissionDenied:
 		if strings.HasPrefix(st.Message(), ClusterMismatchMsg) {
-			return fmt.Errorf("%w: %s to %d: %s", ErrClusterMismatch, method, to, st.Message())
+			return fmt.Errorf("%w: %s to %016x: %s", ErrClusterMismatch, method, to, st.Message())
 		}
 		if strings.HasPrefix(st.Message(), FormationMismatchMsg) {
-			return fmt.Errorf("%w: %s to %d: %s", ErrFormationMismatch, method, to, st.Message())
+			return fmt.Errorf("%w: %s to %016x: %s", ErrFormationMismatch, method, to, st.Message())
 		}
-		return fmt.Errorf("%w: %s to %d: %s", ErrPermissionDenied, method, to, st.Message())
+		return fmt.Errorf("%w: %s to %016x: %s", ErrPermissionDenied, method, to, st.Message())
 	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s to %d: %s", ErrInvalidRequest, method, to, st.Message())
+		return fmt.Errorf("%w: %s to %016x: %s", ErrInvalidRequest, method, to, st.Message())
 	case codes.Unauthenticated:
-		return fmt.Errorf("%w: %s to %d: %s", ErrUnauthenticated, method, to, st.Message())
+		return fmt.Errorf("%w: %s to %016x: %s", ErrUnauthenticated, method, to, st.Message())
 	}
 	return err
 }

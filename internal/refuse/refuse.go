@@ -66,10 +66,10 @@ func New(l *slog.Logger, every time.Duration) *Log {
 }
 
 // Refuse records one refusal of kind (a short fixed phrase, e.g. "raft
-// message") from source (a member id or a remote IP) and logs it at Warn
-// unless the same pair was logged within the interval. attrs are slog
-// key/value pairs describing this refusal; they appear only when it is
-// logged.
+// message") from source (a member id, 16 hex digits as views.MemberID
+// writes it, or a remote IP) and logs it at Warn unless the same pair was
+// logged within the interval. attrs are slog key/value pairs describing
+// this refusal; they appear only when it is logged.
 func (r *Log) Refuse(kind, source string, attrs ...any) {
 	r.refuse(slog.LevelWarn, kind, source, attrs)
 }

@@ -5,6 +5,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // The receiver's checks, as transport's server makes them, with the same
@@ -61,11 +62,11 @@ func (e *Endpoint) streamRefused(peer uint64, err error) {
 		if f := e.cfg.OnForeignPeer; f != nil {
 			f(peer, detail, true)
 		} else {
-			e.log.Warn("simnet: peer belongs to another formed cluster; not sending to it", "peer", peer, "err", err)
+			e.log.Warn("simnet: peer belongs to another formed cluster; not sending to it", "peer", views.MemberID(peer), "err", err)
 		}
 	case status.Code(err) == codes.PermissionDenied:
-		e.log.Warn("simnet: peer rejected stream", "peer", peer, "err", err)
+		e.log.Warn("simnet: peer rejected stream", "peer", views.MemberID(peer), "err", err)
 	default:
-		e.log.Debug("simnet: stream to peer failed", "peer", peer, "err", err)
+		e.log.Debug("simnet: stream to peer failed", "peer", views.MemberID(peer), "err", err)
 	}
 }

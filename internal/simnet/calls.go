@@ -120,7 +120,7 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 	var zero Resp
 	n := e.n
 	if err := ctx.Err(); err != nil {
-		return zero, fmt.Errorf("transport: %s to %d: %w", method, to, err)
+		return zero, fmt.Errorf("transport: %s to %016x: %w", method, to, err)
 	}
 	reqCopy := clone(req)
 	c := &call{
@@ -146,7 +146,7 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 	addr, known := e.peers[to]
 	if !known {
 		n.mu.Unlock()
-		return zero, fmt.Errorf("%w: %d", transport.ErrUnknownPeer, to)
+		return zero, fmt.Errorf("%w: %016x", transport.ErrUnknownPeer, to)
 	}
 	ev := n.rpcEventLocked(now, e.id, to, chCall, evCall, addr)
 	ev.call = c
@@ -161,7 +161,7 @@ func invoke[Req, Resp proto.Message](e *Endpoint, ctx context.Context, to uint64
 		}
 		return zero, netrules.ClientError(ctx, method, to, r.err)
 	case <-ctx.Done():
-		return zero, fmt.Errorf("transport: %s to %d: %w", method, to, ctx.Err())
+		return zero, fmt.Errorf("transport: %s to %016x: %w", method, to, ctx.Err())
 	case <-e.ctx.Done():
 		return zero, transport.ErrClosed
 	}

@@ -1,7 +1,6 @@
 package simnet
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Raft messages arriving
@@ -81,12 +81,12 @@ func (n *Network) deliverRaft(unit []*event) {
 // rest to dst's Receive. The caller holds dst.
 func (n *Network) receive(dst *Endpoint, from uint64, live []*event) {
 	batch := make([]*raftpb.Message, 0, len(live))
-	src := strconv.FormatUint(from, 10)
+	src := views.MemberID(from).String()
 	for _, ev := range live {
 		m := ev.msg
 		if ok, why := netrules.RemoteMessageOK(m, dst.id, from); !ok {
 			dst.refused.Refuse(refusedMessage, src, "reason", why, "type", m.GetType().String(),
-				"msg_from", m.GetFrom(), "msg_to", m.GetTo())
+				"msg_from", views.MemberID(m.GetFrom()), "msg_to", views.MemberID(m.GetTo()))
 			r := messageEvent(Refused, from, dst.id, m)
 			r.Why = why
 			n.record(r)

@@ -73,7 +73,7 @@ func newEndpoint(n *Network, cfg transport.Config) (*Endpoint, error) {
 	case cfg.MaxSnapshotSize < 0:
 		return nil, bad("MaxSnapshotSize %d < 0", cfg.MaxSnapshotSize)
 	case transport.ReservedID(cfg.LocalID):
-		return nil, bad("LocalID %d is reserved", cfg.LocalID)
+		return nil, bad("LocalID %016x is reserved", cfg.LocalID)
 	}
 	if cfg.MaxSnapshotSize == 0 {
 		cfg.MaxSnapshotSize = transport.DefaultMaxSnapshotSize

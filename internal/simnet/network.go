@@ -124,7 +124,7 @@ func (n *Network) Start(cfg transport.Config) (transport.Network, error) {
 		return nil, ErrNetworkClosed
 	case n.endpoints[e.id] != nil:
 		e.cancel()
-		return nil, fmt.Errorf("simnet: node %d already has an open endpoint (address %s in use)", e.id, Addr(e.id))
+		return nil, fmt.Errorf("simnet: node %016x already has an open endpoint (address %s in use)", e.id, Addr(e.id))
 	}
 	n.endpoints[e.id] = e
 	n.roles[e.id] = e.role

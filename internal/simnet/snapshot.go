@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -49,7 +49,7 @@ func (n *Network) sendSnapshotLocked(now time.Time, e *Endpoint, m *raftpb.Messa
 	ev := n.rpcEventLocked(now, e.id, to, chSnap, evSnap, addr)
 	m = proto.Clone(m).(*raftpb.Message)
 	if f.err != nil {
-		e.log.Warn("simnet: snapshot send failed", "peer", to, "index", m.GetSnapshot().GetMetadata().GetIndex(), "err", f.err)
+		e.log.Warn("simnet: snapshot send failed", "peer", views.MemberID(to), "index", m.GetSnapshot().GetMetadata().GetIndex(), "err", f.err)
 		n.scheduleLocked(&event{at: now, from: e.id, to: to, ch: chSnapReport, seq: ev.seq, kind: evSnapReport, src: e,
 			msg: m, failed: true, code: codes.Unknown, why: "snapshot file unreadable"})
 		return
@@ -86,7 +86,7 @@ func (n *Network) arriveSnapshot(ev *event) {
 		}
 		return
 	}
-	m, src := ev.msg, strconv.FormatUint(ev.from, 10)
+	m, src := ev.msg, views.MemberID(ev.from).String()
 	err := dst.authenticate(ev.from, "Snapshot", ev.env, true)
 	if err == nil {
 		err = checkSnapshotHeader(m, dst.id, ev.from, uint64(len(ev.snapData)), dst.cfg.MaxSnapshotSize)
@@ -139,7 +139,7 @@ func (n *Network) serveSnapshot(dst *Endpoint, ev *event) {
 	stop := context.AfterFunc(ev.src.ctx, cancel)
 	defer stop()
 	index := ev.msg.GetSnapshot().GetMetadata().GetIndex()
-	src := strconv.FormatUint(ev.from, 10)
+	src := views.MemberID(ev.from).String()
 	tmp, err := writeSnapshotTemp(dst.cfg.SnapshotDir, index, ev.snapData)
 	if err != nil {
 		dst.refused.Refuse(refusedSnapshot, src, "reason", "transfer failed", "index", index, "err", err)
@@ -185,7 +185,7 @@ func checkSnapshotHeader(m *raftpb.Message, local, from, size uint64, max int64)
 	switch {
 	case m.GetType() != raftpb.MessageType_MsgSnap || m.GetTo() != local || m.GetFrom() != from ||
 		m.GetSnapshot().GetMetadata() == nil:
-		return fmt.Errorf("%w: not a MsgSnap from %d to %d: type %v from %d to %d",
+		return fmt.Errorf("%w: not a MsgSnap from %016x to %016x: type %v from %016x to %016x",
 			errBadHeader, from, local, m.GetType(), m.GetFrom(), m.GetTo())
 	case len(m.GetEntries()) > 0 || len(m.GetResponses()) > 0:
 		return fmt.Errorf("%w: MsgSnap with entries or responses", errBadHeader)
@@ -216,7 +216,7 @@ func (n *Network) reportSnapshot(ev *event) {
 	r.Code, r.Why = code, why
 	n.record(r)
 	if failed {
-		ev.src.log.Warn("simnet: snapshot send failed", "peer", ev.to, "index", r.Index, "code", code, "why", why)
+		ev.src.log.Warn("simnet: snapshot send failed", "peer", views.MemberID(ev.to), "index", r.Index, "code", code, "why", why)
 	}
 	ev.src.cfg.Handler.ReportSnapshot(ev.to, failed)
 }

@@ -16,6 +16,16 @@ type MemberID uint64
 // String is the 16-digit hex form.
 func (id MemberID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
 
+// MemberIDs is ids as MemberIDs, for a log attribute or a message naming
+// several members (a configuration's voters): each prints as 16 hex digits.
+func MemberIDs(ids []uint64) []MemberID {
+	out := make([]MemberID, len(ids))
+	for i, id := range ids {
+		out[i] = MemberID(id)
+	}
+	return out
+}
+
 // MarshalText implements encoding.TextMarshaler.
 func (id MemberID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
 

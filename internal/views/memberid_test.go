@@ -2,6 +2,8 @@ package views
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -26,6 +28,22 @@ func TestMemberIDText(t *testing.T) {
 	for _, s := range []string{"", "0x", "xyz", "-1", "10000000000000000", "12 "} {
 		if _, err := ParseMemberID(s); !errors.Is(err, lockerr.ErrInvalidConfig) {
 			t.Errorf("ParseMemberID(%q) = %v; want ErrInvalidConfig", s, err)
+		}
+	}
+}
+
+// A log attribute given MemberIDs prints hex in both of slog's handlers.
+func TestMemberIDsLogged(t *testing.T) {
+	var text, js strings.Builder
+	for _, h := range []slog.Handler{slog.NewTextHandler(&text, nil), slog.NewJSONHandler(&js, nil)} {
+		slog.New(h).Info("x", "leader", MemberID(26), "voters", MemberIDs([]uint64{26, 1 << 63}))
+	}
+	for out, want := range map[string]string{
+		text.String(): "leader=000000000000001a voters=\"[000000000000001a 8000000000000000]\"",
+		js.String():   `"leader":"000000000000001a","voters":["000000000000001a","8000000000000000"]`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %q; want %q in it", out, want)
 		}
 	}
 }

@@ -87,6 +87,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -279,7 +280,7 @@ func (f *Fleet) bootstrap(voters []membership.Member) error {
 	if err := f.host.Bootstrap(peers); err != nil {
 		return err
 	}
-	f.log.Info("bootstrapped new cluster from gossip", "voters", ids, "cluster", f.cfg.ClusterID, "formation", f.Formation())
+	f.log.Info("bootstrapped new cluster from gossip", "voters", views.MemberIDs(ids), "cluster", f.cfg.ClusterID, "formation", f.Formation())
 	return nil
 }
 
@@ -300,7 +301,7 @@ func (f *Fleet) ServeForm(from uint64, in *transportpb.FormRequest) (*transportp
 func (f *Fleet) Answer(from uint64, req FormRequest) FormReply {
 	refuse := func(format string, a ...any) FormReply {
 		reason := fmt.Sprintf(format, a...)
-		f.log.Warn("formation: refused to adopt", "candidate", req.Candidate, "from", from, "formation", req.Formation, "reason", reason)
+		f.log.Warn("formation: refused to adopt", "candidate", req.Candidate, "from", views.MemberID(from), "formation", req.Formation, "reason", reason)
 		return FormReply{Name: f.name, ID: f.cfg.ID, Reason: reason}
 	}
 	if f.ml == nil {

@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/membership"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -163,7 +164,7 @@ func (f *Fleet) reconcileAt(now time.Time, term uint64) {
 		if now.Sub(p.at) < 5*f.cfg.ElectionTimeout {
 			return
 		}
-		f.log.Warn("gossip: configuration change not applied in time; planning again", "change", p.kind.String(), "id", p.id)
+		f.log.Warn("gossip: configuration change not applied in time; planning again", "change", p.kind.String(), "id", views.MemberID(p.id))
 		rec.pending = nil
 	}
 	cs := f.host.ConfState()
@@ -198,7 +199,7 @@ func (f *Fleet) reconcileAt(now time.Time, term uint64) {
 			if !rec.foreign[m.Meta.RaftID] {
 				rec.foreign[m.Meta.RaftID] = true
 				f.log.Warn("gossip: member belongs to another formed cluster with the same ClusterID; ignoring it",
-					"member", m.Name, "id", m.Meta.RaftID, "its_formation", m.Meta.Formation, "formation", own)
+					"member", m.Name, "id", views.MemberID(m.Meta.RaftID), "its_formation", m.Meta.Formation, "formation", own)
 			}
 			continue
 		}
@@ -294,11 +295,11 @@ func (f *Fleet) reconcileAt(now time.Time, term uint64) {
 	}
 	cc.Changes = []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(plan.RaftID)}}
 	if err := f.host.ProposeConfChange(cc); err != nil {
-		f.log.Warn("gossip: propose configuration change", "change", plan.Change.String(), "id", plan.RaftID, "err", err)
+		f.log.Warn("gossip: propose configuration change", "change", plan.Change.String(), "id", views.MemberID(plan.RaftID), "err", err)
 		return
 	}
 	rec.pending = &pendingChange{kind: plan.Change, id: plan.RaftID, at: now}
-	f.log.Info("gossip: configuration change proposed", "change", plan.Change.String(), "id", plan.RaftID, "reason", plan.Reason)
+	f.log.Info("gossip: configuration change proposed", "change", plan.Change.String(), "id", views.MemberID(plan.RaftID), "reason", plan.Reason)
 }
 
 // ProposeRemoval proposes, on the leader, the removal of id for good (a
@@ -327,7 +328,7 @@ func (f *Fleet) ProposeRemoval(id uint64, res chan error) {
 			return
 		}
 		rec.pending = &pendingChange{kind: membership.RemoveVoter, id: id, at: time.Now()}
-		f.log.Info("gossip: removing a leaving member", "id", id)
+		f.log.Info("gossip: removing a leaving member", "id", views.MemberID(id))
 	}
 	if rec.left == nil {
 		rec.left = map[uint64]bool{}
@@ -354,7 +355,7 @@ func (f *Fleet) LeaveCluster(ctx context.Context, conf func(context.Context) (vo
 					f.log.Info("removed from the raft configuration")
 					return true
 				}
-				f.log.Debug("leave: removal not confirmed yet", "leader", lead, "err", err)
+				f.log.Debug("leave: removal not confirmed yet", "leader", views.MemberID(lead), "err", err)
 			}
 			select {
 			case <-ctx.Done():

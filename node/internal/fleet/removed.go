@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/node/internal/readctx"
 	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
@@ -115,9 +116,9 @@ func (f *Fleet) tellRemoved(id uint64, now time.Time, term uint64) {
 	}
 	rec.told[id] = now
 	if rec.left[id] {
-		f.log.Info("gossip: a member that left still runs; telling it it was removed", "id", id)
+		f.log.Info("gossip: a member that left still runs; telling it it was removed", "id", views.MemberID(id))
 	} else {
-		f.log.Warn("gossip: member has raft state but is not in the configuration; telling it it was removed", "id", id)
+		f.log.Warn("gossip: member has raft state but is not in the configuration; telling it it was removed", "id", views.MemberID(id))
 	}
 	cs := f.host.ConfState()
 	req := &transportpb.RemovedRequest{Term: term, Applied: f.host.Applied(),
@@ -127,7 +128,7 @@ func (f *Fleet) tellRemoved(id uint64, now time.Time, term uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ElectionTimeout)
 		defer cancel()
 		if _, err := net.Removed(ctx, id, req); err != nil {
-			f.log.Debug("gossip: removed notice not delivered", "id", id, "err", err)
+			f.log.Debug("gossip: removed notice not delivered", "id", views.MemberID(id), "err", err)
 		}
 	}()
 }
@@ -147,10 +148,10 @@ func (f *Fleet) JudgeRemoved(from uint64, req *transportpb.RemovedRequest) error
 	}
 	if f.host.Closing() {
 		// Leave asked for it: the expected end, not an incident.
-		f.log.Info("removed from the cluster as Leave asked; stopping", "told_by", from)
+		f.log.Info("removed from the cluster as Leave asked; stopping", "told_by", views.MemberID(from))
 	} else {
 		// One ERROR line for this event: the node's, as it stops serving.
-		f.log.Info("removed from the cluster while away: stopping", "told_by", from)
+		f.log.Info("removed from the cluster while away: stopping", "told_by", views.MemberID(from))
 	}
 	return nil
 }
@@ -166,7 +167,7 @@ type removedView struct {
 // means believe the notice.
 func removedVerdict(v removedView, from uint64, req *transportpb.RemovedRequest) error {
 	denied := func(format string, a ...any) error {
-		return fmt.Errorf("%w: removed notice from %d: %s", transport.ErrPermissionDenied, from, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: removed notice from %016x: %s", transport.ErrPermissionDenied, from, fmt.Sprintf(format, a...))
 	}
 	switch {
 	case slices.Contains(req.GetVoters(), v.self) || slices.Contains(req.GetLearners(), v.self):
@@ -179,7 +180,7 @@ func removedVerdict(v removedView, from uint64, req *transportpb.RemovedRequest)
 		return denied("its configuration (applied %d) is not newer than this node's (%d), which lists this node",
 			req.GetApplied(), v.applied)
 	case v.lead != 0 && v.lead != from:
-		return denied("this node follows %d", v.lead)
+		return denied("this node follows %016x", v.lead)
 	case v.lead == 0 && !slices.Contains(v.conf.GetVoters(), from) && !v.known(from):
 		return denied("not a voter or member known here")
 	}

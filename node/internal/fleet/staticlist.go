@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Static member lists that differ between replicas.
@@ -49,7 +51,9 @@ type Member struct {
 	Addr string // gRPC address
 }
 
-// staticFormation is the formation id of a static cluster with members.
+// staticFormation is the formation id of a static cluster with members. The
+// ids are hashed in decimal, as when the first data directories recorded
+// it: another spelling would change every static cluster's formation id.
 func staticFormation(cluster string, members []Member) string {
 	h := sha256.New()
 	h.Write([]byte("lockraft static formation v1\x00" + cluster + "\x00"))
@@ -60,15 +64,27 @@ func staticFormation(cluster string, members []Member) string {
 }
 
 // staticDetail describes a static member list for the transport's
-// FormationDetail (parseStaticDetail reads it).
+// FormationDetail (parseStaticDetail reads it). The ids are decimal, as
+// members of earlier versions write and read them; showStatic is the list
+// as messages show it.
 func staticDetail(members []Member) string {
+	return listStatic(members, "%d=%s")
+}
+
+// showStatic is a static member list as log lines and errors show it, ids
+// in hex as everywhere else.
+func showStatic(members []Member) string {
+	return listStatic(members, "%016x=%s")
+}
+
+func listStatic(members []Member, entry string) string {
 	var b strings.Builder
 	b.WriteString("static members [")
 	for i, m := range sortedMembers(members) {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "%d=%s", m.ID, m.Addr)
+		fmt.Fprintf(&b, entry, m.ID, m.Addr)
 	}
 	b.WriteByte(']')
 	if b.Len() > 4096 {
@@ -118,14 +134,14 @@ func diffStatic(local, remote []Member) string {
 	for _, m := range sortedMembers(local) {
 		switch a, ok := r[m.ID]; {
 		case !ok:
-			parts = append(parts, fmt.Sprintf("id %d (%s) only here", m.ID, m.Addr))
+			parts = append(parts, fmt.Sprintf("id %016x (%s) only here", m.ID, m.Addr))
 		case a != m.Addr:
-			parts = append(parts, fmt.Sprintf("id %d is %s here, %s there", m.ID, m.Addr, a))
+			parts = append(parts, fmt.Sprintf("id %016x is %s here, %s there", m.ID, m.Addr, a))
 		}
 	}
 	for _, m := range sortedMembers(remote) {
 		if _, ok := l[m.ID]; !ok {
-			parts = append(parts, fmt.Sprintf("id %d (%s) only there", m.ID, m.Addr))
+			parts = append(parts, fmt.Sprintf("id %016x (%s) only there", m.ID, m.Addr))
 		}
 	}
 	if len(parts) == 0 {
@@ -208,7 +224,7 @@ func (f *Fleet) InitStaticFormation(hasState bool) (string, error) {
 // AdoptFormation in static mode).
 func (f *Fleet) AdoptStaticFormation(id string) error {
 	if own := staticFormation(f.cfg.ClusterID, f.cfg.Static); id != own {
-		return fmt.Errorf("static member lists differ: %s", staticDetail(f.cfg.Static))
+		return fmt.Errorf("static member lists differ: %s", showStatic(f.cfg.Static))
 	}
 	f.formMu.Lock()
 	defer f.formMu.Unlock()
@@ -240,18 +256,18 @@ func (f *Fleet) OnForeignStaticPeer(peer uint64, detail string, dialed bool) err
 	var msg string
 	remote, detailed := parseStaticDetail(detail)
 	if detailed {
-		msg = fmt.Sprintf("static member list differs from that of member %d (%s): %s (here %s, there %s)",
-			peer, addr, diffStatic(members, remote), staticDetail(members), detail)
+		msg = fmt.Sprintf("static member list differs from that of member %016x (%s): %s (here %s, there %s)",
+			peer, addr, diffStatic(members, remote), showStatic(members), showStatic(remote))
 	} else {
-		msg = fmt.Sprintf("member %d (%s) belongs to another cluster formation: its static member list (or the one its "+
-			"data directory was created with) differs from this one, %s", peer, addr, staticDetail(members))
+		msg = fmt.Sprintf("member %016x (%s) belongs to another cluster formation: its static member list (or the one its "+
+			"data directory was created with) differs from this one, %s", peer, addr, showStatic(members))
 	}
 	if !listed || !dialed {
 		// A sender's id is only a claim: with [a b c] here and [a c b] at
 		// c, c claims id 2, which is b's. Proof of a mismatch, said, but
 		// counted only for the address this member dialed, whose refusal
 		// says for sure that the member it needs there is on another list.
-		f.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
+		f.log.Error("refusing a member configured with another static member list", "peer", views.MemberID(peer), "reason", msg)
 		return nil
 	}
 	s := &f.static
@@ -265,7 +281,7 @@ func (f *Fleet) OnForeignStaticPeer(peer uint64, detail string, dialed bool) err
 	}
 	s.mu.Unlock()
 	if !seen || detailed && !prev.detailed {
-		f.log.Error("refusing a member configured with another static member list", "peer", peer, "reason", msg)
+		f.log.Error("refusing a member configured with another static member list", "peer", views.MemberID(peer), "reason", msg)
 	}
 	msg, bad := s.mismatch()
 	total := len(members)

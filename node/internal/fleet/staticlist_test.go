@@ -23,6 +23,8 @@ func TestStaticDetailRoundTrip(t *testing.T) {
 	got, ok := parseStaticDetail(d)
 	require.True(t, ok)
 	require.Equal(t, abc, got)
+	require.Equal(t, "static members [0000000000000001=127.0.0.1:7401 0000000000000002=127.0.0.1:7402 0000000000000003=127.0.0.1:7403]",
+		showStatic(abc), "messages show the ids in hex; the wire keeps decimal for earlier versions")
 	for _, bad := range []string{"", "static members [1=a", "static members [x=a]", "other"} {
 		_, ok := parseStaticDetail(bad)
 		require.False(t, ok, bad)
@@ -32,10 +34,10 @@ func TestStaticDetailRoundTrip(t *testing.T) {
 func TestDiffStatic(t *testing.T) {
 	acb := []Member{{1, abc[0].Addr}, {2, abc[2].Addr}, {3, abc[1].Addr}}
 	d := diffStatic(abc, acb)
-	require.Contains(t, d, "id 2 is 127.0.0.1:7402 here, 127.0.0.1:7403 there")
+	require.Contains(t, d, "id 0000000000000002 is 127.0.0.1:7402 here, 127.0.0.1:7403 there")
 	require.Contains(t, d, "the same addresses in another order")
-	require.Equal(t, "id 3 (127.0.0.1:7403) only here", diffStatic(abc, abc[:2]))
-	require.Equal(t, "id 3 (127.0.0.1:7403) only there", diffStatic(abc[:2], abc))
+	require.Equal(t, "id 0000000000000003 (127.0.0.1:7403) only here", diffStatic(abc, abc[:2]))
+	require.Equal(t, "id 0000000000000003 (127.0.0.1:7403) only there", diffStatic(abc[:2], abc))
 	require.Contains(t, diffStatic(abc, abc), "the same list")
 }
 
@@ -52,7 +54,7 @@ func TestForeignStaticPeers(t *testing.T) {
 	require.NoError(t, f.OnForeignStaticPeer(2, "", true))
 	require.Contains(t, f.StaticMismatch(), "belongs to another cluster formation")
 	require.NoError(t, f.OnForeignStaticPeer(2, other, true))
-	require.Contains(t, f.StaticMismatch(), "id 2 is 127.0.0.1:7402 here, 127.0.0.1:7499 there", "a detailed message wins")
+	require.Contains(t, f.StaticMismatch(), "id 0000000000000002 is 127.0.0.1:7402 here, 127.0.0.1:7499 there", "a detailed message wins")
 	require.NoError(t, f.OnForeignStaticPeer(3, other, true), "2 of 4 others: a quorum is still possible")
 	err := f.OnForeignStaticPeer(4, other, true)
 	require.ErrorContains(t, err, "3 of the other 4 members are on another static member list")

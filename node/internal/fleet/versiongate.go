@@ -186,7 +186,7 @@ func (f *Fleet) AwaitGate(ctx context.Context) error {
 			return nil
 		}
 		if a.st == gateOlder && a.leading {
-			return fmt.Errorf("%w: member %d runs %q", errOlder, a.who, a.ver)
+			return fmt.Errorf("%w: member %016x runs %q", errOlder, a.who, a.ver)
 		}
 		if !a.leading && a.leader != 0 {
 			// The leader hears from every member all the time; a follower
@@ -201,13 +201,13 @@ func (f *Fleet) AwaitGate(ctx context.Context) error {
 					f.openGate()
 					return nil
 				case transportpb.GateState_GATE_STATE_OLDER:
-					return fmt.Errorf("%w: the leader (%d) knows of a member without the catalogue", errOlder, a.leader)
+					return fmt.Errorf("%w: the leader (%016x) knows of a member without the catalogue", errOlder, a.leader)
 				}
 			}
 		}
 		if f.cfg.Now().Sub(start) > 2*f.cfg.ElectionTimeout {
 			if a.who != 0 {
-				return fmt.Errorf("%w: the version of member %d is not known (not heard from)", errOlder, a.who)
+				return fmt.Errorf("%w: the version of member %016x is not known (not heard from)", errOlder, a.who)
 			}
 			return fmt.Errorf("%w: the cluster's versions could not be learned (no leader answered)", errOlder)
 		}

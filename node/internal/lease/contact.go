@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/lockraft/lockraft/internal/views"
 )
 
 // Contact reports (doc.go, source 1): what each node saw of leaders, and a
@@ -276,7 +278,7 @@ func (l *duties) onReport(e *Engine, from, term uint64, b []byte, recv time.Time
 	}
 	rep, ok := decodeReport(b, recv, e.cfg.DriftRatio)
 	if !ok {
-		e.log.Debug("bad contact report", "from", from)
+		e.log.Debug("bad contact report", "from", views.MemberID(from))
 		return
 	}
 	l.addReport(e, from, rep, recv)

@@ -64,7 +64,7 @@ type LeaderRule struct {
 // check: nil if from may lead this node; an errGuard error otherwise.
 func (r *LeaderRule) Check(from uint64) error {
 	if role, ok := r.Role(from); !ok || !role.Voter() {
-		return fmt.Errorf("%d has no voter certificate (role %v, known %t)", from, role, ok)
+		return fmt.Errorf("%016x has no voter certificate (role %v, known %t)", from, role, ok)
 	}
 	cs := r.Conf()
 	if len(cs.GetVoters()) == 0 && len(cs.GetVotersOutgoing()) == 0 {
@@ -73,7 +73,7 @@ func (r *LeaderRule) Check(from uint64) error {
 	if slices.Contains(cs.GetVoters(), from) || slices.Contains(cs.GetVotersOutgoing(), from) {
 		return nil
 	}
-	return fmt.Errorf("%d is not a voter of the applied configuration", from)
+	return fmt.Errorf("%016x is not a voter of the applied configuration", from)
 }
 
 // adoptsLeader reports whether raft, stepping m, would take its sender as
@@ -227,7 +227,7 @@ func leaderMayPropose(cc raftpb.ConfChangeI) error {
 			return fmt.Errorf("change type %v", ch.GetType())
 		}
 		if transport.ReservedID(ch.GetNodeId()) {
-			return fmt.Errorf("change of reserved id %d", ch.GetNodeId())
+			return fmt.Errorf("change of reserved id %016x", ch.GetNodeId())
 		}
 	}
 	return nil
@@ -272,7 +272,7 @@ func RequireRole(ctx context.Context, has func(transport.Role) bool, want string
 	if ok && has(p.Role) {
 		return nil
 	}
-	return fmt.Errorf("%w: a %s call from %d with role %v", transport.ErrPermissionDenied, want, p.ID, p.Role)
+	return fmt.Errorf("%w: a %s call from %016x with role %v", transport.ErrPermissionDenied, want, p.ID, p.Role)
 }
 
 // inspectAllowed says whether the caller of an Inspect call (ctx) may have
@@ -288,7 +288,7 @@ func InspectAllowed(ctx context.Context, op string, member func(uint64) bool) er
 	if ok && (p.Role.Operator() || p.Role.Member() && member(p.ID)) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s view asked by %d, no member of the cluster (role %v)", transport.ErrPermissionDenied, op, p.ID, p.Role)
+	return fmt.Errorf("%w: %s view asked by %016x, no member of the cluster (role %v)", transport.ErrPermissionDenied, op, p.ID, p.Role)
 }
 
 // Quotas
@@ -339,7 +339,7 @@ func (q Quotas) Admit(from uint64, cmd *lockfsm.Command, table *lockfsm.FSM) err
 				}
 			}
 		}
-		return fmt.Errorf("%w: %w: session %d of member %d has %d locks (at most %d)", transport.ErrPermissionDenied, lockerr.ErrQuotaExceeded,
+		return fmt.Errorf("%w: %w: session %d of member %016x has %d locks (at most %d)", transport.ErrPermissionDenied, lockerr.ErrQuotaExceeded,
 			cmd.Session, from, s.Holds+s.Waits, q.Locks)
 	}
 	return nil
@@ -348,10 +348,10 @@ func (q Quotas) Admit(from uint64, cmd *lockfsm.Command, table *lockfsm.FSM) err
 // admitOpen: nil if member from may open another session.
 func (q Quotas) AdmitOpen(from uint64, table *lockfsm.FSM) error {
 	if q.Static && !q.Member(from) {
-		return fmt.Errorf("%w: %d is not a member of this static cluster", transport.ErrPermissionDenied, from)
+		return fmt.Errorf("%w: %016x is not a member of this static cluster", transport.ErrPermissionDenied, from)
 	}
 	if n := table.SessionsOf(from); n >= q.Sessions {
-		return fmt.Errorf("%w: %w: member %d has %d sessions open (at most %d)", transport.ErrPermissionDenied,
+		return fmt.Errorf("%w: %w: member %016x has %d sessions open (at most %d)", transport.ErrPermissionDenied,
 			lockerr.ErrQuotaExceeded, from, n, q.Sessions)
 	}
 	return nil
