@@ -42,7 +42,7 @@ func TestSecureByDefault(t *testing.T) {
 		"all interfaces, no advertise address": {func(c *Config) { c.ListenAddr, c.Insecure = "0.0.0.0:0", true }, "advertise address"},
 		"exposed without a cluster id":         {func(c *Config) { c.ListenAddr, c.ClusterID, c.Insecure = "0.0.0.0:0", "", true }, "explicit ClusterID"},
 		"TLS cluster id not a name":            {func(c *Config) { c.ClusterID, c.TLS = "my cluster", pki.member("test", 1) }, "DNS-style"},
-		"certificate of another member":        {func(c *Config) { c.TLS = pki.member("test", 2) }, "names member 2"},
+		"certificate of another member":        {func(c *Config) { c.TLS = pki.member("test", 2) }, "names member 0000000000000002"},
 		"certificate of another cluster":       {func(c *Config) { c.TLS = pki.member("prod", 1) }, `of cluster "prod"`},
 		"gossip on all interfaces, no keys": {func(c *Config) {
 			c.Members, c.TLS, c.Gossip = nil, pki.member("test", 1), &GossipConfig{BindAddr: "0.0.0.0"}

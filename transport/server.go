@@ -54,8 +54,8 @@ func (s *server) authenticate(ctx context.Context, rpc string) (uint64, error) {
 // revoked refuses input of kind from a member revoked after its stream was
 // admitted.
 func (s *server) revoked(from uint64, kind string) error {
-	err := fmt.Errorf("%w: member %d was revoked", errDenied, from)
-	s.t.refused.Refuse(kind, strconv.FormatUint(from, 10), "err", err)
+	err := fmt.Errorf("%w: member %016x was revoked", errDenied, from)
+	s.t.refused.Refuse(kind, views.MemberID(from).String(), "err", err)
 	return status.Error(codes.PermissionDenied, err.Error())
 }
 
