@@ -295,7 +295,8 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 		rep.Failover = failover
 		rep.Notes = append(rep.Notes, failover.String())
 	}
-	waiterVerdicts(waiters, c.SessionTTL(), c.KeepaliveInterval(), viol, func(s string) { rep.Notes = append(rep.Notes, s) })
+	waiterVerdicts(waiters, c.SessionTTL(), c.KeepaliveInterval(), 4*c.ElectionTimeout()+rc.ExtraProbeSlack, viol,
+		func(s string) { rep.Notes = append(rep.Notes, s) })
 	checkObservations(rep, w, c.Applied, viol)
 	if nw := c.Net(); nw != nil {
 		c.Stop()
