@@ -237,9 +237,10 @@ func (c *trackedConn) Close() error {
 					break
 				}
 			}
-			if len(p.conns) == 0 && a.peers[p.id] == p {
-				delete(a.peers, p.id)
-			}
+			// The member's state outlives its connections: calls it
+			// started may still hold its budgets, and a new connection
+			// must share them (else a member that keeps reconnecting
+			// would get fresh budgets each time). Revoke forgets it.
 		}
 		a.mu.Unlock()
 	})
@@ -458,6 +459,7 @@ func (t *Transport) Revoke(id uint64) {
 		a.revoked.Store(&next)
 	}
 	closing := a.connsLocked(func(c *trackedConn) bool { return c.id == id })
+	delete(a.peers, id)
 	a.mu.Unlock()
 	for _, c := range closing {
 		_ = c.Close()
