@@ -333,10 +333,18 @@ func (n *Node) Ready(ctx context.Context) error { return n.n.Ready(ctx) }
 // Addr is the address this node serves gRPC on.
 func (n *Node) Addr() string { return n.n.Addr() }
 
-// ID is this node's raft id.
-func (n *Node) ID() uint64 { return n.n.ID() }
+// ID is this node's raft id: the member id that InspectMembers, the admin
+// handler and lockraftctl show for it.
+func (n *Node) ID() MemberID { return MemberID(n.n.ID()) }
+
+// LeaderID is the member id of the leader as this node last saw it (0: none
+// known). It is not the leader election of Campaign (type Leadership).
+func (n *Node) LeaderID() MemberID { return MemberID(n.n.Leader()) }
 
 // Leader is the raft id of the leader as this node last saw it (0: none).
+//
+// Deprecated: use LeaderID, which returns a MemberID like ID and the
+// inspection views; Leader will be removed in the release after 0.2.
 func (n *Node) Leader() uint64 { return n.n.Leader() }
 
 // GossipAddr is the gossip address to give other members as a seed ("" without
@@ -459,12 +467,12 @@ func WithClusterID(id string) Option { return func(o *options) { o.cfg.ClusterID
 
 // WithStaticMembers sets the founding voters with explicit raft ids, and
 // this node's id, instead of deriving them from Join's peers.
-func WithStaticMembers(self uint64, members map[uint64]string) Option {
+func WithStaticMembers(self MemberID, members map[MemberID]string) Option {
 	return func(o *options) {
-		o.cfg.ID = self
+		o.cfg.ID = uint64(self)
 		o.members = o.members[:0]
 		for id, addr := range members {
-			o.members = append(o.members, node.Member{ID: id, Addr: addr})
+			o.members = append(o.members, node.Member{ID: uint64(id), Addr: addr})
 		}
 		slices.SortFunc(o.members, func(a, b node.Member) int { return cmp.Compare(a.ID, b.ID) })
 	}

@@ -31,7 +31,9 @@ type securityOptions struct {
 // lockraft://<clusterID>/<raftID> (raftID in decimal). With static peers the
 // raft id is the member's 1-based position in the peer list; with gossip it
 // is any random non-zero 64-bit number, taken from the certificate.
-func MemberURI(clusterID string, raftID uint64) string { return transport.MemberURI(clusterID, raftID) }
+func MemberURI(clusterID string, raftID MemberID) string {
+	return transport.MemberURI(clusterID, uint64(raftID))
+}
 
 // WithTLSFiles turns on mutual TLS from PEM files: caFile holds the
 // cluster's CA certificate(s), certFile this member's certificate (naming

@@ -67,8 +67,8 @@ func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 		wg.Wait()
 	})
 	require.Eventually(t, func() bool {
-		l := nodes[0].Leader()
-		return l != 0 && nodes[1].Leader() == l && nodes[2].Leader() == l
+		l := nodes[0].LeaderID()
+		return l != 0 && nodes[1].LeaderID() == l && nodes[2].LeaderID() == l
 	}, 10*time.Second, 10*time.Millisecond)
 	return nodes, srvs
 }
@@ -81,7 +81,7 @@ func ctl(args ...string) (int, string, string) {
 
 func leaderIndex(nodes []*lockraft.Node) int {
 	for i, n := range nodes {
-		if n.Leader() == n.ID() {
+		if n.LeaderID() == n.ID() {
 			return i
 		}
 	}
@@ -121,18 +121,18 @@ func TestCtlAgainstCluster(t *testing.T) {
 		code, out, errs = ctl("-endpoint", ep, "status")
 		return code == exitOK && strings.Contains(out, "1 held, 2 waiters (longest queue 2)")
 	}, 5*time.Second, 10*time.Millisecond, "the follower's status never showed the holder and both waiters: %s %s", out, errs)
-	require.Contains(t, out, fmt.Sprintf("leader   %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, out, fmt.Sprintf("leader   %s", nodes[lead].ID()))
 	require.Contains(t, out, "ready    yes")
 	t.Logf("status:\n%s", out)
 
 	code, out, errs = ctl("-endpoint", ep, "lock", "stock/sku-a")
 	require.Equal(t, exitOK, code, errs)
 	t.Logf("lock:\n%s", out)
-	require.Contains(t, out, fmt.Sprintf("holder    order-17 on member %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, out, fmt.Sprintf("holder    order-17 on member %s", nodes[lead].ID()))
 	require.Contains(t, out, fmt.Sprintf("token     %d", h.Token()))
 	i1, i2 := strings.Index(out, "waiter-1"), strings.Index(out, "waiter-2")
 	require.True(t, i1 > 0 && i2 > i1, "waiters in queue order")
-	require.Contains(t, out, fmt.Sprintf("1  waiter-1  %s", lockraft.MemberID(nodes[fol].ID())))
+	require.Contains(t, out, fmt.Sprintf("1  waiter-1  %s", nodes[fol].ID()))
 
 	code, out, _ = ctl("lock", "stock/sku-a", "-endpoint", ep, "-o", "json")
 	require.Equal(t, exitOK, code)
@@ -175,15 +175,15 @@ func TestCtlAgainstCluster(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	code, _, _ = ctl("-endpoint", ep, "-o", "yaml", "status")
 	require.Equal(t, exitUsage, code)
-	code, _, errs = ctl("-endpoint", ep, "member", "remove", lockraft.MemberID(nodes[lead].ID()).String())
+	code, _, errs = ctl("-endpoint", ep, "member", "remove", nodes[lead].ID().String())
 	require.Equal(t, exitServerError, code)
 	require.Contains(t, errs, "not the leader")
-	require.Contains(t, errs, fmt.Sprintf("the leader is %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, errs, fmt.Sprintf("the leader is %s", nodes[lead].ID()))
 
 	// Leader transfer through a follower's endpoint, to that follower.
-	code, out, errs = ctl("-endpoint", ep, "leader", "transfer", lockraft.MemberID(nodes[fol].ID()).String())
+	code, out, errs = ctl("-endpoint", ep, "leader", "transfer", nodes[fol].ID().String())
 	require.Equal(t, exitOK, code, errs)
-	require.Contains(t, out, "leader is now "+lockraft.MemberID(nodes[fol].ID()).String())
+	require.Contains(t, out, "leader is now "+nodes[fol].ID().String())
 	require.Eventually(t, func() bool { return leaderIndex(nodes) == fol }, 5*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, h.Unlock(ctx))
@@ -193,12 +193,12 @@ func TestCtlAgainstCluster(t *testing.T) {
 
 	// Member removal on the (new) leader's endpoint.
 	victim := (fol + 1) % 3
-	code, out, errs = ctl("-endpoint", ep, "member", "remove", lockraft.MemberID(nodes[victim].ID()).String())
+	code, out, errs = ctl("-endpoint", ep, "member", "remove", nodes[victim].ID().String())
 	require.Equal(t, exitOK, code, errs)
-	require.Contains(t, out, "removed "+lockraft.MemberID(nodes[victim].ID()).String())
+	require.Contains(t, out, "removed "+nodes[victim].ID().String())
 	code, out, _ = ctl("-endpoint", ep, "members")
 	require.Equal(t, exitOK, code)
-	require.NotContains(t, out, lockraft.MemberID(nodes[victim].ID()).String())
+	require.NotContains(t, out, nodes[victim].ID().String())
 }
 
 // TestCtlLockCatalogue: `lock NAME` on a name of the lock catalogue lists
@@ -231,13 +231,13 @@ func TestCtlLockCatalogue(t *testing.T) {
 	require.Contains(t, out, "pool/db (semaphore)")
 	require.Contains(t, out, "3 in use of 3")
 	require.Contains(t, out, "holds    2")
-	lead1 := lockraft.MemberID(nodes[lead].ID())
+	lead1 := nodes[lead].ID()
 	require.Contains(t, out, fmt.Sprintf("1  batch-1  %s", lead1))
 	require.Contains(t, out, fmt.Sprintf("2 permits  %d", p1.Token()))
 	require.Contains(t, out, fmt.Sprintf("1 permits  %d", p2.Token()))
 	require.Contains(t, out, "1m0s")
 	require.Contains(t, out, "waiters 1")
-	require.Contains(t, out, fmt.Sprintf("1  batch-3  %s", lockraft.MemberID(nodes[fol].ID())))
+	require.Contains(t, out, fmt.Sprintf("1  batch-3  %s", nodes[fol].ID()))
 
 	code, out, errs = ctl("-endpoint", ep, "locks", "pool/")
 	require.Equal(t, exitOK, code, errs)
