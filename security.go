@@ -62,6 +62,16 @@ func WithTLSCertificates(roots func() (*x509.CertPool, error), cert func() (*tls
 // warning when it starts this way.
 func WithInsecure() Option { return func(o *options) { o.cfg.Insecure = true } }
 
+// WithDenyList names a deny-list file: certificate serials and member ids
+// this member refuses on every handshake, both ways, one entry a line
+// ("serial 5f3a9c...", "member ..."; docs/security.md gives the format).
+// The file is read at Join (an unreadable or malformed file is
+// ErrInvalidConfig) and again when it changes, checked about once a second;
+// a change closes the connections it now denies, and a replacement that
+// cannot be parsed is logged and ignored until it can. Meant for TLS
+// clusters: without TLS no certificate is presented to check.
+func WithDenyList(file string) Option { return func(o *options) { o.cfg.DenyListFile = file } }
+
 // WithGossipKeys sets the gossip keyring (each key 16, 24 or 32 bytes, for
 // AES-128/192/256-GCM): the first encrypts, all decrypt. Rotation without a
 // restart: AddGossipKey(new) on every member, then UseGossipKey(new) on

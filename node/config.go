@@ -171,10 +171,13 @@ type Config struct {
 	// is set, which it then logs loudly: every peer's identity is then a
 	// claim nobody checks. Insecure also allows gossip without keys off
 	// loopback. MaxSnapshotSize bounds a snapshot received from the leader
-	// (default 1 GiB).
+	// (default 1 GiB). DenyListFile, if set, names the deny-list of
+	// certificate serials and member ids refused on every handshake
+	// (transport.Config.DenyListFile).
 	TLS             *transport.TLS
 	Insecure        bool
 	MaxSnapshotSize int64
+	DenyListFile    string
 
 	// Observer, if set, is called on the loop goroutine for every lock
 	// command this node applies, with its result and events, in log order.

@@ -307,6 +307,7 @@ func start(cfg Config) (*Node, error) {
 		Logger:          n.log,
 		TLS:             cfg.TLS,
 		MaxSnapshotSize: cfg.MaxSnapshotSize,
+		DenyListFile:    cfg.DenyListFile,
 		Version:         cfg.version(),
 	})
 	if errors.Is(err, transport.ErrInvalidConfig) {
