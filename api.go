@@ -487,10 +487,26 @@ func WithTimings(tick time.Duration, electionTicks int) Option {
 // WithSessionTTL sets how long the cluster keeps a silent node's locks after
 // its last keepalive, however often the leader changes (default 10 s, at most an hour). It
 // must let a healthy session outlast two back-to-back leader failovers: at
-// least node.MinSessionTTL of the election timeout, 5.4 election timeouts
-// (5.4 s with the default timings; see node.Config.SessionTTL for the exact
-// rule). Join fails with ErrInvalidConfig below it.
+// least MinSessionTTL of the election timeout, 5.4 election timeouts (5.4 s
+// with the default timings). Join fails with ErrInvalidConfig below it.
 func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
+
+// MinSessionTTL is the shortest session TTL (WithSessionTTL) Join accepts
+// for an election timeout (tick × election ticks, WithTimings; 1 s by
+// default) with the default Tuning: 5.4 election timeouts (5.4 s with the
+// default timings). Join checks that what a healthy session has left after
+// the drift margin, a tick and a keepalive interval covers two back-to-back
+// leader failovers (4.5 election timeouts):
+//
+//	SessionTTL·(1 − 2·DriftRatio) − tick − KeepaliveInterval ≥ 4.5 election timeouts
+//
+// MinSessionTTL solves it for a tick of a tenth of the election timeout, the
+// default DriftRatio (0.02) and the shortest default KeepaliveInterval
+// (SessionTTL/10). A longer Tuning.KeepaliveInterval or a larger DriftRatio
+// raises the floor; Join's ErrInvalidConfig then gives the figures.
+func MinSessionTTL(electionTimeout time.Duration) time.Duration {
+	return node.MinSessionTTL(electionTimeout)
+}
 
 // WithLockDelay: after a session expires holding a lock, the name is not
 // granted again for d (default 0).

@@ -126,11 +126,17 @@ func (n *Node) RemoveGossipKey(key []byte) error { return n.n.RemoveGossipKey(ke
 // no, not as is: the request may succeed once the member holds less.
 var ErrQuotaExceeded = lockerr.ErrQuotaExceeded
 
+// The quotas' defaults (WithQuotas).
+const (
+	DefaultMaxSessionsPerMember = node.DefaultMaxSessionsPerMember // 16
+	DefaultMaxLocksPerSession   = node.DefaultMaxLocksPerSession   // 1 << 20
+)
+
 // WithQuotas sets the quotas the leader enforces on what each member asks of
 // it: sessionsPerMember sessions open at once for one member (default
-// node.DefaultMaxSessionsPerMember, 16: one per incarnation, with room for
+// DefaultMaxSessionsPerMember, 16: one per incarnation, with room for
 // restarts), and locksPerSession names one session holds or waits for at once
-// (default node.DefaultMaxLocksPerSession, 2^20). 0 keeps a default; a
+// (default DefaultMaxLocksPerSession, 2^20). 0 keeps a default; a
 // negative value, or one above 2^16 sessions or 2^24 locks, makes Join fail
 // with ErrInvalidConfig. In a static cluster only the listed members open
 // sessions at all.
