@@ -64,6 +64,17 @@ func TestJoinWithTLSFiles(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
 	}
+	// A follower asked for an operator action asks the leader, which takes
+	// them only from a certificate with the operator role; these are plain
+	// voters', so the follower's answer names the leader instead.
+	for _, n := range nodes {
+		if lead := n.LeaderID(); lead != 0 && lead != n.ID() {
+			err := n.RemoveMember(ctx, n.ID())
+			require.ErrorIs(t, err, lockraft.ErrNotLeader)
+			require.ErrorContains(t, err, "leader is "+lead.String())
+			break
+		}
+	}
 }
 
 // WithDenyList reaches the transport: a malformed file fails Join, and a

@@ -72,7 +72,7 @@ commands:
   locks [PREFIX]         names held or waited for (under PREFIX), with holders and queue lengths
   lock NAME              one name: its holder and its waiters in queue order
   leader transfer [ID]   hand leadership to voter ID (default: the most caught-up one)
-  member remove ID       remove a voter or learner (ask the leader's endpoint)
+  member remove ID       remove a voter or learner (any member's endpoint; it asks the leader)
 flags:
 `
 

@@ -93,7 +93,11 @@ func leaderIndex(nodes []*lockraft.Node) int {
 // locks, lock (holder and queue in order), JSON output, leader transfer,
 // member remove, and the errors with their exit codes.
 func TestCtlAgainstCluster(t *testing.T) {
-	nodes, lead, fol, ep := clusterWithLeader(t)
+	nodes, srvs := cluster3(t)
+	lead := leaderIndex(nodes)
+	require.GreaterOrEqual(t, lead, 0)
+	fol := (lead + 1) % 3
+	ep := srvs[fol].URL
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -175,10 +179,11 @@ func TestCtlAgainstCluster(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	code, _, _ = ctl("-endpoint", ep, "-o", "yaml", "status")
 	require.Equal(t, exitUsage, code)
+	// Removing the leader, asked of a follower: the leader refuses.
 	code, _, errs = ctl("-endpoint", ep, "member", "remove", nodes[lead].ID().String())
 	require.Equal(t, exitServerError, code)
-	require.Contains(t, errs, "not the leader")
-	require.Contains(t, errs, fmt.Sprintf("the leader is %s", nodes[lead].ID()))
+	require.Contains(t, errs, "transfer leadership first")
+	require.Contains(t, errs, "refused")
 
 	// Leader transfer through a follower's endpoint, to that follower.
 	code, out, errs = ctl("-endpoint", ep, "leader", "transfer", nodes[fol].ID().String())
@@ -191,9 +196,10 @@ func TestCtlAgainstCluster(t *testing.T) {
 		require.NoError(t, (<-got).Unlock(ctx))
 	}
 
-	// Member removal on the (new) leader's endpoint.
+	// Member removal through a follower's endpoint (the old leader's): it
+	// asks the leader.
 	victim := (fol + 1) % 3
-	code, out, errs = ctl("-endpoint", ep, "member", "remove", nodes[victim].ID().String())
+	code, out, errs = ctl("-endpoint", srvs[lead].URL, "member", "remove", nodes[victim].ID().String())
 	require.Equal(t, exitOK, code, errs)
 	require.Contains(t, out, "removed "+nodes[victim].ID().String())
 	code, out, _ = ctl("-endpoint", ep, "members")
