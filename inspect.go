@@ -73,8 +73,9 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 	return n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
 }
 
-// InspectMembers returns every member with its role (voter, learner, light),
-// health and replication lag, and the leader. A node that does not lead asks
+// InspectMembers returns every member with its role (voter, learner, light,
+// or removed: out of the configuration but still in gossip), health and
+// replication lag, and the leader. A node that does not lead asks
 // the leader (only it knows raft health and lag); if it cannot, or with
 // Stale, it answers from its own view (FromLeader false). Errors: ErrClosed,
 // ctx's cause.
