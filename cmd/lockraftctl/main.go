@@ -68,7 +68,7 @@ type cli struct {
 const usage = `usage: lockraftctl [flags] COMMAND
 commands:
   status                 this node: role, leader, readiness, raft indexes, lock table counts
-  members                every member: role, health, replication lag
+  members                every member: gossip name, role, health, replication lag
   locks [PREFIX]         names held or waited for (under PREFIX), with holders and queue lengths
   lock NAME              one name: its holder and its waiters in queue order
   leader transfer [ID]   hand leadership to voter ID (default: the most caught-up one)

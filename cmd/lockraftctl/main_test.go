@@ -254,3 +254,79 @@ func TestCtlLockCatalogue(t *testing.T) {
 	require.NoError(t, p3.Release(ctx))
 	require.NoError(t, p2.Release(ctx))
 }
+
+// gossip3 starts three gossip founders through the public API, each with an
+// admin server (operator actions on), and waits for their leader.
+func gossip3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
+	t.Helper()
+	founders := []string{"ctl-0", "ctl-1", "ctl-2"}
+	nodes := make([]*lockraft.Node, 3)
+	srvs := make([]*httptest.Server, 3)
+	var seeds []string
+	for i := range 3 {
+		g := lockraft.Gossip{Name: founders[i], Founders: founders, Timing: lockraft.FastGossipTiming()}
+		n, err := lockraft.Join(seeds, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(g),
+			lockraft.WithTimings(20*time.Millisecond, 10), lockraft.WithSessionTTL(2*time.Second),
+			lockraft.WithTuning(lockraft.Tuning{KeepaliveInterval: 100 * time.Millisecond}))
+		require.NoError(t, err)
+		nodes[i] = n
+		srvs[i] = httptest.NewServer(n.AdminHandler(lockraft.WithOperatorActions()))
+		seeds = []string{n.GossipAddr()}
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			srvs[i].Close()
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				n.Close(ctx)
+			})
+		}
+		wg.Wait()
+	})
+	require.Eventually(t, func() bool {
+		l := nodes[0].LeaderID()
+		return l != 0 && nodes[1].LeaderID() == l && nodes[2].LeaderID() == l
+	}, 20*time.Second, 10*time.Millisecond)
+	return nodes, srvs
+}
+
+// TestCtlMembersGossip: the members table names each member's gossip name,
+// and a member removed from the configuration that gossip still reports
+// alive (it stopped serving, its process runs on) shows as removed and not
+// healthy, not as a healthy light member.
+func TestCtlMembersGossip(t *testing.T) {
+	nodes, srvs := gossip3(t)
+	lead := leaderIndex(nodes)
+	ep := srvs[lead].URL
+	code, out, errs := ctl("-endpoint", ep, "members")
+	require.Equal(t, exitOK, code, errs)
+	t.Logf("members:\n%s", out)
+	require.Contains(t, out, "ID                NAME   ROLE   LEADER  HEALTHY")
+	for i, n := range nodes {
+		require.Contains(t, out, fmt.Sprintf("%s  ctl-%d  voter", n.ID(), i))
+	}
+
+	victim := (lead + 1) % 3
+	code, out, errs = ctl("-endpoint", ep, "member", "remove", nodes[victim].ID().String())
+	require.Equal(t, exitOK, code, errs)
+	require.Eventually(t, func() bool {
+		_, out, _ = ctl("-endpoint", ep, "members")
+		return strings.Contains(out, fmt.Sprintf("%s  ctl-%d  removed  no      no       -", nodes[victim].ID(), victim))
+	}, 10*time.Second, 50*time.Millisecond, "the removed member, still in gossip, shows as removed: %s", out)
+	t.Logf("members after the removal:\n%s", out)
+	require.NotContains(t, out, " light ")
+	require.Contains(t, out, "(removed: no longer in the raft configuration")
+	code, out, errs = ctl("-endpoint", ep, "-o", "json", "members")
+	require.Equal(t, exitOK, code, errs)
+	var mv lockraft.MembersView
+	require.NoError(t, json.Unmarshal([]byte(out), &mv))
+	for _, m := range mv.Members {
+		if m.ID == nodes[victim].ID() {
+			require.Equal(t, lockraft.RoleRemoved, m.Role)
+			require.False(t, m.Healthy)
+			require.Equal(t, fmt.Sprintf("ctl-%d", victim), m.GossipName)
+		}
+	}
+}
