@@ -207,6 +207,42 @@ func TestCtlAgainstCluster(t *testing.T) {
 	require.NotContains(t, out, nodes[victim].ID().String())
 }
 
+// TestCtlWithoutQuorum: with two of three members down, a read that needs
+// the leader fails within -timeout with the handler's own answer (exit 1,
+// not "cannot reach"), and says that -stale gives the member's own view;
+// with -stale it answers from that member's table.
+func TestCtlWithoutQuorum(t *testing.T) {
+	nodes, lead, fol, ep := clusterWithLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := nodes[fol].Lock(ctx, "stock/sku-q", lockraft.WithOwner("order-9"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		v, found, err := nodes[fol].InspectLock(ctx, "stock/sku-q", lockraft.Stale())
+		return err == nil && found && v.Holder != nil
+	}, 5*time.Second, 10*time.Millisecond, "the follower applied its grant")
+	for _, i := range []int{lead, (fol + 1) % 3} {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		nodes[i].Close(cctx)
+		ccancel()
+	}
+
+	code, out, errs := ctl("-endpoint", ep, "-timeout", "1s", "lock", "stock/sku-q")
+	require.Equal(t, exitServerError, code, "%s%s", out, errs)
+	require.Contains(t, errs, "HTTP 503, unavailable")
+	require.Contains(t, errs, "-stale shows this member's own view")
+	code, out, errs = ctl("-endpoint", ep, "-timeout", "1s", "locks")
+	require.Equal(t, exitServerError, code, "%s%s", out, errs)
+	require.Contains(t, errs, "-stale")
+
+	code, out, errs = ctl("-endpoint", ep, "-timeout", "1s", "-stale", "lock", "stock/sku-q")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "holder    order-9 on member "+nodes[fol].ID().String())
+	code, out, errs = ctl("-endpoint", ep, "-timeout", "1s", "-stale", "locks")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "order-9")
+}
+
 // TestCtlLockCatalogue: `lock NAME` on a name of the lock catalogue lists
 // every hold (what it holds, token, member) and every waiter with what it
 // asks for, in queue order; `locks` counts the further holds.
