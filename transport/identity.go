@@ -52,12 +52,12 @@ import (
 //     its voters' certificates with role=voter (lockraft-certs reissue) and
 //     rotating them in place before upgrading; see docs/security.md.
 
-// MemberScheme is the URI scheme of member identities.
-const MemberScheme = "lockraft"
+// memberScheme is the URI scheme of member identities.
+const memberScheme = "lockraft"
 
-// ErrIdentity is the cause of a rejected certificate: it names no member,
+// errIdentity is the cause of a rejected certificate: it names no member,
 // more than one, another cluster, a reserved id, or a role it may not have.
-var ErrIdentity = errors.New("transport: certificate does not name a member of this cluster")
+var errIdentity = errors.New("transport: certificate does not name a member of this cluster")
 
 // Role is what a certificate lets its holder do, chosen when it is issued. A
 // member is either voter-capable or light; either may also be an operator,
@@ -124,15 +124,15 @@ func ParseRole(s string) (Role, error) {
 			}
 		}
 		if got == 0 {
-			return 0, fmt.Errorf("%w: unknown role %q", ErrIdentity, part)
+			return 0, fmt.Errorf("%w: unknown role %q", errIdentity, part)
 		}
 		if r&got != 0 {
-			return 0, fmt.Errorf("%w: role %q twice", ErrIdentity, part)
+			return 0, fmt.Errorf("%w: role %q twice", errIdentity, part)
 		}
 		r |= got
 	}
 	if r.Voter() && r&RoleLight != 0 {
-		return 0, fmt.Errorf("%w: a member is voter or light, not both", ErrIdentity)
+		return 0, fmt.Errorf("%w: a member is voter or light, not both", errIdentity)
 	}
 	return r, nil
 }
@@ -154,20 +154,20 @@ type Identity struct {
 // role: what certificates issued before roles carry. It is read as a light
 // member; MemberRoleURI names a member with its role.
 func MemberURI(cluster string, id uint64) string {
-	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10)}).String()
+	return (&url.URL{Scheme: memberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10)}).String()
 }
 
 // MemberRoleURI returns the URI SAN that names member id of cluster with
 // role (voter or light, optionally with operator).
 func MemberRoleURI(cluster string, id uint64, role Role) string {
-	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10),
+	return (&url.URL{Scheme: memberScheme, Host: cluster, Path: "/" + strconv.FormatUint(id, 10),
 		RawQuery: "role=" + role.String()}).String()
 }
 
 // OperatorURI returns the URI SAN of an operator named name that is no
 // member of cluster (an operator's client certificate, e.g. lockraftctl's).
 func OperatorURI(cluster, name string) string {
-	return (&url.URL{Scheme: MemberScheme, Host: cluster, Path: operatorPath + name,
+	return (&url.URL{Scheme: memberScheme, Host: cluster, Path: operatorPath + name,
 		RawQuery: "role=" + RoleOperator.String()}).String()
 }
 
@@ -217,19 +217,19 @@ func ValidateClusterID(cluster string) error {
 func ParseIdentity(cert *x509.Certificate) (Identity, error) {
 	var u *url.URL
 	for _, c := range cert.URIs {
-		if c.Scheme != MemberScheme {
+		if c.Scheme != memberScheme {
 			continue
 		}
 		if u != nil {
-			return Identity{}, fmt.Errorf("%w: more than one %s URI (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
+			return Identity{}, fmt.Errorf("%w: more than one %s URI (subject %q)", errIdentity, memberScheme, cert.Subject)
 		}
 		u = c
 	}
 	if u == nil {
-		return Identity{}, fmt.Errorf("%w: no %s:// URI SAN (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
+		return Identity{}, fmt.Errorf("%w: no %s:// URI SAN (subject %q)", errIdentity, memberScheme, cert.Subject)
 	}
 	bad := func(why string) (Identity, error) {
-		return Identity{}, fmt.Errorf("%w: bad identity URI %q: %s", ErrIdentity, u, why)
+		return Identity{}, fmt.Errorf("%w: bad identity URI %q: %s", errIdentity, u, why)
 	}
 	if u.Opaque != "" || u.User != nil || u.Port() != "" || u.Fragment != "" || u.RawFragment != "" ||
 		u.Host == "" || u.ForceQuery {
@@ -262,7 +262,7 @@ func ParseIdentity(cert *x509.Certificate) (Identity, error) {
 		return bad("the member id must be decimal")
 	}
 	if ReservedID(n) {
-		return Identity{}, fmt.Errorf("%w: reserved member id %d", ErrIdentity, n)
+		return Identity{}, fmt.Errorf("%w: reserved member id %d", errIdentity, n)
 	}
 	switch {
 	case u.RawQuery == "":
@@ -282,7 +282,7 @@ func MemberIdentity(cert *x509.Certificate) (cluster string, id uint64, err erro
 		return "", 0, err
 	}
 	if ident.ID == 0 {
-		return "", 0, fmt.Errorf("%w: operator %q is no member", ErrIdentity, ident.Operator)
+		return "", 0, fmt.Errorf("%w: operator %q is no member", errIdentity, ident.Operator)
 	}
 	return ident.Cluster, ident.ID, nil
 }
