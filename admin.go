@@ -278,7 +278,7 @@ func (a *admin) writeErr(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrNotMember):
 		writeError(w, http.StatusNotFound, "not_member", err.Error(), nil)
 	case errors.Is(err, ErrNotLeader):
-		writeError(w, http.StatusConflict, "not_leader", err.Error(), map[string]any{"leader": MemberID(a.n.Leader())})
+		writeError(w, http.StatusConflict, "not_leader", err.Error(), map[string]any{"leader": a.n.LeaderID()})
 	case errors.Is(err, ErrRefused):
 		writeError(w, http.StatusConflict, "refused", err.Error(), nil)
 	case errors.Is(err, ErrClosed), errors.Is(err, ErrRemoved), errors.Is(err, ErrStorage):

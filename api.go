@@ -333,10 +333,18 @@ func (n *Node) Ready(ctx context.Context) error { return n.n.Ready(ctx) }
 // Addr is the address this node serves gRPC on.
 func (n *Node) Addr() string { return n.n.Addr() }
 
-// ID is this node's raft id.
-func (n *Node) ID() uint64 { return n.n.ID() }
+// ID is this node's raft id: the member id that InspectMembers, the admin
+// handler and lockraftctl show for it.
+func (n *Node) ID() MemberID { return MemberID(n.n.ID()) }
+
+// LeaderID is the member id of the leader as this node last saw it (0: none
+// known). It is not the leader election of Campaign (type Leadership).
+func (n *Node) LeaderID() MemberID { return MemberID(n.n.Leader()) }
 
 // Leader is the raft id of the leader as this node last saw it (0: none).
+//
+// Deprecated: use LeaderID, which returns a MemberID like ID and the
+// inspection views; Leader will be removed in the release after 0.2.
 func (n *Node) Leader() uint64 { return n.n.Leader() }
 
 // GossipAddr is the gossip address to give other members as a seed ("" without
@@ -459,12 +467,12 @@ func WithClusterID(id string) Option { return func(o *options) { o.cfg.ClusterID
 
 // WithStaticMembers sets the founding voters with explicit raft ids, and
 // this node's id, instead of deriving them from Join's peers.
-func WithStaticMembers(self uint64, members map[uint64]string) Option {
+func WithStaticMembers(self MemberID, members map[MemberID]string) Option {
 	return func(o *options) {
-		o.cfg.ID = self
+		o.cfg.ID = uint64(self)
 		o.members = o.members[:0]
 		for id, addr := range members {
-			o.members = append(o.members, node.Member{ID: id, Addr: addr})
+			o.members = append(o.members, node.Member{ID: uint64(id), Addr: addr})
 		}
 		slices.SortFunc(o.members, func(a, b node.Member) int { return cmp.Compare(a.ID, b.ID) })
 	}
@@ -479,10 +487,26 @@ func WithTimings(tick time.Duration, electionTicks int) Option {
 // WithSessionTTL sets how long the cluster keeps a silent node's locks after
 // its last keepalive, however often the leader changes (default 10 s, at most an hour). It
 // must let a healthy session outlast two back-to-back leader failovers: at
-// least node.MinSessionTTL of the election timeout, 5.4 election timeouts
-// (5.4 s with the default timings; see node.Config.SessionTTL for the exact
-// rule). Join fails with ErrInvalidConfig below it.
+// least MinSessionTTL of the election timeout, 5.4 election timeouts (5.4 s
+// with the default timings). Join fails with ErrInvalidConfig below it.
 func WithSessionTTL(d time.Duration) Option { return func(o *options) { o.cfg.SessionTTL = d } }
+
+// MinSessionTTL is the shortest session TTL (WithSessionTTL) Join accepts
+// for an election timeout (tick × election ticks, WithTimings; 1 s by
+// default) with the default Tuning: 5.4 election timeouts (5.4 s with the
+// default timings). Join checks that what a healthy session has left after
+// the drift margin, a tick and a keepalive interval covers two back-to-back
+// leader failovers (4.5 election timeouts):
+//
+//	SessionTTL·(1 − 2·DriftRatio) − tick − KeepaliveInterval ≥ 4.5 election timeouts
+//
+// MinSessionTTL solves it for a tick of a tenth of the election timeout, the
+// default DriftRatio (0.02) and the shortest default KeepaliveInterval
+// (SessionTTL/10). A longer Tuning.KeepaliveInterval or a larger DriftRatio
+// raises the floor; Join's ErrInvalidConfig then gives the figures.
+func MinSessionTTL(electionTimeout time.Duration) time.Duration {
+	return node.MinSessionTTL(electionTimeout)
+}
 
 // WithLockDelay: after a session expires holding a lock, the name is not
 // granted again for d (default 0).

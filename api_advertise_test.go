@@ -21,13 +21,13 @@ func TestWildcardBindNeedsAdvertiseAddr(t *testing.T) {
 	for _, bind := range []string{"0.0.0.0:0", "[::]:0", ":0"} {
 		_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(bind),
 			lockraft.WithClusterID("adv"), lockraft.WithInsecure(),
-			lockraft.WithStaticMembers(1, map[uint64]string{1: "127.0.0.1:1"}), fast())
+			lockraft.WithStaticMembers(1, map[lockraft.MemberID]string{1: "127.0.0.1:1"}), fast())
 		require.ErrorIs(t, err, lockraft.ErrInvalidConfig, bind)
 		require.Contains(t, err.Error(), "advertise address", bind)
 	}
 	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr("0.0.0.0:0"),
 		lockraft.WithAdvertiseAddr("0.0.0.0:7400"), lockraft.WithClusterID("adv"), lockraft.WithInsecure(),
-		lockraft.WithStaticMembers(1, map[uint64]string{1: "0.0.0.0:7400"}), fast())
+		lockraft.WithStaticMembers(1, map[lockraft.MemberID]string{1: "0.0.0.0:7400"}), fast())
 	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
 	require.Contains(t, err.Error(), "wildcard")
 	// Gossip on a wildcard, gRPC on loopback: the gossip bind needs one too.
@@ -78,7 +78,7 @@ func TestAdvertiseAddrStatic(t *testing.T) {
 			lockraft.WithAdvertiseAddr("127.0.0.1"), lockraft.WithClusterID("adv"), lockraft.WithInsecure(), fast())
 		require.NoError(t, err)
 		t.Cleanup(func() { n.Close(context.Background()) })
-		require.Equal(t, uint64(i+1), n.ID(), "found itself by its advertise address")
+		require.Equal(t, lockraft.MemberID(i+1), n.ID(), "found itself by its advertise address")
 		require.Equal(t, peers[i], n.Addr(), "advertises 127.0.0.1 with the bound port")
 		nodes = append(nodes, n)
 	}

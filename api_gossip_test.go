@@ -49,6 +49,6 @@ func TestJoinGossipNeedsFounders(t *testing.T) {
 
 func TestJoinGossipAndStaticMembersExclusive(t *testing.T) {
 	_, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(lockraft.Gossip{}),
-		lockraft.WithStaticMembers(1, map[uint64]string{1: "127.0.0.1:1"}))
+		lockraft.WithStaticMembers(1, map[lockraft.MemberID]string{1: "127.0.0.1:1"}))
 	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
 }

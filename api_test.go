@@ -144,6 +144,25 @@ func TestInvalidOptions(t *testing.T) {
 	})
 }
 
+// TestMinSessionTTL: MinSessionTTL is the floor Join enforces, with the
+// default timings (5.4 s) and with short ones: a tick below it is refused,
+// it is accepted.
+func TestMinSessionTTL(t *testing.T) {
+	require.Equal(t, 5400*time.Millisecond, lockraft.MinSessionTTL(time.Second))
+	tick, election := 20*time.Millisecond, 200*time.Millisecond
+	floor := lockraft.MinSessionTTL(election)
+	addr := freeAddr(t)
+	join := func(ttl time.Duration) (*lockraft.Node, error) {
+		return lockraft.Join([]string{addr}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr),
+			lockraft.WithTimings(tick, 10), lockraft.WithSessionTTL(ttl))
+	}
+	_, err := join(floor - tick)
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig, "a tick below MinSessionTTL")
+	n, err := join(floor)
+	require.NoError(t, err, "MinSessionTTL itself")
+	require.NoError(t, n.Close(context.Background()))
+}
+
 // TestDataDirChecks: a directory of another node, one locked by a running
 // node, and a corrupt lock table are refused with ErrDataDir naming why.
 func TestDataDirChecks(t *testing.T) {

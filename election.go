@@ -28,12 +28,16 @@ import (
 // MaxValueLen is the longest election value, in bytes.
 const MaxValueLen = node.MaxValueLen
 
+// MaxObserveBacklog is how many changes an Observe may have undelivered (its
+// loop body has not taken them yet) before it ends with ErrObserveLagged.
+const MaxObserveBacklog = node.MaxObserveBacklog
+
 var (
 	// ErrInvalidValue: an election value longer than MaxValueLen bytes.
 	// Outcome: known, nothing was proposed. Retryable: no, fix the value.
 	ErrInvalidValue = lockerr.ErrInvalidValue
 	// ErrObserveLagged ends an Observe that cannot be given every change:
-	// its loop fell node.MaxObserveBacklog changes behind, or its node
+	// its loop fell MaxObserveBacklog changes behind, or its node
 	// missed changes it cannot replay (its lock table was restored from a
 	// snapshot; on a light member, the leader's records do not reach back).
 	// Rather than skip one, the observation stops. Outcome: known, the
@@ -115,7 +119,7 @@ func (l Leader) Leading() bool { return l.Token != 0 }
 // Observe yields the election's current leader (or nobody), then every
 // change of leader or value, in log order, each once, until ctx ends (it
 // then yields ctx's error and stops) or the node stops (ErrClosed or its
-// error), or the loop body falls node.MaxObserveBacklog changes behind
+// error), or the loop body falls MaxObserveBacklog changes behind
 // or its node cannot show it every change (ErrObserveLagged: never a
 // silent gap). A failover of the raft leader loses or repeats none. A name
 // in use as another kind of lock (a mutex, say) yields ErrWrongKind at once

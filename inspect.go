@@ -23,9 +23,10 @@ import (
 // Errors of the operator actions. Compare with errors.Is; each leaves
 // nothing changed.
 var (
-	// ErrNotLeader: the action needs the leader; the message names it.
-	// Outcome: known, nothing changed. Retryable: no, not here: ask the
-	// leader.
+	// ErrNotLeader: the action needs the leader, and the member asked
+	// could not relay it (with TLS, its certificate lacks the operator
+	// role); the message names the leader. Outcome: known, nothing changed.
+	// Retryable: no, not here: ask the leader.
 	ErrNotLeader = lockerr.ErrNotLeader
 	// ErrNotMember: no voter or learner with that id (for a transfer: no
 	// voter). Outcome: known, nothing changed. Retryable: no, fix the id.
@@ -72,8 +73,9 @@ func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int
 	return n.n.InspectLocks(ctx, prefix, after, limit, readOpts(opts))
 }
 
-// InspectMembers returns every member with its role (voter, learner, light),
-// health and replication lag, and the leader. A node that does not lead asks
+// InspectMembers returns every member with its role (voter, learner, light,
+// or removed: out of the configuration but still in gossip), health and
+// replication lag, and the leader. A node that does not lead asks
 // the leader (only it knows raft health and lag); if it cannot, or with
 // Stale, it answers from its own view (FromLeader false). Errors: ErrClosed,
 // ctx's cause.
@@ -82,23 +84,29 @@ func (n *Node) InspectMembers(ctx context.Context, opts ...InspectOption) (Membe
 }
 
 // TransferLeader hands leadership to voter to (0: the most caught-up other
-// voter) and returns the new leader once it leads. Any member may be asked.
+// voter) and returns the new leader once it leads. Any member may be asked
+// (as for RemoveMember: ErrNotLeader if it may not ask the leader).
 // Leadership moves cost about one election's pause in commits (well under
-// an election timeout). Errors: ErrNotMember, ErrUnavailable (no leader, or
-// it did not move in time; it may still move), ErrClosed, ctx's cause.
+// an election timeout). Errors: ErrNotMember, ErrNotLeader, ErrUnavailable
+// (no leader, or it did not move in time; it may still move), ErrClosed,
+// ctx's cause.
 func (n *Node) TransferLeader(ctx context.Context, to MemberID) (MemberID, error) {
 	l, err := n.n.TransferLeader(ctx, uint64(to))
 	return MemberID(l), err
 }
 
 // RemoveMember removes voter or learner id from the raft configuration for
-// good and returns once the removal is applied. Only the leader can
-// (ErrNotLeader names it); it refuses to remove itself or to leave fewer
-// healthy voters than a quorum (ErrRefused). A removed member that still runs
-// stops serving (ErrRemoved) once told (gossip) — with static members stop
-// its process. Errors: ErrNotLeader, ErrNotMember, ErrRefused,
-// ErrUnavailable (another change pending, or not applied in time: it may
-// still apply), ErrClosed, ctx's cause.
+// good and returns once the removal is applied. Any member may be asked: a
+// member that does not lead asks the leader, which takes operator actions
+// from another member only if its certificate has the operator role (with
+// TLS): if not, ErrNotLeader names the leader to ask. The leader refuses to
+// remove itself or to leave fewer healthy voters than a quorum
+// (ErrRefused). A removed member that still runs stops serving (ErrRemoved)
+// once told (gossip) — with static members stop its process. A member asked
+// to remove itself may lose the leader's answer as it is cut off
+// (ErrUnavailable): ask another. Errors: ErrNotLeader, ErrNotMember,
+// ErrRefused, ErrUnavailable (no leader, another change pending, or not
+// applied in time: it may still apply), ErrClosed, ctx's cause.
 func (n *Node) RemoveMember(ctx context.Context, id MemberID) error {
 	return n.n.RemoveMember(ctx, uint64(id))
 }

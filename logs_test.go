@@ -156,7 +156,7 @@ func TestMemberIDIsHexEverywhere(t *testing.T) {
 	var logs nettest.LogBuffer
 	addr := freeAddr(t)
 	n, err := lockraft.Join(nil, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr),
-		lockraft.WithStaticMembers(id, map[uint64]string{id: addr}), fast(),
+		lockraft.WithStaticMembers(id, map[lockraft.MemberID]string{id: addr}), fast(),
 		lockraft.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close(context.Background()) })

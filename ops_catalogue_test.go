@@ -80,7 +80,7 @@ func TestCatalogueInspectionAndMetrics(t *testing.T) {
 	require.Equal(t, r1.Token(), v.Holds[0].Token)
 	require.Equal(t, r2.Token(), v.Holds[1].Token)
 	require.EqualValues(t, 20000, v.Holds[1].LeaseMillis)
-	require.Equal(t, lockraft.MemberID(a.ID()), v.Holds[0].Member)
+	require.Equal(t, a.ID(), v.Holds[0].Member)
 	require.Equal(t, "r1", v.Holder.Owner, "Holder is the first hold")
 	require.Equal(t, []string{"w", "r3"}, []string{v.Waiters[0].Owner, v.Waiters[1].Owner})
 	require.Equal(t, []int{1, 2}, []int{v.Waiters[0].Position, v.Waiters[1].Position})

@@ -35,7 +35,9 @@ type securityOptions struct {
 // certificate. Certificates of earlier versions, with the id in decimal
 // (lockraft://orders-prod/3), are still read; a decimal id of exactly 16
 // digits would be read as hex, another member, and is refused.
-func MemberURI(clusterID string, raftID uint64) string { return transport.MemberURI(clusterID, raftID) }
+func MemberURI(clusterID string, raftID MemberID) string {
+	return transport.MemberURI(clusterID, uint64(raftID))
+}
 
 // WithTLSFiles turns on mutual TLS from PEM files: caFile holds the
 // cluster's CA certificate(s), certFile this member's certificate (naming
@@ -63,6 +65,16 @@ func WithTLSCertificates(roots func() (*x509.CertPool, error), cert func() (*tls
 // members. Meant for isolated networks and experiments; the node logs a loud
 // warning when it starts this way.
 func WithInsecure() Option { return func(o *options) { o.cfg.Insecure = true } }
+
+// WithDenyList names a deny-list file: certificate serials and member ids
+// this member refuses on every handshake, both ways, one entry a line
+// ("serial 5f3a9c...", "member ..."; docs/security.md gives the format).
+// The file is read at Join (an unreadable or malformed file is
+// ErrInvalidConfig) and again when it changes, checked about once a second;
+// a change closes the connections it now denies, and a replacement that
+// cannot be parsed is logged and ignored until it can. Meant for TLS
+// clusters: without TLS no certificate is presented to check.
+func WithDenyList(file string) Option { return func(o *options) { o.cfg.DenyListFile = file } }
 
 // WithGossipKeys sets the gossip keyring (each key 16, 24 or 32 bytes, for
 // AES-128/192/256-GCM): the first encrypts, all decrypt. Rotation without a
@@ -118,11 +130,17 @@ func (n *Node) RemoveGossipKey(key []byte) error { return n.n.RemoveGossipKey(ke
 // no, not as is: the request may succeed once the member holds less.
 var ErrQuotaExceeded = lockerr.ErrQuotaExceeded
 
+// The quotas' defaults (WithQuotas).
+const (
+	DefaultMaxSessionsPerMember = node.DefaultMaxSessionsPerMember // 16
+	DefaultMaxLocksPerSession   = node.DefaultMaxLocksPerSession   // 1 << 20
+)
+
 // WithQuotas sets the quotas the leader enforces on what each member asks of
 // it: sessionsPerMember sessions open at once for one member (default
-// node.DefaultMaxSessionsPerMember, 16: one per incarnation, with room for
+// DefaultMaxSessionsPerMember, 16: one per incarnation, with room for
 // restarts), and locksPerSession names one session holds or waits for at once
-// (default node.DefaultMaxLocksPerSession, 2^20). 0 keeps a default; a
+// (default DefaultMaxLocksPerSession, 2^20). 0 keeps a default; a
 // negative value, or one above 2^16 sessions or 2^24 locks, makes Join fail
 // with ErrInvalidConfig. In a static cluster only the listed members open
 // sessions at all.

@@ -2,6 +2,7 @@ package lockraft_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,6 +64,64 @@ func TestJoinWithTLSFiles(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
 	}
+	// A follower asked for an operator action asks the leader, which takes
+	// them only from a certificate with the operator role; these are plain
+	// voters', so the follower's answer names the leader instead.
+	for _, n := range nodes {
+		if lead := n.LeaderID(); lead != 0 && lead != n.ID() {
+			err := n.RemoveMember(ctx, n.ID())
+			require.ErrorIs(t, err, lockraft.ErrNotLeader)
+			require.ErrorContains(t, err, "leader is "+lead.String())
+			break
+		}
+	}
+}
+
+// WithDenyList reaches the transport: a malformed file fails Join, and a
+// member whose list names the other two is cut off from them (they lead and
+// serve without it) while its own Ready waits in vain.
+func TestWithDenyList(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad")
+	require.NoError(t, os.WriteFile(bad, []byte("nonsense 7\n"), 0o600))
+	addr := freeAddr(t)
+	_, err := lockraft.Join([]string{addr}, lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(addr), fast(),
+		lockraft.WithDenyList(bad))
+	require.ErrorIs(t, err, lockraft.ErrInvalidConfig)
+	require.ErrorContains(t, err, "deny-list")
+
+	ca, err := certgen.NewCA("ca", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	caFile, deny := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "deny")
+	require.NoError(t, os.WriteFile(caFile, ca.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(deny, []byte("member 2\nmember 3\n"), 0o600))
+	peers := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	var nodes []*lockraft.Node
+	for i, p := range peers {
+		cert, key, err := ca.Member("deny", uint64(i+1), nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		certFile, keyFile := filepath.Join(dir, fmt.Sprint("m", i)), filepath.Join(dir, fmt.Sprint("k", i))
+		require.NoError(t, os.WriteFile(certFile, cert, 0o600))
+		require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+		opts := []lockraft.Option{lockraft.WithDataDir(t.TempDir()), lockraft.WithListenAddr(p), lockraft.WithClusterID("deny"),
+			fast(), lockraft.WithTLSFiles(caFile, certFile, keyFile)}
+		if i == 0 {
+			opts = append(opts, lockraft.WithDenyList(deny))
+		}
+		n, err := lockraft.Join(peers, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { n.Close(context.Background()) })
+		nodes = append(nodes, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := nodes[1].Lock(ctx, "deny")
+	require.NoError(t, err, "members 2 and 3 form a quorum without member 1")
+	require.NoError(t, l.Unlock(ctx))
+	require.NotEqual(t, nodes[0].ID(), nodes[1].LeaderID())
+	short, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	require.ErrorIs(t, nodes[0].Ready(short), lockraft.ErrUnavailable, "member 1 refuses both others: it finds no leader")
 }
 
 // The public gossip key rotation: add, use, remove; the primary cannot be

@@ -27,6 +27,7 @@ const (
 	RoleVoter   = views.RoleVoter   // "voter"
 	RoleLearner = views.RoleLearner // "learner"
 	RoleLight   = views.RoleLight   // "light": in gossip, not in the raft configuration; forwards to the leader
+	RoleRemoved = views.RoleRemoved // "removed": removed from the raft configuration, still in gossip; serves nothing
 )
 
 // MaxPageLimit bounds InspectLocks' limit.

@@ -18,7 +18,7 @@ func (f *FSM) acquire(index uint64, s *session, c *Command, ev []Event) (Result,
 	if c.Version == 1 {
 		// Version 1 reserved these fields; its entries keep the answer they got then.
 		if c.Mode != ModeExclusive || c.Permits > 1 || len(c.ExtraNames) != 0 {
-			return Result{Err: ErrUnsupported}, ev
+			return Result{Err: errUnsupported}, ev
 		}
 		return f.acquireMutex(index, s, c, ev)
 	}
@@ -48,7 +48,7 @@ func (f *FSM) acquire(index uint64, s *session, c *Command, ev []Event) (Result,
 		}
 		return f.campaign(index, s, c, ev)
 	}
-	return Result{Err: ErrUnsupported}, ev
+	return Result{Err: errUnsupported}, ev
 }
 
 // acquireMutex: reentrant for the same (Session, Owner) up to MaxHolds, else take.
@@ -72,7 +72,7 @@ func (f *FSM) acquireMutex(index uint64, s *session, c *Command, ev []Event) (Re
 func (f *FSM) reenter(l *lock, i int, c *Command) Result {
 	maxHolds := c.MaxHolds
 	if maxHolds == 0 {
-		maxHolds = DefaultMaxHolds
+		maxHolds = defaultMaxHolds
 	}
 	h := &l.holds[i]
 	if h.count >= maxHolds {

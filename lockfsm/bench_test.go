@@ -68,7 +68,7 @@ func benchApply(b *testing.B, commitEvery int, opts Options) {
 			b.Fatalf("entry %d: %v", i, r.Err)
 		}
 		if commitEvery > 0 && (i+1)%commitEvery == 0 {
-			if err := f.Commit(); err != nil {
+			if err := f.commit(); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -77,8 +77,8 @@ func benchApply(b *testing.B, commitEvery int, opts Options) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 }
 
-// BenchmarkApply: in-memory apply only (no Commit).
+// BenchmarkApply: in-memory apply only (no commit).
 func BenchmarkApply(b *testing.B) { benchApply(b, 0, Options{}) }
 
-// BenchmarkApplyCommit1000: apply plus a Commit (one bbolt transaction, fsync on) every 1000 entries.
+// BenchmarkApplyCommit1000: apply plus a commit (one bbolt transaction, fsync on) every 1000 entries.
 func BenchmarkApplyCommit1000(b *testing.B) { benchApply(b, 1000, Options{}) }

@@ -12,7 +12,7 @@ import (
 )
 
 // TestCheckpointRoundTrip (S7, L3): a checkpoint's marks survive encoding, including a zero silence (not
-// the same as live) and a large one; malformed mark lists are ErrBadCommand, never a panic.
+// the same as live) and a large one; malformed mark lists are errBadCommand, never a panic.
 func TestCheckpointRoundTrip(t *testing.T) {
 	c := Command{Kind: KindCheckpoint, Token: 7, Seq: 3, Checkpoints: []Checkpoint{
 		{Session: 5, SilenceMillis: 1500}, {Session: 9, Live: true}, {Session: 1 << 40, SilenceMillis: 0},
@@ -36,14 +36,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		"silence overflow":  protowire.AppendVarint(append(protowire.AppendVarint(bytes.Clone(head), 1), 5), 1<<64-1),
 		"trailing byte":     append(bytes.Clone(b), 0),
 	} {
-		if _, err := DecodeCommand(g); !errors.Is(err, ErrBadCommand) {
+		if _, err := DecodeCommand(g); !errors.Is(err, errBadCommand) {
 			t.Errorf("%s (%x): want ErrBadCommand, got %v", name, g, err)
 		}
 	}
 }
 
 // TestCheckpointApply (S7): marks change only the sessions' marks, never a lock, deterministically; they
-// are kept by Commit, a reopen and a snapshot; unknown sessions are ignored.
+// are kept by commit, a reopen and a snapshot; unknown sessions are ignored.
 func TestCheckpointApply(t *testing.T) {
 	f := openTemp(t, "ck.db")
 	f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 1000}, nil)
@@ -63,7 +63,7 @@ func TestCheckpointApply(t *testing.T) {
 		t.Fatalf("a checkpoint changed the lock table: %+v", got)
 	}
 	f.ApplyCommand(5, &Command{Kind: KindCheckpoint, Checkpoints: []Checkpoint{{Session: 2, Live: true}}}, nil)
-	if err := f.Commit(); err != nil {
+	if err := f.commit(); err != nil {
 		t.Fatal(err)
 	}
 	snap := snapshotBytes(t, f)
@@ -102,7 +102,7 @@ func oldFormatState(t *testing.T) *FSM {
 	f.ApplyCommand(2, &Command{Kind: KindOpenSession, Node: 2, TTLMillis: 2000}, nil)
 	f.ApplyCommand(3, &Command{Kind: KindAcquire, Session: 1, Seq: 1, Name: "x", Owner: "a"}, nil)
 	f.ApplyCommand(4, &Command{Kind: KindAcquire, Session: 2, Seq: 1, Name: "x", Owner: "b", Wait: true}, nil)
-	if err := f.Commit(); err != nil {
+	if err := f.commit(); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -110,7 +110,7 @@ func oldFormatState(t *testing.T) *FSM {
 
 // TestOldSessionRecordsStillLoad (S3, S7): a state file and a snapshot written before checkpoint marks
 // (session record version 2) still open and restore, as live sessions, and give the same table as the
-// current format; unknown record versions are ErrCorrupt.
+// current format; unknown record versions are errCorrupt.
 func TestOldSessionRecordsStillLoad(t *testing.T) {
 	f := oldFormatState(t)
 	want := snapshotBytes(t, f)
@@ -159,7 +159,7 @@ func TestOldSessionRecordsStillLoad(t *testing.T) {
 	for _, v := range []byte{1, 4, 0xff} {
 		rec := appendSession(nil, g.sessions[1])
 		rec[0] = v
-		if _, err := decodeSession(1, rec); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeSession(1, rec); !errors.Is(err, errCorrupt) {
 			t.Errorf("session record version %d: want ErrCorrupt, got %v", v, err)
 		}
 	}

@@ -119,7 +119,7 @@ type Command struct {
 	Wait                     bool
 	LeaseMillis, TTLMillis   uint64
 	LockDelayMillis          uint64
-	MaxHolds                 uint32 // reentrancy limit for this acquire; 0 = DefaultMaxHolds
+	MaxHolds                 uint32 // reentrancy limit for this acquire; 0 = defaultMaxHolds
 	Node, Token, Target      uint64
 	Mode                     Mode     // ModeShared: the read side of a read-write lock
 	Permits                  uint32   // semaphore: permits this acquire takes (0 means 1)
@@ -130,7 +130,7 @@ type Command struct {
 	Checkpoints              []Checkpoint // KindCheckpoint: one mark per session
 
 	// Version is the encoding version. DecodeCommand sets it from the entry; a version-1 command keeps the
-	// meaning it had when version 1 was the newest: Mode, Permits > 1 and ExtraNames are ErrUnsupported and
+	// meaning it had when version 1 was the newest: Mode, Permits > 1 and ExtraNames are errUnsupported and
 	// an expiry's Session and Owner are ignored. AppendEncode writes Version 1 or 2 when set (2 when the
 	// command cannot be written as version 1), and with Version 0 the lowest version that means the same.
 	Version uint8
@@ -148,11 +148,11 @@ type Command struct {
 // KindProclaim (11) and the bits Primitive (1<<17), Limit (1<<18) and Value (1<<19), and gives Mode,
 // Permits and ExtraNames their meaning (in version 1 they are reserved).
 //
-// Errors. Truncation, trailing bytes, version 0, kind 0 and out-of-range integers are ErrBadCommand:
+// Errors. Truncation, trailing bytes, version 0, kind 0 and out-of-range integers are errBadCommand:
 // malformed bytes, which every version rejects the same way. A version above commandVersion, and in a
 // version-2 command an unknown kind, field bit, Mode or Primitive, are ErrNewerFormat: a well-formed entry
 // of a format this code does not know. A version-1 command is frozen: unknown kinds and bits in it are
-// ErrBadCommand, as they were when version 1 was the newest, so old logs replay as they first applied.
+// errBadCommand, as they were when version 1 was the newest, so old logs replay as they first applied.
 const commandVersion = 2
 
 const (
@@ -286,7 +286,7 @@ func (c *Command) AppendEncode(b []byte) []byte {
 }
 
 // DecodeCommand decodes an encoded command. It never panics, and the returned strings do not alias b.
-// Malformed bytes return an error wrapping ErrBadCommand; a well-formed entry of a newer format (a
+// Malformed bytes return an error wrapping errBadCommand; a well-formed entry of a newer format (a
 // version, kind, field, mode or primitive this code does not know) one wrapping ErrNewerFormat. See
 // ErrNewerFormat for what the node must do with each.
 func DecodeCommand(b []byte) (Command, error) {
@@ -302,7 +302,7 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 	marks := c.Checkpoints[:0]
 	*c = Command{}
 	if len(b) == 0 || b[0] == 0 {
-		return fmt.Errorf("%w: %d bytes, no format version", ErrBadCommand, len(b))
+		return fmt.Errorf("%w: %d bytes, no format version", errBadCommand, len(b))
 	}
 	v := b[0]
 	if v > commandVersion {
@@ -310,17 +310,17 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 			commandVersion)
 	}
 	if len(b) < 3 {
-		return fmt.Errorf("%w: %d bytes", ErrBadCommand, len(b))
+		return fmt.Errorf("%w: %d bytes", errBadCommand, len(b))
 	}
 	c.Version = v
 	c.Kind = Kind(b[1])
 	// Unknown things in version 1 stay malformed, as they were when it was the newest.
 	unknown := ErrNewerFormat
 	if v == 1 {
-		unknown = ErrBadCommand
+		unknown = errBadCommand
 	}
 	if c.Kind == 0 {
-		return fmt.Errorf("%w: kind 0", ErrBadCommand)
+		return fmt.Errorf("%w: kind 0", errBadCommand)
 	}
 	if !c.Kind.known(v) {
 		return fmt.Errorf("%w: unknown kind %d in a version %d command", unknown, b[1], v)
@@ -328,7 +328,7 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 	d := decoder{b: b[2:], alias: alias}
 	m := d.uvarint()
 	if d.bad {
-		return fmt.Errorf("%w: truncated field mask", ErrBadCommand)
+		return fmt.Errorf("%w: truncated field mask", errBadCommand)
 	}
 	all := uint64(fAll)
 	if v == 1 {
@@ -395,10 +395,10 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 	c.Limit = u32(fLimit)
 	c.Value = s(fValue)
 	if d.bad {
-		return fmt.Errorf("%w: truncated or malformed %v", ErrBadCommand, c.Kind)
+		return fmt.Errorf("%w: truncated or malformed %v", errBadCommand, c.Kind)
 	}
 	if len(d.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrBadCommand, len(d.b))
+		return fmt.Errorf("%w: %d trailing bytes", errBadCommand, len(d.b))
 	}
 	if v >= 2 && (c.Mode >= modeEnd || c.Primitive >= primEnd) {
 		return fmt.Errorf("%w: unknown mode %d or primitive %d", ErrNewerFormat, c.Mode, c.Primitive)

@@ -68,7 +68,7 @@ func TestOldFormats(t *testing.T) {
 		if err == nil && c.Version != 1 {
 			t.Fatalf("entry %d decodes as version %d", i+1, c.Version)
 		}
-		if err != nil && (!errors.Is(err, ErrBadCommand) || errors.Is(err, ErrNewerFormat)) {
+		if err != nil && (!errors.Is(err, errBadCommand) || errors.Is(err, ErrNewerFormat)) {
 			t.Fatalf("entry %d: %v", i+1, err)
 		}
 		r, ev := f.Apply(uint64(i+1), e, nil)
@@ -148,7 +148,7 @@ func TestOldFormats(t *testing.T) {
 		}
 	}
 	want2 := snapshotBytes(t, s)
-	if err := s.Commit(); err != nil {
+	if err := s.commit(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -164,7 +164,7 @@ func TestOldFormats(t *testing.T) {
 	}
 	mixed := bytes.Clone(v3.Bytes())
 	mixed[len(snapMagic)] = snapVersionV2
-	if err := openTemp(t, "mixed.db").Restore(bytes.NewReader(mixed)); !errors.Is(err, ErrCorrupt) ||
+	if err := openTemp(t, "mixed.db").Restore(bytes.NewReader(mixed)); !errors.Is(err, errCorrupt) ||
 		!strings.Contains(err.Error(), "record version 3, want 2") {
 		t.Fatalf("version-3 records in a version-2 snapshot: %v", err)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // TestScripts runs the golden scripts in testdata/. Each apply command prints the entry's index, its
-// result and its events; dump prints the table; restart closes without Commit, reopens the file and
+// result and its events; dump prints the table; restart closes without commit, reopens the file and
 // replays the log after DurableIndex; snapshot checks that WriteSnapshot → Restore → WriteSnapshot is
 // byte-identical. Rewrite expectations with: go test ./lockfsm -run TestScripts -rewrite (then review).
 func TestScripts(t *testing.T) {
@@ -137,7 +137,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 		if err == nil {
 			return fmt.Sprintf("ok: version %d %v %+v\n", c.Version, c.Kind, c)
 		}
-		return fmt.Sprintf("bad=%v newer=%v: %v\n", errors.Is(err, ErrBadCommand), errors.Is(err, ErrNewerFormat), err)
+		return fmt.Sprintf("bad=%v newer=%v: %v\n", errors.Is(err, errBadCommand), errors.Is(err, ErrNewerFormat), err)
 	case "encode":
 		// Prints the encoding of the command given as "kind=..." with the usual arguments.
 		c.Kind = scriptKinds[scriptarg.String(td, "kind")]
@@ -145,7 +145,7 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 	case "dump":
 		return dumpState(e.f)
 	case "commit":
-		if err := e.f.Commit(); err != nil {
+		if err := e.f.commit(); err != nil {
 			t.Fatal(err)
 		}
 		return fmt.Sprintf("durable=%d\n", e.f.DurableIndex())

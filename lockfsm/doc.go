@@ -13,7 +13,7 @@
 //   - Names and kinds. A name's primitive (Command.Primitive) is fixed by the acquire that puts it in the
 //     table and lasts while it has a hold, a waiter or a lock-delay; then the name is forgotten (a
 //     semaphore's limit with it). An acquire, release or proclaim of another primitive on it gets
-//     ErrWrongKind; fields its primitive does not have get ErrUnsupported. Nothing changes on either.
+//     ErrWrongKind; fields its primitive does not have get errUnsupported. Nothing changes on either.
 //   - Fairness. Each name has one FIFO queue. A new acquire is granted at once only if the name is not
 //     delayed, nobody waits on it (no barging) and the new hold fits beside the current ones; a try (Wait
 //     false) otherwise fails with ErrLocked and never queues; a waiting acquire joins the queue
@@ -31,7 +31,7 @@
 //   - Cancel(Target) undoes the acquire with Seq Target: removes it from its queue (every queue of a
 //     multi-name acquire), or gives back the hold level it added (a full release and handoff if it was the
 //     last), or, if that acquire was never applied, stores a tombstone so a late copy is a duplicate that
-//     returns ErrCancelled. A granted acquire is found even after its result was acknowledged away: each
+//     returns errCancelled. A granted acquire is found even after its result was acknowledged away: each
 //     hold records the Seq of the acquire that created it (HoldInfo.GrantSeq), so a cancel applied just
 //     after a queue handoff still releases (S4).
 //   - Leases. KindExpireLease(Name, Token) ends the hold with that token; with Session and Owner set, only
@@ -89,7 +89,7 @@
 // # Versions
 //
 // Commands carry a version byte (see command.go). Version-1 entries apply as they did when version 1 was
-// the newest; a malformed entry is ErrBadCommand and a no-op everywhere; an entry of a newer format is
+// the newest; a malformed entry is errBadCommand and a no-op everywhere; an entry of a newer format is
 // ErrNewerFormat, is not applied, and stops Apply (Halted) so that this replica never diverges from
 // upgraded ones. Lock records (version 3; version 2 still read), session records (version 2) and
 // snapshots (version 3; version 2 still restored) have versions of their own.
@@ -97,11 +97,11 @@
 // # At most once and its memory bound
 //
 // Acquire, Release and Cancel carry (Session, Seq, AckedBelow). A session retains the results of its
-// applied sequence numbers that are >= the highest AckedBelow it sent, at most MaxRetainedResults of them
+// applied sequence numbers that are >= the highest AckedBelow it sent, at most maxRetainedResults of them
 // (the lowest are evicted first). A retained Seq returns its stored result with Duplicate set and changes
-// nothing; a Seq below the window gets ErrStaleSequence. The stored result of a queued acquire is updated
+// nothing; a Seq below the window gets errStaleSequence. The stored result of a queued acquire is updated
 // when it is granted or cancelled, so a retry reports the final outcome. Memory: sessions ×
-// MaxRetainedResults × about 64 bytes at worst.
+// maxRetainedResults × about 64 bytes at worst.
 //
 // # Determinism
 //
@@ -111,7 +111,7 @@
 //
 // # Persistence
 //
-// State lives in memory and in its own bbolt file. Commit writes the records changed since the last Commit
+// State lives in memory and in its own bbolt file. commit writes the records changed since the last commit
 // and the applied index in one transaction; the raft log is the durability source, so the node commits in
 // batches and after a crash replays the entries after DurableIndex. Snapshots are a canonical, checksummed
 // stream; Restore verifies all of it before replacing anything.

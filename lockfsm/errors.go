@@ -4,17 +4,17 @@ import "errors"
 
 // Sentinel errors. Every error in a Result is one of these (compare with errors.Is); every one of them is
 // deterministic: each replica applying the same entry returns the same error. Errors from Open, Restore,
-// Commit and WriteSnapshot may wrap them with more context.
+// commit and WriteSnapshot may wrap them with more context.
 var (
-	// ErrBadCommand: an entry's bytes are malformed (truncated, trailing bytes, version or kind 0, an
+	// errBadCommand: an entry's bytes are malformed (truncated, trailing bytes, version or kind 0, an
 	// integer out of range, or an unknown kind or field in a version-1 command). Apply counts the entry as
 	// applied and changes nothing, on every replica and every version alike: the node applies such an entry
 	// as a no-op (Apply does that) and carries on.
-	ErrBadCommand = errors.New("lockfsm: bad command encoding")
-	// ErrUnsupported: the command combines fields its primitive does not have (ModeShared outside a
+	errBadCommand = errors.New("lockfsm: bad command encoding")
+	// errUnsupported: the command combines fields its primitive does not have (ModeShared outside a
 	// read-write lock, Permits > 1 outside a semaphore, ExtraNames outside a mutex, ...), or is a version-1
 	// command using the fields version 1 reserved (Mode, Permits > 1, ExtraNames). Nothing changes.
-	ErrUnsupported = errors.New("lockfsm: unsupported lock mode, permits or multi-name acquire")
+	errUnsupported = errors.New("lockfsm: unsupported lock mode, permits or multi-name acquire")
 	// ErrInvalidName: the lock name is empty, longer than MaxNameLen bytes or not valid UTF-8. Nothing changes.
 	ErrInvalidName = errors.New("lockfsm: invalid lock name")
 	// ErrInvalidOwner: the owner is empty or longer than MaxOwnerLen bytes (unlike a name's, an owner's
@@ -32,17 +32,17 @@ var (
 	ErrTooManyHolds = errors.New("lockfsm: too many reentrant holds")
 	// ErrAlreadyWaiting: a waiting acquire by an owner that is already queued on that name. Nothing changes.
 	ErrAlreadyWaiting = errors.New("lockfsm: owner already waiting for this lock")
-	// ErrStaleSequence: the command's sequence number is below the session's retained window (the client
+	// errStaleSequence: the command's sequence number is below the session's retained window (the client
 	// promised never to send it again, or its result was evicted). Nothing changes; the outcome of the
 	// original command is unknown to this call.
-	ErrStaleSequence = errors.New("lockfsm: stale sequence number")
-	// ErrCancelled: the result of an acquire that was cancelled before it was applied (a tombstone) or
+	errStaleSequence = errors.New("lockfsm: stale sequence number")
+	// errCancelled: the result of an acquire that was cancelled before it was applied (a tombstone) or
 	// while it waited. A late copy of that acquire returns it and has no effect.
-	ErrCancelled = errors.New("lockfsm: acquire was cancelled")
-	// ErrAlreadyApplied: Apply was called with an index at or below AppliedIndex. Nothing changes.
-	ErrAlreadyApplied = errors.New("lockfsm: index already applied")
-	// ErrCorrupt: a state file or snapshot is damaged, truncated or not a lockfsm file.
-	ErrCorrupt = errors.New("lockfsm: corrupt state")
+	errCancelled = errors.New("lockfsm: acquire was cancelled")
+	// errAlreadyApplied: Apply was called with an index at or below AppliedIndex. Nothing changes.
+	errAlreadyApplied = errors.New("lockfsm: index already applied")
+	// errCorrupt: a state file or snapshot is damaged, truncated or not a lockfsm file.
+	errCorrupt = errors.New("lockfsm: corrupt state")
 	// ErrWrongKind: the name is in the table as another primitive (a semaphore acquired as a mutex, a
 	// release of a read-write lock as a mutex, a proclaim on a mutex, a multi-name acquire naming a
 	// semaphore, ...). Nothing changes.
@@ -74,7 +74,7 @@ var (
 	// at that index, say so loudly (an error naming the index and the version), and wait to be upgraded;
 	// after a restart with a newer version the entry applies normally. The node also must not propose
 	// version-2 commands (the catalogue) until every replica runs a version that knows them, since a
-	// version without this sentinel treats them as ErrBadCommand no-ops.
+	// version without this sentinel treats them as errBadCommand no-ops.
 	ErrNewerFormat = errors.New("lockfsm: command of a newer format")
 )
 
@@ -82,8 +82,8 @@ var (
 // Codes are part of the on-disk format: append only.
 var errCodes = [...]error{
 	nil,
-	ErrBadCommand,
-	ErrUnsupported,
+	errBadCommand,
+	errUnsupported,
 	ErrInvalidName,
 	ErrInvalidOwner,
 	ErrNoSession,
@@ -91,10 +91,10 @@ var errCodes = [...]error{
 	ErrNotHolder,
 	ErrTooManyHolds,
 	ErrAlreadyWaiting,
-	ErrStaleSequence,
-	ErrCancelled,
-	ErrAlreadyApplied,
-	ErrCorrupt,
+	errStaleSequence,
+	errCancelled,
+	errAlreadyApplied,
+	errCorrupt,
 	ErrWrongKind,
 	ErrUpgrade,
 	ErrHoldConflict,

@@ -10,9 +10,9 @@ import (
 // (S7 across versions: the old version's codes 1..13 are as they were), every sentinel round-trips through
 // ErrorCode and ErrorForCode, wrapped errors map to their sentinel and foreign ones to 255.
 func TestErrorCodes(t *testing.T) {
-	old := []error{nil, ErrBadCommand, ErrUnsupported, ErrInvalidName, ErrInvalidOwner, ErrNoSession, ErrLocked,
-		ErrNotHolder, ErrTooManyHolds, ErrAlreadyWaiting, ErrStaleSequence, ErrCancelled, ErrAlreadyApplied,
-		ErrCorrupt}
+	old := []error{nil, errBadCommand, errUnsupported, ErrInvalidName, ErrInvalidOwner, ErrNoSession, ErrLocked,
+		ErrNotHolder, ErrTooManyHolds, ErrAlreadyWaiting, errStaleSequence, errCancelled, errAlreadyApplied,
+		errCorrupt}
 	for c, e := range old {
 		if got := ErrorCode(e); got != uint8(c) {
 			t.Fatalf("%v: code %d, was %d", e, got, c)

@@ -15,12 +15,12 @@ const (
 	MaxNameLen = 512
 	// MaxOwnerLen is the longest owner, in bytes.
 	MaxOwnerLen = 256
-	// DefaultMaxHolds is the reentrancy limit of an acquire whose MaxHolds is 0.
-	DefaultMaxHolds = 64
+	// defaultMaxHolds is the reentrancy limit of an acquire whose MaxHolds is 0.
+	defaultMaxHolds = 64
 )
 
 // FSM is the lock state machine: an in-memory lock table and session table, kept in a bbolt file by
-// Commit. It is not safe for concurrent use: one goroutine (the node loop) calls every method.
+// commit. It is not safe for concurrent use: one goroutine (the node loop) calls every method.
 type FSM struct {
 	path string
 	db   *bolt.DB
@@ -31,7 +31,7 @@ type FSM struct {
 	sessions map[uint64]*session
 	locks    map[string]*lock
 
-	// Records changed since the last Commit. A key whose record is gone from memory is deleted by Commit.
+	// Records changed since the last commit. A key whose record is gone from memory is deleted by commit.
 	dirtySessions map[uint64]struct{}
 	dirtyLocks    map[string]struct{}
 
@@ -68,8 +68,8 @@ func (f *FSM) DurableIndex() uint64 { return f.durable.Load() }
 // returns the result and the extended slice. It does not allocate when events has room and no new name,
 // session or waiter appears.
 //
-// An index <= AppliedIndex returns Result{Err: ErrAlreadyApplied} and changes nothing. Malformed data
-// returns Result{Err: ErrBadCommand} and still counts as applied, so a committed entry never wedges the
+// An index <= AppliedIndex returns Result{Err: errAlreadyApplied} and changes nothing. Malformed data
+// returns Result{Err: errBadCommand} and still counts as applied, so a committed entry never wedges the
 // node. Data of a newer format returns Result{Err: ErrNewerFormat} without being applied, and so does
 // every later call until the FSM is reopened (see Halted). data is not retained.
 func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event) {
@@ -77,7 +77,7 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 		return Result{Err: ErrNewerFormat}, events
 	}
 	if index <= f.applied {
-		return Result{Err: ErrAlreadyApplied}, events
+		return Result{Err: errAlreadyApplied}, events
 	}
 	c := &f.scratch
 	if err := decodeInto(c, data, true); err != nil {
@@ -87,7 +87,7 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 			return Result{Err: ErrNewerFormat}, events
 		}
 		f.applied = index
-		return Result{Err: ErrBadCommand}, events
+		return Result{Err: errBadCommand}, events
 	}
 	r, events := f.apply(index, c, events)
 	// Drop the aliases into data.
@@ -103,7 +103,7 @@ func (f *FSM) ApplyCommand(index uint64, c *Command, events []Event) (Result, []
 		return Result{Err: ErrNewerFormat}, events
 	}
 	if index <= f.applied {
-		return Result{Err: ErrAlreadyApplied}, events
+		return Result{Err: errAlreadyApplied}, events
 	}
 	if c.Version > commandVersion {
 		f.halted = index
@@ -139,7 +139,7 @@ func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 	case KindCheckpoint:
 		return f.checkpoint(c, ev)
 	}
-	return Result{Err: ErrBadCommand}, ev
+	return Result{Err: errBadCommand}, ev
 }
 
 // recycle makes the entries dropped by the previous apply reusable.
@@ -155,7 +155,7 @@ func (f *FSM) recycle() {
 }
 
 // applySequenced applies the per-session commands: deduplication (S6), then validation, then the rule.
-// Every outcome but ErrNoSession, ErrStaleSequence and Duplicate is retained under (Session, Seq).
+// Every outcome but ErrNoSession, errStaleSequence and Duplicate is retained under (Session, Seq).
 func (f *FSM) applySequenced(index uint64, c *Command, ev []Event) (Result, []Event) {
 	s := f.sessions[c.Session]
 	if s == nil {
@@ -167,7 +167,7 @@ func (f *FSM) applySequenced(index uint64, c *Command, ev []Event) (Result, []Ev
 		return r, ev
 	}
 	if c.Seq < s.lowWater {
-		return Result{Err: ErrStaleSequence}, ev
+		return Result{Err: errStaleSequence}, ev
 	}
 	s.ack(c.AckedBelow, c.Seq)
 	f.dirtySessions[s.id] = struct{}{}

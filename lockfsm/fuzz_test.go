@@ -103,7 +103,7 @@ func checkStream(t testing.TB, data []byte, k knobs) error {
 		if err != nil || fmt.Sprint(c) != fmt.Sprint(c2) {
 			return fmt.Errorf("re-decode: %v %+v %+v", err, c, c2)
 		}
-	} else if errors.Is(err, ErrBadCommand) == errors.Is(err, ErrNewerFormat) {
+	} else if errors.Is(err, errBadCommand) == errors.Is(err, ErrNewerFormat) {
 		return fmt.Errorf("decode error %v is not exactly one of ErrBadCommand and ErrNewerFormat", err)
 	}
 	_, entries, err := genApply(data, plantedMemFSM(k), newChecker())

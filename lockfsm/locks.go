@@ -433,7 +433,7 @@ func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
 // cancel applies KindCancel: undo the acquire (Session, Target) for Owner on Name. A queued acquire leaves
 // its queue (every queue of a multi-name acquire); a granted one gives back the level it added (a full
 // release and handoff if that was the last); one never applied gets a tombstone so a late copy of it is a
-// duplicate with ErrCancelled.
+// duplicate with errCancelled.
 //
 // A granted acquire is recognised by the hold itself (grantSeq: it created the hold) or by its retained
 // result (a grant with the hold's token: a reentrant level). The first matters when the acquire was
@@ -499,7 +499,7 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 		}
 	}
 	if !ok && c.Target >= s.lowWater && c.Target != c.Seq {
-		s.store(retained{seq: c.Target, code: errToCode(ErrCancelled), status: Cancelled})
+		s.store(retained{seq: c.Target, code: errToCode(errCancelled), status: Cancelled})
 	}
 	return Result{Status: NotFound}, ev
 }
@@ -513,10 +513,10 @@ func (f *FSM) settleAfterCancel(l *lock, index uint64, ev []Event) []Event {
 }
 
 // markCancelled turns the retained result of seq (if any) into the cancelled tombstone, so the acquire's
-// retries report ErrCancelled and a second cancel of it finds nothing.
+// retries report errCancelled and a second cancel of it finds nothing.
 func markCancelled(s *session, seq uint64) {
 	if r, ok := s.lookup(seq); ok {
-		*r = retained{seq: seq, code: errToCode(ErrCancelled), status: Cancelled}
+		*r = retained{seq: seq, code: errToCode(errCancelled), status: Cancelled}
 	}
 }
 

@@ -19,7 +19,7 @@ type Options struct {
 	InitialMmapSize int
 	// LockTimeout bounds the wait for the file lock held by another process; 0 means 1s.
 	LockTimeout time.Duration
-	// NoSync skips fsync on Commit. Unsafe (a crash can corrupt the file): for benchmarks only.
+	// NoSync skips fsync on commit. Unsafe (a crash can corrupt the file): for benchmarks only.
 	NoSync bool
 
 	knobs knobs // bugs to plant in the FSM (knobs.go): set only by lockfsm's tests and Plant
@@ -36,7 +36,7 @@ var (
 )
 
 // Open opens or creates the state file at path and loads it: the state as of DurableIndex. A file that is
-// damaged or not a lockfsm file returns an error that names it and wraps ErrCorrupt; bbolt panics and
+// damaged or not a lockfsm file returns an error that names it and wraps errCorrupt; bbolt panics and
 // memory faults on such files are recovered and reported the same way.
 func Open(path string, opts Options) (f *FSM, err error) {
 	timeout := opts.LockTimeout
@@ -46,7 +46,7 @@ func Open(path string, opts Options) (f *FSM, err error) {
 	var db *bolt.DB
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("lockfsm: open %s: %w: %v", path, ErrCorrupt, r)
+			err = fmt.Errorf("lockfsm: open %s: %w: %v", path, errCorrupt, r)
 			f = nil
 		}
 		if err != nil && db != nil {
@@ -65,7 +65,7 @@ func Open(path string, opts Options) (f *FSM, err error) {
 		if errors.Is(err, berrors.ErrTimeout) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("lockfsm: open %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("lockfsm: open %s: %w: %v", path, ErrCorrupt, err)
+		return nil, fmt.Errorf("lockfsm: open %s: %w: %v", path, errCorrupt, err)
 	}
 	f = &FSM{path: path, db: db, dirtySessions: make(map[uint64]struct{}), dirtyLocks: make(map[string]struct{}),
 		k: opts.knobs}
@@ -89,7 +89,7 @@ func (f *FSM) initFile() error {
 	if err := f.db.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
 	}); err != nil {
-		return fmt.Errorf("lockfsm: open %s: %w: %v", f.path, ErrCorrupt, err)
+		return fmt.Errorf("lockfsm: open %s: %w: %v", f.path, errCorrupt, err)
 	}
 	if !empty {
 		return nil
@@ -119,16 +119,16 @@ func (f *FSM) load() error {
 	err := f.db.View(func(tx *bolt.Tx) error {
 		meta, sb, lb := tx.Bucket(bucketMeta), tx.Bucket(bucketSessions), tx.Bucket(bucketLocks)
 		if meta == nil || sb == nil || lb == nil || string(meta.Get(keyMagic)) != string(fileMagic) {
-			return fmt.Errorf("%w: not a lockfsm state file (missing buckets or magic)", ErrCorrupt)
+			return fmt.Errorf("%w: not a lockfsm state file (missing buckets or magic)", errCorrupt)
 		}
 		a := meta.Get(keyApplied)
 		if len(a) != 8 {
-			return fmt.Errorf("%w: bad applied index", ErrCorrupt)
+			return fmt.Errorf("%w: bad applied index", errCorrupt)
 		}
 		applied = binary.BigEndian.Uint64(a)
 		if err := sb.ForEach(func(k, v []byte) error {
 			if len(k) != 8 {
-				return fmt.Errorf("%w: bad session key %x", ErrCorrupt, k)
+				return fmt.Errorf("%w: bad session key %x", errCorrupt, k)
 			}
 			s, err := decodeSession(binary.BigEndian.Uint64(k), v)
 			if err != nil {
@@ -152,8 +152,8 @@ func (f *FSM) load() error {
 		err = linkState(sessions, locks)
 	}
 	if err != nil {
-		if !errors.Is(err, ErrCorrupt) {
-			err = fmt.Errorf("%w: %v", ErrCorrupt, err)
+		if !errors.Is(err, errCorrupt) {
+			err = fmt.Errorf("%w: %v", errCorrupt, err)
 		}
 		return fmt.Errorf("lockfsm: load %s: %w", f.path, err)
 	}
@@ -163,10 +163,10 @@ func (f *FSM) load() error {
 	return nil
 }
 
-// Commit writes every record changed since the last Commit and the applied index in one bbolt write
+// commit writes every record changed since the last commit and the applied index in one bbolt write
 // transaction (one fsync). After it returns nil, DurableIndex == AppliedIndex. On error nothing is marked
-// clean, so a later Commit retries the same records; the node should treat a failing disk as fatal.
-func (f *FSM) Commit() error {
+// clean, so a later commit retries the same records; the node should treat a failing disk as fatal.
+func (f *FSM) commit() error {
 	if f.db == nil {
 		return fmt.Errorf("lockfsm: commit %s: closed", f.path)
 	}
@@ -193,10 +193,10 @@ type kv struct{ k, v []byte } // v == nil: delete
 // Applied is the index the batch makes durable.
 func (b *CommitBatch) Applied() uint64 { return b.applied }
 
-// PrepareCommit encodes every record changed since the last PrepareCommit or Commit, and the applied
+// PrepareCommit encodes every record changed since the last PrepareCommit or commit, and the applied
 // index, into a batch and marks them clean. It does no I/O; WriteCommit writes the batch, from any
 // goroutine, while Apply goes on. Batches must be written in the order they were prepared, one at a
-// time, and neither Commit, Restore nor Close may run while one is being written. If WriteCommit fails
+// time, and neither commit, Restore nor Close may run while one is being written. If WriteCommit fails
 // the records stay unwritten (a later batch does not contain them): the node must stop, as after any
 // failed commit, and replay from the raft log after a restart.
 func (f *FSM) PrepareCommit() *CommitBatch {
@@ -294,7 +294,7 @@ func (f *FSM) update(op string, applied uint64, fill func(tx *bolt.Tx) error) er
 	return nil
 }
 
-// Close closes the file without committing (call Commit first to keep the tail; otherwise it is replayed
+// Close closes the file without committing (call commit first to keep the tail; otherwise it is replayed
 // from the log after Open). Safe to call more than once.
 func (f *FSM) Close() error {
 	if f.db == nil {

@@ -26,7 +26,7 @@ func randomStream(t *testing.T, n int) []Command {
 	return genCommands(b)
 }
 
-// TestCrashReplay: apply, Commit, apply more, Close WITHOUT Commit, reopen, replay the tail from
+// TestCrashReplay: apply, commit, apply more, Close WITHOUT commit, reopen, replay the tail from
 // DurableIndex: the snapshot equals the uninterrupted run's, byte for byte. fsync is on.
 func TestCrashReplay(t *testing.T) {
 	entries, want := referenceRun(t)
@@ -37,7 +37,7 @@ func TestCrashReplay(t *testing.T) {
 	for i, e := range entries[:2*len(entries)/3] {
 		f.Apply(uint64(i+1), e, nil)
 		if i+1 == commitAt || i+1 == commitAt/2 {
-			if err := f.Commit(); err != nil {
+			if err := f.commit(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -54,25 +54,25 @@ func TestCrashReplay(t *testing.T) {
 		t.Fatalf("reopened at durable %d applied %d, want %d", g.DurableIndex(), g.AppliedIndex(), commitAt)
 	}
 	for i, e := range entries {
-		if r, _ := g.Apply(uint64(i+1), e, nil); uint64(i+1) <= g.DurableIndex() && !errors.Is(r.Err, ErrAlreadyApplied) {
+		if r, _ := g.Apply(uint64(i+1), e, nil); uint64(i+1) <= g.DurableIndex() && !errors.Is(r.Err, errAlreadyApplied) {
 			t.Fatalf("index %d re-applied: %+v", i+1, r)
 		}
 	}
 	if !bytes.Equal(want, snapshotBytes(t, g)) {
 		t.Fatal("replay after crash differs from the uninterrupted run")
 	}
-	// And the committed file alone (Commit, reopen) holds exactly that state.
+	// And the committed file alone (commit, reopen) holds exactly that state.
 	checkCommitted(t, g, path, want)
 }
 
 func wantCorrupt(t *testing.T, path string, err error) {
 	t.Helper()
-	if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+	if err == nil || !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("want ErrCorrupt naming %s, got %v", path, err)
 	}
 }
 
-// TestOpenCorrupt: random bytes, truncated files and a foreign bbolt file are refused with ErrCorrupt
+// TestOpenCorrupt: random bytes, truncated files and a foreign bbolt file are refused with errCorrupt
 // naming the file, never a panic.
 func TestOpenCorrupt(t *testing.T) {
 	dir := t.TempDir()
@@ -95,7 +95,7 @@ func TestOpenCorrupt(t *testing.T) {
 	if _, err := runStream(t, f, randomStream(t, 300)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Commit(); err != nil {
+	if err := f.commit(); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Close()
@@ -141,7 +141,7 @@ func TestOpenCorrupt(t *testing.T) {
 	wantCorrupt(t, foreign, err)
 }
 
-// TestRestoreCorrupt: a damaged snapshot is refused with ErrCorrupt and leaves the FSM as it was.
+// TestRestoreCorrupt: a damaged snapshot is refused with errCorrupt and leaves the FSM as it was.
 func TestRestoreCorrupt(t *testing.T) {
 	src := openTemp(t, "src.db")
 	if _, err := runStream(t, src, randomStream(t, 300)); err != nil {
@@ -158,7 +158,7 @@ func TestRestoreCorrupt(t *testing.T) {
 		bad = append(bad, c)
 	}
 	for i, b := range bad {
-		if err := dst.Restore(bytes.NewReader(b)); !errors.Is(err, ErrCorrupt) {
+		if err := dst.Restore(bytes.NewReader(b)); !errors.Is(err, errCorrupt) {
 			t.Fatalf("case %d: want ErrCorrupt, got %v", i, err)
 		}
 		if !bytes.Equal(before, snapshotBytes(t, dst)) {
@@ -173,7 +173,7 @@ func TestRestoreCorrupt(t *testing.T) {
 	}
 }
 
-// TestCommandRoundTrip: every field survives encoding, in both versions; malformed bytes are ErrBadCommand
+// TestCommandRoundTrip: every field survives encoding, in both versions; malformed bytes are errBadCommand
 // and entries of a newer format ErrNewerFormat (never both); encoding does not allocate.
 func TestCommandRoundTrip(t *testing.T) {
 	c := Command{Kind: KindAcquire, Session: 1 << 40, Seq: 7, AckedBelow: 5, Name: "stock/sku-42", Owner: "worker-1",
@@ -212,13 +212,13 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	for _, g := range [][]byte{nil, {1}, {0, 1, 0}, {1, 0, 0}, {1, 99, 0}, {1, 10, 0}, {1, 5, 0x80},
 		{1, 5, 0x80, 0x80, 0x08}, {1, 5, 0x80, 0x80, 0x04}, append(bytes.Clone(b), 0), b[:len(b)-1]} {
-		if _, err := DecodeCommand(g); !errors.Is(err, ErrBadCommand) || errors.Is(err, ErrNewerFormat) {
+		if _, err := DecodeCommand(g); !errors.Is(err, errBadCommand) || errors.Is(err, ErrNewerFormat) {
 			t.Fatalf("%x: want ErrBadCommand, got %v", g, err)
 		}
 	}
 	for _, g := range [][]byte{{3}, {3, 5, 0}, {2, 12, 0}, {2, 99, 0}, {2, 5, 0x80, 0x80, 0x40},
 		{2, 5, 0x80, 0x80, 0x08, 4}, {2, 5, 0x80, 0x40, 2}} {
-		if _, err := DecodeCommand(g); !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrBadCommand) {
+		if _, err := DecodeCommand(g); !errors.Is(err, ErrNewerFormat) || errors.Is(err, errBadCommand) {
 			t.Fatalf("%x: want ErrNewerFormat, got %v", g, err)
 		}
 	}
@@ -231,20 +231,20 @@ func commandsEqual(a, b Command) bool {
 	return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v", b)
 }
 
-// TestRetainedBound: a session keeps at most MaxRetainedResults results; evicted seqs become stale.
+// TestRetainedBound: a session keeps at most maxRetainedResults results; evicted seqs become stale.
 func TestRetainedBound(t *testing.T) {
 	f := openTemp(t, "bound.db")
 	f.ApplyCommand(1, &Command{Kind: KindOpenSession}, nil)
 	idx := uint64(1)
-	for seq := uint64(1); seq <= MaxRetainedResults+10; seq++ {
+	for seq := uint64(1); seq <= maxRetainedResults+10; seq++ {
 		idx++
 		f.ApplyCommand(idx, &Command{Kind: KindRelease, Session: 1, Seq: seq, Name: "n", Owner: "o"}, nil)
 	}
-	if got := f.Sessions()[0].Retained; got != MaxRetainedResults {
-		t.Fatalf("retained %d, want %d", got, MaxRetainedResults)
+	if got := f.Sessions()[0].Retained; got != maxRetainedResults {
+		t.Fatalf("retained %d, want %d", got, maxRetainedResults)
 	}
 	idx++
-	if r, _ := f.ApplyCommand(idx, &Command{Kind: KindAcquire, Session: 1, Seq: 10, Name: "n", Owner: "o"}, nil); !errors.Is(r.Err, ErrStaleSequence) {
+	if r, _ := f.ApplyCommand(idx, &Command{Kind: KindAcquire, Session: 1, Seq: 10, Name: "n", Owner: "o"}, nil); !errors.Is(r.Err, errStaleSequence) {
 		t.Fatalf("evicted seq: %+v", r)
 	}
 	idx++
@@ -255,7 +255,7 @@ func TestRetainedBound(t *testing.T) {
 
 // TestPrepareWriteCommit: batches prepared at several points and written while entries go on being
 // applied (as the node's committer does) leave the file at the last written batch's index; replaying
-// the rest from there gives the uninterrupted run's state, byte for byte; and a final Commit after the
+// the rest from there gives the uninterrupted run's state, byte for byte; and a final commit after the
 // batches writes exactly the in-memory state.
 func TestPrepareWriteCommit(t *testing.T) {
 	entries, want := referenceRun(t)
@@ -344,7 +344,7 @@ func TestWriteDurableSnapshot(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteDurableSnapshot(io.Discard); !errors.Is(err, ErrCorrupt) {
+	if _, err := f.WriteDurableSnapshot(io.Discard); !errors.Is(err, errCorrupt) {
 		t.Fatalf("damaged record: %v, want ErrCorrupt", err)
 	}
 }
@@ -353,7 +353,7 @@ func TestWriteDurableSnapshot(t *testing.T) {
 // snapshot is want.
 func checkCommitted(t *testing.T, f *FSM, path string, want []byte) {
 	t.Helper()
-	if err := f.Commit(); err != nil {
+	if err := f.commit(); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Close()

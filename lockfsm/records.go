@@ -146,11 +146,11 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 	d := decoder{b: b}
 	v := d.byte1()
 	if v != sessionRecordV2 && v != sessionRecordVersion {
-		return nil, fmt.Errorf("%w: session %d: unknown record version", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: session %d: unknown record version", errCorrupt, id)
 	}
 	s := &session{id: id, node: d.uvarint(), ttl: d.uvarint(), lowWater: d.uvarint()}
 	n := d.count(8)
-	if n > MaxRetainedResults {
+	if n > maxRetainedResults {
 		d.bad = true
 	}
 	if n > 0 && !d.bad {
@@ -178,7 +178,7 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 		}
 	}
 	if d.bad || len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: session %d: bad record", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: session %d: bad record", errCorrupt, id)
 	}
 	return s, nil
 }
@@ -191,7 +191,7 @@ func decodeLock(name string, b []byte, want byte) (*lock, error) {
 		v = b[0]
 	}
 	if want != 0 && v != want {
-		return nil, fmt.Errorf("%w: lock %q: record version %d, want %d", ErrCorrupt, name, v, want)
+		return nil, fmt.Errorf("%w: lock %q: record version %d, want %d", errCorrupt, name, v, want)
 	}
 	var l *lock
 	ok := false
@@ -201,10 +201,10 @@ func decodeLock(name string, b []byte, want byte) (*lock, error) {
 	case lockRecordVersion:
 		l, ok = decodeLockV3(name, b)
 	default:
-		return nil, fmt.Errorf("%w: lock %q: unknown record version", ErrCorrupt, name)
+		return nil, fmt.Errorf("%w: lock %q: unknown record version", errCorrupt, name)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: lock %q: bad record", ErrCorrupt, name)
+		return nil, fmt.Errorf("%w: lock %q: bad record", errCorrupt, name)
 	}
 	return l, nil
 }
@@ -394,7 +394,7 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock) error {
 			h := &l.holds[i]
 			s := sessions[h.session]
 			if s == nil {
-				return fmt.Errorf("%w: lock %q held by unknown session %d", ErrCorrupt, l.name, h.session)
+				return fmt.Errorf("%w: lock %q held by unknown session %d", errCorrupt, l.name, h.session)
 			}
 			s.addHold(l.name)
 			if names := h.names(); names != nil && names[0] == l.name {
@@ -405,7 +405,7 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock) error {
 						j = m.findToken(h.session, h.owner, h.token)
 					}
 					if j < 0 || !sameHold(h, &m.holds[j]) {
-						return fmt.Errorf("%w: lock %q: multi-name hold missing on %q", ErrCorrupt, l.name, n)
+						return fmt.Errorf("%w: lock %q: multi-name hold missing on %q", errCorrupt, l.name, n)
 					}
 					m.holds[j].x = h.x
 				}
@@ -415,14 +415,14 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock) error {
 			w := &l.waiters[i]
 			s := sessions[w.session]
 			if s == nil {
-				return fmt.Errorf("%w: lock %q has a waiter of unknown session %d", ErrCorrupt, l.name, w.session)
+				return fmt.Errorf("%w: lock %q has a waiter of unknown session %d", errCorrupt, l.name, w.session)
 			}
 			s.addWait(l.name)
 			if names := w.names(); names != nil && names[0] == l.name {
 				for _, n := range names[1:] {
 					v := findWaiter(locks[n], w.session, w.seq)
 					if v == nil || !sameWaiter(w, v) {
-						return fmt.Errorf("%w: lock %q: multi-name waiter missing on %q", ErrCorrupt, l.name, n)
+						return fmt.Errorf("%w: lock %q: multi-name waiter missing on %q", errCorrupt, l.name, n)
 					}
 					v.x = w.x
 				}
@@ -432,16 +432,16 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock) error {
 	for _, l := range locks {
 		for i := range l.holds {
 			if h := &l.holds[i]; h.x != nil && !containsName(locks[h.names()[0]], h) {
-				return fmt.Errorf("%w: lock %q: multi-name hold without its first name", ErrCorrupt, l.name)
+				return fmt.Errorf("%w: lock %q: multi-name hold without its first name", errCorrupt, l.name)
 			}
 		}
 		for i := range l.waiters {
 			if w := &l.waiters[i]; w.names() != nil && findWaiter(locks[w.names()[0]], w.session, w.seq) == nil {
-				return fmt.Errorf("%w: lock %q: multi-name waiter without its first name", ErrCorrupt, l.name)
+				return fmt.Errorf("%w: lock %q: multi-name waiter without its first name", errCorrupt, l.name)
 			}
 		}
 		if !l.delayed && len(l.waiters) > 0 && l.waiters[0].names() != nil && multiReady(locks, &l.waiters[0]) {
-			return fmt.Errorf("%w: lock %q: its first waiter could be granted", ErrCorrupt, l.name)
+			return fmt.Errorf("%w: lock %q: its first waiter could be granted", errCorrupt, l.name)
 		}
 	}
 	return nil

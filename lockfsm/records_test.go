@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// FuzzLockRecord: a damaged lock record (bbolt file or snapshot) is refused with ErrCorrupt, never a
+// FuzzLockRecord: a damaged lock record (bbolt file or snapshot) is refused with errCorrupt, never a
 // panic; one that decodes is canonical: encoding it again and decoding that gives the same bytes.
 func FuzzLockRecord(f *testing.F) {
 	// Seeds: every record of a few random catalogue streams, and the old version's records.

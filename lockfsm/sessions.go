@@ -2,14 +2,14 @@ package lockfsm
 
 import "slices"
 
-// MaxRetainedResults bounds the results kept per session for deduplication (S6). A session keeps the
+// maxRetainedResults bounds the results kept per session for deduplication (S6). A session keeps the
 // results of its applied sequence numbers >= its acknowledged low-water mark (the highest AckedBelow it has
-// sent), and at most MaxRetainedResults of them: beyond that the lowest is evicted and the low-water mark
-// moves above it, so a later retry of an evicted sequence number gets ErrStaleSequence (never a second
-// apply). Memory is therefore bounded by sessions × MaxRetainedResults × (about 64 bytes + the holder owner
+// sent), and at most maxRetainedResults of them: beyond that the lowest is evicted and the low-water mark
+// moves above it, so a later retry of an evicted sequence number gets errStaleSequence (never a second
+// apply). Memory is therefore bounded by sessions × maxRetainedResults × (about 64 bytes + the holder owner
 // string kept with ErrLocked results); a well-behaved node acknowledges promptly and keeps only its
 // in-flight commands.
-const MaxRetainedResults = 1024
+const maxRetainedResults = 1024
 
 // session is one open session: its identity, its deduplication window and indexes of what it holds and
 // waits for (derived from the lock table, never persisted on their own).
@@ -81,7 +81,7 @@ func (s *session) ack(ackedBelow, seq uint64) {
 }
 
 // store records r as the result of seq (seq must not be retained yet) and evicts the lowest results beyond
-// MaxRetainedResults.
+// maxRetainedResults.
 func (s *session) store(r retained) {
 	n := len(s.results)
 	if n == 0 || s.results[n-1].seq < r.seq {
@@ -90,7 +90,7 @@ func (s *session) store(r retained) {
 		i, _ := slices.BinarySearchFunc(s.results, r.seq, cmpRetained)
 		s.results = slices.Insert(s.results, i, r)
 	}
-	if over := len(s.results) - MaxRetainedResults; over > 0 {
+	if over := len(s.results) - maxRetainedResults; over > 0 {
 		s.lowWater = max(s.lowWater, s.results[over-1].seq+1)
 		s.results = slices.Delete(s.results, 0, over)
 	}

@@ -73,14 +73,14 @@ func (f *FSM) WriteDurableSnapshot(w io.Writer) (uint64, error) {
 	err := f.db.View(func(tx *bolt.Tx) error {
 		meta, sb, lb := tx.Bucket(bucketMeta), tx.Bucket(bucketSessions), tx.Bucket(bucketLocks)
 		if meta == nil || sb == nil || lb == nil || len(meta.Get(keyApplied)) != 8 {
-			return fmt.Errorf("%w: not a lockfsm state file", ErrCorrupt)
+			return fmt.Errorf("%w: not a lockfsm state file", errCorrupt)
 		}
 		applied = binary.BigEndian.Uint64(meta.Get(keyApplied))
 		sw := newSnapWriter(w, applied)
 		var rec []byte
 		if err := sb.ForEach(func(k, v []byte) error {
 			if len(k) != 8 {
-				return fmt.Errorf("%w: bad session key %x", ErrCorrupt, k)
+				return fmt.Errorf("%w: bad session key %x", errCorrupt, k)
 			}
 			id := binary.BigEndian.Uint64(k)
 			s, err := decodeSession(id, v)
@@ -208,7 +208,7 @@ func (s *snapReader) bytes(max uint64) ([]byte, error) {
 
 // Restore replaces the whole state with the snapshot read from r. It reads and verifies all of r (format,
 // records, checksum, consistency) before touching anything, then rewrites the bbolt file in one transaction
-// and only then swaps the in-memory state; on any error the FSM is unchanged. Bad input wraps ErrCorrupt.
+// and only then swaps the in-memory state; on any error the FSM is unchanged. Bad input wraps errCorrupt.
 // It is ReadRestore, WriteRestore and InstallRestore in one call.
 func (f *FSM) Restore(r io.Reader) error {
 	rs, err := ReadRestore(r)
@@ -233,7 +233,7 @@ type Restored struct {
 func (rs *Restored) Applied() uint64 { return rs.applied }
 
 // ReadRestore reads and verifies a whole snapshot (format, records, checksum, consistency). It touches no
-// FSM, so it may run on any goroutine. Bad input wraps ErrCorrupt.
+// FSM, so it may run on any goroutine. Bad input wraps errCorrupt.
 func ReadRestore(r io.Reader) (*Restored, error) {
 	sessions, locks, applied, err := readSnapshot(r)
 	if err != nil {
@@ -244,7 +244,7 @@ func ReadRestore(r io.Reader) (*Restored, error) {
 
 // WriteRestore rewrites the bbolt file with rs's state in one transaction and then sets DurableIndex to
 // rs.Applied(). The in-memory state is not touched (InstallRestore swaps it in), so the caller may run it on
-// another goroutine while it reads the in-memory state; it must not Apply, Commit or write a batch until
+// another goroutine while it reads the in-memory state; it must not Apply, commit or write a batch until
 // InstallRestore. On error the file is unchanged.
 func (f *FSM) WriteRestore(rs *Restored) error {
 	if f.db == nil {
@@ -291,7 +291,7 @@ func (f *FSM) InstallRestore(rs *Restored) {
 func readSnapshot(r io.Reader) (map[uint64]*session, map[string]*lock, uint64, error) {
 	sr := &snapReader{r: bufio.NewReaderSize(r, 64<<10), h: crc32.New(castagnoli)}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: snapshot: %s", errCorrupt, fmt.Sprintf(format, args...))
 	}
 	head := make([]byte, len(snapMagic)+1)
 	if _, err := io.ReadFull(sr.r, head); err != nil {

@@ -13,11 +13,11 @@ import (
 	"github.com/lockraft/lockraft/internal/refuse"
 )
 
-// ErrInvalidConfig is wrapped by every error Config.Validate returns.
-var ErrInvalidConfig = errors.New("membership: invalid config")
+// errInvalidConfig is wrapped by every error Config.validate returns.
+var errInvalidConfig = errors.New("membership: invalid config")
 
 // KeyLengthError reports a SecretKey, or a key of Keys, whose length is not
-// 16, 24 or 32 bytes. It wraps ErrInvalidConfig.
+// 16, 24 or 32 bytes. It wraps errInvalidConfig.
 type KeyLengthError struct {
 	Len int
 	Key string // which key: "Keys[i]" ("" for SecretKey or a key added at run time)
@@ -31,8 +31,8 @@ func (e *KeyLengthError) Error() string {
 	return fmt.Sprintf("membership: invalid config: %s is %d bytes, want 16, 24 or 32 (AES-128/192/256-GCM)", key, e.Len)
 }
 
-// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
-func (e *KeyLengthError) Unwrap() error { return ErrInvalidConfig }
+// Unwrap makes errors.Is(err, errInvalidConfig) true.
+func (e *KeyLengthError) Unwrap() error { return errInvalidConfig }
 
 // Config configures one gossip member, and a lockraft node's gossip mode
 // (node.Config.Gossip is this type; the node fills in Meta, Logger and
@@ -205,9 +205,9 @@ func FastTiming() Timing {
 	}
 }
 
-// Validate reports the first problem with c; every error wraps
-// ErrInvalidConfig. It does not modify c. Start calls it.
-func (c *Config) Validate() error {
+// validate reports the first problem with c; every error wraps
+// errInvalidConfig. It does not modify c. Start calls it.
+func (c *Config) validate() error {
 	if err := c.Meta.validate(); err != nil {
 		return invalid("%v", err)
 	}
@@ -218,10 +218,10 @@ func (c *Config) Validate() error {
 }
 
 func invalid(format string, a ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
+	return fmt.Errorf("%w: "+format, append([]any{errInvalidConfig}, a...)...)
 }
 
-// ValidateSettings is Validate without Meta, which a node fills in only
+// ValidateSettings is validate without Meta, which a node fills in only
 // when it starts gossip: it checks what a user sets (a node validates its
 // configuration with it before it starts). The formation fields are the
 // node's to check (node/internal/fleet).
@@ -325,7 +325,7 @@ func (c *Config) memberlistConfig(logger *slog.Logger, refused *refuse.Log) *mem
 	}
 	mc.Label = c.label()
 	if keys := c.keys(); len(keys) > 0 {
-		// Validate checked the lengths, so NewKeyring cannot fail.
+		// validate checked the lengths, so NewKeyring cannot fail.
 		kr, _ := memberlist.NewKeyring(keys, keys[0])
 		mc.Keyring = kr
 		mc.GossipVerifyIncoming = true

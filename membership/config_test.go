@@ -11,7 +11,7 @@ import (
 
 func TestConfigValidate(t *testing.T) {
 	ok := testConfig(1, "c")
-	require.NoError(t, ok.Validate())
+	require.NoError(t, ok.validate())
 	require.Equal(t, "lockraft-0000000000000001", ok.nodeName())
 	require.Equal(t, "c", ok.label())
 	require.Equal(t, LANTiming(), (&Config{}).timing())
@@ -31,10 +31,10 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		c := testConfig(1, "c")
 		mut(&c)
-		err := c.Validate()
-		require.ErrorIs(t, err, ErrInvalidConfig, name)
+		err := c.validate()
+		require.ErrorIs(t, err, errInvalidConfig, name)
 		_, err = Start(c)
-		require.ErrorIs(t, err, ErrInvalidConfig, name)
+		require.ErrorIs(t, err, errInvalidConfig, name)
 	}
 }
 
@@ -42,15 +42,15 @@ func TestSecretKeyLength(t *testing.T) {
 	for _, n := range []int{16, 24, 32} {
 		c := testConfig(1, "c")
 		c.SecretKey = make([]byte, n)
-		require.NoError(t, c.Validate())
+		require.NoError(t, c.validate())
 	}
 	for _, n := range []int{1, 15, 17, 31, 33, 64} {
 		c := testConfig(1, "c")
 		c.SecretKey = make([]byte, n)
-		err := c.Validate()
+		err := c.validate()
 		var kl *KeyLengthError
 		require.True(t, errors.As(err, &kl), "len %d", n)
 		require.Equal(t, n, kl.Len)
-		require.ErrorIs(t, err, ErrInvalidConfig)
+		require.ErrorIs(t, err, errInvalidConfig)
 	}
 }

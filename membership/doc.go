@@ -46,7 +46,7 @@
 // learners, replace a voter that both gossip and raft progress have seen
 // failed for DeadVoterAfter (only with a ready learner or a surplus of
 // voters, never below a healthy quorum), promote a learner that has been
-// healthy and caught up for StabilizeFor up to TargetVoters (3, 5, at most 7,
+// healthy and caught up for StabilizeFor up to targetVoters (3, 5, at most 7,
 // odd), and keep MaxLearners warm standbys (negative: none; a learner is
 // then added only to grow the voters or replace a failed one).
 //
@@ -66,5 +66,5 @@
 // # Concurrency
 //
 // All Membership methods are safe for concurrent use. PlanFormation,
-// PlanVoters and TargetVoters are pure and safe anywhere.
+// PlanVoters and targetVoters are pure and safe anywhere.
 package membership

@@ -55,10 +55,10 @@ type Membership struct {
 // in the background, with doubling delays, until one answers or Shutdown;
 // call Join to try other addresses. It blocks up to one probe interval (for
 // intervals up to 2 s) to start probing on the phase every member keeps
-// (phase.go). Errors: wrapping ErrInvalidConfig, or a failure to bind or
+// (phase.go). Errors: wrapping errInvalidConfig, or a failure to bind or
 // create the memberlist.
 func Start(cfg Config) (*Membership, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg.Seeds = slices.Clone(cfg.Seeds)
@@ -177,23 +177,23 @@ func (m *Membership) Local() Member {
 	return Member{Name: m.name, Addr: addr, Meta: m.meta, State: StateAlive}
 }
 
-// Refusals returns how many packets or streams of kind memberlist refused
+// refusals returns how many packets or streams of kind memberlist refused
 // ("gossip: Decrypt packet failed", "gossip: discarding packet with
 // unacceptable", ...: the first four words of memberlist's message), for
 // tests and metrics.
-func (m *Membership) Refusals(kind string) uint64 { return m.refused.Count(kind) }
+func (m *Membership) refusals(kind string) uint64 { return m.refused.Count(kind) }
 
 // Dropped returns how many events were dropped because Config.Events was full.
 func (m *Membership) Dropped() uint64 { return m.dropped.Load() }
 
-// ErrShutdown: the member has been shut down.
-var ErrShutdown = errors.New("membership: shut down")
+// errShutdown: the member has been shut down.
+var errShutdown = errors.New("membership: shut down")
 
 // UpdateMeta replaces this member's metadata and gossips it, waiting up to
 // Timing.TCPTimeout for the broadcast to go out, or until Shutdown: after
-// Shutdown it returns ErrShutdown at once (a stopped member gossips
+// Shutdown it returns errShutdown at once (a stopped member gossips
 // nothing, so the wait could only time out). RaftID and ClusterID cannot
-// change (ErrInvalidMeta); a Meta over MaxMetaSize fails with ErrMetaTooLarge.
+// change (errInvalidMeta); a Meta over maxMetaSize fails with errMetaTooLarge.
 // Typical use: set HasData once raft state exists.
 func (m *Membership) UpdateMeta(meta Meta) error {
 	if err := meta.validate(); err != nil {
@@ -206,13 +206,13 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 	if meta.RaftID != m.meta.RaftID || meta.ClusterID != m.meta.ClusterID {
 		old := m.meta
 		m.mu.Unlock()
-		return fmt.Errorf("%w: RaftID/ClusterID are fixed (%016x/%q), got %016x/%q", ErrInvalidMeta, old.RaftID, old.ClusterID, meta.RaftID, meta.ClusterID)
+		return fmt.Errorf("%w: RaftID/ClusterID are fixed (%016x/%q), got %016x/%q", errInvalidMeta, old.RaftID, old.ClusterID, meta.RaftID, meta.ClusterID)
 	}
 	m.meta = meta
 	m.mu.Unlock()
 	select {
 	case <-m.stop:
-		return fmt.Errorf("membership: update metadata: %w", ErrShutdown)
+		return fmt.Errorf("membership: update metadata: %w", errShutdown)
 	default:
 	}
 	// memberlist waits for the broadcast with no way to cut the wait short,
@@ -229,20 +229,20 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 		}
 		return nil
 	case <-m.stop:
-		return fmt.Errorf("membership: update metadata: %w", ErrShutdown)
+		return fmt.Errorf("membership: update metadata: %w", errShutdown)
 	}
 }
 
-// ErrNoKeyring is returned by the key methods of a member started without
+// errNoKeyring is returned by the key methods of a member started without
 // keys: encryption cannot be switched on at run time.
-var ErrNoKeyring = errors.New("membership: gossip is not encrypted (no keys at start)")
+var errNoKeyring = errors.New("membership: gossip is not encrypted (no keys at start)")
 
 // AddKey adds key to this member's keyring: it decrypts gossip with it from
 // now on, but keeps encrypting with the primary key. Step 1 of a rotation,
 // done on every member before step 2 (UseKey).
 func (m *Membership) AddKey(key []byte) error {
 	if m.keyring == nil {
-		return ErrNoKeyring
+		return errNoKeyring
 	}
 	if err := memberlist.ValidateKey(key); err != nil {
 		return &KeyLengthError{Len: len(key)}
@@ -254,7 +254,7 @@ func (m *Membership) AddKey(key []byte) error {
 // encrypted with it. Step 2 of a rotation, once every member has the key.
 func (m *Membership) UseKey(key []byte) error {
 	if m.keyring == nil {
-		return ErrNoKeyring
+		return errNoKeyring
 	}
 	return m.keyring.UseKey(key)
 }
@@ -264,13 +264,13 @@ func (m *Membership) UseKey(key []byte) error {
 // refused.
 func (m *Membership) RemoveKey(key []byte) error {
 	if m.keyring == nil {
-		return ErrNoKeyring
+		return errNoKeyring
 	}
 	return m.keyring.RemoveKey(key)
 }
 
-// Keys returns this member's keys, the primary first (copies).
-func (m *Membership) Keys() [][]byte {
+// keys returns this member's keys, the primary first (copies).
+func (m *Membership) keys() [][]byte {
 	if m.keyring == nil {
 		return nil
 	}
@@ -348,7 +348,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	meta, leaving := d.m.meta, d.m.leaving
 	d.m.mu.Unlock()
 	b, err := meta.encode(leaving)
-	if err != nil || len(b) > limit { // excluded by Validate/UpdateMeta
+	if err != nil || len(b) > limit { // excluded by validate/UpdateMeta
 		d.m.log.Error("local metadata does not fit", "err", err, "limit", limit)
 		return nil
 	}

@@ -49,13 +49,13 @@ func TestUpdateMetaPropagates(t *testing.T) {
 
 	bad := meta
 	bad.ClusterID = "other"
-	require.ErrorIs(t, b.m.UpdateMeta(bad), ErrInvalidMeta)
+	require.ErrorIs(t, b.m.UpdateMeta(bad), errInvalidMeta)
 	bad = meta
 	bad.RaftID = 9
-	require.ErrorIs(t, b.m.UpdateMeta(bad), ErrInvalidMeta)
+	require.ErrorIs(t, b.m.UpdateMeta(bad), errInvalidMeta)
 	big := meta
 	big.Version = string(make([]byte, 600))
-	require.ErrorIs(t, b.m.UpdateMeta(big), ErrMetaTooLarge)
+	require.ErrorIs(t, b.m.UpdateMeta(big), errMetaTooLarge)
 }
 
 func TestShutdownIsFailedLeaveIsLeft(t *testing.T) {
@@ -264,9 +264,9 @@ func TestUpdateMetaEndsAtShutdown(t *testing.T) {
 	require.NoError(t, a.m.Shutdown())
 	select {
 	case err := <-res:
-		require.ErrorIs(t, err, ErrShutdown)
+		require.ErrorIs(t, err, errShutdown)
 	case <-time.After(10 * time.Second):
 		t.Fatal("UpdateMeta still waiting 10 s after Shutdown (memberlist's wait is TCPTimeout, 1 min here)")
 	}
-	require.ErrorIs(t, a.m.UpdateMeta(meta), ErrShutdown, "after Shutdown: at once")
+	require.ErrorIs(t, a.m.UpdateMeta(meta), errShutdown, "after Shutdown: at once")
 }

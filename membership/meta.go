@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// MaxMetaSize is memberlist's limit on a member's metadata, in bytes.
-const MaxMetaSize = memberlist.MetaMaxSize
+// maxMetaSize is memberlist's limit on a member's metadata, in bytes.
+const maxMetaSize = memberlist.MetaMaxSize
 
 // metaVersion is the first byte of every encoded Meta. A decoder rejects
 // other versions; fields added within a version are appended, and decoders
@@ -21,13 +21,13 @@ const (
 	flagLeaving      // set by Leave just before leaving gossip: "this is graceful"
 )
 
-// ErrMetaTooLarge is returned when a Meta encodes to more than MaxMetaSize bytes.
-var ErrMetaTooLarge = errors.New("membership: metadata larger than 512 bytes")
+// errMetaTooLarge is returned when a Meta encodes to more than maxMetaSize bytes.
+var errMetaTooLarge = errors.New("membership: metadata larger than 512 bytes")
 
-// ErrInvalidMeta is returned for a Meta that is not usable (zero RaftID, empty
+// errInvalidMeta is returned for a Meta that is not usable (zero RaftID, empty
 // RaftAddr or ClusterID) or, from UpdateMeta, one that changes RaftID or
 // ClusterID.
-var ErrInvalidMeta = errors.New("membership: invalid metadata")
+var errInvalidMeta = errors.New("membership: invalid metadata")
 
 // Meta is what a member tells the others about itself.
 type Meta struct {
@@ -47,11 +47,11 @@ type Meta struct {
 func (m Meta) validate() error {
 	switch {
 	case m.RaftID == 0:
-		return fmt.Errorf("%w: RaftID is zero", ErrInvalidMeta)
+		return fmt.Errorf("%w: RaftID is zero", errInvalidMeta)
 	case m.RaftAddr == "":
-		return fmt.Errorf("%w: RaftAddr is empty", ErrInvalidMeta)
+		return fmt.Errorf("%w: RaftAddr is empty", errInvalidMeta)
 	case m.ClusterID == "":
-		return fmt.Errorf("%w: ClusterID is empty", ErrInvalidMeta)
+		return fmt.Errorf("%w: ClusterID is empty", errInvalidMeta)
 	}
 	return nil
 }
@@ -75,8 +75,8 @@ func (m Meta) encode(leaving bool) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	if len(b) > MaxMetaSize {
-		return nil, fmt.Errorf("%w: %d bytes", ErrMetaTooLarge, len(b))
+	if len(b) > maxMetaSize {
+		return nil, fmt.Errorf("%w: %d bytes", errMetaTooLarge, len(b))
 	}
 	return b, nil
 }

@@ -49,17 +49,17 @@ func TestMetaLargestFits(t *testing.T) {
 		Version: "lockraft/0.1", Formation: strings.Repeat("f", 32), HasData: true}
 	b, err := m.encode(true)
 	require.NoError(t, err)
-	require.LessOrEqual(t, len(b), MaxMetaSize)
+	require.LessOrEqual(t, len(b), maxMetaSize)
 }
 
 func TestMetaTooLarge(t *testing.T) {
 	m := Meta{RaftID: 1, RaftAddr: "a:1", ClusterID: "c", Version: strings.Repeat("x", 510)}
 	_, err := m.encode(false)
-	require.ErrorIs(t, err, ErrMetaTooLarge)
+	require.ErrorIs(t, err, errMetaTooLarge)
 	m.Version = strings.Repeat("x", 490)
 	b, err := m.encode(true)
 	require.NoError(t, err)
-	require.LessOrEqual(t, len(b), MaxMetaSize)
+	require.LessOrEqual(t, len(b), maxMetaSize)
 }
 
 func TestDecodeMetaRejectsGarbage(t *testing.T) {

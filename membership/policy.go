@@ -45,7 +45,7 @@ type Thresholds struct {
 	// in its place once ready: replacing a failed voter then waits for the
 	// new learner to catch up, where a standby would already have.
 	MaxLearners int
-	// MaxVoters: 3, 5 or 7; see TargetVoters.
+	// MaxVoters: 3, 5 or 7; see targetVoters.
 	MaxVoters int
 }
 
@@ -85,12 +85,12 @@ func (t Thresholds) withDefaults() Thresholds {
 	return t
 }
 
-// TargetVoters is the voter count to aim for with the given number of live
+// targetVoters is the voter count to aim for with the given number of live
 // members: 3, then 5 once there are 5 or more members, then 7 once there are
 // 7 or more — but never above maxVoters (0 means 5; it is rounded down to an
 // odd number in [3, 7]). Always odd. With fewer than 3 members the target is
 // still 3; it is reached as members arrive.
-func TargetVoters(members, maxVoters int) int {
+func targetVoters(members, maxVoters int) int {
 	if maxVoters <= 0 {
 		maxVoters = 5
 	}
@@ -166,7 +166,7 @@ type Plan struct {
 //     DeadVoterAfter — both signals must agree — and only when a ready
 //     learner can take its place or voters exceed the target, and only if the
 //     healthy voters still form a quorum of the smaller configuration.
-//  3. PromoteLearner: fewer voters than TargetVoters and a learner healthy
+//  3. PromoteLearner: fewer voters than targetVoters and a learner healthy
 //     and caught up for StabilizeFor (longest-stable first, then lowest ID).
 //  4. AddLearner: fewer learners than MaxLearners (with none: no learner,
 //     and voters below their target or one failed) and a non-member Alive
@@ -213,7 +213,7 @@ func PlanVoters(in PlanInput) Plan {
 		longestFirst(ids, health, func(h MemberHealth) time.Duration { return h.HealthyFor })
 		return ids
 	}
-	target := TargetVoters(live, t.MaxVoters)
+	target := targetVoters(live, t.MaxVoters)
 	var failed []uint64
 	for _, id := range in.Voters {
 		h, ok := health[id]

@@ -29,7 +29,7 @@ func TestTargetVoters(t *testing.T) {
 		{0, 0, 3}, {1, 0, 3}, {3, 0, 3}, {4, 0, 3}, {5, 0, 5}, {7, 0, 5}, {100, 0, 5},
 		{7, 7, 7}, {6, 7, 5}, {100, 7, 7}, {100, 9, 7}, {100, 6, 5}, {100, 3, 3}, {100, 1, 3},
 	} {
-		got := TargetVoters(c.members, c.max)
+		got := targetVoters(c.members, c.max)
 		require.Equal(t, c.want, got, "%+v", c)
 		require.Equal(t, 1, got%2)
 	}

@@ -47,7 +47,7 @@ func TestGossipKeyRotation(t *testing.T) {
 		require.Never(t, func() bool { return !allSee(3)() }, 2*FastTiming().PushPullInterval, 50*time.Millisecond)
 	}
 	for _, m := range fleet {
-		require.Equal(t, [][]byte{newKey}, m.m.Keys())
+		require.Equal(t, [][]byte{newKey}, m.m.keys())
 	}
 	cfg := testConfig(4, "c1")
 	cfg.Keys = [][]byte{newKey}
@@ -61,7 +61,7 @@ func TestGossipKeyRotation(t *testing.T) {
 	_, err := stale.m.Join([]string{fleet[0].addr()})
 	require.Error(t, err)
 	require.Eventually(t, func() bool {
-		return fleet[0].m.Refusals("gossip: Decrypt packet failed") > 0 ||
+		return fleet[0].m.refusals("gossip: Decrypt packet failed") > 0 ||
 			strings.Contains(fleet[0].logs.String(), "refused gossip")
 	}, 5*time.Second, tick)
 	require.Len(t, aliveIDs(fleet[0]), 4)
@@ -93,7 +93,7 @@ func TestGossipGarbageLoggedOnce(t *testing.T) {
 		total = 0
 		for _, k := range []string{"gossip: Decrypt packet failed", "gossip: failed to receive",
 			"gossip: discarding packet with unacceptable", "gossip: discarding stream with unacceptable"} {
-			total += a.m.Refusals(k)
+			total += a.m.refusals(k)
 		}
 		return total >= tries
 	}, 10*time.Second, tick)

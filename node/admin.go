@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/views"
+	"github.com/lockraft/lockraft/transport"
 )
 
 // Operator actions (the admin handler's opt-in): hand leadership to another
@@ -29,14 +30,7 @@ func (n *Node) TransferLeader(ctx context.Context, to uint64) (uint64, error) {
 		return n.id, nil
 	}
 	if n.Leader() != n.id {
-		var out transferReply
-		if err := n.askLeader(ctx, inspectRequest{Op: "transfer", To: to}, &out); err != nil {
-			return 0, err
-		}
-		if out.Err != "" {
-			return 0, remoteAdminError(out.Code, out.Err)
-		}
-		return out.Leader, nil
+		return n.askLeaderToAct(ctx, inspectRequest{Op: "transfer", To: to})
 	}
 	res := make(chan error, 1)
 	old := n.id
@@ -137,16 +131,28 @@ func transferee(st raft.Status, self uint64, recentOnly bool) uint64 {
 }
 
 // RemoveMember removes voter or learner id from the raft configuration and
-// waits until the removal is applied here (bounded by ctx and five election
-// timeouts). Only the leader can: other nodes return lockerr.ErrNotLeader naming it.
-// The leader itself cannot be removed (transfer leadership first), nor a
-// voter whose removal would leave fewer voters the leader heard from
-// recently than a quorum of the new configuration (lockerr.ErrRefused). A removed
-// member that is still running stops serving (gossip tells it; with static
-// members, stop it). Errors: lockerr.ErrNotLeader, lockerr.ErrNotMember, lockerr.ErrRefused,
-// lockerr.ErrUnavailable (another configuration change is pending, or the removal
-// was not applied in time: it may still apply), lockerr.ErrClosed, ctx's cause.
+// waits until the removal is applied on the leader (bounded by ctx and five
+// election timeouts). Any member may be asked: a node that does not lead
+// asks the leader (over the peer port: the leader serves only a caller whose
+// certificate has the operator role, else lockerr.ErrNotLeader naming the
+// leader). The leader itself cannot be removed (transfer leadership first),
+// nor a voter whose removal would leave fewer voters the leader heard from
+// recently than a quorum of the new configuration (lockerr.ErrRefused). A
+// removed member that is still running stops serving (gossip tells it; with
+// static members, stop it). Errors: lockerr.ErrNotLeader, lockerr.ErrNotMember,
+// lockerr.ErrRefused, lockerr.ErrUnavailable (no leader, another configuration
+// change is pending, or the removal was not applied in time: it may still
+// apply), lockerr.ErrClosed, ctx's cause.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	if n.Leader() != n.id {
+		_, err := n.askLeaderToAct(ctx, inspectRequest{Op: "remove", Member: id})
+		return err
+	}
+	return n.removeHere(ctx, id)
+}
+
+// removeHere is RemoveMember on the leader (lockerr.ErrNotLeader elsewhere).
+func (n *Node) removeHere(ctx context.Context, id uint64) error {
 	wctx, cancel := context.WithTimeout(ctx, 5*n.cfg.electionTimeout())
 	defer cancel()
 	t := time.NewTicker(n.cfg.TickInterval)
@@ -245,11 +251,39 @@ func (n *Node) proposeOperatorRemoval(id uint64) error {
 	return nil
 }
 
-// transferReply is the leader's answer to a forwarded transfer.
-type transferReply struct {
+// actionReply is the leader's answer to a forwarded operator action: the new
+// leader of a transfer, or the action's error and its sentinel's code.
+type actionReply struct {
 	Leader uint64 `json:"leader,omitempty"`
 	Err    string `json:"err,omitempty"`
 	Code   string `json:"code,omitempty"`
+}
+
+func newActionReply(leader uint64, err error) actionReply {
+	r := actionReply{Leader: leader}
+	if err != nil {
+		r.Err, r.Code = err.Error(), adminErrorCode(err)
+	}
+	return r
+}
+
+// askLeaderToAct forwards an operator action (req) to the leader and
+// returns its answer. A leader that refuses this member the call (its
+// certificate lacks the operator role) is lockerr.ErrNotLeader naming the
+// leader: the operator can ask the leader itself.
+func (n *Node) askLeaderToAct(ctx context.Context, req inspectRequest) (uint64, error) {
+	var out actionReply
+	if err := n.askLeader(ctx, req, &out); err != nil {
+		if errors.Is(err, transport.ErrPermissionDenied) {
+			return 0, fmt.Errorf("%w: leader is %016x, and it takes operator actions only from a member whose certificate has the operator role",
+				lockerr.ErrNotLeader, n.Leader())
+		}
+		return 0, err
+	}
+	if out.Err != "" {
+		return 0, remoteAdminError(out.Code, out.Err)
+	}
+	return out.Leader, nil
 }
 
 // adminErrorCode names the sentinel an admin error wraps, for the wire.

@@ -238,8 +238,9 @@ func TestAttackInsiderGossipLightNeverLearner(t *testing.T) {
 func certRandomID() uint64 { return certgen.RandomID() }
 
 // Operator actions on the peer port need the operator role: the Inspect
-// call's leadership transfer is refused to every member certificate without
-// it (the leader stays), and the views (members, locks) are answered only to
+// call's leadership transfer and member removal are refused to every member
+// certificate without it (the leader stays, the members too), and the views
+// (members, locks) are answered only to
 // a member of the cluster. A member certificate with ",operator" may
 // transfer. (privilege.InspectAllowed.)
 func TestAttackInsiderInspectNeedsRoles(t *testing.T) {
@@ -251,6 +252,8 @@ func TestAttackInsiderInspectNeedsRoles(t *testing.T) {
 		for range 3 {
 			_, err := tr.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: transportpb.InspectOp_INSPECT_OP_TRANSFER})
 			require.ErrorIs(t, err, transport.ErrPermissionDenied, "%s: transfer", k.name)
+			_, err = tr.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: transportpb.InspectOp_INSPECT_OP_REMOVE, Member: s.a})
+			require.ErrorIs(t, err, transport.ErrPermissionDenied, "%s: remove", k.name)
 		}
 		for _, op := range []transportpb.InspectOp{transportpb.InspectOp_INSPECT_OP_MEMBERS, transportpb.InspectOp_INSPECT_OP_LOCKS} {
 			_, err := tr.Inspect(ctx, s.lead, &transportpb.InspectRequest{Op: op, Stale: true})

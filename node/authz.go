@@ -65,7 +65,7 @@ var (
 	errKindRefused = fmt.Errorf("%w: command kind not forwardable", transport.ErrPermissionDenied)
 	// errUnknownSession: the leader's table does not have the session (yet).
 	errUnknownSession = errors.New("lockraft: session unknown to the leader")
-	// errBadTTL: a session TTL outside [1 ms, MaxSessionTTL].
+	// errBadTTL: a session TTL outside [1 ms, maxSessionTTL].
 	errBadTTL = fmt.Errorf("%w: session TTL out of range", transport.ErrInvalidRequest)
 	// errUndecodable, errTooLarge: a forwarded command that is not one.
 	errUndecodable = fmt.Errorf("%w: undecodable command", transport.ErrInvalidRequest)
@@ -184,7 +184,7 @@ func (n *Node) ownsHold(from uint64, name string, token, session uint64, owner s
 }
 
 func validTTL(ms uint64) bool {
-	return ms >= 1 && ms <= uint64(MaxSessionTTL/time.Millisecond)
+	return ms >= 1 && ms <= uint64(maxSessionTTL/time.Millisecond)
 }
 
 // refusedCall is the refuse.Log kind of refused node-to-node calls.

@@ -23,7 +23,7 @@ func benchCluster(b *testing.B, engine string) map[uint64]*Node {
 // benchEngines runs fn once per raft log engine, as sub-benchmarks, so one
 // command compares them in the same minute.
 func benchEngines(b *testing.B, fn func(b *testing.B, engine string)) {
-	for _, e := range []string{LogEngineWAL, LogEngineBbolt} {
+	for _, e := range []string{logEngineWAL, logEngineBbolt} {
 		b.Run("log="+e, func(b *testing.B) { fn(b, e) })
 	}
 }
@@ -70,7 +70,7 @@ func benchSequentialPair(b *testing.B, engine string) {
 //
 //	go test -run '^$' -bench OpByRole -benchtime 400x ./node/
 func BenchmarkOpByRole(b *testing.B) {
-	nodes := benchCluster(b, LogEngineWAL)
+	nodes := benchCluster(b, logEngineWAL)
 	lead := nodes[leaderOf(nodes)]
 	fol := nodes[pick(nodes, lead.ID())]
 	ctx := context.Background()

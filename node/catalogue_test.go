@@ -424,7 +424,7 @@ func TestElection(t *testing.T) {
 		return c
 	}
 	first := next()
-	require.False(t, first.Leading(), "nobody leads yet: %v", first)
+	require.False(t, first.leading(), "nobody leads yet: %v", first)
 
 	l1, err := n1.AcquireWith(ctx, campaignReq("leader", "n1", "addr-1"))
 	require.NoError(t, err)
@@ -470,7 +470,7 @@ func TestElection(t *testing.T) {
 	require.Equal(t, "addr-2", c.Value)
 	require.NoError(t, l2.Release(ctx))
 	c = next()
-	require.False(t, c.Leading())
+	require.False(t, c.leading())
 
 	_, err = n1.AcquireWith(ctx, campaignReq("leader", "x", strings.Repeat("v", MaxValueLen+1)))
 	require.ErrorIs(t, err, lockerr.ErrInvalidValue)
@@ -716,7 +716,7 @@ func TestObserveAcrossRaftFailover(t *testing.T) {
 	require.True(t, crashed)
 	require.NoError(t, l.Release(ctx))
 	// The resign is the last change: wait for it, then stop observing.
-	seen := changesUntil(t, ch, func(c LeaderChange) bool { return !c.Leading() })
+	seen := changesUntil(t, ch, func(c LeaderChange) bool { return !c.leading() })
 	want := logs[speaker.ID()].of("fo", first.Index)
 	require.Equal(t, want, seen, "observed on node %d vs applied on node %d", watcher.ID(), speaker.ID())
 	require.Greater(t, len(seen), 30, "the proclaims were observed")

@@ -28,15 +28,15 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
-// SystemClock is the real monotonic clock.
-type SystemClock struct{}
+// systemClock is the real monotonic clock.
+type systemClock struct{}
 
 // Now returns time.Now(), which carries a monotonic reading.
-func (SystemClock) Now() time.Time { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
 
 // NewTicker is a time.Ticker; from a tenth of a second up its ticks fall
 // on multiples of d in wall time (alignedTicker).
-func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+func (systemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 	if d >= alignFrom {
 		return alignedTicker(time.Now(), d)
 	}
@@ -63,7 +63,7 @@ func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 // short call); machines whose clocks disagree by a few milliseconds spread
 // it over those milliseconds. The wall clock is read once per ticker, for
 // the phase only: the ticks themselves run on the monotonic clock, and no
-// deadline depends on when they fall. A Clock other than SystemClock (a
+// deadline depends on when they fall. A Clock other than systemClock (a
 // test's, the simulation's) decides its own phases.
 const alignFrom = 100 * time.Millisecond
 
@@ -96,6 +96,6 @@ func alignedTicker(now time.Time, d time.Duration) (<-chan time.Time, func()) {
 }
 
 // AfterFunc wraps time.AfterFunc (Go's timers run on the monotonic clock).
-func (SystemClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+func (systemClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
 	return time.AfterFunc(d, f).Stop
 }

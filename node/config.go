@@ -52,8 +52,8 @@ type Config struct {
 	// Required.
 	DataDir string
 
-	// LogEngine selects the raft log: LogEngineWAL ("wal", DataDir/wal/, one
-	// fdatasync per group of Readys) or LogEngineBbolt ("bbolt", DataDir/raft.db, a bbolt
+	// LogEngine selects the raft log: logEngineWAL ("wal", DataDir/wal/, one
+	// fdatasync per group of Readys) or logEngineBbolt ("bbolt", DataDir/raft.db, a bbolt
 	// transaction per group). Empty (the default) keeps the engine of existing
 	// data (raft.db present: bbolt) and uses the WAL for a new directory. An
 	// engine that does not match existing data is refused (lockerr.ErrDataDir).
@@ -158,7 +158,7 @@ type Config struct {
 	// durability source; a restart replays the entries after the last commit.
 	CommitInterval time.Duration
 
-	// Clock is the time source (default SystemClock). Tests inject others.
+	// Clock is the time source (default systemClock). Tests inject others.
 	Clock Clock
 
 	// Logger receives structured logs (default: discarded).
@@ -171,10 +171,13 @@ type Config struct {
 	// is set, which it then logs loudly: every peer's identity is then a
 	// claim nobody checks. Insecure also allows gossip without keys off
 	// loopback. MaxSnapshotSize bounds a snapshot received from the leader
-	// (default 1 GiB).
+	// (default 1 GiB). DenyListFile, if set, names the deny-list of
+	// certificate serials and member ids refused on every handshake
+	// (transport.Config.DenyListFile).
 	TLS             *transport.TLS
 	Insecure        bool
 	MaxSnapshotSize int64
+	DenyListFile    string
 
 	// Observer, if set, is called on the loop goroutine for every lock
 	// command this node applies, with its result and events, in log order.
@@ -207,9 +210,9 @@ type ApplyRecord struct {
 
 // Defaults.
 const (
-	DefaultClusterID    = "lockraft"
+	defaultClusterID    = "lockraft"
 	DefaultTickInterval = 100 * time.Millisecond
-	DefaultSessionTTL   = 10 * time.Second
+	defaultSessionTTL   = 10 * time.Second
 	DefaultMaxHolds     = 64
 	// A member opens one session per incarnation, and a restart ends the
 	// previous one at once: 16 leaves room for restarts in a row while
@@ -219,15 +222,15 @@ const (
 	// benchmarks.
 	DefaultMaxLocksPerSession = 1 << 20
 	DefaultDriftRatio         = 0.02
-	// MaxNameLen and MaxOwnerLen bound lock names and owners in bytes.
-	MaxNameLen  = 512
-	MaxOwnerLen = 256
+	// maxNameLen and maxOwnerLen bound lock names and owners in bytes.
+	maxNameLen  = 512
+	maxOwnerLen = 256
 )
 
 // withDefaults returns a copy with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.ClusterID == "" {
-		c.ClusterID = DefaultClusterID
+		c.ClusterID = defaultClusterID
 	}
 	if c.ListenAddr == "" && c.Listener == nil {
 		c.ListenAddr = "127.0.0.1:0"
@@ -242,7 +245,7 @@ func (c Config) withDefaults() Config {
 		c.HeartbeatTicks = defaultHeartbeatTicks(c.ElectionTicks)
 	}
 	if c.SessionTTL == 0 {
-		c.SessionTTL = DefaultSessionTTL
+		c.SessionTTL = defaultSessionTTL
 	}
 	if c.DriftRatio == 0 {
 		c.DriftRatio = DefaultDriftRatio
@@ -272,7 +275,7 @@ func (c Config) withDefaults() Config {
 		c.CommitInterval = 100 * time.Millisecond
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = systemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -290,8 +293,8 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return bad("DataDir is required")
 	}
-	if c.LogEngine != "" && c.LogEngine != LogEngineWAL && c.LogEngine != LogEngineBbolt {
-		return bad("LogEngine %q is not %q or %q", c.LogEngine, LogEngineWAL, LogEngineBbolt)
+	if c.LogEngine != "" && c.LogEngine != logEngineWAL && c.LogEngine != logEngineBbolt {
+		return bad("LogEngine %q is not %q or %q", c.LogEngine, logEngineWAL, logEngineBbolt)
 	}
 	if len(c.ClusterID) > 128 {
 		return bad("ClusterID longer than 128 bytes")
@@ -303,8 +306,8 @@ func (c Config) Validate() error {
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d) >= 1", c.ElectionTicks, c.HeartbeatTicks)
 	}
 	election := time.Duration(c.ElectionTicks) * c.TickInterval
-	if c.SessionTTL > MaxSessionTTL {
-		return bad("SessionTTL %v is longer than %v", c.SessionTTL, MaxSessionTTL)
+	if c.SessionTTL > maxSessionTTL {
+		return bad("SessionTTL %v is longer than %v", c.SessionTTL, maxSessionTTL)
 	}
 	if c.MaxSnapshotSize < 0 {
 		return bad("MaxSnapshotSize %d is negative", c.MaxSnapshotSize)
@@ -463,9 +466,9 @@ func MinSessionTTL(election time.Duration) time.Duration {
 	return (ttl + step - 1) / step * step
 }
 
-// MaxSessionTTL bounds a session's TTL: a session (and the locks of a
+// maxSessionTTL bounds a session's TTL: a session (and the locks of a
 // crashed holder) never outlives its last keepalive by more than this.
-const MaxSessionTTL = time.Hour
+const maxSessionTTL = time.Hour
 
 // MetricsHooks receive latencies from the node's hot paths. A nil field is
 // skipped. Each is called from the node's goroutines (the loop, the

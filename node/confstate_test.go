@@ -34,7 +34,7 @@ func persistConfState(t *testing.T, l raftlog.Log, cs *raftpb.ConfState, index u
 // configuration must never go back to one older than what the node had
 // applied; with both raft log engines.
 func TestS1RestartKeepsLatestConfiguration(t *testing.T) {
-	for _, engine := range []string{LogEngineWAL, LogEngineBbolt} {
+	for _, engine := range []string{logEngineWAL, logEngineBbolt} {
 		t.Run(engine, func(t *testing.T) {
 			dir := t.TempDir()
 			l, _, err := openLog(dir, engine, slog.New(slog.DiscardHandler))

@@ -16,7 +16,7 @@ import (
 // crash right after Start cannot lose a file that later holds acknowledged
 // state. Leftover snapshot temporaries of a crash are removed on start.
 func TestS3DataDirEntriesSynced(t *testing.T) {
-	for _, engine := range []string{LogEngineWAL, LogEngineBbolt} {
+	for _, engine := range []string{logEngineWAL, logEngineBbolt} {
 		t.Run(engine, func(t *testing.T) {
 			root := t.TempDir()
 			dir := filepath.Join(root, "a", "data")

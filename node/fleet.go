@@ -21,17 +21,17 @@ import (
 // the node's side of it: the Host the Fleet talks to, and the node's own
 // API over it.
 
-// Version is gossiped in each member's metadata and sent with every
+// version is gossiped in each member's metadata and sent with every
 // transport RPC. Versions from 0.2 on have the lock catalogue (the version
 // gate: node/internal/fleet/versiongate.go).
-const Version = "lockraft/0.2"
+const version = "lockraft/0.2"
 
 // version is the version this node tells its peers.
 func (c *Config) version() string {
 	claim := knobsOf(c).ClaimVersion
 	switch claim {
 	case "":
-		return Version
+		return version
 	case "-":
 		return ""
 	}

@@ -82,7 +82,7 @@ func BenchmarkLeaderCPUPerThousandOps(b *testing.B) {
 				}
 				ops := float64(2 * pairs)
 				if profiling {
-					byNode, err := cpuByLabel(prof.Bytes(), ProfileLabel)
+					byNode, err := cpuByLabel(prof.Bytes(), profileLabel)
 					if err != nil {
 						b.Fatal(err)
 					}

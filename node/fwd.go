@@ -41,7 +41,7 @@ func (n *Node) light() bool { return n.ml != nil && !n.storage.HasState() }
 
 // FwdOpen serves a light member's request to open its session: the session
 // is always the caller's own (Node = its authenticated id), with a TTL of at
-// most MaxSessionTTL, within its quota of sessions, and in a static cluster
+// most maxSessionTTL, within its quota of sessions, and in a static cluster
 // only for a member of the list (privilege.Quotas).
 func (h *transportHandler) FwdOpen(ctx context.Context, from uint64, req *transportpb.FwdOpenRequest) (*transportpb.FwdOpenResponse, error) {
 	n := (*Node)(h)

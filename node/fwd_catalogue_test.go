@@ -76,7 +76,7 @@ func TestLightMemberCatalogue(t *testing.T) {
 	// Election and Observe.
 	_, ch := observeChanges(t, ctx, a, "el")
 	first := nextChange(t, ch)
-	require.False(t, first.Leading())
+	require.False(t, first.leading())
 	vl, err := voter.AcquireWith(ctx, campaignReq("el", "voter", "v0"))
 	require.NoError(t, err)
 	lp := acquireAsync(ctx, a, campaignReq("el", "light", "light-value"))
@@ -150,7 +150,7 @@ func TestPushEventCatalogueFields(t *testing.T) {
 }
 
 // largestLockAll is a LockAll at lockfsm's limits: MaxMultiNames names of
-// MaxNameLen bytes, an owner of MaxOwnerLen.
+// maxNameLen bytes, an owner of maxOwnerLen.
 func largestLockAll(prefix string) Request {
 	names := make([]string, lockfsm.MaxMultiNames)
 	for i := range names {
@@ -178,7 +178,7 @@ func TestLargestCommandFits(t *testing.T) {
 }
 
 // TestLargestLockAllForwarded (L1 for the catalogue's largest request, S4):
-// a LockAll of MaxMultiNames names of MaxNameLen bytes with the longest
+// a LockAll of MaxMultiNames names of maxNameLen bytes with the longest
 // owner (about 16.7 KiB encoded) is granted from a light member (FwdPropose)
 // and from a raft follower (MsgProp to the leader), and released: the
 // leader's per-entry cap on forwarded commands admits what lockfsm admits.

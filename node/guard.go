@@ -71,7 +71,7 @@ const (
 )
 
 // maxLockCommand bounds one encoded lock command, from lockfsm's limits: the
-// largest is a multi-name acquire of MaxMultiNames names of MaxNameLen bytes
+// largest is a multi-name acquire of MaxMultiNames names of maxNameLen bytes
 // (each with its length), an owner and an election value at their limits,
 // and at most 256 bytes of kind, flags and integer fields (about 15 varints
 // of at most 10 bytes). About 18 KiB; TestLargestCommandFits builds it.

@@ -51,9 +51,9 @@ func (h *Hold) Token() uint64 { return h.token }
 // (lockerr.ErrReleased, lockerr.ErrLeaseExpired, lockerr.ErrSessionExpired, lockerr.ErrClosed).
 func (h *Hold) Context() context.Context { return h.ctx }
 
-// Primitive is the kind of lock held: mutex (also a multi-name lock),
+// primitive is the kind of lock held: mutex (also a multi-name lock),
 // read-write lock, semaphore or election.
-func (h *Hold) Primitive() lockfsm.Primitive { return h.prim }
+func (h *Hold) primitive() lockfsm.Primitive { return h.prim }
 
 // Shared reports whether this is the read side of a read-write lock.
 func (h *Hold) Shared() bool { return h.mode == lockfsm.ModeShared }
@@ -163,14 +163,14 @@ type holdRequest struct {
 }
 
 func validName(name string) error {
-	if name == "" || len(name) > MaxNameLen || !utf8.ValidString(name) {
+	if name == "" || len(name) > maxNameLen || !utf8.ValidString(name) {
 		return fmt.Errorf("%w: %q", lockerr.ErrInvalidName, truncate(name))
 	}
 	return nil
 }
 
 func validOwner(owner string) error {
-	if owner == "" || len(owner) > MaxOwnerLen || !utf8.ValidString(owner) {
+	if owner == "" || len(owner) > maxOwnerLen || !utf8.ValidString(owner) {
 		return fmt.Errorf("%w: %q", lockerr.ErrInvalidOwner, truncate(owner))
 	}
 	return nil

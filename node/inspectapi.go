@@ -164,7 +164,8 @@ func (n *Node) InspectMembers(ctx context.Context, opts ReadOptions) (views.Memb
 func (n *Node) inspectNode() *inspect.Node {
 	in := &inspect.Node{ID: n.id, Addr: n.addr, Leader: n.loop.leader, Leading: n.loop.isLeader, Status: n.rn.Status(),
 		Conf: n.loop.confState, Static: map[uint64]string{}, Gossip: n.Members(),
-		Active: func(id uint64) bool { return n.loop.peers.active(id, n.clock.Now()) }}
+		Active:  func(id uint64) bool { return n.loop.peers.active(id, n.clock.Now()) },
+		Removed: n.fleet.MemberSet().Removed}
 	for _, m := range n.cfg.Members {
 		in.Static[m.ID] = m.Addr
 	}

@@ -2,35 +2,39 @@ package node
 
 // The one node-to-node call of inspection: a light member (no lock table)
 // and a follower that wants the leader's membership view ask the leader; a
-// node asked to transfer leadership without being the leader asks it too.
+// node asked to transfer leadership or remove a member without being the
+// leader asks it too.
 // It is the typed Inspect method of the transport: the request is typed,
 // the reply is the view as JSON (read-only output for operators, never input
 // to raft or the lock table). Reads are answered to a member of the cluster
 // (of the configuration, the static list or gossip) or an operator; a
-// transfer only to an operator (privilege.InspectAllowed). This file is
+// transfer or a removal only to an operator (privilege.InspectAllowed). This file is
 // the only place that makes or serves the call: askLeader (client side) and
 // the Inspect handler (server side).
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/node/internal/privilege"
+	"github.com/lockraft/lockraft/transport"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // inspectRequest is what a member asks the leader.
 type inspectRequest struct {
-	Op     string `json:"op"` // "lock", "locks" or "members"
+	Op     string `json:"op"` // "lock", "locks", "members", "transfer" or "remove"
 	Name   string `json:"name,omitempty"`
 	Prefix string `json:"prefix,omitempty"`
 	After  string `json:"after,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
 	Stale  bool   `json:"stale,omitempty"`
-	To     uint64 `json:"to,omitempty"` // "transfer": the transferee (0: the leader picks)
+	To     uint64 `json:"to,omitempty"`     // "transfer": the transferee (0: the leader picks)
+	Member uint64 `json:"member,omitempty"` // "remove": the member to remove
 }
 
 type inspectLockReply struct {
@@ -51,10 +55,15 @@ func (n *Node) askLeader(ctx context.Context, req inspectRequest, out any) error
 		return fmt.Errorf("lockraft: unknown inspect op %q", req.Op)
 	}
 	resp, err := n.tr.Inspect(ctx, target, &transportpb.InspectRequest{Op: op, Name: req.Name, Prefix: req.Prefix,
-		After: req.After, Limit: uint32(max(req.Limit, 0)), Stale: req.Stale, To: req.To})
+		After: req.After, Limit: uint32(max(req.Limit, 0)), Stale: req.Stale, To: req.To, Member: req.Member})
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
+		}
+		if errors.Is(err, transport.ErrPermissionDenied) {
+			// Kept in the chain: an operator action says whom to ask
+			// instead (askLeaderToAct).
+			return fmt.Errorf("%w: inspect via %016x: %w", lockerr.ErrUnavailable, target, err)
 		}
 		return fmt.Errorf("%w: inspect via %016x: %v", lockerr.ErrUnavailable, target, err)
 	}
@@ -69,6 +78,7 @@ var inspectOps = map[string]transportpb.InspectOp{
 	"locks":    transportpb.InspectOp_INSPECT_OP_LOCKS,
 	"members":  transportpb.InspectOp_INSPECT_OP_MEMBERS,
 	"transfer": transportpb.InspectOp_INSPECT_OP_TRANSFER,
+	"remove":   transportpb.InspectOp_INSPECT_OP_REMOVE,
 }
 
 // Inspect serves an inspection call from another member. Only a leader
@@ -77,7 +87,7 @@ var inspectOps = map[string]transportpb.InspectOp{
 func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transportpb.InspectRequest) (*transportpb.InspectResponse, error) {
 	n := (*Node)(h)
 	r := inspectRequest{Name: in.GetName(), Prefix: in.GetPrefix(), After: in.GetAfter(),
-		Limit: int(min(in.GetLimit(), 1<<20)), Stale: in.GetStale(), To: in.GetTo()}
+		Limit: int(min(in.GetLimit(), 1<<20)), Stale: in.GetStale(), To: in.GetTo(), Member: in.GetMember()}
 	for name, op := range inspectOps {
 		if op == in.GetOp() {
 			r.Op = name
@@ -103,11 +113,11 @@ func (h *transportHandler) Inspect(ctx context.Context, from uint64, in *transpo
 		// Leadership moves away from the node serving this call, so the
 		// answer is in the reply, not in a gRPC error.
 		l, terr := n.TransferLeader(ctx, r.To)
-		rep := transferReply{Leader: l}
-		if terr != nil {
-			rep.Err, rep.Code = terr.Error(), adminErrorCode(terr)
-		}
-		out = rep
+		out = newActionReply(l, terr)
+	case "remove":
+		// The answer is in the reply, as a transfer's: the error's
+		// sentinel (not the leader, not a member, refused) is the caller's.
+		out = newActionReply(0, n.removeHere(ctx, r.Member))
 	case "members":
 		out, err = n.InspectMembers(ctx, ReadOptions{Stale: true}) // the leader's own view
 	default:

@@ -13,12 +13,12 @@ import (
 
 // Raft log engines for Config.LogEngine.
 const (
-	// LogEngineWAL is raftlog's append-only segmented WAL in DataDir/wal/: one write
+	// logEngineWAL is raftlog's append-only segmented WAL in DataDir/wal/: one write
 	// and one fdatasync per group of Readys. The default for a new data directory.
-	LogEngineWAL = "wal"
-	// LogEngineBbolt is raftlog's bbolt file DataDir/raft.db: one transaction (two
+	logEngineWAL = "wal"
+	// logEngineBbolt is raftlog's bbolt file DataDir/raft.db: one transaction (two
 	// fsyncs) per group of Readys. Chosen automatically for a directory that already has raft.db.
-	LogEngineBbolt = "bbolt"
+	logEngineBbolt = "bbolt"
 )
 
 const (
@@ -44,25 +44,25 @@ func openLog(dir, engine string, lg *slog.Logger) (raftlog.Log, string, error) {
 	case hasBolt && hasWAL:
 		return nil, "", fmt.Errorf("%s holds both %s and %s/: which raft log is the real one is unknown", dir, boltLogName, walLogName)
 	case engine == "" && hasBolt:
-		engine = LogEngineBbolt
+		engine = logEngineBbolt
 	case engine == "":
-		engine = LogEngineWAL
-	case engine == LogEngineWAL && hasBolt:
-		return nil, "", fmt.Errorf("LogEngine %q but %s holds a bbolt raft log (%s); use %q or leave LogEngine empty", engine, dir, boltLogName, LogEngineBbolt)
-	case engine == LogEngineBbolt && hasWAL:
-		return nil, "", fmt.Errorf("LogEngine %q but %s holds a WAL raft log (%s/); use %q or leave LogEngine empty", engine, dir, walLogName, LogEngineWAL)
+		engine = logEngineWAL
+	case engine == logEngineWAL && hasBolt:
+		return nil, "", fmt.Errorf("LogEngine %q but %s holds a bbolt raft log (%s); use %q or leave LogEngine empty", engine, dir, boltLogName, logEngineBbolt)
+	case engine == logEngineBbolt && hasWAL:
+		return nil, "", fmt.Errorf("LogEngine %q but %s holds a WAL raft log (%s/); use %q or leave LogEngine empty", engine, dir, walLogName, logEngineWAL)
 	}
 	// The WAL zero-fills its tail a MiB at a time, so a write's fdatasync
 	// flushes data only, without a filesystem journal commit for the new size.
 	opts := raftlog.Options{Logger: lg, Preallocate: 1 << 20}
 	switch engine {
-	case LogEngineWAL:
+	case logEngineWAL:
 		w, err := raftlog.OpenWAL(walPath, opts)
 		if err != nil {
 			return nil, "", err
 		}
 		return w, engine, nil
-	case LogEngineBbolt:
+	case logEngineBbolt:
 		s, err := raftlog.Open(boltPath, opts)
 		if err != nil {
 			return nil, "", err

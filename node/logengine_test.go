@@ -24,12 +24,12 @@ func TestLogEngineSelection(t *testing.T) {
 	fresh := t.TempDir()
 	got, err := open(fresh, "")
 	require.NoError(t, err)
-	require.Equal(t, LogEngineWAL, got)
+	require.Equal(t, logEngineWAL, got)
 	require.DirExists(t, filepath.Join(fresh, "wal"))
-	got, err = open(fresh, LogEngineWAL)
+	got, err = open(fresh, logEngineWAL)
 	require.NoError(t, err)
-	require.Equal(t, LogEngineWAL, got)
-	_, err = open(fresh, LogEngineBbolt)
+	require.Equal(t, logEngineWAL, got)
+	_, err = open(fresh, logEngineBbolt)
 	require.Error(t, err)
 
 	// An existing bbolt directory keeps bbolt, with its data.
@@ -40,11 +40,11 @@ func TestLogEngineSelection(t *testing.T) {
 	require.NoError(t, s.Close())
 	l, got, err := openLog(old, "", nil)
 	require.NoError(t, err)
-	require.Equal(t, LogEngineBbolt, got)
+	require.Equal(t, logEngineBbolt, got)
 	require.True(t, l.HasState())
 	require.NoError(t, l.Close())
 	require.NoDirExists(t, filepath.Join(old, "wal"))
-	_, err = open(old, LogEngineWAL)
+	_, err = open(old, logEngineWAL)
 	require.Error(t, err)
 	require.NoDirExists(t, filepath.Join(old, "wal"))
 
@@ -56,7 +56,7 @@ func TestLogEngineSelection(t *testing.T) {
 	require.Error(t, err)
 
 	// Through Start and Config validation.
-	cfg := Config{ID: 1, DataDir: old, LogEngine: LogEngineWAL, Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
+	cfg := Config{ID: 1, DataDir: old, LogEngine: logEngineWAL, Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
 	_, err = Start(cfg)
 	require.ErrorIs(t, err, lockerr.ErrDataDir)
 	require.Contains(t, err.Error(), "bbolt raft log")

@@ -107,7 +107,7 @@ func (n *Node) metricsSnapshot() MetricsSnapshot {
 	}
 	bs := n.rn.BasicStatus()
 	s.Term, s.Commit = bs.GetTerm(), bs.GetCommit()
-	s.Role, s.Roles = inspect.Roles(n.loop.confState, n.Members(), n.id, n.light())
+	s.Role, s.Roles = inspect.Roles(n.loop.confState, n.Members(), n.id, n.light(), n.fleet.MemberSet().Removed)
 	if n.loop.isLeader {
 		st := n.rn.Status()
 		last := st.Progress[n.id].Match

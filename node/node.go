@@ -164,28 +164,28 @@ func Start(cfg Config) (*Node, error) {
 	// of a process that embeds several nodes tells them apart.
 	var n *Node
 	var err error
-	pprof.Do(context.Background(), pprof.Labels(ProfileLabel, fmt.Sprintf("%016x", cfg.ID)), func(context.Context) {
+	pprof.Do(context.Background(), pprof.Labels(profileLabel, fmt.Sprintf("%016x", cfg.ID)), func(context.Context) {
 		n, err = start(cfg)
 	})
 	return n, err
 }
 
-// ProfileLabel is the pprof label key carried by every goroutine a node
+// profileLabel is the pprof label key carried by every goroutine a node
 // starts; its value is the node's raft id in hex (16 digits).
-const ProfileLabel = "lockraft_node"
+const profileLabel = "lockraft_node"
 
-// LogKeyNode is the attribute every log record of a node carries: its raft
+// logKeyNode is the attribute every log record of a node carries: its raft
 // id in hex (16 digits), as every member id in the logs. The prefix keeps it apart from the keys of the service's own logger
 // (a "node" it adds itself would otherwise appear twice). Other context
 // keys are lockraft_component (raft, membership, memberlist).
-const LogKeyNode = "lockraft_node"
+const logKeyNode = "lockraft_node"
 
 // start is Start once the configuration is complete.
 func start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
 		k:       knobsOf(&cfg),
-		log:     cfg.Logger.With(LogKeyNode, views.MemberID(cfg.ID)),
+		log:     cfg.Logger.With(logKeyNode, views.MemberID(cfg.ID)),
 		id:      cfg.ID,
 		clock:   cfg.Clock,
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
@@ -308,6 +308,7 @@ func start(cfg Config) (*Node, error) {
 		Logger:          n.log,
 		TLS:             cfg.TLS,
 		MaxSnapshotSize: cfg.MaxSnapshotSize,
+		DenyListFile:    cfg.DenyListFile,
 		Version:         cfg.version(),
 	})
 	if errors.Is(err, transport.ErrInvalidConfig) {
@@ -382,5 +383,5 @@ func (n *Node) ID() uint64 { return n.id }
 // Leader is the leader id this node last saw (0 if none).
 func (n *Node) Leader() uint64 { return n.lead.Load() }
 
-// AddPeer tells the transport where another node listens.
-func (n *Node) AddPeer(id uint64, addr string) { n.tr.AddPeer(id, addr) }
+// addPeer tells the transport where another node listens.
+func (n *Node) addPeer(id uint64, addr string) { n.tr.AddPeer(id, addr) }

@@ -60,8 +60,8 @@ type LeaderChange struct {
 	Value   string
 }
 
-// Leading reports whether someone leads.
-func (c LeaderChange) Leading() bool { return c.Token != 0 }
+// leading reports whether someone leads.
+func (c LeaderChange) leading() bool { return c.Token != 0 }
 
 func (c LeaderChange) same(d LeaderChange) bool {
 	return c.Session == d.Session && c.Owner == d.Owner && c.Token == d.Token && c.Value == d.Value
@@ -311,7 +311,7 @@ func (obs *observations) endAll(err error) {
 
 // String describes a change for logs and test messages.
 func (c LeaderChange) String() string {
-	if !c.Leading() {
+	if !c.leading() {
 		return fmt.Sprintf("%s@%d: nobody leads", c.Name, c.Index)
 	}
 	return fmt.Sprintf("%s@%d: %s (session %d) leads, term %d, value %q", c.Name, c.Index, c.Owner, c.Session,

@@ -49,7 +49,7 @@ func TestObserveNoSilentGap(t *testing.T) {
 		}
 	}()
 	first := nextChange(t, ch)
-	require.False(t, first.Leading())
+	require.False(t, first.leading())
 	var seen []LeaderChange
 	until := func(value string) {
 		t.Helper()
@@ -250,6 +250,6 @@ func TestObserveLeaderRecordsCover(t *testing.T) {
 	// Trimmed away (more than electionHistoryLen changes since): not covered.
 	e = ask(all[0].Index)
 	require.True(t, e.GetCurrent(), "the records do not reach back: the current state, as word of it")
-	require.False(t, states(e)[0].Leading())
+	require.False(t, states(e)[0].leading())
 
 }

@@ -141,7 +141,7 @@ func TestCPUByLabel(t *testing.T) {
 		t.Skipf("CPU profile unavailable: %v", err)
 	}
 	burn := func(label string, d time.Duration, done chan<- struct{}) {
-		pprof.Do(context.Background(), pprof.Labels(ProfileLabel, label), func(context.Context) {
+		pprof.Do(context.Background(), pprof.Labels(profileLabel, label), func(context.Context) {
 			go func() { // inherits the label, as a node's goroutines do
 				x := 0
 				for end := time.Now().Add(d); time.Now().Before(end); {
@@ -158,12 +158,12 @@ func TestCPUByLabel(t *testing.T) {
 	<-done
 	<-done
 	pprof.StopCPUProfile()
-	byLabel, err := cpuByLabel(buf.Bytes(), ProfileLabel)
+	byLabel, err := cpuByLabel(buf.Bytes(), profileLabel)
 	require.NoError(t, err)
 	t.Logf("cpu by label: %v", byLabel)
 	require.Greater(t, byLabel["a"], time.Duration(0))
 	require.Greater(t, byLabel["b"], time.Duration(0))
 	require.Greater(t, byLabel["a"], byLabel["b"], "a burnt four times as long as b")
-	_, err = cpuByLabel([]byte("not a profile"), ProfileLabel)
+	_, err = cpuByLabel([]byte("not a profile"), profileLabel)
 	require.Error(t, err)
 }

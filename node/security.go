@@ -34,7 +34,7 @@ func (c Config) checkSecurity(clusterSet bool) error {
 	exposed := c.exposedAddrs()
 	if len(exposed) > 0 && !clusterSet {
 		return bad("listening on %s (not loopback) needs an explicit ClusterID: the default %q is for loopback only",
-			strings.Join(exposed, ", "), DefaultClusterID)
+			strings.Join(exposed, ", "), defaultClusterID)
 	}
 	if c.TLS != nil {
 		if err := transport.ValidateClusterID(c.ClusterID); err != nil {

@@ -327,7 +327,7 @@ func TestSessionConfigValidation(t *testing.T) {
 func TestDefaultTimingsKeepTheFailoverBudget(t *testing.T) {
 	base := Config{ID: 1, DataDir: t.TempDir(), Members: []Member{{ID: 1, Addr: "127.0.0.1:1"}}}
 	d := base.withDefaults()
-	require.Equal(t, DefaultSessionTTL/4, d.KeepaliveInterval, "default TTL: keepalives every quarter")
+	require.Equal(t, defaultSessionTTL/4, d.KeepaliveInterval, "default TTL: keepalives every quarter")
 	require.Equal(t, 2, d.HeartbeatTicks)
 	require.Equal(t, 200*time.Millisecond, d.heartbeatInterval())
 	// Three back-to-back failovers of 2.25 election timeouts at the defaults.
@@ -339,7 +339,7 @@ func TestDefaultTimingsKeepTheFailoverBudget(t *testing.T) {
 	require.Equal(t, 1, short.withDefaults().HeartbeatTicks, "an election timeout under 10 ticks beats every tick")
 
 	et := time.Second
-	for ttl := MinSessionTTL(et); ttl <= 3*DefaultSessionTTL; ttl += 100 * time.Millisecond {
+	for ttl := MinSessionTTL(et); ttl <= 3*defaultSessionTTL; ttl += 100 * time.Millisecond {
 		c := base
 		c.SessionTTL = ttl
 		require.NoError(t, c.Validate(), "TTL %v", ttl)

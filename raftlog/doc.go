@@ -3,9 +3,9 @@
 //   - [WAL] (wal.go, segment.go, record.go, walstate.go): an append-only, segmented
 //     write-ahead log in a directory. Each write method appends its records with one
 //     write and one fdatasync; every entry after the compaction point is in memory.
-//     Segments ("<seq>-<first index>.wal", DefaultSegmentSize) each start with a state
+//     Segments ("<seq>-<first index>.wal", defaultSegmentSize) each start with a state
 //     record, so Compact deletes whole segments below the compaction point. On open a
-//     torn tail (a crash mid-write) is cut off; any other damage is ErrCorrupt.
+//     torn tail (a crash mid-write) is cut off; any other damage is errCorrupt.
 //   - [Storage] (open.go, read.go, write.go): a bbolt file, described below.
 //
 // The rest of this comment describes Storage; WAL follows the same rules.
@@ -29,7 +29,7 @@
 // Bucket "log" maps an 8-byte big-endian index to proto.Marshal(entry). It holds exactly
 // the entries FirstIndex()..LastIndex(). Bucket "meta" holds:
 //
-//	magic      "lockraft/raftlog" + format version; a file without it is not ours (ErrCorrupt)
+//	magic      "lockraft/raftlog" + format version; a file without it is not ours (errCorrupt)
 //	hardstate  proto HardState (absent until the first one is saved)
 //	confstate  proto ConfState from SetConfState, then its index as field 1000 (confstate.go);
 //	           absent if never set or superseded by a snapshot
@@ -45,7 +45,7 @@
 //
 // All methods are safe for concurrent use; a mutex serialises them. Returned slices and
 // messages are owned by the caller; entries inside them must not be mutated (raft's
-// contract). An error wrapping [ErrWrite] means the file may not hold what raft believes
+// contract). An error wrapping errWrite means the file may not hold what raft believes
 // is durable: the caller must stop the node. Memory always mirrors the last successful
 // commit, so reads stay consistent with the file after a failed write.
 package raftlog

@@ -20,25 +20,25 @@ import (
 )
 
 var (
-	// ErrCorrupt is returned by Open when the file is not a raftlog file (random bytes, a
+	// errCorrupt is returned by Open when the file is not a raftlog file (random bytes, a
 	// truncated file, a bbolt file written by something else) or its contents contradict
 	// each other. The file is left untouched.
-	ErrCorrupt = errors.New("raftlog: corrupt or foreign log file")
-	// ErrLocked is returned by Open when another Storage (in this or another process)
+	errCorrupt = errors.New("raftlog: corrupt or foreign log file")
+	// errLocked is returned by Open when another Storage (in this or another process)
 	// holds the file open.
-	ErrLocked = errors.New("raftlog: log file is locked by another opener")
-	// ErrWrite wraps a failed commit. It is fatal for the node: stop serving.
-	ErrWrite = errors.New("raftlog: write failed")
-	// ErrNotEmpty is returned by Bootstrap on a log that already has state.
-	ErrNotEmpty = errors.New("raftlog: log is not empty")
-	// ErrClosed is returned by every method called after Close.
-	ErrClosed = errors.New("raftlog: storage closed")
+	errLocked = errors.New("raftlog: log file is locked by another opener")
+	// errWrite wraps a failed commit. It is fatal for the node: stop serving.
+	errWrite = errors.New("raftlog: write failed")
+	// errNotEmpty is returned by Bootstrap on a log that already has state.
+	errNotEmpty = errors.New("raftlog: log is not empty")
+	// errClosed is returned by every method called after Close.
+	errClosed = errors.New("raftlog: storage closed")
 )
 
 // Defaults for Options.
 const (
-	DefaultCacheEntries = 10000
-	DefaultLockTimeout  = time.Second
+	defaultCacheEntries = 10000
+	defaultLockTimeout  = time.Second
 )
 
 var (
@@ -62,13 +62,13 @@ type Options struct {
 	// readers) as the file grows. 0 lets bbolt choose.
 	InitialMmapSize int
 	// CacheEntries is how many of the newest entries are kept in memory
-	// (default DefaultCacheEntries). Entries and Term on older ones read the file.
+	// (default defaultCacheEntries). Entries and Term on older ones read the file.
 	CacheEntries int
 	// LockTimeout bounds the wait for the file lock held by another opener before Open
-	// fails with ErrLocked (default DefaultLockTimeout).
+	// fails with errLocked (default defaultLockTimeout).
 	LockTimeout time.Duration
 	// SegmentSize (WAL only) is the size after which a new segment file is started
-	// (default DefaultSegmentSize).
+	// (default defaultSegmentSize).
 	SegmentSize int64
 	// Preallocate (WAL only), when > 0, zero-fills the tail segment ahead of the
 	// writes in chunks of this many bytes, so that a write lands in space that
@@ -110,20 +110,20 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.CacheEntries <= 0 {
-		o.CacheEntries = DefaultCacheEntries
+		o.CacheEntries = defaultCacheEntries
 	}
 	if o.LockTimeout <= 0 {
-		o.LockTimeout = DefaultLockTimeout
+		o.LockTimeout = defaultLockTimeout
 	}
 	if o.SegmentSize <= 0 {
-		o.SegmentSize = DefaultSegmentSize
+		o.SegmentSize = defaultSegmentSize
 	}
 	return o
 }
 
 // Open opens the log at path, creating it if absent. A file that is not a raftlog file
-// gives an error wrapping ErrCorrupt; a file held open by another Storage gives one
-// wrapping ErrLocked. Both name the file. Open never panics on a bad file.
+// gives an error wrapping errCorrupt; a file held open by another Storage gives one
+// wrapping errLocked. Both name the file. Open never panics on a bad file.
 func Open(path string, opts Options) (*Storage, error) {
 	opts = opts.withDefaults()
 	s := &Storage{path: path, log: opts.Logger.With("file", path), cacheMax: opts.CacheEntries}
@@ -141,7 +141,7 @@ func Open(path string, opts Options) (*Storage, error) {
 }
 
 // openBolt opens the bbolt file, turning bbolt's errors and panics (and memory faults on
-// a truncated file) into ErrCorrupt / ErrLocked.
+// a truncated file) into errCorrupt / errLocked.
 func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	var file *os.File
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -150,7 +150,7 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 			if file != nil {
 				_ = file.Close() // release the flock; the mapping, if any, leaks
 			}
-			db, err = nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, p)
+			db, err = nil, fmt.Errorf("%w: %s: %v", errCorrupt, path, p)
 		}
 	}()
 	db, err = bolt.Open(path, 0o600, &bolt.Options{
@@ -167,11 +167,11 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		return nil, fmt.Errorf("%w: %s", errLocked, path)
 	case errors.As(err, new(*fs.PathError)):
 		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
 	default:
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, fmt.Errorf("%w: %s: %v", errCorrupt, path, err)
 	}
 	// A truncated file still has valid meta pages but pages past its end would fault
 	// when read: compare the high-water mark with the real size.
@@ -179,7 +179,7 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	if err == nil {
 		err = db.View(func(tx *bolt.Tx) error {
 			if tx.Size() > st.Size() {
-				return fmt.Errorf("%w: %s: file is %d bytes, bbolt expects %d", ErrCorrupt, path, st.Size(), tx.Size())
+				return fmt.Errorf("%w: %s: file is %d bytes, bbolt expects %d", errCorrupt, path, st.Size(), tx.Size())
 			}
 			return nil
 		})
@@ -196,7 +196,7 @@ func (s *Storage) load() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: %v", ErrCorrupt, s.path, p)
+			err = fmt.Errorf("%w: %s: %v", errCorrupt, s.path, p)
 		}
 	}()
 	fresh := false
@@ -219,7 +219,7 @@ func (s *Storage) load() (err error) {
 			}
 			return meta.Put(keyMagic, magic)
 		}); err != nil {
-			return fmt.Errorf("%w: initialise %s: %v", ErrWrite, s.path, err)
+			return fmt.Errorf("%w: initialise %s: %v", errWrite, s.path, err)
 		}
 		s.snap = raftpb.EnsureSnapshot(nil)
 		return nil
@@ -228,7 +228,7 @@ func (s *Storage) load() (err error) {
 }
 
 func (s *Storage) corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrCorrupt, s.path, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s: %s", errCorrupt, s.path, fmt.Sprintf(format, args...))
 }
 
 // read loads meta and the tail of the log, checking that they agree.
@@ -318,7 +318,7 @@ func decodeEntry(k, v []byte, want uint64) (*raftpb.Entry, error) {
 	return e, nil
 }
 
-// Close closes the file. It is idempotent; later calls to other methods return ErrClosed.
+// Close closes the file. It is idempotent; later calls to other methods return errClosed.
 func (s *Storage) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

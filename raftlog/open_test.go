@@ -56,7 +56,7 @@ func TestOpenRejectsBadFiles(t *testing.T) {
 			if err == nil {
 				_ = s.Close()
 			}
-			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorIs(t, err, errCorrupt)
 			require.ErrorContains(t, err, p)
 		})
 	}
@@ -74,7 +74,7 @@ func TestOpenEmptyFileIsFresh(t *testing.T) {
 func TestOpenMissingDirectory(t *testing.T) {
 	_, err := Open(filepath.Join(t.TempDir(), "no", "such", "dir.db"), Options{})
 	require.Error(t, err)
-	require.NotErrorIs(t, err, ErrCorrupt)
+	require.NotErrorIs(t, err, errCorrupt)
 }
 
 // TestOpenLocked relies on flock locks belonging to the open file description, so a
@@ -82,7 +82,7 @@ func TestOpenMissingDirectory(t *testing.T) {
 func TestOpenLocked(t *testing.T) {
 	s, p := openTemp(t, Options{})
 	_, err := Open(p, Options{LockTimeout: 50 * time.Millisecond})
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, errLocked)
 	require.ErrorContains(t, err, p)
 	require.NoError(t, s.Close())
 	s2, err := Open(p, Options{LockTimeout: 50 * time.Millisecond})

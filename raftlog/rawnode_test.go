@@ -75,7 +75,7 @@ func (c *cluster) restart() {
 		st, err := c.eng.open(m.path, Options{NoSync: true, SegmentSize: 4096})
 		require.NoError(c.t, err)
 		require.True(c.t, st.HasState())
-		require.ErrorIs(c.t, st.Bootstrap(&raftpb.ConfState{Voters: c.ids}), ErrNotEmpty)
+		require.ErrorIs(c.t, st.Bootstrap(&raftpb.ConfState{Voters: c.ids}), errNotEmpty)
 		m.st = st
 		c.start(m)
 	}

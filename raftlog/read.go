@@ -18,7 +18,7 @@ func (s *Storage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, ErrClosed
+		return nil, nil, errClosed
 	}
 	hs, cs := s.initialState()
 	return hs, cs, nil
@@ -44,7 +44,7 @@ func (s *Storage) FirstIndex() (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return s.dummyIndex + 1, nil
 }
@@ -54,7 +54,7 @@ func (s *Storage) LastIndex() (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return s.last, nil
 }
@@ -65,7 +65,7 @@ func (s *Storage) Snapshot() (*raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	return proto.Clone(s.snap).(*raftpb.Snapshot), nil
 }
@@ -76,7 +76,7 @@ func (s *Storage) Term(i uint64) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return s.term(i)
 }
@@ -108,7 +108,7 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	if err := s.checkEntries(lo, hi); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (s *Storage) readRange(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, s.path, err)
+		return nil, fmt.Errorf("%w: %s: %v", errCorrupt, s.path, err)
 	}
 	return out, nil
 }

@@ -142,7 +142,7 @@ func TestRestartRestoresState(t *testing.T) {
 }
 
 // TestFailedWriteIsReported makes the commit fail and checks the error reaches the
-// caller wrapped in ErrWrite and that neither memory nor the file changed.
+// caller wrapped in errWrite and that neither memory nor the file changed.
 func TestFailedWriteIsReported(t *testing.T) {
 	s, path := openTemp(t, Options{})
 	require.NoError(t, s.Save(nil, nil, mkEnts(1, 5, 1)))
@@ -150,12 +150,12 @@ func TestFailedWriteIsReported(t *testing.T) {
 	s.beforeCommit = func() error { return boom }
 	hs := &raftpb.HardState{Term: new(uint64(2)), Commit: new(uint64(5))}
 	err := s.Save(nil, hs, mkEnts(4, 8, 2))
-	require.ErrorIs(t, err, ErrWrite)
+	require.ErrorIs(t, err, errWrite)
 	require.ErrorContains(t, err, "disk on fire")
-	require.ErrorIs(t, s.Compact(3), ErrWrite)
+	require.ErrorIs(t, s.Compact(3), errWrite)
 	_, err = s.CreateSnapshot(3, nil, nil)
-	require.ErrorIs(t, err, ErrWrite)
-	require.ErrorIs(t, s.SetConfState(&raftpb.ConfState{}, 1), ErrWrite)
+	require.ErrorIs(t, err, errWrite)
+	require.ErrorIs(t, s.SetConfState(&raftpb.ConfState{}, 1), errWrite)
 
 	check := func(st *Storage) {
 		last, _ := st.LastIndex()
@@ -193,14 +193,14 @@ func TestClosedAndBootstrapErrors(t *testing.T) {
 	require.Error(t, s.Bootstrap(&raftpb.ConfState{}))
 	require.NoError(t, s.Bootstrap(&raftpb.ConfState{Voters: []uint64{1}}))
 	require.True(t, s.HasState())
-	require.ErrorIs(t, s.Bootstrap(&raftpb.ConfState{Voters: []uint64{1}}), ErrNotEmpty)
+	require.ErrorIs(t, s.Bootstrap(&raftpb.ConfState{Voters: []uint64{1}}), errNotEmpty)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
-	require.ErrorIs(t, s.Save(nil, nil, mkEnts(2, 2, 1)), ErrClosed)
+	require.ErrorIs(t, s.Save(nil, nil, mkEnts(2, 2, 1)), errClosed)
 	_, err := s.Entries(2, 2, 0)
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errClosed)
 	_, err = s.Snapshot()
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errClosed)
 }
 
 // TestConcurrentReaders runs transport-like Snapshot/Entries readers against a writer;

@@ -13,13 +13,13 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// DefaultSegmentSize is the size after which the WAL starts a new segment.
+// defaultSegmentSize is the size after which the WAL starts a new segment.
 // Compaction deletes whole segments, so it also bounds the history that is
 // kept on disk after compaction passed it, which a restart reads through:
 // 8 MiB is about 80,000 Lock+Unlock pairs, many compactions' worth, and a
 // new segment (a file and a directory fsync) that often costs nothing
 // measurable.
-const DefaultSegmentSize = 8 << 20
+const defaultSegmentSize = 8 << 20
 
 // WAL is a raft log kept as an append-only, segmented write-ahead log in a directory:
 // the second engine behind [Log], with the same semantics as [Storage]. Each write
@@ -27,7 +27,7 @@ const DefaultSegmentSize = 8 << 20
 // directory fsync when it starts a new segment). Every entry after the compaction point
 // is kept in memory, so raft's reads never touch the disk; the node's compaction bounds
 // that memory. A torn tail record (a crash mid-write, never acknowledged) is cut off on
-// open; damage anywhere else gives ErrCorrupt naming the file. It is safe for concurrent
+// open; damage anywhere else gives errCorrupt naming the file. It is safe for concurrent
 // use.
 type WAL struct {
 	// wmu serializes the writers (Save, CreateSnapshot, Compact, SetConfState,
@@ -81,7 +81,7 @@ func OpenWAL(dir string, opts Options) (*WAL, error) {
 		if err != nil {
 			return nil, fmt.Errorf("raftlog: lock %s: %w", lockPath, err)
 		}
-		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		return nil, fmt.Errorf("%w: %s", errLocked, dir)
 	}
 	w.lockf = lf
 	if err := w.load(); err != nil {
@@ -93,7 +93,7 @@ func OpenWAL(dir string, opts Options) (*WAL, error) {
 }
 
 func (w *WAL) corrupt(path string, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s: %s", errCorrupt, path, fmt.Sprintf(format, args...))
 }
 
 // load replays every segment, cuts a torn tail and opens the last segment for append.
@@ -282,11 +282,11 @@ func (w *WAL) createSegment(recs []byte) error {
 }
 
 // commit makes recs durable: one write and one fdatasync (a new segment first if the
-// tail is full). Any failure is wrapped in ErrWrite, logged, and poisons later writes.
+// tail is full). Any failure is wrapped in errWrite, logged, and poisons later writes.
 // The caller holds the mutex and applies the records to memory only on success.
 func (w *WAL) commit(recs []byte) error {
 	if w.failed != nil {
-		return fmt.Errorf("%w: %s: an earlier write failed: %v", ErrWrite, w.dir, w.failed)
+		return fmt.Errorf("%w: %s: an earlier write failed: %v", errWrite, w.dir, w.failed)
 	}
 	var err error
 	if w.size >= w.segSize {
@@ -311,7 +311,7 @@ func (w *WAL) commit(recs []byte) error {
 	if err != nil {
 		w.failed = err
 		w.log.Error("raftlog WAL write failed", "err", err)
-		return fmt.Errorf("%w: %s: %v", ErrWrite, w.dir, err)
+		return fmt.Errorf("%w: %s: %v", errWrite, w.dir, err)
 	}
 	return nil
 }
@@ -374,7 +374,7 @@ func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.E
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return errClosed
 	}
 	st := w.st
 	c, err := st.planSave(snap, hs, ents)
@@ -438,7 +438,7 @@ func (w *WAL) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raft
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	st := w.st
 	snap, err := nextSnapshot(st.snap, st.last, i, w.term, cs, data)
@@ -464,7 +464,7 @@ func (w *WAL) Compact(index uint64) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if err := w.st.checkCompact(index); err != nil {
 		return err
@@ -494,7 +494,7 @@ func (w *WAL) SetConfState(cs *raftpb.ConfState, index uint64) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return errClosed
 	}
 	c, v, err := encodeConfState(cs, index)
 	if err != nil {
@@ -517,10 +517,10 @@ func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if w.st.hasState() {
-		return fmt.Errorf("%w: %s", ErrNotEmpty, w.dir)
+		return fmt.Errorf("%w: %s", errNotEmpty, w.dir)
 	}
 	snap, hs := bootstrapState(cs)
 	buf, start := beginBatch(nil)
@@ -542,7 +542,7 @@ func (w *WAL) Bootstrap(cs *raftpb.ConfState) error {
 }
 
 // Close closes the files and releases the directory lock. It is idempotent; later
-// calls to other methods return ErrClosed.
+// calls to other methods return errClosed.
 func (w *WAL) Close() error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()

@@ -19,7 +19,7 @@ func (w *WAL) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return nil, nil, ErrClosed
+		return nil, nil, errClosed
 	}
 	hs, cs := w.st.initialState()
 	return hs, cs, nil
@@ -37,7 +37,7 @@ func (w *WAL) FirstIndex() (uint64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return w.st.dummyIndex + 1, nil
 }
@@ -47,7 +47,7 @@ func (w *WAL) LastIndex() (uint64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return w.st.last, nil
 }
@@ -57,7 +57,7 @@ func (w *WAL) Snapshot() (*raftpb.Snapshot, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	return proto.Clone(w.st.snap).(*raftpb.Snapshot), nil
 }
@@ -67,7 +67,7 @@ func (w *WAL) Term(i uint64) (uint64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return w.term(i)
 }
@@ -84,7 +84,7 @@ func (w *WAL) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	st := w.st
 	if err := st.checkEntries(lo, hi); err != nil {

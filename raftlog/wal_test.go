@@ -94,7 +94,7 @@ func TestWALTornSegmentCreation(t *testing.T) {
 }
 
 // TestWALCorruptMiddle flips one byte in each record before the tail: Open must fail
-// with ErrCorrupt naming the file, never panic, never truncate.
+// with errCorrupt naming the file, never panic, never truncate.
 func TestWALCorruptMiddle(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "wal")
 	w, err := OpenWAL(dir, Options{NoSync: true})
@@ -113,7 +113,7 @@ func TestWALCorruptMiddle(t *testing.T) {
 		bad[off] ^= 0x40
 		require.NoError(t, os.WriteFile(seg, bad, 0o600))
 		_, err := OpenWAL(dir, Options{NoSync: true})
-		require.ErrorIs(t, err, ErrCorrupt, "flip at %d", off)
+		require.ErrorIs(t, err, errCorrupt, "flip at %d", off)
 		require.Contains(t, err.Error(), seg)
 		after, _ := os.ReadFile(seg)
 		require.Equal(t, bad, after, "file untouched")
@@ -129,13 +129,13 @@ func TestWALCorruptMiddle(t *testing.T) {
 	b, _ := os.ReadFile(segs[1].path)
 	require.NoError(t, os.WriteFile(segs[1].path, b[:len(b)-1], 0o600))
 	_, err = OpenWAL(dir+"2", Options{})
-	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorIs(t, err, errCorrupt)
 	// A missing middle segment too.
 	require.NoError(t, os.WriteFile(segs[1].path, b, 0o600))
 	require.Len(t, segs, 4)
 	require.NoError(t, os.Remove(segs[2].path))
 	_, err = OpenWAL(dir+"2", Options{})
-	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorIs(t, err, errCorrupt)
 	require.Contains(t, err.Error(), segs[3].path)
 }
 
@@ -155,7 +155,7 @@ func TestWALLocked(t *testing.T) {
 	w, err := OpenWAL(dir, Options{})
 	require.NoError(t, err)
 	_, err = OpenWAL(dir, Options{LockTimeout: 50 * time.Millisecond})
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, errLocked)
 	require.Contains(t, err.Error(), dir)
 	require.NoError(t, w.Close())
 	w, err = OpenWAL(dir, Options{LockTimeout: 50 * time.Millisecond})
@@ -163,7 +163,7 @@ func TestWALLocked(t *testing.T) {
 	require.NoError(t, w.Close())
 	_, err = OpenWAL(filepath.Join(t.TempDir(), "no", "such"), Options{})
 	require.Error(t, err)
-	require.False(t, errors.Is(err, ErrCorrupt))
+	require.False(t, errors.Is(err, errCorrupt))
 }
 
 // TestWALCompactDropsSegments: compaction deletes whole segments below the compaction

@@ -22,13 +22,13 @@ import (
 // replaced (the conflicting suffix), and a gap after LastIndex is an error.
 //
 // Save does not retain snap or hs; it retains the entries (which raft never mutates).
-// A returned error wrapping ErrWrite is fatal: nothing of this call is visible, but the
+// A returned error wrapping errWrite is fatal: nothing of this call is visible, but the
 // node must stop.
 func (s *Storage) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	c, err := s.planSave(snap, hs, ents)
 	if err != nil {
@@ -120,7 +120,7 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	snap, err := nextSnapshot(s.snap, s.last, i, s.term, cs, data)
 	if err != nil {
@@ -143,7 +143,7 @@ func (s *Storage) Compact(index uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if err := s.checkCompact(index); err != nil {
 		return err
@@ -182,7 +182,7 @@ func (s *Storage) SetConfState(cs *raftpb.ConfState, index uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	c, v, err := encodeConfState(cs, index)
 	if err != nil {
@@ -204,7 +204,7 @@ func (s *Storage) SetConfState(cs *raftpb.ConfState, index uint64) error {
 // raft.NewRawNode then start as followers of a cluster with exactly these voters, and the
 // first election happens at term 2. Every founding member must bootstrap with the same
 // cs. The snapshot's empty Data means "empty state machine": a member added later that
-// receives this snapshot starts from nothing. Applied starts at 1. ErrNotEmpty if
+// receives this snapshot starts from nothing. Applied starts at 1. errNotEmpty if
 // HasState. One transaction.
 func (s *Storage) Bootstrap(cs *raftpb.ConfState) error {
 	if err := checkBootstrap(cs); err != nil {
@@ -213,10 +213,10 @@ func (s *Storage) Bootstrap(cs *raftpb.ConfState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if s.hasState() {
-		return fmt.Errorf("%w: %s", ErrNotEmpty, s.path)
+		return fmt.Errorf("%w: %s", errNotEmpty, s.path)
 	}
 	snap, hs := bootstrapState(cs)
 	if err := s.update(func(meta, _ *bolt.Bucket) error {
@@ -236,7 +236,7 @@ func (s *Storage) Bootstrap(cs *raftpb.ConfState) error {
 }
 
 // update runs fn in one read-write transaction and commits. Any failure is wrapped in
-// ErrWrite and logged. The caller holds the mutex.
+// errWrite and logged. The caller holds the mutex.
 func (s *Storage) update(fn func(meta, logb *bolt.Bucket) error) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if err := fn(tx.Bucket(bucketMeta), tx.Bucket(bucketLog)); err != nil {
@@ -249,7 +249,7 @@ func (s *Storage) update(fn func(meta, logb *bolt.Bucket) error) error {
 	})
 	if err != nil {
 		s.log.Error("raftlog write failed", "err", err)
-		return fmt.Errorf("%w: %s: %v", ErrWrite, s.path, err)
+		return fmt.Errorf("%w: %s: %v", errWrite, s.path, err)
 	}
 	return nil
 }

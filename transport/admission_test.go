@@ -128,7 +128,7 @@ func TestRaftTrafficOnlyFromVoters(t *testing.T) {
 	require.Equal(t, RoleVoter, r)
 	_, ok = a.t.PeerRole(9)
 	require.False(t, ok)
-	ident, err := light.t.cfg.TLS.Identity()
+	ident, err := light.t.cfg.TLS.identity()
 	require.NoError(t, err)
 	require.Equal(t, Identity{Cluster: "c1", ID: 2, Role: RoleLight | RoleOperator}, ident)
 }
@@ -219,7 +219,7 @@ func TestConnectionCaps(t *testing.T) {
 // Per peer: one raft stream (a newer one ends the older), one snapshot at
 // a time, callsPerPeer calls in flight.
 func TestStreamCaps(t *testing.T) {
-	lim := defaultLimits(DefaultMaxConns)
+	lim := defaultLimits(defaultMaxConns)
 	lim.callsPerPeer = 2
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	c := dialRaw(t, a.t.Addr(), nil, "c1", 2)
@@ -311,7 +311,7 @@ func (a *admission) peersSnapshots() int {
 // and until its handler returns: a peer whose held requests fill its
 // budget waits (and sends no more) until one returns.
 func TestCallRequestsBudgeted(t *testing.T) {
-	lim := defaultLimits(DefaultMaxConns)
+	lim := defaultLimits(defaultMaxConns)
 	lim.peerCallBudget = 1 << 20
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	c := dialRaw(t, a.t.Addr(), nil, "c1", 2)
@@ -341,7 +341,7 @@ func TestCallRequestsBudgeted(t *testing.T) {
 // Receive returns: with the total budget room for one, a second peer's
 // batch is not decoded while the first is being delivered.
 func TestRaftBatchesBudgeted(t *testing.T) {
-	lim := defaultLimits(DefaultMaxConns)
+	lim := defaultLimits(defaultMaxConns)
 	lim.raftBudget = 300 << 10
 	a := newNode(t, "c1", 1, func(c *Config) { c.limits = &lim })
 	release := releaser(t)

@@ -51,7 +51,7 @@ func BenchmarkSendReceive(b *testing.B) {
 				m.Entries = []*raftpb.Entry{{Term: new(uint64(1)), Index: new(uint64(i)), Data: make([]byte, 64)}}
 				batch[i] = m
 			}
-			const window = DefaultQueueSize / 2
+			const window = defaultQueueSize / 2
 			b.ResetTimer()
 			sent := 0
 			for sent < b.N {

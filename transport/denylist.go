@@ -182,7 +182,7 @@ func (t *Transport) watchDenyList() {
 			return
 		case <-tick.C:
 		}
-		if err := t.ReloadDenyList(); err != nil {
+		if err := t.reloadDenyList(); err != nil {
 			t.refused.Refuse(refusedDenyList, t.deny.path, "reason", "unusable deny-list; the last good one stays in force", "err", err)
 		}
 	}
@@ -191,10 +191,10 @@ func (t *Transport) watchDenyList() {
 // refusedDenyList is the refuse.Log kind of an unusable deny-list file.
 const refusedDenyList = "deny-list"
 
-// ReloadDenyList reads the deny-list file now if it changed and closes the
+// reloadDenyList reads the deny-list file now if it changed and closes the
 // connections the new list refuses. An unusable file is an error, and the
 // last good list stays in force. Without a deny-list it does nothing.
-func (t *Transport) ReloadDenyList() error {
+func (t *Transport) reloadDenyList() error {
 	changed, err := t.deny.reload()
 	if err != nil {
 		return fmt.Errorf("transport: deny-list %s: %w", t.deny.path, err)

@@ -86,13 +86,13 @@ func TestDenyList(t *testing.T) {
 
 	// A file that cannot be read as a deny-list: the last good one stays.
 	writeDenyList(t, path, "serial nothex\n", time.Now())
-	require.Error(t, a.t.ReloadDenyList())
+	require.Error(t, a.t.reloadDenyList())
 	_, err = b.t.Keepalive(context.Background(), 1, &transportpb.KeepaliveRequest{})
 	require.Error(t, err)
 
 	// By member id, whatever certificate names it.
 	writeDenyList(t, path, "member 0000000000000003\n", time.Now().Add(time.Minute))
-	require.NoError(t, a.t.ReloadDenyList())
+	require.NoError(t, a.t.reloadDenyList())
 	_, err = c.t.Keepalive(context.Background(), 1, &transportpb.KeepaliveRequest{})
 	require.Error(t, err)
 	require.Eventually(t, func() bool {

@@ -69,9 +69,9 @@ import (
 // MemberScheme is the URI scheme of member identities.
 const MemberScheme = "lockraft"
 
-// ErrIdentity is the cause of a rejected certificate: it names no member,
+// errIdentity is the cause of a rejected certificate: it names no member,
 // more than one, another cluster, a reserved id, or a role it may not have.
-var ErrIdentity = errors.New("transport: certificate does not name a member of this cluster")
+var errIdentity = errors.New("transport: certificate does not name a member of this cluster")
 
 // Role is what a certificate lets its holder do, chosen when it is issued. A
 // member is either voter-capable or light; either may also be an operator,
@@ -138,15 +138,15 @@ func ParseRole(s string) (Role, error) {
 			}
 		}
 		if got == 0 {
-			return 0, fmt.Errorf("%w: unknown role %q", ErrIdentity, part)
+			return 0, fmt.Errorf("%w: unknown role %q", errIdentity, part)
 		}
 		if r&got != 0 {
-			return 0, fmt.Errorf("%w: role %q twice", ErrIdentity, part)
+			return 0, fmt.Errorf("%w: role %q twice", errIdentity, part)
 		}
 		r |= got
 	}
 	if r.Voter() && r&RoleLight != 0 {
-		return 0, fmt.Errorf("%w: a member is voter or light, not both", ErrIdentity)
+		return 0, fmt.Errorf("%w: a member is voter or light, not both", errIdentity)
 	}
 	return r, nil
 }
@@ -183,7 +183,7 @@ func MemberRoleURI(cluster string, id uint64, role Role) string {
 // certificates issued before the hex form have it, decimal without
 // leading zeros and of any other length. A decimal id of exactly 16 digits
 // is read as hex (see the comment at the top of this file). Anything else
-// is ErrIdentity.
+// is errIdentity.
 func parseMemberIDText(s string) (uint64, error) {
 	if len(s) == 16 {
 		if strings.Trim(s, "0123456789abcdef") == "" {
@@ -191,11 +191,11 @@ func parseMemberIDText(s string) (uint64, error) {
 				return n, nil
 			}
 		}
-		return 0, fmt.Errorf("%w: member id %q: want 16 hex digits", ErrIdentity, s)
+		return 0, fmt.Errorf("%w: member id %q: want 16 hex digits", errIdentity, s)
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || strconv.FormatUint(n, 10) != s {
-		return 0, fmt.Errorf("%w: member id %q: want 16 hex digits (or, from an earlier certificate, decimal)", ErrIdentity, s)
+		return 0, fmt.Errorf("%w: member id %q: want 16 hex digits (or, from an earlier certificate, decimal)", errIdentity, s)
 	}
 	return n, nil
 }
@@ -257,15 +257,15 @@ func ParseIdentity(cert *x509.Certificate) (Identity, error) {
 			continue
 		}
 		if u != nil {
-			return Identity{}, fmt.Errorf("%w: more than one %s URI (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
+			return Identity{}, fmt.Errorf("%w: more than one %s URI (subject %q)", errIdentity, MemberScheme, cert.Subject)
 		}
 		u = c
 	}
 	if u == nil {
-		return Identity{}, fmt.Errorf("%w: no %s:// URI SAN (subject %q)", ErrIdentity, MemberScheme, cert.Subject)
+		return Identity{}, fmt.Errorf("%w: no %s:// URI SAN (subject %q)", errIdentity, MemberScheme, cert.Subject)
 	}
 	bad := func(why string) (Identity, error) {
-		return Identity{}, fmt.Errorf("%w: bad identity URI %q: %s", ErrIdentity, u, why)
+		return Identity{}, fmt.Errorf("%w: bad identity URI %q: %s", errIdentity, u, why)
 	}
 	if u.Opaque != "" || u.User != nil || u.Port() != "" || u.Fragment != "" || u.RawFragment != "" ||
 		u.Host == "" || u.ForceQuery {
@@ -298,7 +298,7 @@ func ParseIdentity(cert *x509.Certificate) (Identity, error) {
 		return bad("the member id must be 16 hex digits (or decimal, as earlier certificates have it)")
 	}
 	if ReservedID(n) {
-		return Identity{}, fmt.Errorf("%w: reserved member id %016x", ErrIdentity, n)
+		return Identity{}, fmt.Errorf("%w: reserved member id %016x", errIdentity, n)
 	}
 	switch {
 	case u.RawQuery == "":
@@ -318,7 +318,7 @@ func MemberIdentity(cert *x509.Certificate) (cluster string, id uint64, err erro
 		return "", 0, err
 	}
 	if ident.ID == 0 {
-		return "", 0, fmt.Errorf("%w: operator %q is no member", ErrIdentity, ident.Operator)
+		return "", 0, fmt.Errorf("%w: operator %q is no member", errIdentity, ident.Operator)
 	}
 	return ident.Cluster, ident.ID, nil
 }

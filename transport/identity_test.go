@@ -79,11 +79,11 @@ func TestParseIdentity(t *testing.T) {
 		{"lockraft://c/operator/a%2Fb?role=operator"},
 	} {
 		_, err := p.identityOf(bad...)
-		require.ErrorIs(t, err, ErrIdentity, "%v", bad)
+		require.ErrorIs(t, err, errIdentity, "%v", bad)
 	}
 	// MemberIdentity is the member part: an operator is no member.
 	_, _, err := MemberIdentity(mustLeaf(t, p, OperatorURI("c", "alice")))
-	require.ErrorIs(t, err, ErrIdentity)
+	require.ErrorIs(t, err, errIdentity)
 	require.NoError(t, ValidateClusterID("orders-prod.eu"))
 	require.Error(t, ValidateClusterID("my cluster"))
 }
@@ -138,7 +138,7 @@ func TestMemberURIIDForms(t *testing.T) {
 		"lockraft://c/%20000000000000002a?role=voter",
 	} {
 		_, err := p.identityOf(bad)
-		require.ErrorIs(t, err, ErrIdentity, bad)
+		require.ErrorIs(t, err, errIdentity, bad)
 	}
 }
 

@@ -72,9 +72,9 @@ func decodeAmplified(wire, msgs, entries int) bool {
 	return int64(msgs)*msgDecodeCost+int64(entries)*entryDecodeCost > int64(wire)*decodeRatio+decodeSlack
 }
 
-// ErrLimit is the cause of input refused for announcing more elements than a
+// errLimit is the cause of input refused for announcing more elements than a
 // limit allows.
-var ErrLimit = errors.New("transport: input over limit")
+var errLimit = errors.New("transport: input over limit")
 
 // limitOf returns the maximum count of any one repeated field of v's type.
 func limitOf(v any) int {
@@ -107,7 +107,7 @@ func checkRepeated(b []byte, max int) error {
 		if int(num) < len(counts) {
 			counts[num]++
 			if counts[num] > max {
-				return fmt.Errorf("%w: field %d repeated more than %d times", ErrLimit, num, max)
+				return fmt.Errorf("%w: field %d repeated more than %d times", errLimit, num, max)
 			}
 		}
 	}

@@ -24,9 +24,9 @@ import (
 // field) goes to proto.Unmarshal, so the result is always what it would
 // have produced (FuzzDecodeMessage), except that a message announcing more
 // than maxMsgEntries entries, or entries that would cost more than
-// decodeRatio times its bytes (limits.go), is refused (ErrLimit) before
+// decodeRatio times its bytes (limits.go), is refused (errLimit) before
 // either decoder allocates anything for them, and one with a message or
-// entry type raft does not define is refused (ErrUnknownEnum).
+// entry type raft does not define is refused (errUnknownEnum).
 func decodeMessage(b []byte) (*raftpb.Message, error) {
 	return decodeCounted(b, countEntries(b))
 }
@@ -35,10 +35,10 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 // (countEntries).
 func decodeCounted(b []byte, n int) (*raftpb.Message, error) {
 	if n > maxMsgEntries {
-		return nil, fmt.Errorf("%w: %d entries in one message", ErrLimit, n)
+		return nil, fmt.Errorf("%w: %d entries in one message", errLimit, n)
 	}
 	if decodeAmplified(len(b), 1, n) {
-		return nil, fmt.Errorf("%w: %d entries in %d bytes", ErrLimit, n, len(b))
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", errLimit, n, len(b))
 	}
 	if m, ok := decodeMessageFast(b); ok {
 		return m, nil
@@ -53,21 +53,21 @@ func decodeCounted(b []byte, n int) (*raftpb.Message, error) {
 	return m, nil
 }
 
-// ErrUnknownEnum is the cause of a refused message whose type, or an
+// errUnknownEnum is the cause of a refused message whose type, or an
 // entry's type, is not one raft defines. proto.Unmarshal keeps such values
 // (even negative ones), and raft indexes arrays with the message type
 // (IsLocalMsg): a message of type -5 panicked RawNode.Step (found by
 // FuzzRaftMessageGuard).
-var ErrUnknownEnum = errors.New("transport: unknown raft message or entry type")
+var errUnknownEnum = errors.New("transport: unknown raft message or entry type")
 
 // knownEnums checks m's type and its entries' types.
 func knownEnums(m *raftpb.Message) error {
 	if _, ok := raftpb.MessageType_name[int32(m.GetType())]; !ok {
-		return fmt.Errorf("%w: message type %d", ErrUnknownEnum, m.GetType())
+		return fmt.Errorf("%w: message type %d", errUnknownEnum, m.GetType())
 	}
 	for _, e := range m.GetEntries() {
 		if _, ok := raftpb.EntryType_name[int32(e.GetType())]; !ok {
-			return fmt.Errorf("%w: entry type %d", ErrUnknownEnum, e.GetType())
+			return fmt.Errorf("%w: entry type %d", errUnknownEnum, e.GetType())
 		}
 	}
 	return nil

@@ -103,7 +103,7 @@ func TestDecodeRefusesUnknownEnums(t *testing.T) {
 		require.False(t, fast, name)
 		require.NoError(t, proto.Unmarshal(b, &raftpb.Message{}), "%s: proto keeps it", name)
 		_, err := decodeMessage(b)
-		require.ErrorIs(t, err, ErrUnknownEnum, name)
+		require.ErrorIs(t, err, errUnknownEnum, name)
 	}
 }
 
@@ -125,12 +125,12 @@ func FuzzDecodeMessage(f *testing.F) {
 			require.Error(t, err)
 			return
 		}
-		if errors.Is(err, ErrLimit) {
+		if errors.Is(err, errLimit) {
 			n := len(want.GetEntries())
 			require.True(t, n > maxMsgEntries || decodeAmplified(len(b), 1, n), "%d entries in %d bytes", n, len(b))
 			return
 		}
-		if errors.Is(err, ErrUnknownEnum) {
+		if errors.Is(err, errUnknownEnum) {
 			require.Error(t, knownEnums(want))
 			return
 		}
@@ -192,7 +192,7 @@ func TestDecodeOf256KiBBounded(t *testing.T) {
 	}
 	alloc := allocs(func() {
 		_, err := decodeMessage(empty)
-		require.ErrorIs(t, err, ErrLimit)
+		require.ErrorIs(t, err, errLimit)
 	})
 	require.Less(t, alloc, uint64(64<<10))
 

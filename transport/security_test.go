@@ -203,8 +203,8 @@ func TestDecodeAmplificationBounded(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	_, err := decodeMessage(b)
-	require.ErrorIs(t, err, ErrLimit)
-	require.ErrorIs(t, checkRepeated(batch, maxBatchMsgs), ErrLimit)
+	require.ErrorIs(t, err, errLimit)
+	require.ErrorIs(t, checkRepeated(batch, maxBatchMsgs), errLimit)
 	runtime.ReadMemStats(&after)
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("4 MiB of empty entries and a 4 MiB batch of empty messages refused with %d KiB allocated", alloc>>10)

@@ -109,7 +109,7 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 		if entries > maxBatchEntries || decodeAmplified(wire, len(raws), entries) {
 			s.t.refused.Refuse(refusedMessage, src, "reason", "batch announces more than its bytes may decode to",
 				"bytes", wire, "msgs", len(raws), "entries", entries)
-			return status.Errorf(codes.InvalidArgument, "%v: %d messages and %d entries in %d bytes", ErrLimit, len(raws), entries, wire)
+			return status.Errorf(codes.InvalidArgument, "%v: %d messages and %d entries in %d bytes", errLimit, len(raws), entries, wire)
 		}
 		h, err := charge(ctx, a.raftBudget, s.t.adm.raftBudget, lim.peerRaftBudget, lim.raftBudget,
 			decodeCost(wire, len(raws), entries))

@@ -168,7 +168,7 @@ func (s *server) Snapshot(stream transportpb.Raft_SnapshotServer) error {
 	tmp, err := s.receiveFile(stream, c, index)
 	if err != nil {
 		s.t.refused.Refuse(refusedSnapshot, src, "reason", "transfer failed", "index", index, "err", err)
-		if errors.Is(err, ErrSnapshotChecksum) {
+		if errors.Is(err, errSnapshotChecksum) {
 			return status.Error(codes.DataLoss, err.Error())
 		}
 		if _, ok := status.FromError(err); ok {
@@ -221,11 +221,11 @@ func newChunkReceiver(size uint64) *chunkReceiver {
 }
 
 // add takes one chunk: it returns the data to write and whether this was the
-// last chunk (then checked whole), or an error wrapping ErrSnapshotChecksum.
+// last chunk (then checked whole), or an error wrapping errSnapshotChecksum.
 func (r *chunkReceiver) add(c *transportpb.SnapshotChunk) ([]byte, bool, error) {
 	d := c.GetData()
 	if uint64(len(d)) > r.want-r.got {
-		return nil, false, fmt.Errorf("%w: more than the announced %d bytes", ErrSnapshotChecksum, r.want)
+		return nil, false, fmt.Errorf("%w: more than the announced %d bytes", errSnapshotChecksum, r.want)
 	}
 	r.got += uint64(len(d))
 	r.sum.Write(d)
@@ -233,7 +233,7 @@ func (r *chunkReceiver) add(c *transportpb.SnapshotChunk) ([]byte, bool, error) 
 		return d, false, nil
 	}
 	if r.got != r.want || !bytes.Equal(r.sum.Sum(nil), c.GetSha256()) {
-		return nil, true, fmt.Errorf("%w: %d of %d bytes", ErrSnapshotChecksum, r.got, r.want)
+		return nil, true, fmt.Errorf("%w: %d of %d bytes", errSnapshotChecksum, r.got, r.want)
 	}
 	return d, true, nil
 }

@@ -101,7 +101,7 @@ func TestSnapshotCorruptedIsRejected(t *testing.T) {
 	require.Empty(t, got)
 	requireOnlySnapFiles(t, b.dir, 0)
 	require.Contains(t, b.log.String(), "refused snapshot")
-	require.Contains(t, b.log.String(), ErrSnapshotChecksum.Error())
+	require.Contains(t, b.log.String(), errSnapshotChecksum.Error())
 }
 
 func TestSnapshotMissingFileOrPeerFails(t *testing.T) {

@@ -56,7 +56,7 @@ func (c *TLS) validate(cluster string, local uint64) error {
 	}
 	if gotCluster != cluster || id != local {
 		return fmt.Errorf("%w: this member's certificate names member %016x of cluster %q, not %016x of %q",
-			ErrIdentity, id, gotCluster, local, cluster)
+			errIdentity, id, gotCluster, local, cluster)
 	}
 	if _, err := c.Roots(); err != nil {
 		return fmt.Errorf("TLS roots: %w", err)
@@ -64,10 +64,10 @@ func (c *TLS) validate(cluster string, local uint64) error {
 	return nil
 }
 
-// Identity returns what this member's own certificate says: its cluster,
+// identity returns what this member's own certificate says: its cluster,
 // member id and role (a node checks that it may be what it is configured
 // to be: a voter needs RoleVoter).
-func (c *TLS) Identity() (Identity, error) {
+func (c *TLS) identity() (Identity, error) {
 	cert, err := c.Certificate()
 	if err != nil {
 		return Identity{}, fmt.Errorf("TLS certificate: %w", err)
@@ -119,9 +119,9 @@ func (t *Transport) verifyPeer(certs []*x509.Certificate, usage x509.ExtKeyUsage
 func (t *Transport) admitIdentity(leaf *x509.Certificate, ident Identity, incoming bool) error {
 	switch {
 	case ident.Cluster != t.cfg.ClusterID:
-		return fmt.Errorf("%w: the peer is of cluster %q, this is %q", ErrIdentity, ident.Cluster, t.cfg.ClusterID)
+		return fmt.Errorf("%w: the peer is of cluster %q, this is %q", errIdentity, ident.Cluster, t.cfg.ClusterID)
 	case ident.ID == 0:
-		return fmt.Errorf("%w: operator %q is no member", ErrIdentity, ident.Operator)
+		return fmt.Errorf("%w: operator %q is no member", errIdentity, ident.Operator)
 	}
 	if why := t.deny.current().denies(leaf, ident.ID); why != "" {
 		return fmt.Errorf("%w: member %016x: %s", errDenied, ident.ID, why)
@@ -189,7 +189,7 @@ func (t *Transport) clientTLS(id uint64) *tls.Config {
 			}
 			if ident.Cluster != t.cfg.ClusterID || ident.ID != id {
 				return fmt.Errorf("%w: dialled member %016x of %q, the server is member %016x of %q",
-					ErrIdentity, id, t.cfg.ClusterID, ident.ID, ident.Cluster)
+					errIdentity, id, t.cfg.ClusterID, ident.ID, ident.Cluster)
 			}
 			return t.admitIdentity(cs.PeerCertificates[0], ident, false)
 		},

@@ -75,9 +75,9 @@ var (
 	ErrClusterMismatch = netrules.ErrClusterMismatch
 	// ErrInvalidConfig is returned by New when the Config is unusable.
 	ErrInvalidConfig = errors.New("transport: invalid config")
-	// ErrSnapshotChecksum is the cause of a rejected snapshot transfer whose
+	// errSnapshotChecksum is the cause of a rejected snapshot transfer whose
 	// size or SHA-256 did not match what the sender announced.
-	ErrSnapshotChecksum = errors.New("transport: snapshot checksum mismatch")
+	errSnapshotChecksum = errors.New("transport: snapshot checksum mismatch")
 	// ErrPermissionDenied: a Calls method returns an error wrapping it when
 	// the caller may not do what it asked (another member's session, a push
 	// from a node that does not lead); the caller gets codes.PermissionDenied
@@ -94,22 +94,22 @@ var (
 
 // Defaults for the zero values in Config.
 const (
-	DefaultQueueSize   = 4096
-	DefaultMaxMsgSize  = 4 << 20
-	DefaultDialTimeout = 5 * time.Second
-	// DefaultIdleTimeout: a connection to a peer that carried no call and no
+	defaultQueueSize   = 4096
+	defaultMaxMsgSize  = 4 << 20
+	defaultDialTimeout = 5 * time.Second
+	// defaultIdleTimeout: a connection to a peer that carried no call and no
 	// stream for a minute is closed (and dialled again on the next call).
 	// An idle connection still woke both ends every 10 s for gRPC's
 	// keepalive ping: a light member keeps a few of them from its formation
 	// and a fleet's leader one per member it ever called.
-	DefaultIdleTimeout = time.Minute
+	defaultIdleTimeout = time.Minute
 	// DefaultMaxSnapshotSize bounds a received snapshot file (1 GiB, about
 	// ten million held locks).
 	DefaultMaxSnapshotSize = 1 << 30
-	// DefaultMaxConns bounds the connections a transport accepts at once:
+	// defaultMaxConns bounds the connections a transport accepts at once:
 	// one from each peer (two while one reconnects), for a fleet of
 	// hundreds.
-	DefaultMaxConns = 1024
+	defaultMaxConns = 1024
 
 	// maxStreams caps the concurrent RPCs of one connection (HTTP/2's
 	// SETTINGS_MAX_CONCURRENT_STREAMS: a peer's further RPCs wait for a
@@ -246,7 +246,7 @@ type Config struct {
 	// DialTimeout bounds connection establishment to a peer (default 5 s).
 	DialTimeout time.Duration
 	// IdleTimeout closes a peer connection after this long without a call
-	// or a stream (default DefaultIdleTimeout); the next call dials again.
+	// or a stream (default defaultIdleTimeout); the next call dials again.
 	// Raft's message streams keep a raft peer's connection open.
 	IdleTimeout time.Duration
 	// Formation is this node's formation id: the identity of the formed
@@ -292,7 +292,7 @@ type Config struct {
 	// It is read at start and again when it changes.
 	DenyListFile string
 	// MaxConns bounds the connections accepted at once, handshakes
-	// included (default DefaultMaxConns). Beyond it new ones are closed.
+	// included (default defaultMaxConns). Beyond it new ones are closed.
 	MaxConns int
 
 	// limits, if set, replaces the admission caps and decode budgets
@@ -371,19 +371,19 @@ func (c *Config) validate() error {
 		c.MaxSnapshotSize = DefaultMaxSnapshotSize
 	}
 	if c.QueueSize == 0 {
-		c.QueueSize = DefaultQueueSize
+		c.QueueSize = defaultQueueSize
 	}
 	if c.MaxMsgSize == 0 {
-		c.MaxMsgSize = DefaultMaxMsgSize
+		c.MaxMsgSize = defaultMaxMsgSize
 	}
 	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
+		c.DialTimeout = defaultDialTimeout
 	}
 	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
+		c.IdleTimeout = defaultIdleTimeout
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
+		c.MaxConns = defaultMaxConns
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -563,9 +563,9 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 	}
 }
 
-// RemovePeer forgets peer id and stops its goroutines; messages to it are
+// removePeer forgets peer id and stops its goroutines; messages to it are
 // then reported unreachable. Unknown ids are ignored.
-func (t *Transport) RemovePeer(id uint64) {
+func (t *Transport) removePeer(id uint64) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // unreachableError: the endpoint could not be reached or did not answer
@@ -44,19 +45,26 @@ func (e *serverError) Error() string {
 	return s
 }
 
+// maxServerWait is the longest ?timeout= the admin handler takes.
+const maxServerWait = 60 * time.Second
+
+// answerMargin is how much longer than the handler's own bound (?timeout=)
+// the client waits for its answer: the handler's "unavailable" reaches the
+// user instead of a client-side timeout that reads as an unreachable
+// endpoint.
+const answerMargin = time.Second
+
 // call does one request and returns the raw JSON body of a 2xx answer.
 func (c *cli) call(method, path string, q url.Values) ([]byte, error) {
+	if q == nil {
+		q = url.Values{}
+	}
 	if c.stale {
-		if q == nil {
-			q = url.Values{}
-		}
 		q.Set("stale", "1")
 	}
-	u := c.endpoint + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	q.Set("timeout", min(c.timeout, maxServerWait).String())
+	u := c.endpoint + path + "?" + q.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout+answerMargin)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {

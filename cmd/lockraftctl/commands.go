@@ -51,12 +51,12 @@ func (c *cli) members() error {
 		return err
 	}
 	w := c.table()
-	fmt.Fprintln(w, "ID\tROLE\tLEADER\tHEALTHY\tLAG\tRAFT ADDRESS\tGOSSIP")
+	fmt.Fprintln(w, "ID\tNAME\tROLE\tLEADER\tHEALTHY\tLAG\tRAFT ADDRESS\tGOSSIP")
 	for _, m := range v.Members {
 		lag := "?"
 		if m.LagKnown {
 			lag = strconv.FormatUint(m.Lag, 10)
-		} else if m.Role == lockraft.RoleLight {
+		} else if m.Role == lockraft.RoleLight || m.Role == lockraft.RoleRemoved {
 			lag = "-"
 		}
 		gossip := clean(m.Gossip)
@@ -65,13 +65,20 @@ func (c *cli) members() error {
 		} else if m.GossipAddr != "" {
 			gossip += " " + clean(m.GossipAddr)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, clean(m.Role), yes(m.Leader), yes(m.Healthy), lag, dash(clean(m.RaftAddr)), gossip)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, dash(clean(m.GossipName)), clean(m.Role), yes(m.Leader),
+			yes(m.Healthy), lag, dash(clean(m.RaftAddr)), gossip)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if !v.FromLeader {
 		fmt.Fprintf(c.out, "(answered by %s, which is not the leader: health is gossip only, lag unknown)\n", clean(v.ServedBy.String()))
+	}
+	for _, m := range v.Members {
+		if m.Role == lockraft.RoleRemoved {
+			fmt.Fprintln(c.out, "(removed: no longer in the raft configuration but still in gossip; it serves nothing: stop it, or restart it with a fresh data directory to join as a new member)")
+			break
+		}
 	}
 	return nil
 }

@@ -79,14 +79,14 @@ func (c *cli) connect(cr credentials) error {
 			TLSClientConfig:        tc,
 			ForceAttemptHTTP2:      true,
 			TLSHandshakeTimeout:    c.timeout,
-			ResponseHeaderTimeout:  c.timeout,
+			ResponseHeaderTimeout:  c.timeout + answerMargin,
 			MaxResponseHeaderBytes: 1 << 20,
 			DialContext:            (&net.Dialer{Timeout: c.timeout, KeepAlive: 30 * time.Second}).DialContext,
 		},
 		// An answer is never followed elsewhere: a redirect would carry the
 		// token to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       c.timeout + time.Second,
+		Timeout:       c.timeout + 2*answerMargin,
 	}
 	return nil
 }

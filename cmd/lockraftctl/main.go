@@ -13,8 +13,10 @@
 //
 // Flags (before or after the command): -endpoint URL (default
 // $LOCKRAFT_ENDPOINT, else http://127.0.0.1:8080; include the path the
-// service mounts the handler under), -o table|json, -timeout (default 5s),
-// -stale (read the answering node's table without a ReadIndex round), -limit
+// service mounts the handler under), -o table|json, -timeout (default 5s;
+// the handler is asked to answer within it, at most 60s), -stale (read the
+// answering node's own view: no ReadIndex round, no leader needed; when a
+// read fails for want of a leader the error says so), -limit
 // (locks: at most this many names, default 100). Against a handler that
 // serves only operators (lockraft.WithOperatorAuth), over https: -cacert
 // (the server's CA), -cert and -key (an operator's client certificate, from
@@ -73,11 +75,11 @@ type cli struct {
 const usage = `usage: lockraftctl [flags] COMMAND
 commands:
   status                 this node: role, leader, readiness, raft indexes, lock table counts
-  members                every member: role, health, replication lag
+  members                every member: gossip name, role, health, replication lag
   locks [PREFIX]         names held or waited for (under PREFIX), with holders and queue lengths
   lock NAME              one name: its holder and its waiters in queue order
   leader transfer [ID]   hand leadership to voter ID (default: the most caught-up one)
-  member remove ID       remove a voter or learner (ask the leader's endpoint)
+  member remove ID       remove a voter or learner (any member's endpoint; it asks the leader)
 IDs are in hex, 16 digits (leading zeros and 0x optional), as members shows them.
 flags:
 `
@@ -93,8 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs.StringVar(&c.endpoint, "endpoint", def, "admin handler URL (also $LOCKRAFT_ENDPOINT)")
 	fs.StringVar(&c.output, "o", "table", "output: table or json")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for an answer")
-	fs.BoolVar(&c.stale, "stale", false, "read the answering node's table as applied (no ReadIndex round)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long the endpoint may take to answer (at most 60s on its side)")
+	fs.BoolVar(&c.stale, "stale", false, "read the answering node's own view, as applied (no ReadIndex round, no leader needed)")
 	fs.IntVar(&c.limit, "limit", 100, "locks: at most this many names")
 	var cr credentials
 	fs.StringVar(&cr.caFile, "cacert", "", "https: the CA the server's certificate chains to (PEM; default: the system's)")
@@ -164,11 +166,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "lockraftctl: %v\n", cmdErr)
+	if hint := staleHint(pos[0], c.stale, cmdErr); hint != "" {
+		fmt.Fprintf(stderr, "lockraftctl: %s\n", hint)
+	}
 	var ue *unreachableError
 	if errors.As(cmdErr, &ue) {
 		return exitUnreachable
 	}
 	return exitServerError
+}
+
+// staleHint is what to tell a user whose command found no leader to answer
+// it (HTTP 503, "unavailable": a majority of voters down or cut off): for a
+// read, that -stale gives the member's own view; "" otherwise. The operator
+// actions have no such fallback: they need the leader.
+func staleHint(cmd string, stale bool, err error) string {
+	se, ok := err.(*serverError)
+	if !ok || se.status != http.StatusServiceUnavailable || se.code != "unavailable" {
+		return ""
+	}
+	switch cmd {
+	case "members", "locks", "lock":
+		if stale {
+			return ""
+		}
+		return "no leader answered (a majority of the voters may be down or cut off); -stale shows this member's own view, which may be out of date"
+	case "leader", "member":
+		return "no leader answered (a majority of the voters may be down or cut off); operator actions need one"
+	}
+	return ""
 }
 
 // parseInterleaved parses flags anywhere among the positional arguments.

@@ -67,8 +67,8 @@ func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 		wg.Wait()
 	})
 	require.Eventually(t, func() bool {
-		l := nodes[0].Leader()
-		return l != 0 && nodes[1].Leader() == l && nodes[2].Leader() == l
+		l := nodes[0].LeaderID()
+		return l != 0 && nodes[1].LeaderID() == l && nodes[2].LeaderID() == l
 	}, 10*time.Second, 10*time.Millisecond)
 	return nodes, srvs
 }
@@ -81,7 +81,7 @@ func ctl(args ...string) (int, string, string) {
 
 func leaderIndex(nodes []*lockraft.Node) int {
 	for i, n := range nodes {
-		if n.Leader() == n.ID() {
+		if n.LeaderID() == n.ID() {
 			return i
 		}
 	}
@@ -93,7 +93,11 @@ func leaderIndex(nodes []*lockraft.Node) int {
 // locks, lock (holder and queue in order), JSON output, leader transfer,
 // member remove, and the errors with their exit codes.
 func TestCtlAgainstCluster(t *testing.T) {
-	nodes, lead, fol, ep := clusterWithLeader(t)
+	nodes, srvs := cluster3(t)
+	lead := leaderIndex(nodes)
+	require.GreaterOrEqual(t, lead, 0)
+	fol := (lead + 1) % 3
+	ep := srvs[fol].URL
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -121,18 +125,18 @@ func TestCtlAgainstCluster(t *testing.T) {
 		code, out, errs = ctl("-endpoint", ep, "status")
 		return code == exitOK && strings.Contains(out, "1 held, 2 waiters (longest queue 2)")
 	}, 5*time.Second, 10*time.Millisecond, "the follower's status never showed the holder and both waiters: %s %s", out, errs)
-	require.Contains(t, out, fmt.Sprintf("leader   %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, out, fmt.Sprintf("leader   %s", nodes[lead].ID()))
 	require.Contains(t, out, "ready    yes")
 	t.Logf("status:\n%s", out)
 
 	code, out, errs = ctl("-endpoint", ep, "lock", "stock/sku-a")
 	require.Equal(t, exitOK, code, errs)
 	t.Logf("lock:\n%s", out)
-	require.Contains(t, out, fmt.Sprintf("holder    order-17 on member %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, out, fmt.Sprintf("holder    order-17 on member %s", nodes[lead].ID()))
 	require.Contains(t, out, fmt.Sprintf("token     %d", h.Token()))
 	i1, i2 := strings.Index(out, "waiter-1"), strings.Index(out, "waiter-2")
 	require.True(t, i1 > 0 && i2 > i1, "waiters in queue order")
-	require.Contains(t, out, fmt.Sprintf("1  waiter-1  %s", lockraft.MemberID(nodes[fol].ID())))
+	require.Contains(t, out, fmt.Sprintf("1  waiter-1  %s", nodes[fol].ID()))
 
 	code, out, _ = ctl("lock", "stock/sku-a", "-endpoint", ep, "-o", "json")
 	require.Equal(t, exitOK, code)
@@ -178,15 +182,16 @@ func TestCtlAgainstCluster(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	code, _, _ = ctl("-endpoint", ep, "-o", "yaml", "status")
 	require.Equal(t, exitUsage, code)
-	code, _, errs = ctl("-endpoint", ep, "member", "remove", lockraft.MemberID(nodes[lead].ID()).String())
+	// Removing the leader, asked of a follower: the leader refuses.
+	code, _, errs = ctl("-endpoint", ep, "member", "remove", nodes[lead].ID().String())
 	require.Equal(t, exitServerError, code)
-	require.Contains(t, errs, "not the leader")
-	require.Contains(t, errs, fmt.Sprintf("the leader is %s", lockraft.MemberID(nodes[lead].ID())))
+	require.Contains(t, errs, "transfer leadership first")
+	require.Contains(t, errs, "refused")
 
 	// Leader transfer through a follower's endpoint, to that follower.
-	code, out, errs = ctl("-endpoint", ep, "leader", "transfer", lockraft.MemberID(nodes[fol].ID()).String())
+	code, out, errs = ctl("-endpoint", ep, "leader", "transfer", nodes[fol].ID().String())
 	require.Equal(t, exitOK, code, errs)
-	require.Contains(t, out, "leader is now "+lockraft.MemberID(nodes[fol].ID()).String())
+	require.Contains(t, out, "leader is now "+nodes[fol].ID().String())
 	require.Eventually(t, func() bool { return leaderIndex(nodes) == fol }, 5*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, h.Unlock(ctx))
@@ -194,14 +199,51 @@ func TestCtlAgainstCluster(t *testing.T) {
 		require.NoError(t, (<-got).Unlock(ctx))
 	}
 
-	// Member removal on the (new) leader's endpoint.
+	// Member removal through a follower's endpoint (the old leader's): it
+	// asks the leader.
 	victim := (fol + 1) % 3
-	code, out, errs = ctl("-endpoint", ep, "member", "remove", lockraft.MemberID(nodes[victim].ID()).String())
+	code, out, errs = ctl("-endpoint", srvs[lead].URL, "member", "remove", nodes[victim].ID().String())
 	require.Equal(t, exitOK, code, errs)
-	require.Contains(t, out, "removed "+lockraft.MemberID(nodes[victim].ID()).String())
+	require.Contains(t, out, "removed "+nodes[victim].ID().String())
 	code, out, _ = ctl("-endpoint", ep, "members")
 	require.Equal(t, exitOK, code)
-	require.NotContains(t, out, lockraft.MemberID(nodes[victim].ID()).String())
+	require.NotContains(t, out, nodes[victim].ID().String())
+}
+
+// TestCtlWithoutQuorum: with two of three members down, a read that needs
+// the leader fails within -timeout with the handler's own answer (exit 1,
+// not "cannot reach"), and says that -stale gives the member's own view;
+// with -stale it answers from that member's table.
+func TestCtlWithoutQuorum(t *testing.T) {
+	nodes, lead, fol, ep := clusterWithLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := nodes[fol].Lock(ctx, "stock/sku-q", lockraft.WithOwner("order-9"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		v, found, err := nodes[fol].InspectLock(ctx, "stock/sku-q", lockraft.Stale())
+		return err == nil && found && v.Holder != nil
+	}, 5*time.Second, 10*time.Millisecond, "the follower applied its grant")
+	for _, i := range []int{lead, (fol + 1) % 3} {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		nodes[i].Close(cctx)
+		ccancel()
+	}
+
+	code, out, errs := ctl("-endpoint", ep, "-timeout", "1s", "lock", "stock/sku-q")
+	require.Equal(t, exitServerError, code, "%s%s", out, errs)
+	require.Contains(t, errs, "HTTP 503, unavailable")
+	require.Contains(t, errs, "-stale shows this member's own view")
+	code, out, errs = ctl("-endpoint", ep, "-timeout", "1s", "locks")
+	require.Equal(t, exitServerError, code, "%s%s", out, errs)
+	require.Contains(t, errs, "-stale")
+
+	code, out, errs = ctl("-endpoint", ep, "-timeout", "1s", "-stale", "lock", "stock/sku-q")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "holder    order-9 on member "+nodes[fol].ID().String())
+	code, out, errs = ctl("-endpoint", ep, "-timeout", "1s", "-stale", "locks")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "order-9")
 }
 
 // TestCtlLockCatalogue: `lock NAME` on a name of the lock catalogue lists
@@ -234,13 +276,13 @@ func TestCtlLockCatalogue(t *testing.T) {
 	require.Contains(t, out, "pool/db (semaphore)")
 	require.Contains(t, out, "3 in use of 3")
 	require.Contains(t, out, "holds    2")
-	lead1 := lockraft.MemberID(nodes[lead].ID())
+	lead1 := nodes[lead].ID()
 	require.Contains(t, out, fmt.Sprintf("1  batch-1  %s", lead1))
 	require.Contains(t, out, fmt.Sprintf("2 permits  %d", p1.Token()))
 	require.Contains(t, out, fmt.Sprintf("1 permits  %d", p2.Token()))
 	require.Contains(t, out, "1m0s")
 	require.Contains(t, out, "waiters 1")
-	require.Contains(t, out, fmt.Sprintf("1  batch-3  %s", lockraft.MemberID(nodes[fol].ID())))
+	require.Contains(t, out, fmt.Sprintf("1  batch-3  %s", nodes[fol].ID()))
 
 	code, out, errs = ctl("-endpoint", ep, "locks", "pool/")
 	require.Equal(t, exitOK, code, errs)
@@ -250,4 +292,80 @@ func TestCtlLockCatalogue(t *testing.T) {
 	p3 := <-got
 	require.NoError(t, p3.Release(ctx))
 	require.NoError(t, p2.Release(ctx))
+}
+
+// gossip3 starts three gossip founders through the public API, each with an
+// admin server (operator actions on), and waits for their leader.
+func gossip3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
+	t.Helper()
+	founders := []string{"ctl-0", "ctl-1", "ctl-2"}
+	nodes := make([]*lockraft.Node, 3)
+	srvs := make([]*httptest.Server, 3)
+	var seeds []string
+	for i := range 3 {
+		g := lockraft.Gossip{Name: founders[i], Founders: founders, Timing: lockraft.FastGossipTiming()}
+		n, err := lockraft.Join(seeds, lockraft.WithDataDir(t.TempDir()), lockraft.WithGossip(g),
+			lockraft.WithTimings(20*time.Millisecond, 10), lockraft.WithSessionTTL(2*time.Second),
+			lockraft.WithTuning(lockraft.Tuning{KeepaliveInterval: 100 * time.Millisecond}))
+		require.NoError(t, err)
+		nodes[i] = n
+		srvs[i] = httptest.NewServer(n.AdminHandler(lockraft.WithOperatorActions()))
+		seeds = []string{n.GossipAddr()}
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			srvs[i].Close()
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				n.Close(ctx)
+			})
+		}
+		wg.Wait()
+	})
+	require.Eventually(t, func() bool {
+		l := nodes[0].LeaderID()
+		return l != 0 && nodes[1].LeaderID() == l && nodes[2].LeaderID() == l
+	}, 20*time.Second, 10*time.Millisecond)
+	return nodes, srvs
+}
+
+// TestCtlMembersGossip: the members table names each member's gossip name,
+// and a member removed from the configuration that gossip still reports
+// alive (it stopped serving, its process runs on) shows as removed and not
+// healthy, not as a healthy light member.
+func TestCtlMembersGossip(t *testing.T) {
+	nodes, srvs := gossip3(t)
+	lead := leaderIndex(nodes)
+	ep := srvs[lead].URL
+	code, out, errs := ctl("-endpoint", ep, "members")
+	require.Equal(t, exitOK, code, errs)
+	t.Logf("members:\n%s", out)
+	require.Contains(t, out, "ID                NAME   ROLE   LEADER  HEALTHY")
+	for i, n := range nodes {
+		require.Contains(t, out, fmt.Sprintf("%s  ctl-%d  voter", n.ID(), i))
+	}
+
+	victim := (lead + 1) % 3
+	code, out, errs = ctl("-endpoint", ep, "member", "remove", nodes[victim].ID().String())
+	require.Equal(t, exitOK, code, errs)
+	require.Eventually(t, func() bool {
+		_, out, _ = ctl("-endpoint", ep, "members")
+		return strings.Contains(out, fmt.Sprintf("%s  ctl-%d  removed  no      no       -", nodes[victim].ID(), victim))
+	}, 10*time.Second, 50*time.Millisecond, "the removed member, still in gossip, shows as removed: %s", out)
+	t.Logf("members after the removal:\n%s", out)
+	require.NotContains(t, out, " light ")
+	require.Contains(t, out, "(removed: no longer in the raft configuration")
+	code, out, errs = ctl("-endpoint", ep, "-o", "json", "members")
+	require.Equal(t, exitOK, code, errs)
+	var mv lockraft.MembersView
+	require.NoError(t, json.Unmarshal([]byte(out), &mv))
+	for _, m := range mv.Members {
+		if m.ID == nodes[victim].ID() {
+			require.Equal(t, lockraft.RoleRemoved, m.Role)
+			require.False(t, m.Healthy)
+			require.Equal(t, fmt.Sprintf("ctl-%d", victim), m.GossipName)
+		}
+	}
 }

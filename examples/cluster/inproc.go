@@ -54,13 +54,13 @@ func runInProcess(tmp, certs string) error {
 	fmt.Printf("3 nodes on %v, data in %s\n", peers, tmp)
 
 	start := time.Now()
-	for nodes[0].Leader() == 0 {
+	for nodes[0].LeaderID() == 0 {
 		if time.Since(start) > 15*time.Second {
 			return errors.New("no leader elected within 15s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	fmt.Printf("leader: node %d (elected in %v)\n", nodes[0].Leader(), time.Since(start).Round(time.Millisecond))
+	fmt.Printf("leader: node %d (elected in %v)\n", nodes[0].LeaderID(), time.Since(start).Round(time.Millisecond))
 	if stopAdmin, err := startAdmin(nodes); err == nil { // admin.go
 		defer stopAdmin()
 	}
@@ -104,7 +104,7 @@ func runInProcess(tmp, certs string) error {
 	var repWG sync.WaitGroup
 	begin := time.Now()
 	for i, n := range nodes {
-		counts[i] = &Counts{Node: n.ID()}
+		counts[i] = &Counts{Node: uint64(n.ID())}
 		for w := range *flagWorkers {
 			wg.Add(1)
 			go func() { defer wg.Done(); worker(ctx, n, store, skus, i*(*flagWorkers)+w, counts[i]) }()

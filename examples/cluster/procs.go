@@ -294,10 +294,10 @@ func runChild(id uint64, peers []string, dir, storeURL string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	for n.Leader() == 0 && time.Since(t0) < 15*time.Second {
+	for n.LeaderID() == 0 && time.Since(t0) < 15*time.Second {
 		time.Sleep(10 * time.Millisecond)
 	}
-	say("pid %d serving on %s, sees leader node %d after %v", os.Getpid(), n.Addr(), n.Leader(), time.Since(t0).Round(time.Millisecond))
+	say("pid %d serving on %s, sees leader node %d after %v", os.Getpid(), n.Addr(), n.LeaderID(), time.Since(t0).Round(time.Millisecond))
 
 	zombie := make(chan string, 1)
 	if id == 1 && !*flagRestarted {

@@ -62,7 +62,7 @@ func worker(ctx context.Context, n *lockraft.Node, res Resource, skus []string, 
 
 func sellOne(n *lockraft.Node, l *lockraft.Lock, res Resource, sku string, c *Counts, soldOut map[string]bool) {
 	tok := l.Token()
-	stock, err := res.Enter(sku, tok, n.ID(), n.Leader())
+	stock, err := res.Enter(sku, tok, uint64(n.ID()), uint64(n.LeaderID()))
 	if err != nil {
 		atomic.AddInt64(&c.Rejected, 1)
 		return
@@ -153,7 +153,7 @@ func demoZombie(ctx context.Context, n *lockraft.Node, res Resource, sku string)
 		return "", err
 	}
 	old := l.Token()
-	stock, err := res.Enter(sku, old, n.ID(), n.Leader())
+	stock, err := res.Enter(sku, old, uint64(n.ID()), uint64(n.LeaderID()))
 	if err != nil {
 		l.Unlock(ctx)
 		return "", err

@@ -241,7 +241,7 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 			http.Error(w, "lock lost: "+context.Cause(l.Context()).Error(), http.StatusConflict)
 			return
 		}
-		fmt.Fprintf(w, "did %s with token %d on member %s\n", name, l.Token(), lockraft.MemberID(n.ID()))
+		fmt.Fprintf(w, "did %s with token %d on member %s\n", name, l.Token(), n.ID())
 	})
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {

@@ -18,6 +18,10 @@ const (
 	RoleVoter   = "voter"
 	RoleLearner = "learner"
 	RoleLight   = "light" // in gossip, not in the raft configuration: forwards to the leader
+	// RoleRemoved: removed from the raft configuration, still in gossip. It
+	// serves nothing (it stopped with ErrRemoved once told, or will); stop
+	// it, or restart it with a fresh data directory to join as a new member.
+	RoleRemoved = "removed"
 )
 
 // LockView is one name as the lock table has it.
@@ -113,7 +117,7 @@ type MembersView struct {
 // asked) sees it.
 type MemberView struct {
 	ID         MemberID `json:"id"`
-	Role       string   `json:"role"` // RoleVoter, RoleLearner or RoleLight
+	Role       string   `json:"role"` // RoleVoter, RoleLearner, RoleLight or RoleRemoved
 	Leader     bool     `json:"leader,omitempty"`
 	RaftAddr   string   `json:"raft_addr,omitempty"`
 	GossipName string   `json:"gossip_name,omitempty"`
@@ -123,8 +127,9 @@ type MemberView struct {
 	Gossip string `json:"gossip,omitempty"`
 	// Healthy: for voters and learners, the leader heard from it within the
 	// last election timeout and gossip (if any) says alive; for light
-	// members, gossip says alive. Only the leader knows raft health: from
-	// another member it is the gossip state alone.
+	// members, gossip says alive; never for a removed member. Only the
+	// leader knows raft health: from another member it is the gossip state
+	// alone.
 	Healthy bool `json:"healthy"`
 	// Match is the highest log index known replicated to it, and Lag the
 	// leader's last index minus Match; both only when the leader answered

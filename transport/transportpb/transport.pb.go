@@ -140,6 +140,7 @@ const (
 	InspectOp_INSPECT_OP_LOCKS       InspectOp = 2 // a page of names by prefix
 	InspectOp_INSPECT_OP_MEMBERS     InspectOp = 3 // the leader's view of the members
 	InspectOp_INSPECT_OP_TRANSFER    InspectOp = 4 // transfer leadership to `to` (0: the leader picks)
+	InspectOp_INSPECT_OP_REMOVE      InspectOp = 5 // remove `member` from the raft configuration
 )
 
 // Enum value maps for InspectOp.
@@ -150,6 +151,7 @@ var (
 		2: "INSPECT_OP_LOCKS",
 		3: "INSPECT_OP_MEMBERS",
 		4: "INSPECT_OP_TRANSFER",
+		5: "INSPECT_OP_REMOVE",
 	}
 	InspectOp_value = map[string]int32{
 		"INSPECT_OP_UNSPECIFIED": 0,
@@ -157,6 +159,7 @@ var (
 		"INSPECT_OP_LOCKS":       2,
 		"INSPECT_OP_MEMBERS":     3,
 		"INSPECT_OP_TRANSFER":    4,
+		"INSPECT_OP_REMOVE":      5,
 	}
 )
 
@@ -1865,12 +1868,13 @@ func (x *StatusFact) GetToken() uint64 {
 type InspectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            InspectOp              `protobuf:"varint,1,opt,name=op,proto3,enum=lockraft.transport.v1.InspectOp" json:"op,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`     // LOCK
-	Prefix        string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"` // LOCKS
-	After         string                 `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`   // LOCKS: continuation
-	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`  // LOCKS: page size
-	Stale         bool                   `protobuf:"varint,6,opt,name=stale,proto3" json:"stale,omitempty"`  // skip the leader's ReadIndex round
-	To            uint64                 `protobuf:"varint,7,opt,name=to,proto3" json:"to,omitempty"`        // TRANSFER
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`      // LOCK
+	Prefix        string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`  // LOCKS
+	After         string                 `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`    // LOCKS: continuation
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`   // LOCKS: page size
+	Stale         bool                   `protobuf:"varint,6,opt,name=stale,proto3" json:"stale,omitempty"`   // skip the leader's ReadIndex round
+	To            uint64                 `protobuf:"varint,7,opt,name=to,proto3" json:"to,omitempty"`         // TRANSFER
+	Member        uint64                 `protobuf:"varint,8,opt,name=member,proto3" json:"member,omitempty"` // REMOVE
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1950,6 +1954,13 @@ func (x *InspectRequest) GetStale() bool {
 func (x *InspectRequest) GetTo() uint64 {
 	if x != nil {
 		return x.To
+	}
+	return 0
+}
+
+func (x *InspectRequest) GetMember() uint64 {
+	if x != nil {
+		return x.Member
 	}
 	return 0
 }
@@ -2554,7 +2565,7 @@ const file_transport_proto_rawDesc = "" +
 	"\n" +
 	"StatusFact\x129\n" +
 	"\x05state\x18\x01 \x01(\x0e2#.lockraft.transport.v1.AcquireStateR\x05state\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\xc0\x01\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xd8\x01\n" +
 	"\x0eInspectRequest\x120\n" +
 	"\x02op\x18\x01 \x01(\x0e2 .lockraft.transport.v1.InspectOpR\x02op\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2562,7 +2573,8 @@ const file_transport_proto_rawDesc = "" +
 	"\x05after\x18\x04 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\x12\x14\n" +
 	"\x05stale\x18\x06 \x01(\bR\x05stale\x12\x0e\n" +
-	"\x02to\x18\a \x01(\x04R\x02to\"%\n" +
+	"\x02to\x18\a \x01(\x04R\x02to\x12\x16\n" +
+	"\x06member\x18\b \x01(\x04R\x06member\"%\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\"\x9a\x01\n" +
 	"\vFormRequest\x12\x1c\n" +
@@ -2601,13 +2613,14 @@ const file_transport_proto_rawDesc = "" +
 	"\fAcquireState\x12\x18\n" +
 	"\x14ACQUIRE_STATE_QUEUED\x10\x00\x12\x19\n" +
 	"\x15ACQUIRE_STATE_GRANTED\x10\x01\x12\x16\n" +
-	"\x12ACQUIRE_STATE_GONE\x10\x02*\x83\x01\n" +
+	"\x12ACQUIRE_STATE_GONE\x10\x02*\x9a\x01\n" +
 	"\tInspectOp\x12\x1a\n" +
 	"\x16INSPECT_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fINSPECT_OP_LOCK\x10\x01\x12\x14\n" +
 	"\x10INSPECT_OP_LOCKS\x10\x02\x12\x16\n" +
 	"\x12INSPECT_OP_MEMBERS\x10\x03\x12\x17\n" +
-	"\x13INSPECT_OP_TRANSFER\x10\x04*N\n" +
+	"\x13INSPECT_OP_TRANSFER\x10\x04\x12\x15\n" +
+	"\x11INSPECT_OP_REMOVE\x10\x05*N\n" +
 	"\tGateState\x12\x16\n" +
 	"\x12GATE_STATE_UNKNOWN\x10\x00\x12\x13\n" +
 	"\x0fGATE_STATE_OPEN\x10\x01\x12\x14\n" +

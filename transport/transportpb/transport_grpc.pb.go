@@ -76,8 +76,9 @@ type RaftClient interface {
 	// FwdStatus asks the leader about the caller's queued and overdue acquires.
 	FwdStatus(ctx context.Context, in *FwdStatusRequest, opts ...grpc.CallOption) (*FwdStatusResponse, error)
 	// Inspect asks the leader for a read-only view of its lock table or
-	// membership, or to transfer leadership (an operator action relayed by a
-	// member that does not lead): used by light members and followers.
+	// membership, or to transfer leadership or remove a member (operator
+	// actions relayed by a member that does not lead): used by light members
+	// and followers.
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 	// Form asks a founder to adopt the candidate's formation id (node/formation.go).
 	Form(ctx context.Context, in *FormRequest, opts ...grpc.CallOption) (*FormResponse, error)
@@ -282,8 +283,9 @@ type RaftServer interface {
 	// FwdStatus asks the leader about the caller's queued and overdue acquires.
 	FwdStatus(context.Context, *FwdStatusRequest) (*FwdStatusResponse, error)
 	// Inspect asks the leader for a read-only view of its lock table or
-	// membership, or to transfer leadership (an operator action relayed by a
-	// member that does not lead): used by light members and followers.
+	// membership, or to transfer leadership or remove a member (operator
+	// actions relayed by a member that does not lead): used by light members
+	// and followers.
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
 	// Form asks a founder to adopt the candidate's formation id (node/formation.go).
 	Form(context.Context, *FormRequest) (*FormResponse, error)

@@ -109,6 +109,15 @@ func (s *MemberSet) SetGossip(ids []uint64) {
 	s.mu.Unlock()
 }
 
+// Removed reports whether this node applied id's removal (since its last
+// snapshot: an earlier one is kept out by the configuration alone). Safe
+// from any goroutine.
+func (s *MemberSet) Removed(id uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.removed[id]
+}
+
 // Remove bars id for good: its removal was applied (loop).
 func (s *MemberSet) Remove(id uint64) {
 	s.mu.Lock()

@@ -25,7 +25,7 @@ import (
 // So no node proposes one until every member of the raft configuration is
 // known to run a version with the catalogue:
 //
-//   - Members carry their Version (node.Version): in gossip metadata
+//   - Members carry their Version (node's version): in gossip metadata
 //     (gossip mode), and in a header of every transport RPC (static mode; a
 //     node older than the header sends none, which reads as older).
 //   - The leader decides, from the configuration and what it knows of each

@@ -104,6 +104,16 @@ type Node struct {
 	// Active reports whether the leader heard from peer id within the last
 	// election timeout (raft's RecentActive alone resets every timeout).
 	Active func(id uint64) bool
+	// Removed reports whether this node applied id's removal (nil: none).
+	Removed func(id uint64) bool
+}
+
+// removed says whether id, seen in gossip outside the configuration, was
+// removed from it: this node applied its removal, or (on the leader, whose
+// configuration is current) it has raft data, which only a member of the
+// configuration ever gets. A light member has none.
+func removed(n *Node, id uint64, hasData bool) bool {
+	return n.Removed != nil && n.Removed(id) || n.Leading && hasData
 }
 
 // Members is the node's view of the members with their role, health and
@@ -137,6 +147,7 @@ func Members(n *Node) views.MembersView {
 		}
 	}
 	get(n.ID).RaftAddr = n.Addr
+	hasData := map[uint64]bool{}
 	for _, gm := range n.Gossip {
 		id := gm.Meta.RaftID
 		if old := byID[id]; old != nil && old.Gossip == membership.StateAlive.String() && gm.State != membership.StateAlive {
@@ -147,6 +158,7 @@ func Members(n *Node) views.MembersView {
 		}
 		m := get(id)
 		m.RaftAddr, m.GossipName, m.GossipAddr, m.Gossip = gm.Meta.RaftAddr, gm.Name, gm.Addr, gm.State.String()
+		hasData[id] = gm.Meta.HasData
 	}
 	last := uint64(0)
 	if n.Leading {
@@ -159,6 +171,8 @@ func Members(n *Node) views.MembersView {
 		m.Leader = id == n.Leader
 		gossipOK := m.Gossip == "" || m.Gossip == membership.StateAlive.String()
 		switch {
+		case m.Role == views.RoleLight && removed(n, id, hasData[id]):
+			m.Role, m.Healthy = views.RoleRemoved, false
 		case m.Role == views.RoleLight:
 			m.Healthy = gossipOK && m.Gossip != ""
 		case n.Leading:
@@ -186,9 +200,10 @@ func Members(n *Node) views.MembersView {
 }
 
 // Roles counts the members by role as a node's configuration and gossip
-// say (light: alive in gossip, not in the configuration), and names self's
-// role ("" when removed).
-func Roles(cs *raftpb.ConfState, gossip []membership.Member, self uint64, light bool) (role string, roles map[string]int) {
+// say (light: alive in gossip, not in the configuration, and not removed
+// from it: isRemoved, nil for none), and names self's role ("" when
+// removed).
+func Roles(cs *raftpb.ConfState, gossip []membership.Member, self uint64, light bool, isRemoved func(uint64) bool) (role string, roles map[string]int) {
 	roles = map[string]int{views.RoleVoter: len(cs.GetVoters()), views.RoleLearner: len(cs.GetLearners()), views.RoleLight: 0}
 	switch {
 	case light:
@@ -201,7 +216,7 @@ func Roles(cs *raftpb.ConfState, gossip []membership.Member, self uint64, light 
 	for _, m := range gossip {
 		id := m.Meta.RaftID
 		if m.State == membership.StateAlive && !slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) &&
-			!slices.Contains(cs.GetVotersOutgoing(), id) {
+			!slices.Contains(cs.GetVotersOutgoing(), id) && (isRemoved == nil || !isRemoved(id)) {
 			roles[views.RoleLight]++
 		}
 	}

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -80,8 +81,51 @@ func TestMembersView(t *testing.T) {
 	}
 	role, roles := Roles(&raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}},
 		[]membership.Member{{State: membership.StateAlive, Meta: membership.Meta{RaftID: 5}},
-			{State: membership.StateAlive, Meta: membership.Meta{RaftID: 2}}}, 3, false)
+			{State: membership.StateAlive, Meta: membership.Meta{RaftID: 2}},
+			{State: membership.StateAlive, Meta: membership.Meta{RaftID: 7}}}, 3, false,
+		func(id uint64) bool { return id == 7 })
 	if role != views.RoleLearner || roles[views.RoleVoter] != 2 || roles[views.RoleLearner] != 1 || roles[views.RoleLight] != 1 {
-		t.Errorf("roles: %q %v", role, roles)
+		t.Errorf("roles: %q %v (7 was removed: not light)", role, roles)
+	}
+}
+
+// A member removed from the configuration that gossip still reports alive
+// is "removed", never healthy, not a light member: on any node that applied
+// the removal, and on the leader for any member outside the configuration
+// with raft data (which a light member never has). A light member stays
+// light.
+func TestMembersViewRemoved(t *testing.T) {
+	st := raft.Status{Progress: map[uint64]tracker.Progress{1: {Match: 10}, 2: {Match: 10}}}
+	gossip := []membership.Member{
+		{Name: "g2", State: membership.StateAlive, Meta: membership.Meta{RaftID: 2, HasData: true}},
+		{Name: "g3", State: membership.StateAlive, Meta: membership.Meta{RaftID: 3, HasData: true}},
+		{Name: "g4", State: membership.StateAlive, Meta: membership.Meta{RaftID: 4, HasData: true}},
+		{Name: "g5", State: membership.StateAlive, Meta: membership.Meta{RaftID: 5}},
+	}
+	conf := &raftpb.ConfState{Voters: []uint64{1, 2}}
+	roles := func(v views.MembersView) map[uint64]string {
+		m := map[uint64]string{}
+		for _, mv := range v.Members {
+			m[uint64(mv.ID)] = mv.Role
+			if mv.Role == views.RoleRemoved && mv.Healthy {
+				t.Errorf("removed member %v healthy", mv.ID)
+			}
+		}
+		return m
+	}
+	applied := func(id uint64) bool { return id == 3 }
+	lead := Members(&Node{ID: 1, Leader: 1, Leading: true, Status: st, Conf: conf, Gossip: gossip,
+		Active: func(uint64) bool { return true }, Removed: applied})
+	want := map[uint64]string{1: views.RoleVoter, 2: views.RoleVoter, 3: views.RoleRemoved, 4: views.RoleRemoved,
+		5: views.RoleLight}
+	if got := roles(lead); !maps.Equal(got, want) {
+		t.Errorf("leader's view: %v, want %v", got, want)
+	}
+	// A follower knows only the removals it applied: 4's data may be that
+	// of a learner whose addition it has not applied yet.
+	fol := Members(&Node{ID: 2, Leader: 1, Status: raft.Status{}, Conf: conf, Gossip: gossip, Removed: applied})
+	want[4] = views.RoleLight
+	if got := roles(fol); !maps.Equal(got, want) {
+		t.Errorf("follower's view: %v, want %v", got, want)
 	}
 }

@@ -276,12 +276,12 @@ func RequireRole(ctx context.Context, has func(transport.Role) bool, want string
 }
 
 // inspectAllowed says whether the caller of an Inspect call (ctx) may have
-// op served: "transfer", an operator action, needs the operator role; the
+// op served: "transfer" and "remove", operator actions, need the operator role; the
 // views ("lock", "locks", "members") a member of the cluster (member says
 // whether an id is one) or the operator role. A certificate of the CA that
 // names no member learns nothing and moves nothing.
 func InspectAllowed(ctx context.Context, op string, member func(uint64) bool) error {
-	if op == "transfer" {
+	if op == "transfer" || op == "remove" {
 		return RequireRole(ctx, transport.Role.Operator, "operator")
 	}
 	p, ok := transport.CallerOf(ctx)

@@ -71,7 +71,7 @@
 // vote is split: nobody leads until another randomised timeout runs out
 // (and it can split again). In step is what they would be: the system
 // clock's tickers fall on the same multiples of their period in every
-// process whose clock agrees (node.SystemClock), and a follower leaving a
+// process whose clock agrees (node's systemClock), and a follower leaving a
 // quiet spell would start its ticker when the leader's last heartbeat plus
 // QuietFor came, the same moment on every follower. Measured in the
 // simulation (chaos TestSimulationLeaderChurn, leader kills on 3 and 5
