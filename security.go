@@ -124,10 +124,12 @@ func (n *Node) UseGossipKey(key []byte) error { return n.n.UseGossipKey(key) }
 // new one).
 func (n *Node) RemoveGossipKey(key []byte) error { return n.n.RemoveGossipKey(key) }
 
-// ErrQuotaExceeded: the leader refused a member's request beyond a quota
-// (WithQuotas): another session beyond the member's sessions, another name
-// beyond a session's locks. Outcome: known, nothing was done. Retryable:
-// no, not as is: the request may succeed once the member holds less.
+// ErrQuotaExceeded: a request beyond a quota (WithQuotas) was refused:
+// another session beyond the member's sessions, another name beyond a
+// session's locks. A voter or learner refuses its own Lock at once; the
+// leader refuses what other members ask of it. Outcome: known, nothing was
+// done. Retryable: no, not as is: the request may succeed once the member
+// holds less.
 var ErrQuotaExceeded = lockerr.ErrQuotaExceeded
 
 // The quotas' defaults (WithQuotas).

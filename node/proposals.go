@@ -2,6 +2,8 @@ package node
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -128,6 +130,10 @@ func (n *Node) submit(o *op) {
 func (n *Node) assignAndPropose(o *op) {
 	r := &n.loop.ops
 	o.cmd.Session = n.loop.own.id
+	if err := n.overOwnQuota(&o.cmd); err != nil {
+		r.complete(o, opResult{err: err})
+		return
+	}
 	o.cmd.Seq = r.nextSeq
 	r.nextSeq++
 	r.inflight[o.cmd.Seq] = o
@@ -281,4 +287,19 @@ func (n *Node) abandon(o *op) {
 		cancelOf: o,
 	}
 	n.assignAndPropose(c)
+}
+
+// overOwnQuota: an Acquire of this raft member's own session beyond its lock
+// quota (privilege.Quotas, judged on the table as applied here) fails at
+// once with lockerr.ErrQuotaExceeded, on every member alike: the leader
+// would refuse it from a follower, whose caller would then wait out its
+// context. A light member keeps no table; the leader judges its commands.
+func (n *Node) overOwnQuota(c *lockfsm.Command) error {
+	if c.Kind != lockfsm.KindAcquire || n.light() {
+		return nil
+	}
+	if err := n.quota.Admit(n.id, c, n.fsm); errors.Is(err, lockerr.ErrQuotaExceeded) {
+		return fmt.Errorf("%w: session %d already holds or waits for %d names", lockerr.ErrQuotaExceeded, c.Session, n.quota.Locks)
+	}
+	return nil
 }
