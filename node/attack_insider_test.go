@@ -413,7 +413,7 @@ func TestAttackInsiderQuotas(t *testing.T) {
 			c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: sess, Seq: uint64(1 + i), Name: fmt.Sprintf("q%d", i), Owner: "o"}
 			_, err := tr.FwdPropose(ctx, lid, &transportpb.FwdProposeRequest{Commands: [][]byte{c.AppendEncode(nil)}})
 			if err != nil {
-				require.ErrorContains(t, err, lockerr.ErrQuotaExceeded.Error())
+				require.ErrorIs(t, err, lockerr.ErrQuotaExceeded)
 				continue
 			}
 			granted++

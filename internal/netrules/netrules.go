@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/internal/refuse"
 	"github.com/lockraft/lockraft/internal/views"
 )
@@ -153,6 +154,11 @@ func ClientError(ctx context.Context, method string, to uint64, err error) error
 		}
 		if strings.HasPrefix(st.Message(), FormationMismatchMsg) {
 			return fmt.Errorf("%w: %s to %016x: %s", ErrFormationMismatch, method, to, st.Message())
+		}
+		if strings.Contains(st.Message(), lockerr.ErrQuotaExceeded.Error()) {
+			// A quota refusal (node/internal/privilege): typed for the
+			// caller, as the same refusal is on a raft member.
+			return fmt.Errorf("%w: %w: %s to %016x: %s", ErrPermissionDenied, lockerr.ErrQuotaExceeded, method, to, st.Message())
 		}
 		return fmt.Errorf("%w: %s to %016x: %s", ErrPermissionDenied, method, to, st.Message())
 	case codes.InvalidArgument:
