@@ -54,6 +54,13 @@ func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 		nodes[i] = n
 		srvs[i] = httptest.NewServer(n.AdminHandler(lockraft.WithOperatorActions()))
 	}
+	closedAfterTest(t, nodes, srvs)
+	awaitOneLeader(t, nodes, 10*time.Second)
+	return nodes, srvs
+}
+
+// closedAfterTest closes the admin servers and the nodes when the test ends.
+func closedAfterTest(t *testing.T, nodes []*lockraft.Node, srvs []*httptest.Server) {
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
 		for i, n := range nodes {
@@ -66,11 +73,19 @@ func cluster3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 		}
 		wg.Wait()
 	})
+}
+
+// awaitOneLeader waits until every node names the same leader.
+func awaitOneLeader(t *testing.T, nodes []*lockraft.Node, within time.Duration) {
 	require.Eventually(t, func() bool {
 		l := nodes[0].LeaderID()
-		return l != 0 && nodes[1].LeaderID() == l && nodes[2].LeaderID() == l
-	}, 10*time.Second, 10*time.Millisecond)
-	return nodes, srvs
+		for _, n := range nodes[1:] {
+			if n.LeaderID() != l {
+				return false
+			}
+		}
+		return l != 0
+	}, within, 10*time.Millisecond)
 }
 
 func ctl(args ...string) (int, string, string) {
@@ -312,22 +327,8 @@ func gossip3(t *testing.T) ([]*lockraft.Node, []*httptest.Server) {
 		srvs[i] = httptest.NewServer(n.AdminHandler(lockraft.WithOperatorActions()))
 		seeds = []string{n.GossipAddr()}
 	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for i, n := range nodes {
-			srvs[i].Close()
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				defer cancel()
-				n.Close(ctx)
-			})
-		}
-		wg.Wait()
-	})
-	require.Eventually(t, func() bool {
-		l := nodes[0].LeaderID()
-		return l != 0 && nodes[1].LeaderID() == l && nodes[2].LeaderID() == l
-	}, 20*time.Second, 10*time.Millisecond)
+	closedAfterTest(t, nodes, srvs)
+	awaitOneLeader(t, nodes, 20*time.Second)
 	return nodes, srvs
 }
 
