@@ -44,7 +44,7 @@ import (
 // TestAttackerProcess), so that the heap sampled here is the victim's
 // alone, and the victim's handler keeps nothing it is given. What is
 // bounded is the live heap (as of each collection); the heap's objects,
-// garbage included, are logged beside it. On a quiet machine without
+// garbage included, are logged beside it. On a busy two-core machine without
 // -race the calls case peaks at about +30 MiB live (40 MiB of objects);
 // with the admission caps and budgets taken out (admissionLimits of 2^20
 // and more) it reaches +255 MiB and the test fails. The batch cases stay
