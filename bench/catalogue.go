@@ -261,7 +261,7 @@ func (c *lockraftCaller) hold(ctx context.Context, r node.Request) (func(context
 // the next campaigner and an observer on the other follower; the leader's
 // node crashes: its session (and leadership) ends after the TTL.
 func lockraftElectionFailover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, ld, err := startWithLeader(dir, ttl)
+	c, ld, err := startWithLeader(dir, ttl, false)
 	if err != nil {
 		return 0, err
 	}

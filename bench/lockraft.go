@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockraft/lockraft/internal/certgen"
 	"github.com/lockraft/lockraft/node"
+	"github.com/lockraft/lockraft/transport"
 )
 
 // The lockraft system: a 3-node cluster in this process, real gRPC on
@@ -18,21 +20,67 @@ import (
 // election after 10 ticks). The node package is used directly because S4
 // needs Crash (the public Node has only Close); Acquire/Release are what
 // lockraft.Node.Lock and Lock.Unlock call.
+//
+// lockraft-mtls is the same cluster as deployed off loopback: mutual TLS
+// between members, each with a certificate naming it, from one CA made for
+// the run. (The bench's members are a static list, so there is no gossip to
+// encrypt; gossip carries no lock traffic.)
 func init() {
-	register(systemFactory{
-		name:          "lockraft",
-		available:     func() error { return nil },
-		start:         func(dir string, ttl time.Duration) (system, error) { return startLockraft(dir, ttl) },
-		crashTakeover: lockraftCrashTakeover,
-		failover:      lockraftFailover,
-	})
+	for _, mtls := range []bool{false, true} {
+		name := "lockraft"
+		if mtls {
+			name = "lockraft-mtls"
+		}
+		register(systemFactory{
+			name:      name,
+			available: func() error { return nil },
+			start:     func(dir string, ttl time.Duration) (system, error) { return startLockraft(dir, ttl, mtls) },
+			crashTakeover: func(dir string, ttl time.Duration) (time.Duration, error) {
+				return lockraftCrashTakeover(dir, ttl, mtls)
+			},
+			failover: func(dir string, graceful bool) (time.Duration, error) { return lockraftFailover(dir, graceful, mtls) },
+		})
+	}
 }
 
 type lockraftCluster struct {
 	nodes []*node.Node // index i is raft id i+1
 }
 
-func startLockraft(dir string, ttl time.Duration) (*lockraftCluster, error) {
+func (*lockraftCluster) inProcess() {}
+
+const benchClusterID = "bench"
+
+// memberTLS makes a CA and a certificate for each of members 1..n.
+func memberTLS(n int) ([]*transport.TLS, error) {
+	from, until := time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	ca, err := certgen.NewCA("lockraft bench CA", from, until)
+	if err != nil {
+		return nil, err
+	}
+	var tl []*transport.TLS
+	for id := uint64(1); id <= uint64(n); id++ {
+		cert, key, err := ca.Member(benchClusterID, id, []string{"127.0.0.1"}, from, until)
+		if err != nil {
+			return nil, err
+		}
+		roots, c, err := ca.Material(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		tl = append(tl, &transport.TLS{Roots: roots, Certificate: c})
+	}
+	return tl, nil
+}
+
+func startLockraft(dir string, ttl time.Duration, mtls bool) (*lockraftCluster, error) {
+	var tl []*transport.TLS
+	if mtls {
+		var err error
+		if tl, err = memberTLS(3); err != nil {
+			return nil, err
+		}
+	}
 	var members []node.Member
 	var lns []net.Listener
 	for id := uint64(1); id <= 3; id++ {
@@ -48,8 +96,12 @@ func startLockraft(dir string, ttl time.Duration) (*lockraftCluster, error) {
 	}
 	c := &lockraftCluster{}
 	for i, ln := range lns {
-		n, err := node.Start(node.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprint(i+1)),
-			Members: members, Listener: ln, SessionTTL: ttl, TickInterval: tickFor(ttl), Logger: slog.New(slog.DiscardHandler)})
+		cfg := node.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprint(i+1)),
+			Members: members, Listener: ln, SessionTTL: ttl, TickInterval: tickFor(ttl), Logger: slog.New(slog.DiscardHandler)}
+		if mtls {
+			cfg.ClusterID, cfg.TLS = benchClusterID, tl[i]
+		}
+		n, err := node.Start(cfg)
 		if err != nil {
 			for _, l := range lns[i:] {
 				l.Close()
@@ -90,8 +142,8 @@ func (c *lockraftCluster) stop() {
 }
 
 // startWithLeader starts a cluster (startLockraft) and returns it with the index of its leader.
-func startWithLeader(dir string, ttl time.Duration) (*lockraftCluster, int, error) {
-	c, err := startLockraft(dir, ttl)
+func startWithLeader(dir string, ttl time.Duration, mtls bool) (*lockraftCluster, int, error) {
+	c, err := startLockraft(dir, ttl, mtls)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -143,8 +195,8 @@ func (c *lockraftCaller) close() {}
 // lockraftCrashTakeover: the holder's node (a follower) crashes while a
 // waiter on the other follower waits; its session, and so the lock, lasts
 // until the session TTL runs out on the leader.
-func lockraftCrashTakeover(dir string, ttl time.Duration) (time.Duration, error) {
-	c, ld, err := startWithLeader(dir, ttl)
+func lockraftCrashTakeover(dir string, ttl time.Duration, mtls bool) (time.Duration, error) {
+	c, ld, err := startWithLeader(dir, ttl, mtls)
 	if err != nil {
 		return 0, err
 	}
@@ -164,8 +216,8 @@ func lockraftCrashTakeover(dir string, ttl time.Duration) (time.Duration, error)
 
 // lockraftFailover: crash the leader; a caller on a follower keeps asking
 // for a lock; the time from the crash until one is granted.
-func lockraftFailover(dir string, graceful bool) (time.Duration, error) {
-	c, ld, err := startWithLeader(dir, 10*time.Second)
+func lockraftFailover(dir string, graceful bool, mtls bool) (time.Duration, error) {
+	c, ld, err := startWithLeader(dir, 10*time.Second, mtls)
 	if err != nil {
 		return 0, err
 	}

@@ -126,6 +126,8 @@ func (r *redisSystem) stop() {
 	r.srv.End()
 }
 
+func (r *redisSystem) serverPIDs() []int { return []int{r.srv.Pid()} }
+
 func (r *redisSystem) caller(int) (caller, error) { return &redisCaller{cl: r.cl, ttl: r.ttl}, nil }
 
 type redisCaller struct {

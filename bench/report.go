@@ -113,9 +113,11 @@ func (r *report) printTable(w io.Writer) {
 		cnt[k][x.System]++
 	}
 	slices.SortStableFunc(keys, func(a, b key) int { return strings.Compare(a.scen, b.scen) })
-	var peers []string
+	var ours, peers []string // ours: lockraft and lockraft-mtls
 	for _, s := range systems {
-		if s != "lockraft" {
+		if isLockraft(s) {
+			ours = append(ours, s)
+		} else {
 			peers = append(peers, s)
 		}
 	}
@@ -127,9 +129,11 @@ func (r *report) printTable(w io.Writer) {
 		hdr += " " + s + " |"
 		sep += "---:|"
 	}
-	for _, p := range peers {
-		hdr += " lockraft/" + p + " |"
-		sep += "---:|"
+	for _, o := range ours {
+		for _, p := range peers {
+			hdr += " " + o + "/" + p + " |"
+			sep += "---:|"
+		}
 	}
 	fmt.Fprintln(w, hdr)
 	fmt.Fprintln(w, sep)
@@ -142,23 +146,32 @@ func (r *report) printTable(w io.Writer) {
 				line += " – |"
 			}
 		}
-		for _, p := range peers {
-			lc, pc := cnt[k]["lockraft"], cnt[k][p]
-			if lc == 0 || pc == 0 || sum[k][p] == 0 {
-				line += " – |"
-				continue
+		for _, o := range ours {
+			for _, p := range peers {
+				lc, pc := cnt[k][o], cnt[k][p]
+				if lc == 0 || pc == 0 || sum[k][p] == 0 {
+					line += " – |"
+					continue
+				}
+				line += fmt.Sprintf(" %.2f× |", (sum[k][o]/float64(lc))/(sum[k][p]/float64(pc)))
 			}
-			line += fmt.Sprintf(" %.2f× |", (sum[k]["lockraft"]/float64(lc))/(sum[k][p]/float64(pc)))
 		}
 		fmt.Fprintln(w, line)
 	}
-	fmt.Fprintln(w, "\nvalues: mean over runs; ratio = lockraft ÷ peer (for *_per_s higher is better, for *_ms lower is better).")
+	fmt.Fprintln(w, "\nvalues: mean over runs; ratio = lockraft ÷ peer (for *_per_s higher is better, for *_ms, cpu_us_per_pair and allocs_per_pair lower is better).")
+	fmt.Fprintln(w, "cpu_us_per_pair (S2): the whole process for the systems that run in it (lockraft, etcd: three members and the callers); a server's own process for Redis.")
 	if len(r.fails) > 0 {
 		fmt.Fprintln(w, "\nfailures:")
 		for _, f := range r.fails {
 			fmt.Fprintln(w, "-", f)
 		}
 	}
+}
+
+// isLockraft: one of the lockraft systems (plaintext or mutual TLS), whose
+// ratios to the peers the table prints.
+func isLockraft(system string) bool {
+	return system == "lockraft" || strings.HasPrefix(system, "lockraft-")
 }
 
 func num(v float64) string {

@@ -288,6 +288,7 @@ func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
 	var all []time.Duration
 	var firstErr error
 	var wg sync.WaitGroup
+	cost := startCost(sys)
 	start := time.Now()
 	deadline := start.Add(cfg.s2Dur)
 	for g, c := range cs {
@@ -319,6 +320,7 @@ func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
 	if firstErr != nil {
 		return firstErr
 	}
+	cost.report(rep, sysName, "S2", len(all), run)
 	rep.add(sysName, "S2", "pairs_per_s", float64(len(all))/el.Seconds(), run)
 	rep.addMedianP99(sysName, "S2", "pair", all, run)
 	return nil

@@ -95,6 +95,9 @@ func (p *Process) end(grace time.Duration) {
 // Done is closed once the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
+// Pid is the process's id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // FreePort is a TCP port free on loopback now.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
