@@ -295,6 +295,14 @@ func DecodeCommand(b []byte) (Command, error) {
 	return c, err
 }
 
+// DecodeCommandView decodes b into c as DecodeCommand does, except that c's strings point into b instead of
+// being copied: they are valid only while b is unchanged, and the caller must not keep them (or c) beyond
+// that. c's ExtraNames and Checkpoints backing arrays are reused. It is for a check that reads a command and
+// lets it go, such as a leader authorising a forwarded proposal before it proposes the bytes unchanged.
+func DecodeCommandView(b []byte, c *Command) error {
+	return decodeInto(c, b, true)
+}
+
 // decodeInto decodes b into c, reusing c.ExtraNames' backing array. With alias set, strings point into b
 // (no allocation): the caller must not keep them beyond b's lifetime.
 func decodeInto(c *Command, b []byte, alias bool) error {

@@ -98,6 +98,12 @@ func runStream(t testing.TB, f *FSM, cmds []Command) ([][]byte, error) {
 // snapshot taken half-way that replays the rest (S7). Every state machine involved has the bugs of k planted.
 func checkStream(t testing.TB, data []byte, k knobs) error {
 	// Decoding garbage never panics, and what decodes re-encodes to something that decodes the same.
+	// DecodeCommandView agrees with DecodeCommand, into a command that held another one before.
+	view := Command{Name: "stale", ExtraNames: []string{"x", "y"}}
+	verr := DecodeCommandView(data, &view)
+	if c, err := DecodeCommand(data); (err == nil) != (verr == nil) || (err == nil && fmt.Sprint(c) != fmt.Sprint(view)) {
+		return fmt.Errorf("DecodeCommandView %v %+v, DecodeCommand %v %+v", verr, view, err, c)
+	}
 	if c, err := DecodeCommand(data); err == nil {
 		c2, err := DecodeCommand(c.AppendEncode(nil))
 		if err != nil || fmt.Sprint(c) != fmt.Sprint(c2) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -381,4 +382,28 @@ func referenceRun(t *testing.T) (entries [][]byte, want []byte) {
 		t.Fatal(err)
 	}
 	return entries, snapshotBytes(t, ref)
+}
+
+// DecodeCommandView's strings point into the bytes it decoded (no copy), and
+// DecodeCommand's do not.
+func TestDecodeCommandViewAliases(t *testing.T) {
+	b := (&Command{Kind: KindAcquire, Session: 3, Seq: 4, Name: "stock/sku-42", Owner: "worker-7"}).AppendEncode(nil)
+	inside := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return p >= uintptr(unsafe.Pointer(&b[0])) && p < uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b))
+	}
+	var v Command
+	if err := DecodeCommandView(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeCommand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "stock/sku-42" || v.Owner != "worker-7" || !inside(v.Name) || !inside(v.Owner) {
+		t.Fatalf("view %+v: strings should equal and point into the encoded bytes", v)
+	}
+	if inside(c.Name) || inside(c.Owner) {
+		t.Fatalf("DecodeCommand's strings point into the encoded bytes")
+	}
 }

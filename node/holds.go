@@ -210,7 +210,7 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	o := &op{
 		cmd:  c,
 		done: done,
-		hold: &holdRequest{lease: lease},
+		hold: holdRequest{lease: lease},
 	}
 	if n.k.Stages != nil {
 		o.calledAt = time.Now()
@@ -293,7 +293,7 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 		if h.lease != nil && n.clock.Now().After(h.lease.deadline()) {
 			h.lease.cancel(lockerr.ErrLeaseExpired)
 		}
-	} else if o.hold != nil && o.hold.lease > 0 {
+	} else if o.hold.lease > 0 {
 		// Counted from the Acquire's first send, which is before the
 		// leader applied the grant and started its lease.
 		h.lease = newGrantLease(n, s.ctx, h.key(), h.name, o.hold.lease, o.hold.sentAt)

@@ -26,7 +26,7 @@ func submitInOneTurn(t *testing.T, n *Node, prefix string, k int) {
 				cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: fmt.Sprintf("%s/%d", prefix, i),
 					Owner: "o", Wait: true, MaxHolds: n.cfg.MaxHolds},
 				done: d,
-				hold: &holdRequest{sentAt: n.clock.Now()},
+				hold: holdRequest{sentAt: n.clock.Now()},
 			}
 			n.submit(o)
 		}

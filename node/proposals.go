@@ -28,14 +28,14 @@ type op struct {
 	// firstProposed: the first proposal (light members ask the leader about
 	// an Acquire whose result is overdue).
 	firstProposed time.Time
-	queued        bool // an Acquire applied as Queued: awaiting its grant event
-	abandoned     bool // the caller gave up; a Cancel for it is on its way
-	parked        bool // not re-proposed: the Cancel for it settles it
-	cancelOf      *op  // for a Cancel: the Acquire it cancels
-	hold          *holdRequest
-	granted       *Hold     // a leased grant being confirmed before it is handed out (holder.go)
-	index         uint64    // the entry that carried its result
-	calledAt      time.Time // the caller's call began (StageProbe only)
+	queued        bool        // an Acquire applied as Queued: awaiting its grant event
+	abandoned     bool        // the caller gave up; a Cancel for it is on its way
+	parked        bool        // not re-proposed: the Cancel for it settles it
+	cancelOf      *op         // for a Cancel: the Acquire it cancels
+	hold          holdRequest // an Acquire's lease and first send
+	granted       *Hold       // a leased grant being confirmed before it is handed out (holder.go)
+	index         uint64      // the entry that carried its result
+	calledAt      time.Time   // the caller's call began (StageProbe only)
 }
 
 // opResult is what a caller waiting on an op receives.

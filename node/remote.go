@@ -86,9 +86,9 @@ func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 // (sessionOwner) are dropped quietly: the proposer retries.
 func (n *Node) authoriseProposal(m *raftpb.Message) error {
 	keep := m.Entries[:0]
+	var cmd lockfsm.Command // its strings point into the entry's data: read here, never kept
 	for _, e := range m.GetEntries() {
-		cmd, err := lockfsm.DecodeCommand(e.GetData())
-		if err != nil {
+		if err := lockfsm.DecodeCommandView(e.GetData(), &cmd); err != nil {
 			return fmt.Errorf("%w: undecodable command: %v", errGuard, err)
 		}
 		switch err := n.authorise(m.GetFrom(), &cmd); {

@@ -114,7 +114,7 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 		inLoop(t, n, func() {
 			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "x", Owner: "o", LeaseMillis: 300,
 				Session: n.loop.own.id, Seq: 1 << 40},
-				done: done, hold: &holdRequest{lease: 300 * time.Millisecond, sentAt: n.clock.Now().Add(-2 * time.Second)}}
+				done: done, hold: holdRequest{lease: 300 * time.Millisecond, sentAt: n.clock.Now().Add(-2 * time.Second)}}
 			n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: 5, Duplicate: true})
 		})
 		out := look(done)
@@ -127,7 +127,7 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 		inLoop(t, n, func() {
 			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "y", Owner: "o", Wait: true,
 				LeaseMillis: uint64(lease.Milliseconds())},
-				done: done, hold: &holdRequest{lease: lease, sentAt: n.clock.Now().Add(-2 * time.Second)}}
+				done: done, hold: holdRequest{lease: lease, sentAt: n.clock.Now().Add(-2 * time.Second)}}
 			n.submit(o)
 		})
 		out := look(done)
@@ -163,7 +163,7 @@ func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
 		}
 		done := make(chan opResult, 1)
 		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "late", Owner: "a", Session: sess, Seq: 1 << 40},
-			done: done, hold: &holdRequest{sentAt: n.clock.Now()}}
+			done: done, hold: holdRequest{sentAt: n.clock.Now()}}
 		n.loop.ops.inflight[o.cmd.Seq] = o
 		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, []*transportpb.StatusFact{{State: transportpb.AcquireState_ACQUIRE_STATE_GRANTED, Token: 1 << 40}})
 		delete(n.loop.ops.inflight, o.cmd.Seq)
@@ -207,7 +207,7 @@ func TestS5OneHoldPerLeasedGrant(t *testing.T) {
 		sess := n.loop.own.id
 		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "q", Owner: "o", Wait: true, LeaseMillis: 2000,
 			Session: sess, Seq: 1 << 40},
-			done: make(chan opResult, 1), hold: &holdRequest{lease: 2 * time.Second, sentAt: n.clock.Now()}}
+			done: make(chan opResult, 1), hold: holdRequest{lease: 2 * time.Second, sentAt: n.clock.Now()}}
 		n.loop.ops.queued[o.cmd.Seq] = o
 		n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventGranted, Session: sess, Seq: o.cmd.Seq, Name: "q", Owner: "o",
 			Token: 7, FromQueue: true}) // the push

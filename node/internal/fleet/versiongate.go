@@ -230,7 +230,8 @@ func (f *Fleet) AdmitForwarded(data []byte, fwd bool) error {
 	if len(data) == 0 || data[0] == 1 {
 		return nil // version 1: the mutex, as every version knows it
 	}
-	c, err := lockfsm.DecodeCommand(data)
+	var c lockfsm.Command // read here only: its strings point into data
+	err := lockfsm.DecodeCommandView(data, &c)
 	switch {
 	case err != nil:
 		return err
