@@ -219,6 +219,17 @@ func (r *run) all(ctx context.Context) error {
 	if r.full, err = readMemory(c.reps); err != nil {
 		return err
 	}
+	if *flagHeap != "" {
+		// readMemory has just forced a GC: the profile's in-use figures are
+		// as of that GC.
+		code, body := childproc.Get(c.leader().url+"/debug/pprof/heap", time.Minute)
+		if code != 200 {
+			return fmt.Errorf("leader's heap profile: %d %.200s", code, body)
+		}
+		if err := os.WriteFile(*flagHeap, []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
 	r.printMemory("1b", fmt.Sprintf("table full (%d held, %d waiting), after a settle of %v", r.held, r.p.waiters, *flagSettle), c.reps, r.full, r.empty)
 
 	if r.lat1, _, err = pairs(ctx, c.load, "other/full", *flagPairs); err != nil {
@@ -281,7 +292,7 @@ func (r *run) release(ctx context.Context) error {
 		if names = st.LockNames; names == 0 {
 			break
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := sleep(ctx, 250*time.Millisecond); err != nil { // a status is a pass over the table
 			return err
 		}
 	}
@@ -393,8 +404,15 @@ loop:
 	return handles, nil
 }
 
-// queueWaiters starts the blocked Lock calls (they wait until wctx ends)
-// and returns once the leader's table counts them all.
+// waiterWave bounds the blocked Lock calls started at once: the next wave
+// starts once the leader's table counts the previous one. All of them at
+// once (150,000 at a million names) is not what this measures, and the
+// load member could forward them in batches above the transport's message
+// limit (4 MiB), which drops such a batch.
+const waiterWave = 4096
+
+// queueWaiters starts the blocked Lock calls (they wait until wctx ends),
+// in waves, and returns once the leader's table counts them all.
 func (r *run) queueWaiters(ctx, wctx context.Context) error {
 	c, p := r.c, r.p
 	if p.waiters == 0 {
@@ -402,7 +420,33 @@ func (r *run) queueWaiters(ctx, wctx context.Context) error {
 	}
 	var granted, failed atomic.Int64
 	var firstErr atomic.Value
+	leader := c.leader()
 	start := time.Now()
+	timeout := 2*time.Minute + time.Duration(p.waiters)*time.Millisecond
+	var st lockraft.StatusView
+	// settled waits until the leader's table counts n waiters. A status
+	// is a pass over the leader's table: at most two a second.
+	settled := func(n int) error {
+		for {
+			if err := sleep(ctx, 500*time.Millisecond); err != nil {
+				return err
+			}
+			var err error
+			if st, err = status(leader); err != nil {
+				return err
+			}
+			if e := firstErr.Load(); e != nil {
+				return fmt.Errorf("%d waiters failed, the first: %w", failed.Load(), e.(error))
+			}
+			if st.Waiters >= n {
+				return nil
+			}
+			if time.Since(start) > timeout {
+				return fmt.Errorf("only %d of %d waiters queued after %v", st.Waiters, n, timeout)
+			}
+		}
+	}
+	started := 0
 	for i := 0; i < p.locks; i += p.stride {
 		for j := range p.queue(i) {
 			go func() {
@@ -416,33 +460,21 @@ func (r *run) queueWaiters(ctx, wctx context.Context) error {
 					failed.Add(1)
 				}
 			}()
+			if started++; started%waiterWave == 0 {
+				if err := settled(started); err != nil {
+					return err
+				}
+			}
 		}
 	}
-	leader := c.leader()
-	timeout := 2*time.Minute + time.Duration(p.waiters)*time.Millisecond
-	for {
-		// A status is a pass over the leader's table: once a second.
-		if err := sleep(ctx, time.Second); err != nil {
-			return err
-		}
-		st, err := status(leader)
-		if err != nil {
-			return err
-		}
-		if e := firstErr.Load(); e != nil {
-			return fmt.Errorf("%d waiters failed, the first: %w", failed.Load(), e.(error))
-		}
-		if st.Waiters >= p.waiters {
-			s, _ := childproc.FetchStats(leader.url, false)
-			fmt.Printf("%10s %8.1f %9.0f | %14.1f %14.1f %9.1f   (waiters/s; %d waiters queued on %d names; longest queue %d; unexpected grants %d)\n",
-				"+waiters", time.Since(start).Seconds(), float64(p.waiters)/time.Since(start).Seconds(),
-				mib(s.HeapObjects), mib(s.HeapLive), float64(s.RSSKiB)/1024, st.Waiters, p.queued, st.Longest, granted.Load())
-			return nil
-		}
-		if time.Since(start) > timeout {
-			return fmt.Errorf("only %d of %d waiters queued after %v", st.Waiters, p.waiters, timeout)
-		}
+	if err := settled(p.waiters); err != nil {
+		return err
 	}
+	s, _ := childproc.FetchStats(leader.url, false)
+	fmt.Printf("%10s %8.1f %9.0f | %14.1f %14.1f %9.1f   (waiters/s, in waves of %d; %d waiters queued on %d names; longest queue %d; unexpected grants %d)\n",
+		"+waiters", time.Since(start).Seconds(), float64(p.waiters)/time.Since(start).Seconds(),
+		mib(s.HeapObjects), mib(s.HeapLive), float64(s.RSSKiB)/1024, waiterWave, st.Waiters, p.queued, st.Longest, granted.Load())
+	return nil
 }
 
 // printMemory prints each replica's figures; with base, also what each
@@ -643,7 +675,27 @@ func (r *run) newMember(ctx context.Context) error {
 	c.fresh = m
 	started := m.proc.Started
 	timeout := time.Minute + time.Duration(r.held/1000)*100*time.Millisecond
+	// The steps on the way, from its snapshot directory: a transfer in
+	// progress (a temporary file), a snapshot received; then the table
+	// installed (its first name, scale/0, in its table).
+	var transferAt, receivedAt, installedAt time.Duration
+	snapDir := filepath.Join(m.dir, "snap")
 	for {
+		if transferAt == 0 {
+			if tmps, _ := filepath.Glob(filepath.Join(snapDir, "*.snap.tmp-*")); len(tmps) > 0 {
+				transferAt = time.Since(started)
+			}
+		}
+		if receivedAt == 0 {
+			if snaps, _ := filepath.Glob(filepath.Join(snapDir, "*.snap")); len(snaps) > 0 {
+				receivedAt = time.Since(started)
+			}
+		}
+		if installedAt == 0 {
+			if code, _ := childproc.Get(m.url+"/lockraft/lock?stale=1&name="+r.p.name(0), 10*time.Second); code == 200 {
+				installedAt = time.Since(started)
+			}
+		}
 		code, body := childproc.Get(m.url+"/lockraft/lock?stale=1&name=marker/snapshot", 10*time.Second)
 		var v lockraft.LockView
 		if code == 200 && json.Unmarshal([]byte(body), &v) == nil && v.Holder != nil && v.Holder.Token == marker.Token() {
@@ -674,6 +726,15 @@ func (r *run) newMember(ctx context.Context) error {
 	r.snapBytes = snapBytes
 	fmt.Printf("caught up (holds the marker: applied ≥ %d) %s ms after its process started (target ≤ 5 s); Join returned %s ms, first Lock+Unlock %s ms;\n",
 		marker.Token(), ms(r.catchUp), ms(us(sv.JoinUS)), ms(us(sv.LockUS)))
+	seen := func(d time.Duration) string {
+		if d == 0 {
+			return "not seen"
+		}
+		return ms(d) + " ms"
+	}
+	fmt.Printf("on the way (polled every 20 ms; from its start): first heard a leader %s (its log), snapshot transfer seen %s, snapshot file complete %s,\n",
+		seen(firstLogged(m.logPath, `msg="leader changed"`, started)), seen(transferAt), seen(receivedAt))
+	fmt.Printf("table in place (%s in its table) %s, marker applied %s\n", r.p.name(0), seen(installedAt), seen(r.catchUp))
 	fmt.Printf("now applied %d (leader's commit at its start %d), %d lock names; table restored from a leader's snapshot %d time(s) (lockraft_snapshots_restored_total); data directory %s\n",
 		mst.Applied, st.Commit, mst.LockNames, r.snapRestored, diskString(du(m.dir)))
 	return sleep(ctx, *flagSettle)
@@ -703,4 +764,24 @@ func (r *run) summary() {
 	}
 	fmt.Printf("%-46s | %-58s | %s\n", "new member caught up", snap, "≤ 5 s")
 	fmt.Printf("%-46s | %-58s | %s\n", "paging the table: worst Lock+Unlock meanwhile", ms(r.pagingWorst)+" ms", "no stall")
+}
+
+// firstLogged is when the first line of the log at path containing what
+// was written, counted from since (0: no such line).
+func firstLogged(path, what string, since time.Time) time.Duration {
+	b, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, what) {
+			continue
+		}
+		v, ok := strings.CutPrefix(line, "time=")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, " ")
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(since) {
+			return t.Sub(since)
+		}
+	}
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -83,6 +84,7 @@ func replica(start time.Time) error {
 	mux := http.NewServeMux()
 	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler(lockraft.WithOperatorActions())))
 	mux.HandleFunc("/stats", childproc.StatsHandler)
+	mux.Handle("/debug/pprof/heap", pprof.Handler("heap")) // diagnosis: where a replica's bytes go (-heapprofile)
 	mux.HandleFunc("/serving", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
