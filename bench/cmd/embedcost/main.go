@@ -36,7 +36,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -47,7 +46,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -193,10 +191,9 @@ func selfCPU() time.Duration {
 // ---- parent ----
 
 type proc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	url   string
-	role  string
+	*childproc.Proc
+	url  string
+	role string
 }
 
 func parent() error {
@@ -255,22 +252,13 @@ func measureFleet(self, kind string) error {
 	expect := min(size, 5)
 	procs := make([]*proc, size)
 	defer func() {
+		var ps []*childproc.Proc
 		for _, p := range procs {
 			if p != nil {
-				p.stdin.Close()
+				ps = append(ps, p.Proc)
 			}
 		}
-		for _, p := range procs {
-			if p != nil {
-				done := make(chan struct{})
-				go func() { p.cmd.Wait(); close(done) }()
-				select {
-				case <-done:
-				case <-time.After(10 * time.Second):
-					p.cmd.Process.Kill()
-				}
-			}
-		}
+		childproc.StopAll(ps, 10*time.Second)
 	}()
 	start := time.Now()
 	for i := range size {
@@ -288,33 +276,14 @@ func measureFleet(self, kind string) error {
 		} else {
 			args = append(args, "-peers", strings.Join(peers, ","))
 		}
-		cmd := exec.Command(self, args...)
-		logf, err := os.Create(filepath.Join(tmp, fmt.Sprintf("child%d.log", i)))
+		cp, f, err := childproc.Start(filepath.Join(tmp, fmt.Sprintf("child%d.log", i)), "READY", self, args...)
 		if err != nil {
-			return err
+			return fmt.Errorf("child %d did not start: %w", i, err)
 		}
-		defer logf.Close()
-		cmd.Stderr = logf
-		out, _ := cmd.StdoutPipe()
-		in, _ := cmd.StdinPipe()
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		p := &proc{cmd: cmd, stdin: in}
+		p := &proc{Proc: cp, url: f[0]}
 		procs[i] = p
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil || !strings.HasPrefix(line, "READY ") {
-			cmd.Wait()
-			log, _ := os.ReadFile(logf.Name())
-			if len(log) > 2000 {
-				log = log[len(log)-2000:]
-			}
-			return fmt.Errorf("child %d did not start: %q %v; its log ends:\n%s", i, line, err, log)
-		}
-		f := strings.Fields(line)
-		p.url = f[1]
-		if i == 0 && len(f) > 2 {
-			seed = f[2]
+		if i == 0 && len(f) > 1 {
+			seed = f[1]
 		}
 	}
 	// Ready (session and leader) everywhere, and for a gossip fleet the
@@ -373,7 +342,7 @@ func measureFleet(self, kind string) error {
 	sw0 := make([]int64, size)
 	for i, p := range procs {
 		cpu0[i] = stats(p.url)["cpu_us"]
-		sw0[i] = ctxSwitches(p.cmd.Process.Pid)
+		sw0[i] = ctxSwitches(p.Pid())
 	}
 	t0 := time.Now()
 	var pwg sync.WaitGroup
@@ -407,9 +376,9 @@ func measureFleet(self, kind string) error {
 	var rows []row
 	for i, p := range procs {
 		s := stats(p.url)
-		sw := ctxSwitches(p.cmd.Process.Pid)
+		sw := ctxSwitches(p.Pid())
 		rows = append(rows, row{i, p.role, float64(s["cpu_us"]-cpu0[i]) / float64(window.Microseconds()) * 100,
-			float64(childproc.RSSKiB(p.cmd.Process.Pid)) / 1024, s["goroutines"], fdCount(p.cmd.Process.Pid),
+			float64(childproc.RSSKiB(p.Pid())) / 1024, s["goroutines"], fdCount(p.Pid()),
 			float64(sw-sw0[i]) / window.Seconds()})
 	}
 	load1 := childproc.Loadavg()

@@ -1,7 +1,8 @@
 // Package childproc holds what the bench's cost commands (embedcost,
-// restartcost) share: a member run as a child process serves a /load
-// handler, and the parent reads the child's figures from /proc and over
-// HTTP on loopback.
+// restartcost, scalelocks) share: members run as child processes of the
+// command (Proc), each serving a /load handler and its own figures
+// (/stats: StatsHandler), and the parent reads the children's figures from
+// /proc and over HTTP on loopback.
 package childproc
 
 import (
@@ -68,10 +69,14 @@ func Get(url string, d time.Duration) (int, string) {
 }
 
 // RSSKiB is the resident set of process pid in KiB (0 if unreadable).
-func RSSKiB(pid int) int64 {
+func RSSKiB(pid int) int64 { return ProcStatusKiB(pid, "VmRSS") }
+
+// ProcStatusKiB is the field of /proc/PID/status named field (VmRSS,
+// RssAnon, RssFile, VmHWM, ...), in KiB (0 if unreadable).
+func ProcStatusKiB(pid int, field string) int64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			if f := strings.Fields(v); len(f) > 0 {
 				n, _ := strconv.ParseInt(f[0], 10, 64)
 				return n

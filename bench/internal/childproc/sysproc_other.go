@@ -1,0 +1,9 @@
+//go:build !linux
+
+package childproc
+
+import "syscall"
+
+// sysProcAttr puts a child in a process group of its own (a terminal's
+// Ctrl-C goes to the command only, which stops its children in order).
+func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
