@@ -1,9 +1,11 @@
 package lockfsm
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // benchStream generates a realistic stream on the fly: 64 sessions, each acquiring and releasing names out
@@ -82,3 +84,52 @@ func BenchmarkApply(b *testing.B) { benchApply(b, 0, Options{}) }
 
 // BenchmarkApplyCommit1000: apply plus a commit (one bbolt transaction, fsync on) every 1000 entries.
 func BenchmarkApplyCommit1000(b *testing.B) { benchApply(b, 1000, Options{}) }
+
+// BenchmarkRestore: a table of 50,000 held locks (1,000 sessions) read from a snapshot and installed in a
+// fresh FSM's file, as a member does that receives the leader's snapshot. Reports each step's time.
+//
+//	go test -run '^$' -bench Restore -benchtime 3x ./lockfsm/
+func BenchmarkRestore(b *testing.B) {
+	const locks, sessions = 50_000, 1_000
+	src := mustOpen(b, filepath.Join(b.TempDir(), "src.db"), Options{})
+	defer func() { _ = src.Close() }()
+	idx := uint64(0)
+	for s := 1; s <= sessions; s++ {
+		idx++
+		src.ApplyCommand(idx, &Command{Kind: KindOpenSession, Node: uint64(s), TTLMillis: 5000}, nil)
+	}
+	seq := make([]uint64, sessions+1)
+	for i := range locks {
+		s := uint64(i%sessions + 1)
+		seq[s]++
+		idx++
+		c := Command{Kind: KindAcquire, Session: s, Seq: seq[s], Name: fmt.Sprintf("scale/%d", i), Owner: fmt.Sprintf("owner-%d", i%1000)}
+		if r, _ := src.ApplyCommand(idx, &c, nil); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	var snap bytes.Buffer
+	if err := src.WriteSnapshot(&snap); err != nil {
+		b.Fatal(err)
+	}
+	var read, write time.Duration
+	b.ResetTimer()
+	for range b.N {
+		dst := mustOpen(b, filepath.Join(b.TempDir(), "dst.db"), Options{})
+		t0 := time.Now()
+		rs, err := ReadRestore(bytes.NewReader(snap.Bytes()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := dst.WriteRestore(rs); err != nil {
+			b.Fatal(err)
+		}
+		dst.InstallRestore(rs)
+		read, write = read+t1.Sub(t0), write+time.Since(t1)
+		_ = dst.Close()
+	}
+	b.ReportMetric(float64(read.Milliseconds())/float64(b.N), "read_ms")
+	b.ReportMetric(float64(write.Milliseconds())/float64(b.N), "write_ms")
+	b.ReportMetric(float64(snap.Len())/locks, "snapshot_B/lock")
+}
