@@ -26,7 +26,9 @@ type Tuning struct {
 	RetryInterval time.Duration
 	// SnapshotEvery: snapshot the lock table and compact the raft log every
 	// this many applied entries (default 10,000), keeping CompactKeep
-	// (default 5,000) for slow followers.
+	// (default 5,000) for slow followers. A table of more records (sessions
+	// and names) than that is snapshotted every as many entries as it has
+	// records, so a snapshot's cost stays spread over at least as many.
 	SnapshotEvery uint64
 	CompactKeep   uint64
 	// CommitInterval: the lock table is written to its bbolt file at most

@@ -32,6 +32,10 @@ func (f *FSM) Stats() TableStats {
 	return st
 }
 
+// Records is the number of records the table holds (sessions and names): what a snapshot of it writes.
+// O(1).
+func (f *FSM) Records() int { return len(f.sessions) + len(f.locks) }
+
 // LocksPage returns, sorted by name, at most limit names that start with prefix and sort after after ("" for
 // the first page), and whether more such names follow. It scans the table once (O(names) plus
 // O(matches·log limit)) and copies only the page, so a page of a large table costs one pass, not a sort of

@@ -58,6 +58,7 @@ type fsmJobs struct {
 	busy       bool    // a job (commit, snapshot, restore) is with the committer
 	job        *fsmJob // that job
 	sinceSnap  uint64  // entries applied since the last snapshot
+	snapNow    bool    // take one at the next chance, however few entries (snapshotForNewMember)
 	snapshots  uint64  // snapshots started (metrics; a failed one stops the node)
 	lastCommit time.Time
 	// restore: a snapshot from the leader being restored into the lock
@@ -106,7 +107,7 @@ func (f *fsmJobs) maybeCommit() error {
 // the committer is free; cs is the configuration applied at the lock
 // table's applied index. It does no I/O.
 func (f *fsmJobs) maybeSnapshot(cs *raftpb.ConfState) error {
-	if f.sinceSnap < f.snapEvery || f.busy {
+	if f.busy || !(f.snapNow || f.sinceSnap >= f.snapshotInterval()) {
 		return nil // not yet, or the committer is busy: a later turn starts it
 	}
 	idx := f.fsm.AppliedIndex()
@@ -116,7 +117,7 @@ func (f *fsmJobs) maybeSnapshot(cs *raftpb.ConfState) error {
 	if err := f.k.CommitError(); err != nil {
 		return err
 	}
-	f.sinceSnap = 0
+	f.sinceSnap, f.snapNow = 0, false
 	f.lastCommit = f.clock.Now()
 	f.snapshots++
 	f.send(&fsmJob{
@@ -124,6 +125,17 @@ func (f *fsmJobs) maybeSnapshot(cs *raftpb.ConfState) error {
 		snap:  &snapJob{index: idx, cs: proto.Clone(cs).(*raftpb.ConfState)},
 	})
 	return nil
+}
+
+// snapshotInterval is how many applied entries separate two snapshots:
+// SnapshotEvery, or as many as the table has records if that is more. A
+// snapshot writes the whole table, so with a fixed interval its cost per
+// entry grew with the table (a table of 900,000 locks was written every
+// 10,000 entries); this way it stays below one record's encoding per
+// applied entry, and the log kept between snapshots is at most about the
+// table's size in entries.
+func (f *fsmJobs) snapshotInterval() uint64 {
+	return max(f.snapEvery, uint64(f.fsm.Records()))
 }
 
 // hold holds a raft log write m: a restore is under way, or m carries a

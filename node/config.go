@@ -149,7 +149,10 @@ type Config struct {
 
 	// SnapshotEvery: take a lock-table snapshot and compact the raft log
 	// every this many applied entries (default 10,000, as etcd), keeping
-	// CompactKeep entries (default 5,000) for slow followers.
+	// CompactKeep entries (default 5,000) for slow followers. A table with
+	// more records (sessions and names) than that is snapshotted every as
+	// many entries as it has records instead: a snapshot writes the whole
+	// table, and so its cost stays spread over at least as many entries.
 	SnapshotEvery uint64
 	CompactKeep   uint64
 

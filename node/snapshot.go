@@ -2,7 +2,8 @@ package node
 
 // Snapshots of the lock table, written off the loop.
 //
-// Every SnapshotEvery applied entries the node writes a snapshot file and
+// Every SnapshotEvery applied entries (a larger table: every as many as it
+// has records, fsmJobs.snapshotInterval) the node writes a snapshot file and
 // compacts the raft log. All of the disk work runs on the committer
 // goroutine, never on the loop: the loop only encodes the lock table's dirty
 // records (PrepareCommit, no I/O), clones the configuration and hands both
@@ -95,15 +96,15 @@ func snapshotIncludes(m *raftpb.Message) bool {
 // taken at index, before to was added (a member added after the log was
 // compacted: a light member promoted to learner, a replacement voter). The
 // member would refuse it, and raft would send the same one again until the
-// next snapshot, SnapshotEvery entries later: it could not catch up
+// next snapshot, SnapshotEvery or more entries later: it could not catch up
 // meanwhile. So the send is reported failed (raft probes again) and a
 // snapshot is taken now, at the applied index, whose configuration has the
 // member in it; raft's next MsgSnap to it is that one. etcd builds the
 // snapshot it sends at send time for the same reason. Loop.
 func (n *Node) snapshotForNewMember(to, index uint64) {
 	n.rn.ReportSnapshot(to, raft.SnapshotFailure)
-	if n.loop.jobs.sinceSnap < n.cfg.SnapshotEvery {
+	if !n.loop.jobs.snapNow {
 		n.log.Info("snapshot for a member added after the latest one", "member", views.MemberID(to), "latest", index)
-		n.loop.jobs.sinceSnap = n.cfg.SnapshotEvery // maybeSnapshot at the end of this turn, or once the committer is free
+		n.loop.jobs.snapNow = true // maybeSnapshot at the end of this turn, or once the committer is free
 	}
 }

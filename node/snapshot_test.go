@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
+	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
 )
 
@@ -165,4 +168,50 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 		require.NoError(t, h.Release(ctx))
 		return true
 	}, 20*time.Second, 10*time.Millisecond, "no lock after the restore")
+}
+
+// TestSnapshotIntervalGrowsWithTable (L1: a large table does not slow every
+// operation down): snapshots come every SnapshotEvery applied entries while
+// the table is smaller than that, and every as many entries as it has
+// records once it is larger, so writing the whole table is spread over at
+// least as many entries. A member added after the latest snapshot still
+// gets one at once.
+func TestSnapshotIntervalGrowsWithTable(t *testing.T) {
+	fsm, err := lockfsm.Open(filepath.Join(t.TempDir(), "locks.db"), lockfsm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { fsm.Close() })
+	jobs := make(chan *fsmJob, 1)
+	f := fsmJobs{fsm: fsm, clock: systemClock{}, to: jobs, snapEvery: 20}
+	started := func() bool {
+		require.NoError(t, f.maybeSnapshot(&raftpb.ConfState{Voters: []uint64{1}}))
+		select {
+		case <-jobs:
+			f.busy = false
+			return true
+		default:
+			return false
+		}
+	}
+	idx := uint64(1)
+	fsm.ApplyCommand(idx, &lockfsm.Command{Kind: lockfsm.KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
+	f.sinceSnap = 19
+	require.False(t, started(), "19 entries of a 1-record table")
+	f.sinceSnap = 20
+	require.True(t, started(), "SnapshotEvery entries of a small table")
+
+	for i := range 99 { // 100 records: the session and 99 names
+		idx++
+		res, _ := fsm.ApplyCommand(idx, &lockfsm.Command{Kind: lockfsm.KindAcquire, Session: 1, Seq: uint64(i + 1),
+			Name: fmt.Sprintf("n/%d", i), Owner: "o"}, nil)
+		require.NoError(t, res.Err)
+	}
+	require.Equal(t, 100, fsm.Records())
+	f.sinceSnap = 99
+	require.False(t, started(), "99 entries of a 100-record table")
+	f.sinceSnap = 100
+	require.True(t, started(), "as many entries as the table has records")
+
+	f.snapNow = true
+	require.True(t, started(), "a snapshot for a new member, however few entries")
+	require.False(t, f.snapNow)
 }
