@@ -84,6 +84,25 @@ func (c *cluster) leader() *member {
 	return nil
 }
 
+// replicaLeads makes sure one of the measured replicas leads: leadership
+// is handed from the load process to r1 if the load process holds it.
+func (c *cluster) replicaLeads(ctx context.Context) error {
+	if c.leader() != nil {
+		return nil
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.load.TransferLeader(tctx, 1); err != nil {
+		return fmt.Errorf("handing leadership from the load process to r1: %w", err)
+	}
+	for c.leader() == nil { // until the load process has learnt the new leader
+		if err := sleep(tctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("handing leadership from the load process to r1: %w", err)
+		}
+	}
+	return nil
+}
+
 // followers are the replicas that do not lead.
 func (c *cluster) followers() []*member {
 	l := c.leader()

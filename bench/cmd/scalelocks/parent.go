@@ -141,13 +141,8 @@ func parent(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load member not ready: %w", err)
 	}
-	if c.leader() == nil {
-		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := c.load.TransferLeader(tctx, 1)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("handing leadership from the load process to r1: %w", err)
-		}
+	if err := c.replicaLeads(ctx); err != nil {
+		return err
 	}
 	fmt.Printf("formed and serving in %v; leader %s\n", time.Since(t0).Round(10*time.Millisecond), c.leader().name())
 
@@ -240,14 +235,16 @@ func (r *run) all(ctx context.Context) error {
 	}
 	r.printLatency(f)
 
-	if err := r.paging(ctx); err != nil {
-		return err
-	}
-	if err := r.restartFollower(ctx); err != nil {
-		return err
-	}
-	if err := r.newMember(ctx); err != nil {
-		return err
+	for _, step := range []func(context.Context) error{r.paging, r.restartFollower, r.newMember} {
+		if c.leader() == nil {
+			fmt.Printf("\n(the load process was elected leader meanwhile: leadership handed back to r1)\n")
+		}
+		if err := c.replicaLeads(ctx); err != nil {
+			return err
+		}
+		if err := step(ctx); err != nil {
+			return err
+		}
 	}
 	ms := c.reps
 	base := r.empty
