@@ -530,6 +530,10 @@ func ratio(a, b time.Duration) float64 {
 // paging pages through the table through the leader's admin handler and a
 // follower's, while the load process runs sequential Lock+Unlock pairs.
 func (r *run) paging(ctx context.Context) error {
+	if !*flagPaging {
+		fmt.Printf("\n6. paging: skipped (-paging=false)\n")
+		return nil
+	}
 	c := r.c
 	fmt.Printf("\n6. paging over the table through the admin handler's /locks (as lockraftctl locks), %d names a page, linearizable reads,\n", *flagPage)
 	fmt.Printf("   while the load process runs sequential Lock+Unlock pairs; load average %s\n", childproc.Loadavg())
