@@ -28,7 +28,8 @@ type Tuning struct {
 	// this many applied entries (default 10,000), keeping CompactKeep
 	// (default 5,000) for slow followers. A table of more records (sessions
 	// and names) than that is snapshotted every as many entries as it has
-	// records, so a snapshot's cost stays spread over at least as many.
+	// records, up to ten times SnapshotEvery, so a snapshot's cost is spread
+	// over more entries while the log kept in memory stays bounded.
 	SnapshotEvery uint64
 	CompactKeep   uint64
 	// CommitInterval: the lock table is written to its bbolt file at most

@@ -128,14 +128,14 @@ func (f *fsmJobs) maybeSnapshot(cs *raftpb.ConfState) error {
 }
 
 // snapshotInterval is how many applied entries separate two snapshots:
-// SnapshotEvery, or as many as the table has records if that is more. A
-// snapshot writes the whole table, so with a fixed interval its cost per
-// entry grew with the table (a table of 900,000 locks was written every
-// 10,000 entries); this way it stays below one record's encoding per
-// applied entry, and the log kept between snapshots is at most about the
-// table's size in entries.
+// SnapshotEvery, or as many as the table has records if that is more, up
+// to ten times SnapshotEvery. A snapshot writes the whole table, so with a
+// fixed interval its cost per entry grew with the table (a table of
+// 900,000 locks was written every 10,000 entries). The cap bounds the other
+// side of the trade: the log entries kept in memory between snapshots
+// (raftlog keeps every entry after the compaction point).
 func (f *fsmJobs) snapshotInterval() uint64 {
-	return max(f.snapEvery, uint64(f.fsm.Records()))
+	return max(f.snapEvery, min(uint64(f.fsm.Records()), 10*f.snapEvery))
 }
 
 // hold holds a raft log write m: a restore is under way, or m carries a

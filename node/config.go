@@ -151,8 +151,9 @@ type Config struct {
 	// every this many applied entries (default 10,000, as etcd), keeping
 	// CompactKeep entries (default 5,000) for slow followers. A table with
 	// more records (sessions and names) than that is snapshotted every as
-	// many entries as it has records instead: a snapshot writes the whole
-	// table, and so its cost stays spread over at least as many entries.
+	// many entries as it has records instead, up to ten times SnapshotEvery:
+	// a snapshot writes the whole table, and so its cost is spread over more
+	// entries, while the log kept in memory between snapshots stays bounded.
 	SnapshotEvery uint64
 	CompactKeep   uint64
 

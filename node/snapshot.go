@@ -3,8 +3,8 @@ package node
 // Snapshots of the lock table, written off the loop.
 //
 // Every SnapshotEvery applied entries (a larger table: every as many as it
-// has records, fsmJobs.snapshotInterval) the node writes a snapshot file and
-// compacts the raft log. All of the disk work runs on the committer
+// has records, up to ten times SnapshotEvery; fsmJobs.snapshotInterval) the
+// node writes a snapshot file and compacts the raft log. All of the disk work runs on the committer
 // goroutine, never on the loop: the loop only encodes the lock table's dirty
 // records (PrepareCommit, no I/O), clones the configuration and hands both
 // over as one job; the loop goes on applying, ticking and answering while

@@ -173,9 +173,9 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 // TestSnapshotIntervalGrowsWithTable (L1: a large table does not slow every
 // operation down): snapshots come every SnapshotEvery applied entries while
 // the table is smaller than that, and every as many entries as it has
-// records once it is larger, so writing the whole table is spread over at
-// least as many entries. A member added after the latest snapshot still
-// gets one at once.
+// records once it is larger (up to ten times SnapshotEvery, which bounds the
+// log kept in memory), so writing the whole table is spread over many
+// entries. A member added after the latest snapshot still gets one at once.
 func TestSnapshotIntervalGrowsWithTable(t *testing.T) {
 	fsm, err := lockfsm.Open(filepath.Join(t.TempDir(), "locks.db"), lockfsm.Options{})
 	require.NoError(t, err)
@@ -210,6 +210,17 @@ func TestSnapshotIntervalGrowsWithTable(t *testing.T) {
 	require.False(t, started(), "99 entries of a 100-record table")
 	f.sinceSnap = 100
 	require.True(t, started(), "as many entries as the table has records")
+
+	for i := 99; i < 299; i++ { // 300 records: above ten times SnapshotEvery
+		idx++
+		res, _ := fsm.ApplyCommand(idx, &lockfsm.Command{Kind: lockfsm.KindAcquire, Session: 1, Seq: uint64(i + 1),
+			Name: fmt.Sprintf("n/%d", i), Owner: "o"}, nil)
+		require.NoError(t, res.Err)
+	}
+	f.sinceSnap = 199
+	require.False(t, started(), "199 entries of a 300-record table")
+	f.sinceSnap = 200
+	require.True(t, started(), "at most ten times SnapshotEvery entries, however large the table")
 
 	f.snapNow = true
 	require.True(t, started(), "a snapshot for a new member, however few entries")
