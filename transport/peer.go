@@ -420,6 +420,11 @@ func (p *peer) streamFailed(err error, dropped int) {
 		p.t.log.Debug("transport: stream to peer failed", "peer", views.MemberID(p.id), "addr", p.addr,
 			"dropped", dropped, "err", err)
 	}
+	// Backing off from here on, not only once sleep starts: a peer that
+	// reaches this node in between (the raft layer hears of the failure
+	// first, and a restarted follower may answer at once) must still wake
+	// the writer, or it waits out the whole backoff.
+	p.backingOff.Store(true)
 	p.t.cfg.Handler.ReportUnreachable(p.id)
 }
 

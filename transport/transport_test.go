@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockraft/lockraft/internal/nettest"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -210,10 +215,98 @@ func TestRedialWhenPeerHeard(t *testing.T) {
 	b2.t.AddPeer(1, a.t.Addr())
 	b2.t.Send([]*raftpb.Message{msgApp(2, 1, 1)}) // b2 says something to a
 	require.Eventually(t, func() bool { got, _ := a.rec.received(); return len(got) == 1 }, waitFor, tick)
+	// The wake also reset gRPC's own backoff: a's connection to b comes up
+	// by itself (a redial before it is up would fail at once, and wait out
+	// the minute again).
+	require.NoError(t, awaitReady(a.t.peers[2].conn, waitFor, false))
 
 	a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
 	require.Eventually(t, func() bool { got, _ := b2.rec.received(); return len(got) == 1 }, waitFor, tick,
 		"a did not redial b once b reached it")
+}
+
+// TestRedialWhenPeerHeardAsItFails (L1 under churn): the peer reaches this
+// node in the very instant the stream to it fails, after the raft layer is
+// told it is unreachable and before the writer starts its backoff. The wake
+// must not be lost: with it lost, the writer waited out its whole backoff (a
+// minute here; a flake of TestRedialWhenPeerHeard on a loaded machine).
+func TestRedialWhenPeerHeardAsItFails(t *testing.T) {
+	slow := func(c *Config) { c.redialMin, c.redialMax = time.Minute, time.Minute }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there until the hook starts b
+
+	var a *node
+	b := &node{rec: &recorder{}, log: &nettest.LogBuffer{}, dir: t.TempDir()}
+	started := make(chan error, 1)
+	hook := func(c *Config) {
+		rec := c.Handler.(*recorder)
+		c.Handler = unreachableHook{recorder: rec, onUnreachable: func(id uint64) {
+			if id != 2 || len(started) > 0 || len(rec.Unreachable()) > 0 {
+				return
+			}
+			// b comes up and reaches a now, before a's writer sleeps.
+			tr, err := New(Config{ClusterID: "c1", LocalID: 2, ListenAddr: addr, SnapshotDir: b.dir, Handler: b.rec,
+				Logger: slog.New(slog.NewTextHandler(b.log, nil))})
+			b.t = tr
+			if err == nil {
+				// Its connection to b is up, as it is when b's message arrives.
+				err = awaitReady(a.t.peers[2].conn, waitFor, true)
+			}
+			started <- err
+			a.t.heardFrom(2)
+		}}
+	}
+	a = newNode(t, "c1", 1, slow, hook)
+	a.t.AddPeer(2, addr)
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+	select {
+	case err := <-started:
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.t.Close() })
+	case <-time.After(waitFor):
+		t.Fatal("a never found b unreachable")
+	}
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
+	if !assert.Eventually(t, func() bool { got, _ := b.rec.received(); return len(got) >= 1 }, waitFor, tick,
+		"a did not redial b, which reached it as the stream failed") {
+		t.Log(a.log.String())
+	}
+}
+
+// awaitReady waits until cc is ready; with connect, it resets cc's
+// backoff and connects it first, as heardFrom does.
+func awaitReady(cc *grpc.ClientConn, d time.Duration, connect bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if connect {
+		cc.ResetConnectBackoff()
+	}
+	for {
+		s := cc.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if connect {
+			cc.Connect()
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return fmt.Errorf("connection to b: %v", s)
+		}
+	}
+}
+
+// unreachableHook is a recorder whose ReportUnreachable runs onUnreachable
+// first, on the transport's goroutine that reports it.
+type unreachableHook struct {
+	*recorder
+	onUnreachable func(id uint64)
+}
+
+func (h unreachableHook) ReportUnreachable(id uint64) {
+	h.onUnreachable(id)
+	h.recorder.ReportUnreachable(id)
 }
 
 // A typed call reaches the handler with the caller's id and its request;
