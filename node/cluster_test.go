@@ -180,6 +180,23 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// never fails t if cond holds at any poll within d. Unlike require.Never it
+// polls in the calling goroutine, so no check of a member can still be
+// running (and touch a closed cluster) after it returns.
+func never(t *testing.T, cond func() bool, d, every time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			require.Fail(t, "condition held", msgAndArgs...)
+		}
+		if !time.Now().Before(deadline) {
+			return
+		}
+		time.Sleep(every)
+	}
+}
+
 func TestClusterLockUnlock(t *testing.T) {
 	tc := newCluster(t, 3)
 	leader(t, tc)

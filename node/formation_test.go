@@ -122,7 +122,7 @@ func TestS1IslandsFormOneCluster(t *testing.T) {
 				waitConf(t, f, 30*time.Second, "island A formed", func(v, l []uint64) bool { return len(v) == 3 })
 				// Island B sees three members too, for well over the settle
 				// time, and must stay out of raft.
-				require.Never(t, func() bool {
+				never(t, func() bool {
 					for _, i := range tc.islandB {
 						if f.Member(i).storage.HasState() || f.Member(i).formation() != "" {
 							return true

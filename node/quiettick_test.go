@@ -105,7 +105,7 @@ func TestStalledQuietFollowerDoesNotCampaign(t *testing.T) {
 	tc.Faults(f).Resume()
 	require.Eventually(t, func() bool { return tc.Member(f).Leader() == lead }, 5*time.Second, 10*time.Millisecond)
 	// Give a spurious pre-vote, had there been one, time to show.
-	require.Never(t, func() bool { return loopValue(t, tc, f, leaderChanges) != changes },
+	never(t, func() bool { return loopValue(t, tc, f, leaderChanges) != changes },
 		configOf(tc, f).electionTimeout(), 20*time.Millisecond, "the stalled follower campaigned against a live leader")
 	require.Equal(t, lead, leader(t, tc))
 }
