@@ -140,11 +140,14 @@ func newMetrics() *metrics {
 		"Raft log saves (write and fdatasync).", prometheus.ExponentialBuckets(0.0001, 2, 16))
 	fwd := hist("lockraft_forward_duration_seconds",
 		"Light members: one call carrying queued commands to the leader.", latencyBuckets())
+	keepalive := hist("lockraft_keepalive_duration_seconds",
+		"This node's acknowledged session keepalives: from the send to the leader's answer.", latencyBuckets())
 	m.hooks = node.MetricsHooks{
 		QueueHead: func(d time.Duration) { head.Observe(d.Seconds()) },
 		Commit:    func(d time.Duration) { commit.Observe(d.Seconds()) },
 		Fsync:     func(d time.Duration) { fsync.Observe(d.Seconds()) },
 		Forward:   func(d time.Duration) { fwd.Observe(d.Seconds()) },
+		Keepalive: func(d time.Duration) { keepalive.Observe(d.Seconds()) },
 	}
 	m.collectors = append(m.collectors, opsVec, wait)
 	return m

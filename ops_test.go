@@ -154,6 +154,8 @@ func TestMetricsAfterScriptedWorkload(t *testing.T) {
 	// its cancel, so at least 15 commits.
 	require.GreaterOrEqual(t, value(t, reg, "lockraft_commit_duration_seconds", nil), 15.0)
 	require.Positive(t, value(t, reg, "lockraft_fsync_duration_seconds", nil))
+	require.Eventually(t, func() bool { return value(t, reg, "lockraft_keepalive_duration_seconds", nil) >= 1 },
+		15*time.Second, 50*time.Millisecond, "a keepalive (one per KeepaliveInterval) is observed")
 	require.Equal(t, 0.0, value(t, reg, "lockraft_locks_held", nil))
 	require.Equal(t, 1.0, value(t, reg, "lockraft_session_open", nil))
 	require.Equal(t, 1.0, value(t, reg, "lockraft_node_role", map[string]string{"role": "voter"}))

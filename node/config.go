@@ -488,6 +488,11 @@ type MetricsHooks struct {
 	// Forward: one call carrying a light member's queued commands to the
 	// leader, until the leader's reply.
 	Forward func(time.Duration)
+	// Keepalive: one acknowledged keepalive of this node's session, from
+	// its send to the leader's answer (on the leader itself: to its
+	// quorum's confirmation). A leader slow to answer a burst of its
+	// members' keepalives shows here first.
+	Keepalive func(time.Duration)
 	// QueueHead ("grant after head of queue"): for an Acquire of this node
 	// that queued, from the apply of the entry that made it the head of its
 	// name's queue to the apply of the entry that granted it, on this node's

@@ -251,6 +251,9 @@ func (n *Node) keepaliveLoop() {
 		switch st {
 		case keepaliveOK:
 			n.lastAcked.Advance(sent)
+			if m := n.cfg.Metrics; m != nil && m.Keepalive != nil {
+				m.Keepalive(n.clock.Now().Sub(sent))
+			}
 		case keepaliveNotLeader, keepaliveFailed:
 			if n.light() {
 				n.tryDo(func() { n.fwd.LeaderLost(lead) })
