@@ -68,8 +68,7 @@ func (systemClock) newTickerAt(d, phase time.Duration) (<-chan time.Time, func()
 // second). All on one phase, though, a fleet of 300 sends its leader 300
 // calls in the same instant; so a keepalive ticks on a phase of its own
 // member's (tickerAt, keepalivePhase): one of the slots a heartbeat interval
-// apart in the keepalive interval, where the leader wakes for its
-// heartbeats anyway, and an idle light member's tick takes the same phase so
+// apart in the keepalive interval (on the raft tick's grid), and an idle light member's tick takes the same phase so
 // that the member still wakes once for both. The wall clock is read once per
 // ticker, for the phase only: the ticks themselves run on the monotonic
 // clock, and no deadline depends on when they fall. A Clock other than

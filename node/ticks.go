@@ -35,9 +35,9 @@ func (c Config) lightIdleTick() time.Duration {
 // keepalivePhase is when in each keepalive interval this node sends its
 // keepalive (and, idle and light, ticks): one of the slots a heartbeat
 // interval apart that fit in the interval, picked by the node's id. The
-// leader then answers its members' keepalives in as many small bursts, on
-// the wake-ups of its heartbeats, rather than all in one instant (a fleet of
-// 300's leader: 300 calls at once). Zero when fewer than two slots fit.
+// leader then answers its members' keepalives in as many small bursts
+// rather than all in one instant (a fleet of 300's leader: 300 calls at
+// once). Zero when fewer than two slots fit.
 func (c Config) keepalivePhase() time.Duration {
 	hb := c.heartbeatInterval()
 	if hb <= 0 {

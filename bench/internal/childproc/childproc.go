@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +85,28 @@ func ProcStatusKiB(pid int, field string) int64 {
 		}
 	}
 	return 0
+}
+
+// CtxSwitches is process pid's voluntary context switches, all threads
+// together (0 if unreadable): each is a thread going to sleep, so over an
+// idle window it counts the runtime's wake-ups, a steadier figure than the
+// CPU time on a shared machine.
+func CtxSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
 }
 
 // Loadavg is the machine's 1, 5 and 15 minute load averages ("?" if

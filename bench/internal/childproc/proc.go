@@ -144,3 +144,22 @@ func StopAll(ps []*Proc, timeout time.Duration) {
 	}
 	wg.Wait()
 }
+
+// KillAll sends every child SIGKILL in one pass, so that they crash at
+// the same instant (a machine or a rack lost at once), and then waits until
+// all are gone. It returns the time just before the first signal. Nil
+// entries are skipped.
+func KillAll(ps []*Proc) time.Time {
+	at := time.Now()
+	for _, p := range ps {
+		if p != nil {
+			p.Cmd.Process.Kill()
+		}
+	}
+	for _, p := range ps {
+		if p != nil {
+			p.Kill()
+		}
+	}
+	return at
+}
