@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -129,6 +130,54 @@ func TestQuickCatalogue(t *testing.T) {
 				t.Errorf("%v permits in use of 8", v)
 			}
 			rep.printTable(os.Stderr)
+		})
+	}
+}
+
+// TestQuickPrimitives runs scenario P briefly: lockraft reports S1 and S2
+// for each primitive, the table sets them beside Lock, and a system without
+// the primitives (etcd's callers) runs none of it rather than failing.
+func TestQuickPrimitives(t *testing.T) {
+	for _, name := range []string{"lockraft", "etcd"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := defaultConfig(true)
+			cfg.s1Pairs, cfg.s2Dur = 30, 300*time.Millisecond
+			cfg.scenarios = map[string]bool{"S1": true, "S2": true, "P": true}
+			sys, err := factories[name].start(t.TempDir(), cfg.ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sys.stop()
+			rep := newReport("")
+			if err := runS1(cfg, name, sys, 1, rep); err != nil {
+				t.Fatal(err)
+			}
+			if err := runS2(cfg, name, sys, 1, rep); err != nil {
+				t.Fatal(err)
+			}
+			runPrimitives(cfg, name, sys, 1, rep)
+			if len(rep.fails) > 0 {
+				t.Fatal(rep.fails)
+			}
+			got := map[string]float64{}
+			for _, r := range rep.rows {
+				got[r.Scenario+"/"+r.Metric] = r.Value
+			}
+			for _, p := range primitives {
+				for _, m := range []string{"S1 " + p.name + "/pair_p50_ms", "S2 " + p.name + "/pairs_per_s"} {
+					if name == "lockraft" && got[m] <= 0 {
+						t.Errorf("%s = %v, want > 0", m, got[m])
+					}
+					if name != "lockraft" && got[m] != 0 {
+						t.Errorf("%s ran on %s, whose callers lack it", m, name)
+					}
+				}
+			}
+			var out strings.Builder
+			rep.printTable(&out)
+			if has := strings.Contains(out.String(), "| "+name+" | lockall3 |"); has != (name == "lockraft") {
+				t.Errorf("primitives table for %s: row present %v\n%s", name, has, out.String())
+			}
 		})
 	}
 }

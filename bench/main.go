@@ -13,6 +13,9 @@
 //
 // The lock catalogue's scenarios (catalogue.go) run with -scenarios
 // C1,C2,C3,C4 (read-write lock, semaphore, election failover, LockAll).
+// Scenario P (in the default set) repeats S1 and S2 with RLock, a
+// semaphore's Acquire and LockAll of 3 names on the systems that have them
+// (primitives.go).
 package main
 
 import (
@@ -33,7 +36,7 @@ func main() {
 	quick := flag.Bool("quick", false, "short scenarios (about a minute and a quarter in all)")
 	jsonPath := flag.String("json", "", "write JSON lines (system, scenario, metric, value, run) to this file")
 	systems := flag.String("systems", "lockraft,etcd,redis,redis-aof-always,redlock,redisson-watchdog,mysql-lock-table,mysql-for-update,zookeeper", "comma-separated systems to run")
-	scenarios := flag.String("scenarios", "S1,S2,S3,S4,S5", "comma-separated scenarios to run (S1–S5; the catalogue's C1–C4)")
+	scenarios := flag.String("scenarios", "S1,S2,P,S3,S4,S5", "comma-separated scenarios to run (S1–S5; P: S1 and S2 with the catalogue's primitives; the catalogue's C1–C4)")
 	runs := flag.Int("runs", 2, "interleaved runs per system")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	tracePath := flag.String("trace", "", "write a runtime execution trace of the whole run to this file")

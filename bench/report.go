@@ -160,6 +160,13 @@ func (r *report) printTable(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nvalues: mean over runs; ratio = lockraft ÷ peer (for *_per_s higher is better, for *_ms, cpu_us_per_pair and allocs_per_pair lower is better).")
 	fmt.Fprintln(w, "cpu_us_per_pair (S2): the whole process for the systems that run in it (lockraft, etcd: three members and the callers); a server's own process for Redis.")
+	r.printPrimitives(w, func(system, scen, metric string) (float64, bool) {
+		k := key{scen, metric}
+		if c := cnt[k][system]; c > 0 {
+			return sum[k][system] / float64(c), true
+		}
+		return 0, false
+	})
 	if len(r.fails) > 0 {
 		fmt.Fprintln(w, "\nfailures:")
 		for _, f := range r.fails {

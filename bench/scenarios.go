@@ -123,7 +123,7 @@ func runSystem(cfg config, f systemFactory, run int, rep *report) {
 	}
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(os.Stderr, "run %d: %s (load %s)\n", run, f.name, loadAvg())
-	if cfg.scenarios["S1"] || cfg.scenarios["S2"] || cfg.scenarios["S3"] || cfg.scenarios["S4"] || catalogueScenarios(cfg) {
+	if cfg.scenarios["S1"] || cfg.scenarios["S2"] || cfg.scenarios["P"] || cfg.scenarios["S3"] || cfg.scenarios["S4"] || catalogueScenarios(cfg) {
 		sys, err := f.start(dir+"/main", cfg.ttl)
 		if err != nil {
 			rep.fail(f.name, "start", run, err)
@@ -135,6 +135,7 @@ func runSystem(cfg config, f systemFactory, run int, rep *report) {
 		if cfg.scenarios["S2"] {
 			rep.fail(f.name, "S2", run, runS2(cfg, f.name, sys, run, rep))
 		}
+		runPrimitives(cfg, f.name, sys, run, rep) // P (primitives.go)
 		if cfg.scenarios["S3"] {
 			rep.fail(f.name, "S3", run, runS3(cfg, f.name, sys, run, rep))
 		}
@@ -232,10 +233,23 @@ func pct(d []time.Duration, p float64) time.Duration {
 	return s[int(float64(len(s)-1)*p)]
 }
 
+// lockFn takes name once with one primitive of a caller (mutexLock: the
+// plain Lock; primitives.go: the catalogue's) and returns its release.
+type lockFn func(ctx context.Context, c caller, name string) (func(context.Context) error, error)
+
+func mutexLock(ctx context.Context, c caller, name string) (func(context.Context) error, error) {
+	return c.lock(ctx, name)
+}
+
 // pair takes and releases name once; it returns the pair's latency.
 func pair(ctx context.Context, c caller, name string) (time.Duration, error) {
+	return pairWith(ctx, c, name, mutexLock)
+}
+
+// pairWith is pair with the primitive lock.
+func pairWith(ctx context.Context, c caller, name string, lock lockFn) (time.Duration, error) {
 	t := time.Now()
-	unlock, err := c.lock(ctx, name)
+	unlock, err := lock(ctx, c, name)
 	if err != nil {
 		return 0, fmt.Errorf("lock %s: %w", name, err)
 	}
@@ -248,6 +262,11 @@ func pair(ctx context.Context, c caller, name string) (time.Duration, error) {
 // S1: one caller, sequential Lock+Unlock of distinct names, round robin
 // over the members (for lockraft: callers on every node).
 func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
+	return runS1With(cfg, sysName, "S1", sys, run, rep, mutexLock)
+}
+
+// runS1With is S1 with the primitive lock, reported as scenario scen.
+func runS1With(cfg config, sysName, scen string, sys system, run int, rep *report, lock lockFn) error {
 	cs, err := callers(sys, 3)
 	if err != nil {
 		return err
@@ -255,7 +274,7 @@ func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
 	defer closeCallers(cs)
 	ctx := context.Background()
 	for i := range 3 * 5 { // warm up every connection
-		if _, err := pair(ctx, cs[i%3], fmt.Sprintf("s1w/%d/%d", run, i)); err != nil {
+		if _, err := pairWith(ctx, cs[i%3], fmt.Sprintf("%sw/%d/%d", scen, run, i), lock); err != nil {
 			return err
 		}
 	}
@@ -263,7 +282,7 @@ func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
 	start := time.Now()
 	for i := 0; i < cfg.s1Pairs && time.Since(start) < cfg.s1Max; i++ {
 		c, cancel := context.WithTimeout(ctx, cfg.opTimeout)
-		d, err := pair(c, cs[i%3], fmt.Sprintf("s1/%d/%d", run, i))
+		d, err := pairWith(c, cs[i%3], fmt.Sprintf("%s/%d/%d", scen, run, i), lock)
 		cancel()
 		if err != nil {
 			return err
@@ -271,13 +290,18 @@ func runS1(cfg config, sysName string, sys system, run int, rep *report) error {
 		lat = append(lat, d)
 	}
 	el := time.Since(start)
-	rep.addMedianP99(sysName, "S1", "pair", lat, run)
-	rep.add(sysName, "S1", "pairs_per_s", float64(len(lat))/el.Seconds(), run)
+	rep.addMedianP99(sysName, scen, "pair", lat, run)
+	rep.add(sysName, scen, "pairs_per_s", float64(len(lat))/el.Seconds(), run)
 	return nil
 }
 
 // S2: 64 callers, each on its own names, for a fixed time.
 func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
+	return runS2With(cfg, sysName, "S2", sys, run, rep, mutexLock)
+}
+
+// runS2With is S2 with the primitive lock, reported as scenario scen.
+func runS2With(cfg config, sysName, scen string, sys system, run int, rep *report, lock lockFn) error {
 	cs, err := callers(sys, cfg.s2Callers)
 	if err != nil {
 		return err
@@ -298,7 +322,7 @@ func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
 			var lat []time.Duration
 			for i := 0; time.Now().Before(deadline); i++ {
 				cc, cancel := context.WithTimeout(ctx, cfg.opTimeout)
-				d, err := pair(cc, c, fmt.Sprintf("s2/%d/%d/%d", run, g, i))
+				d, err := pairWith(cc, c, fmt.Sprintf("%s/%d/%d/%d", scen, run, g, i), lock)
 				cancel()
 				if err != nil {
 					mu.Lock()
@@ -320,9 +344,9 @@ func runS2(cfg config, sysName string, sys system, run int, rep *report) error {
 	if firstErr != nil {
 		return firstErr
 	}
-	cost.report(rep, sysName, "S2", len(all), run)
-	rep.add(sysName, "S2", "pairs_per_s", float64(len(all))/el.Seconds(), run)
-	rep.addMedianP99(sysName, "S2", "pair", all, run)
+	cost.report(rep, sysName, scen, len(all), run)
+	rep.add(sysName, scen, "pairs_per_s", float64(len(all))/el.Seconds(), run)
+	rep.addMedianP99(sysName, scen, "pair", all, run)
 	return nil
 }
 
