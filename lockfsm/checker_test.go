@@ -102,6 +102,9 @@ func (k *checker) step(f *FSM, index uint64, c *Command, r Result, ev []Event) e
 			return err
 		}
 	}
+	if got, want := f.Stats(), scanStats(f); got != want {
+		return fmt.Errorf("index %d: Stats %+v, a pass over the table %+v", index, got, want)
+	}
 	table := tableOf(f)
 	if err := k.checkLeaders(f, table, index, leaderEvents); err != nil {
 		return err

@@ -35,6 +35,8 @@ type FSM struct {
 	dirtySessions map[uint64]struct{}
 	dirtyLocks    map[string]struct{}
 
+	counts tableCounts // Stats' sums, kept as the table changes (stats.go)
+
 	scratch Command  // Apply decodes into it; its strings alias the entry's bytes
 	names   []string // scratch for sorted name lists
 	touched []string // scratch for the names a session's end settles last

@@ -13,8 +13,11 @@ type lock struct {
 	delayToken uint64
 	ext        *lockExt // a semaphore's limit, an election's value; nil for a mutex
 	prim       Primitive
-	delayed    bool    // lock-delay after an expiry: no new grant until a LiftDelay with delayToken
-	first      [1]hold // backing array of holds while there is one (a mutex grant allocates no slice)
+	delayed    bool // lock-delay after an expiry: no new grant until a LiftDelay with delayToken
+	// What the lock last added to the table's counts (stats.go); in the struct's padding.
+	countedHeld, countedDelayed bool
+	countedWaiters              uint32
+	first                       [1]hold // backing array of holds while there is one (a mutex grant allocates no slice)
 }
 
 // lockExt is what only semaphores and elections need.
@@ -231,6 +234,7 @@ func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
 func (f *FSM) touchLock(l *lock) {
 	f.dirtyLocks[l.name] = struct{}{}
 	if !l.held() && !l.delayed && len(l.waiters) == 0 && f.locks[l.name] == l {
+		f.counts.recount(l) // to nothing: it leaves the table
 		delete(f.locks, l.name)
 		f.dead = append(f.dead, l)
 	}

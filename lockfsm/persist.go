@@ -158,6 +158,7 @@ func (f *FSM) load() error {
 		return fmt.Errorf("lockfsm: load %s: %w", f.path, err)
 	}
 	f.sessions, f.locks = sessions, locks
+	f.countAll()
 	f.applied = applied
 	f.durable.Store(applied)
 	return nil
@@ -174,6 +175,7 @@ func (f *FSM) commit() error {
 	if err := f.write(b); err != nil {
 		return err
 	}
+	f.settleCounts()
 	clear(f.dirtySessions)
 	clear(f.dirtyLocks)
 	return nil
@@ -201,6 +203,7 @@ func (b *CommitBatch) Applied() uint64 { return b.applied }
 // failed commit, and replay from the raft log after a restart.
 func (f *FSM) PrepareCommit() *CommitBatch {
 	b := f.prepare(nil)
+	f.settleCounts()
 	clear(f.dirtySessions)
 	clear(f.dirtyLocks)
 	return b

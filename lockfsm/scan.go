@@ -5,33 +5,6 @@ import (
 	"strings"
 )
 
-// TableStats summarises the lock table for metrics.
-type TableStats struct {
-	Names        int // names in the table (held, waited for or delayed)
-	Held         int // names with a holder
-	Waiters      int // queued acquires over all names
-	LongestQueue int // the most waiters any one name has
-	Delayed      int // names in their lock-delay
-	Sessions     int // open sessions
-}
-
-// Stats counts the table. It reads every name once (O(names), no allocation): callers that serve metrics
-// call it at scrape time, not per operation.
-func (f *FSM) Stats() TableStats {
-	st := TableStats{Names: len(f.locks), Sessions: len(f.sessions)}
-	for _, l := range f.locks {
-		if l.held() {
-			st.Held++
-		}
-		if l.delayed {
-			st.Delayed++
-		}
-		st.Waiters += len(l.waiters)
-		st.LongestQueue = max(st.LongestQueue, len(l.waiters))
-	}
-	return st
-}
-
 // Records is the number of records the table holds (sessions and names): what a snapshot of it writes.
 // O(1).
 func (f *FSM) Records() int { return len(f.sessions) + len(f.locks) }

@@ -286,6 +286,7 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 // changed since the last commit are dropped: the snapshot supersedes them.
 func (f *FSM) InstallRestore(rs *Restored) {
 	f.sessions, f.locks = rs.sessions, rs.locks
+	f.countAll()
 	f.applied = rs.applied
 	f.durable.Store(rs.applied)
 	clear(f.dirtySessions)
