@@ -203,6 +203,11 @@ func (b *CommitBatch) Applied() uint64 { return b.applied }
 // failed commit, and replay from the raft log after a restart.
 func (f *FSM) PrepareCommit() *CommitBatch {
 	b := f.prepare(nil)
+	durable := f.durable.Load()
+	f.unwritten = slices.DeleteFunc(f.unwritten, func(b *CommitBatch) bool { return b.applied <= durable })
+	if len(b.locks) > 0 {
+		f.unwritten = append(f.unwritten, b)
+	}
 	f.settleCounts()
 	clear(f.dirtySessions)
 	clear(f.dirtyLocks)

@@ -251,6 +251,7 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 	if f.db == nil {
 		return fmt.Errorf("lockfsm: restore %s: closed", f.path)
 	}
+	f.restoring.Store(true) // until InstallRestore: the file's table is not memory's
 	return f.update("restore", rs.applied, func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketSessions, bucketLocks} {
 			if err := tx.DeleteBucket(name); err != nil {
@@ -287,6 +288,8 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 func (f *FSM) InstallRestore(rs *Restored) {
 	f.sessions, f.locks = rs.sessions, rs.locks
 	f.countAll()
+	f.unwritten = nil
+	f.restoring.Store(false)
 	f.applied = rs.applied
 	f.durable.Store(rs.applied)
 	clear(f.dirtySessions)

@@ -2,6 +2,7 @@ package lockfsm
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -83,4 +84,90 @@ func TestStatsKeptAsTheTableChanges(t *testing.T) {
 		t.Fatalf("the streams did not reach the states counted: at most %+v", seen)
 	}
 	t.Logf("streams reached at most %+v", seen)
+}
+
+// TestLocksPageFromTheFileAgreesWithAScan: a page read along the file's sorted names, merged with the
+// names changed since (the dirty set, and batches prepared but not written yet), is exactly the page a
+// pass over the whole table gives, for any prefix, continuation and limit, at any point of a stream with
+// commits, batches in flight and a restore.
+func TestLocksPageFromTheFileAgreesWithAScan(t *testing.T) {
+	pages := 0
+	for seed := range uint64(30) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		data := make([]byte, 1500)
+		for i := range data {
+			data[i] = byte(r.IntN(256))
+		}
+		_, entries, _ := genApply(data, memFSM(), nil)
+		f := openTemp(t, "page.db")
+		var inFlight []*CommitBatch
+		check := func(at string) {
+			for range 4 {
+				prefix := []string{"", "", "a", "s", "x"}[r.IntN(5)] // the stream's names are genAny's
+				after := ""
+				if r.IntN(2) == 0 {
+					after = string(rune('a' + r.IntN(26)))
+				}
+				limit := 1 + r.IntN(6)
+				got, gotMore := f.LocksPage(prefix, after, limit)
+				want, wantMore := f.scanPage(prefix, after, max(limit, 1))
+				if gotMore != wantMore || fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("seed %d, %s: LocksPage(%q, %q, %d) = %v more %v; a scan gives %v more %v",
+						seed, at, prefix, after, limit, names(got), gotMore, names(want), wantMore)
+				}
+				pages++
+			}
+		}
+		for i, e := range entries {
+			f.Apply(uint64(i+1), e, nil)
+			switch r.IntN(6) {
+			case 0: // a batch handed to the writer, written later
+				inFlight = append(inFlight, f.PrepareCommit())
+			case 1: // the writer catches up
+				for _, b := range inFlight {
+					if err := f.WriteCommit(b); err != nil {
+						t.Fatal(err)
+					}
+				}
+				inFlight = nil
+			}
+			if i%5 == 0 {
+				check(fmt.Sprintf("entry %d", i+1))
+			}
+		}
+		for _, b := range inFlight {
+			if err := f.WriteCommit(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.WriteCommit(f.PrepareCommit()); err != nil { // nothing dirty: memory is the file
+			t.Fatal(err)
+		}
+		check("all written")
+		// A restore of another table (an early state of the stream: few names, or none): the file is
+		// replaced before memory is.
+		other := memFSM()
+		for i, e := range entries[:3] {
+			other.Apply(uint64(i+1), e, nil)
+		}
+		rs, err := ReadRestore(bytes.NewReader(snapshotBytes(t, other)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.WriteRestore(rs); err != nil {
+			t.Fatal(err)
+		}
+		check("restore written, not installed")
+		f.InstallRestore(rs)
+		check("restore installed")
+	}
+	t.Logf("%d pages compared", pages)
+}
+
+func names(p []LockInfo) []string {
+	var s []string
+	for _, li := range p {
+		s = append(s, li.Name)
+	}
+	return s
 }

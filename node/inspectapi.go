@@ -59,8 +59,10 @@ func (n *Node) InspectLock(ctx context.Context, name string, opts ReadOptions) (
 
 // InspectLocks lists the names that start with prefix, sorted, at most limit
 // (1..MaxPageLimit; 0 means 100) after the continuation token after ("" for
-// the first page). The page is read in one loop turn (one pass over the
-// table: O(names), about 50 ns of CPU a name: lockfsm BenchmarkScan), so a page is consistent; pages of
+// the first page). The page is read in one loop turn, along the lock
+// table file's sorted names (lockfsm.LocksPage: O(log names + limit +
+// names changed since the last commit), not a pass over the table: 35 µs
+// for a page of 100 of 100,000 names by lockfsm's BenchmarkScan), so a page is consistent; pages of
 // a changing table may skip or repeat nothing but may each reflect a later
 // state. Consistency and errors as InspectLock.
 func (n *Node) InspectLocks(ctx context.Context, prefix, after string, limit int, opts ReadOptions) (views.LocksPage, error) {
