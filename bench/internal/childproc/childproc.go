@@ -1,5 +1,5 @@
 // Package childproc holds what the bench's cost commands (embedcost,
-// restartcost, scalelocks) share: members run as child processes of the
+// restartcost, scalelocks, fleet) share: members run as child processes of the
 // command (Proc), each serving a /load handler and its own figures
 // (/stats: StatsHandler), and the parent reads the children's figures from
 // /proc and over HTTP on loopback.
