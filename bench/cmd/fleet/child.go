@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,11 +25,51 @@ import (
 	"github.com/lockraft/lockraft/bench/internal/childproc"
 )
 
-// runChild runs one member of the fleet in this process: it joins by
-// gossip (the founders m0..m4 form the cluster; everyone else seeds from
-// m0), prints "READY <control URL> <gossip address>" and serves its control
-// endpoints until the parent closes its stdin.
+// runChild runs the members named by -names (one, or several light
+// members sharing this process) in this process: each joins by gossip (the
+// founders m0..m4 form the cluster; everyone else seeds from m0) with its
+// own data directory under -dir, prints "READY <name> <control URL>
+// <gossip address>" and serves its control endpoints on a port of its own
+// until the parent closes stdin.
 func runChild() error {
+	names := strings.Split(*flagNames, ",")
+	nodes := make([]*lockraft.Node, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	var out sync.Mutex
+	for i, name := range names {
+		wg.Go(func() {
+			n, line, err := startMember(name, len(names))
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", name, err)
+				return
+			}
+			nodes[i] = n
+			out.Lock()
+			fmt.Println(line)
+			out.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// The parent closes stdin to have the child close its nodes and exit.
+	io.Copy(io.Discard, os.Stdin)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, n := range nodes {
+		wg.Go(func() { n.Close(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// startMember joins the member name and serves its control endpoints; it
+// returns its node and its READY line. members is how many share the
+// process (/stats reports it, for the parent to divide the process's
+// figures by).
+func startMember(name string, members int) (*lockraft.Node, string, error) {
 	var founders []string
 	for i := range founderCount {
 		founders = append(founders, fmt.Sprintf("m%d", i))
@@ -37,12 +80,12 @@ func runChild() error {
 	}
 	reg := prometheus.NewRegistry()
 	n, err := lockraft.Join(seeds,
-		lockraft.WithDataDir(*flagDir),
+		lockraft.WithDataDir(filepath.Join(*flagDir, name)),
 		lockraft.WithClusterID("fleet"),
 		lockraft.WithListenAddr("127.0.0.1:0"),
 		lockraft.WithMetrics(reg),
 		lockraft.WithGossip(lockraft.Gossip{
-			Name:     *flagName,
+			Name:     name,
 			Founders: founders,
 			Timing:   lockraft.LANGossipTiming(),
 			Voters: lockraft.VoterPolicy{
@@ -52,28 +95,24 @@ func runChild() error {
 			},
 		}))
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	c := &control{n: n}
 	mux := http.NewServeMux()
 	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler()))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/stats", serveStats)
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) { serveStats(w, r, members) })
 	mux.HandleFunc("/load", childproc.LoadHandler(n))
 	mux.HandleFunc("/seq", c.seq)
 	mux.HandleFunc("/hold", c.hold)
 	mux.HandleFunc("/acquire", c.acquire)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		n.Close(context.Background())
+		return nil, "", err
 	}
-	fmt.Printf("READY http://%s %s\n", ln.Addr(), n.GossipAddr())
 	go http.Serve(ln, mux)
-	// The parent closes stdin to have the child close its node and exit.
-	io.Copy(io.Discard, os.Stdin)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return n.Close(ctx)
+	return n, fmt.Sprintf("READY %s http://%s %s", name, ln.Addr(), n.GossipAddr()), nil
 }
 
 // maxLearners maps -learners to VoterPolicy.MaxLearners, whose zero is the
@@ -205,9 +244,10 @@ func (c *control) lock(ctx context.Context, name string) (lockReply, *lockraft.L
 
 // serveStats is a child's /stats: its goroutines and its CPU time so far
 // (user and system, from getrusage).
-func serveStats(w http.ResponseWriter, _ *http.Request) {
+func serveStats(w http.ResponseWriter, _ *http.Request, members int) {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds()})
+	json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds(),
+		"members": int64(members)})
 }

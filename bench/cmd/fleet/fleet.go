@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,14 +14,16 @@ import (
 	"github.com/lockraft/lockraft/bench/internal/childproc"
 )
 
-// member is one child process: one member of the fleet.
+// member is one member of the fleet: a child process of its own, or one
+// of the light members that share a process (-per-process).
 type member struct {
 	*childproc.Proc
-	idx   int
-	name  string    // its gossip name, m<idx>
-	url   string    // its control endpoints, http://127.0.0.1:port
-	gaddr string    // its gossip address
-	ready time.Time // when it printed READY
+	perProc int // members in its process: the process's CPU, RSS and wake-ups are shared by as many
+	idx     int
+	name    string    // its gossip name, m<idx>
+	url     string    // its control endpoints, http://127.0.0.1:port
+	gaddr   string    // its gossip address
+	ready   time.Time // when it printed READY
 
 	// From its /lockraft/status once the fleet is formed.
 	id     lockraft.MemberID
@@ -38,9 +42,13 @@ type fleet struct {
 	members []*member // by index; nil until started
 }
 
-// childArgs is the command line of member i's child.
-func (f *fleet) childArgs(i int, seed string) []string {
-	args := []string{"-child", "-dir", filepath.Join(f.dir, fmt.Sprintf("m%d", i)), "-name", fmt.Sprintf("m%d", i),
+// childArgs is the command line of the child that runs members idxs.
+func (f *fleet) childArgs(idxs []int, seed string) []string {
+	var names []string
+	for _, i := range idxs {
+		names = append(names, fmt.Sprintf("m%d", i))
+	}
+	args := []string{"-child", "-dir", f.dir, "-names", strings.Join(names, ","),
 		"-learners", fmt.Sprint(*flagLearners), "-dead-voter-after", flagDeadVoter.String()}
 	if seed != "" {
 		args = append(args, "-seed", seed)
@@ -48,50 +56,92 @@ func (f *fleet) childArgs(i int, seed string) []string {
 	return args
 }
 
-// startOne starts member i's child and returns once it printed READY.
-func (f *fleet) startOne(i int, seed string) (*member, error) {
-	log := filepath.Join(f.dir, fmt.Sprintf("m%d.log", i))
-	p, fields, err := childproc.Start(log, "READY", f.self, f.childArgs(i, seed)...)
+// startProc starts the child of members idxs and returns once each printed
+// its READY line.
+func (f *fleet) startProc(idxs []int, seed string) error {
+	log := filepath.Join(f.dir, fmt.Sprintf("m%d.log", idxs[0]))
+	p, fields, err := childproc.Start(log, "READY", f.self, f.childArgs(idxs, seed)...)
 	if err != nil {
-		return nil, fmt.Errorf("member m%d did not start: %w", i, err)
+		return fmt.Errorf("members from m%d did not start: %w", idxs[0], err)
 	}
-	m := &member{Proc: p, idx: i, name: fmt.Sprintf("m%d", i), ready: time.Now()}
-	if len(fields) >= 2 {
-		m.url, m.gaddr = fields[0], fields[1]
-	} else {
-		p.Kill()
-		return nil, fmt.Errorf("member m%d: READY line without its addresses: %q", i, fields)
-	}
-	f.mu.Lock()
-	f.members[i] = m
-	f.mu.Unlock()
-	return m, nil
-}
-
-// start starts size children: m0 first (its gossip address is everyone
-// else's seed), then the rest batch at a time, concurrently within a batch.
-func (f *fleet) start(size, batch int) error {
-	f.members = make([]*member, size)
-	m0, err := f.startOne(0, "")
-	if err != nil {
-		return err
-	}
-	for lo := 1; lo < size; lo += batch {
-		hi := min(lo+batch, size)
-		errs := make([]error, hi-lo)
-		var wg sync.WaitGroup
-		for i := lo; i < hi; i++ {
-			wg.Go(func() { _, errs[i-lo] = f.startOne(i, m0.gaddr) })
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return err
+	byName := map[string]*member{}
+	for range idxs {
+		if fields == nil {
+			if fields, err = p.Line("READY"); err != nil {
+				p.Kill()
+				return fmt.Errorf("members from m%d: %w", idxs[0], err)
 			}
 		}
-		progress("started %d of %d children", hi, size)
+		if len(fields) < 3 {
+			p.Kill()
+			return fmt.Errorf("members from m%d: READY line without a name and addresses: %q", idxs[0], fields)
+		}
+		byName[fields[0]] = &member{Proc: p, perProc: len(idxs), name: fields[0], url: fields[1], gaddr: fields[2], ready: time.Now()}
+		fields = nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, i := range idxs {
+		m := byName[fmt.Sprintf("m%d", i)]
+		if m == nil {
+			p.Kill()
+			return fmt.Errorf("member m%d printed no READY line", i)
+		}
+		m.idx = i
+		f.members[i] = m
 	}
 	return nil
+}
+
+// start starts size members: m0 first (its gossip address is everyone
+// else's seed), then m1 … m<own-1> one to a process, then the rest
+// perProc to a process; batch processes at a time, concurrently within a
+// batch.
+func (f *fleet) start(size, batch, own, perProc int) error {
+	f.members = make([]*member, size)
+	if err := f.startProc([]int{0}, ""); err != nil {
+		return err
+	}
+	seed := f.members[0].gaddr
+	var groups [][]int
+	for i := 1; i < size; {
+		n := 1
+		if i >= own {
+			n = max(perProc, 1)
+		}
+		var g []int
+		for ; n > 0 && i < size; n-- {
+			g = append(g, i)
+			i++
+		}
+		groups = append(groups, g)
+	}
+	for lo := 0; lo < len(groups); lo += batch {
+		hi := min(lo+batch, len(groups))
+		errs := make([]error, hi-lo)
+		var wg sync.WaitGroup
+		for k := lo; k < hi; k++ {
+			wg.Go(func() { errs[k-lo] = f.startProc(groups[k], seed) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		last := groups[hi-1]
+		progress("started %d of %d members (%d processes)", last[len(last)-1]+1, size, hi+1)
+	}
+	return nil
+}
+
+// procs is the distinct processes of ms.
+func procs(ms []*member) []*childproc.Proc {
+	var ps []*childproc.Proc
+	for _, m := range ms {
+		if !slices.Contains(ps, m.Proc) {
+			ps = append(ps, m.Proc)
+		}
+	}
+	return ps
 }
 
 // all is every member started, dead ones included.
@@ -135,20 +185,12 @@ func (f *fleet) followerVoters() []*member {
 // closeAll closes every live child's node and waits for it to exit (killing
 // it after timeout); killed ones are only reaped.
 func (f *fleet) closeAll(timeout time.Duration) {
-	var ps []*childproc.Proc
-	for _, m := range f.all() {
-		ps = append(ps, m.Proc)
-	}
-	childproc.StopAll(ps, timeout)
+	childproc.StopAll(procs(f.all()), timeout)
 }
 
 // killAll kills every child at once (on an interrupt).
 func (f *fleet) killAll() {
-	var ps []*childproc.Proc
-	for _, m := range f.all() {
-		ps = append(ps, m.Proc)
-	}
-	childproc.KillAll(ps)
+	childproc.KillAll(procs(f.all()))
 }
 
 // waitFormed waits until every member is ready (/lockraft/readyz: a

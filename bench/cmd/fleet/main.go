@@ -6,8 +6,17 @@
 // production timings (LANGossipTiming, 100 ms ticks, 10 s session TTL,
 // keepalives every 2.5 s). Each member serves its admin handler
 // (/lockraft/), its own Prometheus registry (/metrics) and the control
-// endpoints the phases drive (/stats, /load, /seq, /hold, /acquire). A
-// member takes about 25 MiB: 300 need about 7.5 GiB.
+// endpoints the phases drive (/stats, /load, /seq, /hold, /acquire) on a
+// port of its own. A member takes about 25 MiB: 300 need about 7.5 GiB.
+//
+// On a machine of 2 cores, 300 processes are more than the scheduler can
+// serve: each gets under 1 % of a core, and the leader's heartbeats no
+// longer arrive within an election timeout. -per-process N then runs the
+// light members N to a process (one Go runtime, its timers shared), while
+// m0 … m<-own − 1> (the founders, the first standbys and their likely
+// successors) keep a process each; a light member's CPU, RSS and wake-ups
+// are its process's divided by N, and the crashed-holders phase kills
+// whole processes.
 //
 // The phases, each a row group of the table printed at the end:
 //
@@ -38,8 +47,8 @@
 // The machine's load average before and after is printed with the
 // figures: CPU figures mean something only on a quiet machine.
 //
-//	go run ./cmd/fleet -size 300              # from bench/
-//	go run ./cmd/fleet -size 30 -idle 10s     # a quick look
+//	go run ./cmd/fleet -size 300 -per-process 10 -dead-voter-after 30s   # from bench/
+//	go run ./cmd/fleet -size 30 -idle 10s                                # a quick look
 package main
 
 import (
@@ -66,7 +75,9 @@ const (
 )
 
 var (
-	flagSize      = flag.Int("size", 300, "members in the fleet, one process each (at least 5 voters + -learners + 2 light)")
+	flagSize      = flag.Int("size", 300, "members in the fleet (at least 5 voters + -learners + 2 light)")
+	flagOwn       = flag.Int("own", 10, "members m0 … m<own-1> (the founders, the first standbys and their likely successors) run one per process")
+	flagPerProc   = flag.Int("per-process", 1, "members per process after the first -own: several light members share one process (one Go runtime) where 300 processes would be more than the machine can schedule")
 	flagLearners  = flag.Int("learners", 2, "standby learners (VoterPolicy.MaxLearners; 0: none)")
 	flagIdle      = flag.Duration("idle", 60*time.Second, "idle measurement window")
 	flagSettle    = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed, before the idle window")
@@ -81,7 +92,7 @@ var (
 	// Child mode (set by the parent).
 	flagChild = flag.Bool("child", false, "")
 	flagDir   = flag.String("dir", "", "")
-	flagName  = flag.String("name", "", "")
+	flagNames = flag.String("names", "", "")
 	flagSeed  = flag.String("seed", "", "")
 )
 
@@ -151,6 +162,10 @@ func runParent() (err error) {
 	}()
 	learners := min(max(*flagLearners, 0), *flagSize-founderCount)
 	rep.fleet = fmt.Sprintf("%d members (%d voters, %d learners, %d light), one process each", *flagSize, founderCount, learners, light)
+	if *flagPerProc > 1 {
+		rep.fleet = fmt.Sprintf("%d members (%d voters, %d learners, %d light): m0 … m%d one process each, the rest %d to a process",
+			*flagSize, founderCount, learners, light, min(*flagOwn, *flagSize)-1, *flagPerProc)
+	}
 
 	if err := formation(f, rep, learners); err != nil {
 		return fmt.Errorf("formation: %w", err)

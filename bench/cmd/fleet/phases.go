@@ -21,9 +21,9 @@ const keepaliveMetric = "lockraft_keepalive_duration_seconds"
 // formation starts the fleet and waits until it can serve: phase 1.
 func formation(f *fleet, rep *report, learners int) error {
 	size, batch := *flagSize, max(*flagBatch, 1)
-	progress("starting %d children, %d at a time", size, batch)
+	progress("starting %d members, %d processes at a time", size, batch)
 	first := time.Now()
-	if err := f.start(size, batch); err != nil {
+	if err := f.start(size, batch, *flagOwn, *flagPerProc); err != nil {
 		return err
 	}
 	var last time.Time
@@ -140,10 +140,12 @@ func idle(f *fleet, rep *report) error {
 	var totalRSS float64
 	for i, m := range ms {
 		secs := r1[i].at.Sub(r0[i].at).Seconds()
+		// A process's figures, shared by the members in it.
+		share := float64(max(m.perProc, 1))
 		fig := idleFigures{m: m,
-			cpuPct: float64(r1[i].cpuUs-r0[i].cpuUs) / (secs * 1e6) * 100,
-			rssMiB: float64(childproc.RSSKiB(m.Pid())) / 1024,
-			wakes:  float64(r1[i].switches-r0[i].switches) / secs}
+			cpuPct: float64(r1[i].cpuUs-r0[i].cpuUs) / (secs * 1e6) * 100 / share,
+			rssMiB: float64(childproc.RSSKiB(m.Pid())) / 1024 / share,
+			wakes:  float64(r1[i].switches-r0[i].switches) / secs / share}
 		figs = append(figs, fig)
 		totalRSS += fig.rssMiB
 		if m.role == lockraft.RoleLight {
@@ -184,7 +186,11 @@ func idle(f *fleet, rep *report) error {
 		rep.add("", fmt.Sprintf("%s RSS median / max", g.label), fmt.Sprintf("%.1f / %.1f MiB", median(in, rss), maxOf(in, rss)), "")
 		rep.add("", fmt.Sprintf("%s wake-ups/s median / max", g.label), fmt.Sprintf("%.0f / %.0f", median(in, wakes), maxOf(in, wakes)), "")
 	}
-	rep.add("", fmt.Sprintf("total RSS of all %d children", len(ms)), fmt.Sprintf("%.0f MiB", totalRSS), fmt.Sprintf("%.1f MiB a member", totalRSS/float64(len(ms))))
+	rep.add("", fmt.Sprintf("total RSS of all %d members (%d processes)", len(ms), len(procs(ms))), fmt.Sprintf("%.0f MiB", totalRSS), fmt.Sprintf("%.1f MiB a member", totalRSS/float64(len(ms))))
+	if *flagPerProc > 1 {
+		rep.add("", "members sharing a process", fmt.Sprintf("%d a process after m%d", *flagPerProc, *flagOwn-1),
+			"CPU, RSS and wake-ups of such a member: its process's, divided by the members in it")
+	}
 	light := len(f.withRole(lockraft.RoleLight))
 	rep.add("", fmt.Sprintf("keepalive round trip, all %d light members", light),
 		fmt.Sprintf("p50 %s, p99 %s, max %s", bucketText(keepalive, keepalive.quantile(0.5)), bucketText(keepalive, keepalive.quantile(0.99)),
@@ -298,11 +304,21 @@ func crashedHolders(f *fleet, rep *report) error {
 		rep.add(phase, "skipped", "", fmt.Sprintf("-kill %g of %d light members is none", *flagKill, len(lights)))
 		return nil
 	}
-	// Spread the holders over the light members; the rest survive.
+	// Spread the holders over the light members; the rest survive. Light
+	// members that share a process die together: whole processes are
+	// picked (those of light members only) until nKill members are.
 	doomed := map[*member]bool{}
 	step := float64(len(lights)) / float64(nKill)
-	for k := range nKill {
-		doomed[lights[int(float64(k)*step)]] = true
+	for k := 0; k < len(lights) && len(doomed) < nKill; k++ {
+		m := lights[min(int(float64(k)*step), len(lights)-1)]
+		if doomed[m] || !allLight(f, m.Proc) {
+			continue
+		}
+		for _, o := range f.alive() {
+			if o.Proc == m.Proc {
+				doomed[o] = true
+			}
+		}
 	}
 	var holders, survivors []*member
 	for _, m := range lights {
@@ -348,12 +364,10 @@ func crashedHolders(f *fleet, rep *report) error {
 	}
 	queued := confirmQueued(f.leader(), results, 30*time.Second)
 	progress("%d of %d waiters queued behind their holders; killing the %d holders at once", queued, len(results), len(holders))
-	var procs []*childproc.Proc
 	for _, h := range holders {
-		procs = append(procs, h.Proc)
 		h.dead = true
 	}
-	killedAt := childproc.KillAll(procs)
+	killedAt := childproc.KillAll(procs(holders))
 	wg.Wait()
 
 	var took []time.Duration
@@ -393,6 +407,16 @@ func crashedHolders(f *fleet, rep *report) error {
 	}
 	rep.add("", "waiters that failed", fmt.Sprint(len(failures)), note)
 	return nil
+}
+
+// allLight reports whether every live member in process p is light.
+func allLight(f *fleet, p *childproc.Proc) bool {
+	for _, m := range f.alive() {
+		if m.Proc == p && m.role != lockraft.RoleLight {
+			return false
+		}
+	}
+	return true
 }
 
 // confirmQueued waits up to within until the leader's lock view shows each
