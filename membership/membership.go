@@ -40,6 +40,11 @@ type Membership struct {
 	leaving  bool
 	members  map[string]*Member // by gossip name
 	rejected map[string]string  // gossip name -> reason already logged at Warn
+	// byRaftID: the names of the alive members with each raft id (one,
+	// unless two claim it), so that check need not pass over every member
+	// for each alive message: in a fleet of hundreds it runs for every one
+	// of the others' gossip about each other.
+	byRaftID map[uint64][]string
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -74,6 +79,7 @@ func Start(cfg Config) (*Membership, error) {
 		meta:     cfg.Meta,
 		members:  make(map[string]*Member),
 		rejected: make(map[string]string),
+		byRaftID: make(map[uint64][]string),
 		stop:     make(chan struct{}),
 		seedStop: make(chan struct{}),
 		resolver: seedResolver{lookup: cfg.LookupHost},
@@ -149,7 +155,7 @@ func (m *Membership) Members() []Member {
 	out := make([]Member, 0, len(m.members))
 	for name, mem := range m.members {
 		if mem.State != StateAlive && now.Sub(mem.LastChange) > m.timing.ForgetAfter {
-			delete(m.members, name)
+			delete(m.members, name) // not alive: not in byRaftID
 			continue
 		}
 		out = append(out, *mem)
@@ -373,8 +379,8 @@ func (d *delegate) check(n *memberlist.Node) (Meta, bool, error) {
 		reason = fmt.Sprintf("member of cluster %q, this is cluster %q", meta.ClusterID, d.m.cfg.Meta.ClusterID)
 	default:
 		d.m.mu.Lock()
-		for name, other := range d.m.members {
-			if name != n.Name && other.Meta.RaftID == meta.RaftID && other.State == StateAlive {
+		for _, name := range d.m.byRaftID[meta.RaftID] {
+			if name != n.Name {
 				reason = fmt.Sprintf("raft id %016x already used by live member %q", meta.RaftID, name)
 			}
 		}
@@ -417,6 +423,30 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	return nil
 }
 
+// reindex moves the member name's entry in byRaftID from what it was (raft
+// id was, alive wasAlive) to what it is now (mem; nil: none). With m.mu
+// held.
+func (m *Membership) reindex(name string, was uint64, wasAlive bool, mem *Member) {
+	if wasAlive {
+		names := slices.DeleteFunc(m.byRaftID[was], func(n string) bool { return n == name })
+		if len(names) == 0 {
+			delete(m.byRaftID, was)
+		} else {
+			m.byRaftID[was] = names
+		}
+	}
+	if mem != nil && mem.State == StateAlive {
+		m.byRaftID[mem.Meta.RaftID] = append(m.byRaftID[mem.Meta.RaftID], name)
+	}
+}
+
+func (mem *Member) raftID() uint64 {
+	if mem == nil {
+		return 0
+	}
+	return mem.Meta.RaftID
+}
+
 // NotifyJoin implements memberlist.EventDelegate.
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	meta, _, err := d.check(n)
@@ -425,6 +455,8 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	}
 	mem := Member{Name: n.Name, Addr: d.m.addr(n), Meta: meta, State: StateAlive, LastChange: time.Now()}
 	d.m.mu.Lock()
+	old, ok := d.m.members[n.Name]
+	d.m.reindex(n.Name, old.raftID(), ok && old.State == StateAlive, &mem)
 	d.m.members[n.Name] = &mem
 	delete(d.m.rejected, n.Name)
 	d.m.mu.Unlock()
@@ -445,7 +477,9 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 		d.m.members[n.Name] = mem
 	}
 	changed := !ok || mem.Meta != meta
+	was, wasAlive := mem.Meta.RaftID, ok && mem.State == StateAlive
 	mem.Addr, mem.Meta = d.m.addr(n), meta
+	d.m.reindex(n.Name, was, wasAlive, mem)
 	if changed {
 		mem.LastChange = time.Now()
 	}
@@ -471,7 +505,9 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	if leaving {
 		kind, state = EventLeave, StateLeft
 	}
+	was, wasAlive := mem.Meta.RaftID, mem.State == StateAlive
 	mem.State, mem.Meta, mem.LastChange = state, meta, time.Now()
+	d.m.reindex(n.Name, was, wasAlive, mem)
 	out := *mem
 	d.m.mu.Unlock()
 	if kind == EventFailed {

@@ -270,3 +270,52 @@ func TestUpdateMetaEndsAtShutdown(t *testing.T) {
 	}
 	require.ErrorIs(t, a.m.UpdateMeta(meta), errShutdown, "after Shutdown: at once")
 }
+
+// TestDuplicateRaftIDRefusedWhileTheOtherLives: a member that claims the
+// raft id of a live member under another name (a copied data directory) is
+// refused, and logged once; once the first has left, a member with that id
+// is admitted (a replacement). The refusal looks the id up in an index of
+// the live members' ids, kept as members join, change and leave.
+func TestDuplicateRaftIDRefusedWhileTheOtherLives(t *testing.T) {
+	a := startNode(t, testConfig(1, "dup"))
+	b := startNode(t, testConfig(2, "dup"))
+	_, err := b.m.Join([]string{a.addr()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(aliveIDs(a)) == 2 }, 5*time.Second, tick)
+
+	cfg := testConfig(2, "dup") // b's id, another name
+	cfg.Name = "copy-of-b"
+	c := startNode(t, cfg)
+	_, _ = c.m.Join([]string{a.addr()})
+	require.Eventually(t, func() bool {
+		return a.logs.HasLine("level=WARN", "ignoring member", "copy-of-b", "already used by live member")
+	}, 5*time.Second, tick)
+	for _, mem := range a.m.Members() {
+		require.NotEqual(t, "copy-of-b", mem.Name, "a admitted a second live member with b's raft id")
+	}
+
+	// b leaves: its id is free, and a member that claims it is admitted.
+	require.NoError(t, b.m.Leave(time.Second))
+	require.NoError(t, b.m.Shutdown())
+	require.Eventually(t, func() bool {
+		for _, mem := range a.m.Members() {
+			if mem.Meta.RaftID == 2 && mem.State == StateAlive {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, tick, "b is no longer alive at a")
+	cfg = testConfig(2, "dup")
+	cfg.Name = "successor-of-b"
+	d := startNode(t, cfg)
+	_, err = d.m.Join([]string{a.addr()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, mem := range a.m.Members() {
+			if mem.Name == "successor-of-b" && mem.State == StateAlive {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, tick, "the id of a member that left is free again")
+}

@@ -147,6 +147,13 @@ func (f *Fleet) Run(stop <-chan struct{}) {
 		}
 		members := f.ml.Members()
 		f.adoptLeadersFormation(members)
+		if len(f.founders) == 0 || f.founders[0] != f.name {
+			// Only the first founder forms the cluster (PlanFormation): for
+			// every other member the view is not worth keeping. In a fleet of
+			// hundreds that is most members, each woken by every other's
+			// joins and metadata, and writing out the whole view each time.
+			continue
+		}
 		if v := viewKey(members); v != view {
 			view, viewSince = v, time.Now()
 			continue
