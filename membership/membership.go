@@ -45,6 +45,12 @@ type Membership struct {
 	// for each alive message: in a fleet of hundreds it runs for every one
 	// of the others' gossip about each other.
 	byRaftID map[uint64][]string
+	// sorted is Members' answer, kept until a member changes (stale) or
+	// until sortedUntil, when a member that is not alive is forgotten: a
+	// fleet of hundreds asks for the list far more often than it changes.
+	sorted      []Member
+	stale       bool
+	sortedUntil time.Time
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -152,11 +158,19 @@ func (m *Membership) Members() []Member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
+	if m.sorted != nil && !m.stale && now.Before(m.sortedUntil) {
+		return slices.Clone(m.sorted)
+	}
 	out := make([]Member, 0, len(m.members))
+	until := now.Add(time.Hour)
 	for name, mem := range m.members {
-		if mem.State != StateAlive && now.Sub(mem.LastChange) > m.timing.ForgetAfter {
-			delete(m.members, name) // not alive: not in byRaftID
-			continue
+		if mem.State != StateAlive {
+			forget := mem.LastChange.Add(m.timing.ForgetAfter)
+			if !now.Before(forget) {
+				delete(m.members, name) // not alive: not in byRaftID
+				continue
+			}
+			until = minTime(until, forget)
 		}
 		out = append(out, *mem)
 	}
@@ -169,7 +183,15 @@ func (m *Membership) Members() []Member {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return out
+	m.sorted, m.stale, m.sortedUntil = out, false, until
+	return slices.Clone(out)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Local returns this member as the others see it.
@@ -427,6 +449,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 // id was, alive wasAlive) to what it is now (mem; nil: none). With m.mu
 // held.
 func (m *Membership) reindex(name string, was uint64, wasAlive bool, mem *Member) {
+	m.stale = true // and Members' list is out of date
 	if wasAlive {
 		names := slices.DeleteFunc(m.byRaftID[was], func(n string) bool { return n == name })
 		if len(names) == 0 {

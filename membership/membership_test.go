@@ -294,7 +294,9 @@ func TestDuplicateRaftIDRefusedWhileTheOtherLives(t *testing.T) {
 		require.NotEqual(t, "copy-of-b", mem.Name, "a admitted a second live member with b's raft id")
 	}
 
-	// b leaves: its id is free, and a member that claims it is admitted.
+	// The copy stops; b leaves: its id is free, and a member that claims it
+	// is admitted.
+	require.NoError(t, c.m.Shutdown())
 	require.NoError(t, b.m.Leave(time.Second))
 	require.NoError(t, b.m.Shutdown())
 	require.Eventually(t, func() bool {
@@ -318,4 +320,29 @@ func TestDuplicateRaftIDRefusedWhileTheOtherLives(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, tick, "the id of a member that left is free again")
+}
+
+// TestMembersForgetsAfterForgetAfter: Members lists a member that left as
+// left, then not at all once ForgetAfter has passed, although its answer
+// is kept between changes (a fleet asks far more often than it changes).
+func TestMembersForgetsAfterForgetAfter(t *testing.T) {
+	cfg := testConfig(1, "forget")
+	cfg.Timing.ForgetAfter = 500 * time.Millisecond
+	a := startNode(t, cfg)
+	b := startNode(t, testConfig(2, "forget"))
+	_, err := b.m.Join([]string{a.addr()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(aliveIDs(a)) == 2 }, 5*time.Second, tick)
+	require.NoError(t, b.m.Leave(time.Second))
+	require.NoError(t, b.m.Shutdown())
+	state := func() (State, bool) {
+		for _, m := range a.m.Members() {
+			if m.Meta.RaftID == 2 {
+				return m.State, true
+			}
+		}
+		return 0, false
+	}
+	require.Eventually(t, func() bool { s, ok := state(); return ok && s == StateLeft }, 5*time.Second, tick, "b listed as left")
+	require.Eventually(t, func() bool { _, ok := state(); return !ok }, 5*time.Second, tick, "b forgotten after ForgetAfter")
 }
