@@ -60,7 +60,14 @@ func (f *fleet) childArgs(idxs []int, seed string) []string {
 // its READY line.
 func (f *fleet) startProc(idxs []int, seed string) error {
 	log := filepath.Join(f.dir, fmt.Sprintf("m%d.log", idxs[0]))
-	p, fields, err := childproc.Start(log, "READY", f.self, f.childArgs(idxs, seed)...)
+	path, args := f.self, f.childArgs(idxs, seed)
+	if idxs[0] >= *flagOwn && *flagLightNice > 0 {
+		// The shared processes of light members run niced, so the voters,
+		// which in a fleet have machines of their own, are not starved of
+		// this machine's two cores by hundreds of members' gossip.
+		path, args = "nice", append([]string{"-n", fmt.Sprint(*flagLightNice), f.self}, args...)
+	}
+	p, fields, err := childproc.Start(log, "READY", path, args...)
 	if err != nil {
 		return fmt.Errorf("members from m%d did not start: %w", idxs[0], err)
 	}

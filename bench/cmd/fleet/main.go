@@ -16,7 +16,9 @@
 // m0 … m<-own − 1> (the founders, the first standbys and their likely
 // successors) keep a process each; a light member's CPU, RSS and wake-ups
 // are its process's divided by N, and the crashed-holders phase kills
-// whole processes.
+// whole processes. Even so the members' gossip while 300 form takes both
+// cores; -light-nice 10 runs the light members' processes niced, so the
+// voters (which in a fleet have machines of their own) are served first.
 //
 // The phases, each a row group of the table printed at the end:
 //
@@ -47,7 +49,7 @@
 // The machine's load average before and after is printed with the
 // figures: CPU figures mean something only on a quiet machine.
 //
-//	go run ./cmd/fleet -size 300 -per-process 10 -dead-voter-after 30s   # from bench/
+//	go run ./cmd/fleet -size 300 -per-process 10 -light-nice 10 -dead-voter-after 30s   # from bench/
 //	go run ./cmd/fleet -size 30 -idle 10s                                # a quick look
 package main
 
@@ -77,6 +79,7 @@ const (
 var (
 	flagSize      = flag.Int("size", 300, "members in the fleet (at least 5 voters + -learners + 2 light)")
 	flagOwn       = flag.Int("own", 10, "members m0 … m<own-1> (the founders, the first standbys and their likely successors) run one per process")
+	flagLightNice = flag.Int("light-nice", 0, "nice value of the processes after the first -own (light members): the voters then get the CPU first, as on machines of their own (0: not niced)")
 	flagPerProc   = flag.Int("per-process", 1, "members per process after the first -own: several light members share one process (one Go runtime) where 300 processes would be more than the machine can schedule")
 	flagLearners  = flag.Int("learners", 2, "standby learners (VoterPolicy.MaxLearners; 0: none)")
 	flagIdle      = flag.Duration("idle", 60*time.Second, "idle measurement window")
@@ -165,6 +168,9 @@ func runParent() (err error) {
 	if *flagPerProc > 1 {
 		rep.fleet = fmt.Sprintf("%d members (%d voters, %d learners, %d light): m0 … m%d one process each, the rest %d to a process",
 			*flagSize, founderCount, learners, light, min(*flagOwn, *flagSize)-1, *flagPerProc)
+	}
+	if *flagLightNice > 0 {
+		rep.fleet += fmt.Sprintf("; those after m%d at nice %d", min(*flagOwn, *flagSize)-1, *flagLightNice)
 	}
 
 	if err := formation(f, rep, learners); err != nil {
