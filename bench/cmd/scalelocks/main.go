@@ -113,7 +113,7 @@ var (
 	flagSample  = flag.Int("sample", 0, "a growth row every this many locks (0: a tenth of -locks)")
 	flagSettle  = flag.Duration("settle", 5*time.Second, "wait before each memory reading")
 	flagPage    = flag.Int("page", 1000, "names per inspection page (at most lockraft.MaxPageLimit)")
-	flagPaging  = flag.Bool("paging", true, "run step 6 (paging over the whole table; at a million names it passes over the table once per page, 1,000 times per member)")
+	flagPaging  = flag.Bool("paging", true, "run step 6 (paging over the whole table)")
 	flagBase    = flag.String("dir", "", "where the data directories go (default: the system's temporary directory)")
 	flagKeep    = flag.Bool("keep", false, "keep the data directories and logs (printed)")
 	flagHeap    = flag.String("heapprofile", "", "write the leader's heap profile with the table full (after a forced GC) to this file (diagnosis: where the bytes go)")
