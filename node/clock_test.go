@@ -1,7 +1,6 @@
 package node
 
 import (
-	mrand "math/rand/v2"
 	"testing"
 	"time"
 
@@ -17,9 +16,9 @@ import (
 func TestAlignedTickersShareWakeUps(t *testing.T) {
 	const d = 200 * time.Millisecond
 	const late = 60 * time.Millisecond
-	a, stopA := alignedTicker(time.Now(), d, 0)
+	a, stopA := alignedTicker(time.Now(), d)
 	time.Sleep(d / 3) // a different phase at creation
-	b, stopB := alignedTicker(time.Now(), d, 0)
+	b, stopB := alignedTicker(time.Now(), d)
 	defer stopB()
 	phase := func(at time.Time) time.Duration { return time.Duration(at.UnixNano() % int64(d)) }
 	aligned := 0
@@ -62,7 +61,7 @@ func TestTickPhaseIsSharedAcrossProcesses(t *testing.T) {
 	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 700 * time.Millisecond,
 		time.Second, 2500 * time.Millisecond, 5 * time.Second} {
 		for _, start := range []time.Time{now, later} {
-			w := untilAligned(start, d, 0)
+			w := untilAligned(start, d)
 			require.True(t, w > 0 && w <= d, "period %v: first tick after %v", d, w)
 			first := start.Add(w)
 			require.Zero(t, first.UnixNano()%int64(d), "period %v: the first tick is off the phase", d)
@@ -70,50 +69,5 @@ func TestTickPhaseIsSharedAcrossProcesses(t *testing.T) {
 	}
 	// On a whole multiple the next tick is a full period away, not now.
 	at := time.Unix(0, 0).Add(1000 * time.Second)
-	require.Equal(t, time.Second, untilAligned(at, time.Second, 0))
-}
-
-// TestPhasedTickFallsOnItsPhase: a ticker given a phase ticks that long
-// after the multiples of its period in wall time, first within one period.
-func TestPhasedTickFallsOnItsPhase(t *testing.T) {
-	const d = 2500 * time.Millisecond
-	now := time.Unix(1_800_000_000, 123_456_789)
-	for _, phase := range []time.Duration{200 * time.Millisecond, 1400 * time.Millisecond, 2400 * time.Millisecond} {
-		w := untilAligned(now, d, phase)
-		require.True(t, w > 0 && w <= d, "phase %v: first tick after %v", phase, w)
-		require.Equal(t, int64(phase), now.Add(w).UnixNano()%int64(d), "phase %v: the first tick is off its phase", phase)
-	}
-	// Exactly on the phase (1000.4 s is 0.4 s past 1000 s, a multiple of
-	// 2.5 s): a full period away, not now.
-	at := time.Unix(1000, int64(400*time.Millisecond))
-	require.Equal(t, d, untilAligned(at, d, 400*time.Millisecond))
-}
-
-// TestKeepalivesSpreadOverHeartbeatSlots: members' keepalives fall on
-// slots a heartbeat interval apart within the keepalive interval, chosen by
-// id, so a leader answers a fleet's keepalives in small bursts on its
-// heartbeat wake-ups and not all at one instant; with too short an interval
-// for two slots, on the common phase.
-func TestKeepalivesSpreadOverHeartbeatSlots(t *testing.T) {
-	c := Config{TickInterval: 100 * time.Millisecond, HeartbeatTicks: 2, KeepaliveInterval: 2500 * time.Millisecond}
-	const slots = 12 // 2.5 s / 200 ms
-	for name, ids := range map[string]func(i int) uint64{
-		"static ids": func(i int) uint64 { return uint64(i + 1) },
-		"random ids": func(i int) uint64 { return mrand.New(mrand.NewPCG(7, uint64(i))).Uint64() },
-	} {
-		count := map[time.Duration]int{}
-		for i := range 300 {
-			c.ID = ids(i)
-			p := c.keepalivePhase()
-			require.Zero(t, p%c.heartbeatInterval(), "%s: phase %v is not on a heartbeat", name, p)
-			require.Less(t, p, c.KeepaliveInterval, name)
-			count[p]++
-		}
-		require.Len(t, count, slots, "%s: every slot is used", name)
-		for p, n := range count {
-			require.LessOrEqual(t, n, 2*300/slots, "%s: slot %v has %d of 300 keepalives", name, p, n)
-		}
-	}
-	c.KeepaliveInterval = 300 * time.Millisecond
-	require.Zero(t, c.keepalivePhase(), "one slot: the common phase")
+	require.Equal(t, time.Second, untilAligned(at, time.Second))
 }

@@ -203,7 +203,7 @@ func (n *Node) closeOwnSession(done chan error) {
 // the time the keepalive was sent.
 func (n *Node) keepaliveLoop() {
 	defer n.bgwg.Done()
-	tick, stop := tickerAt(n.clock, n.cfg.KeepaliveInterval, n.cfg.keepalivePhase())
+	tick, stop := n.clock.NewTicker(n.cfg.KeepaliveInterval)
 	defer stop()
 	// A call to a leader that has been replaced meanwhile is abandoned, as
 	// is every call once Close begins (Close does not wait for it). The

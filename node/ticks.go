@@ -32,31 +32,6 @@ func (c Config) lightIdleTick() time.Duration {
 	return max(c.TickInterval, c.KeepaliveInterval)
 }
 
-// keepalivePhase is when in each keepalive interval this node sends its
-// keepalive (and, idle and light, ticks): one of the slots a heartbeat
-// interval apart that fit in the interval, picked by the node's id. The
-// leader then answers its members' keepalives in as many small bursts
-// rather than all in one instant (a fleet of 300's leader: 300 calls at
-// once). Zero when fewer than two slots fit.
-func (c Config) keepalivePhase() time.Duration {
-	hb := c.heartbeatInterval()
-	if hb <= 0 {
-		return 0
-	}
-	slots := uint64(c.KeepaliveInterval / hb)
-	if slots < 2 {
-		return 0
-	}
-	// splitmix64's finalizer: static ids are 1, 2, 3…, gossip ids hashes.
-	x := c.ID
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return time.Duration(x%slots) * hb
-}
-
 // tickConfig is the Ticker's view of the node's configuration, knobs and
 // clock.
 func (c Config) tickConfig(k *knobs.Node, clock Clock) tick.Config {
@@ -65,15 +40,12 @@ func (c Config) tickConfig(k *knobs.Node, clock Clock) tick.Config {
 		HeartbeatTicks: c.HeartbeatTicks,
 		ElectionTicks:  c.ElectionTicks,
 		LightIdle:      c.lightIdleTick(),
-		LightIdleTicker: func() (<-chan time.Time, func()) {
-			return tickerAt(clock, c.lightIdleTick(), c.keepalivePhase())
-		},
-		QuietFor:  c.quietFor(),
-		Always:    k.FollowerExpiry,
-		NewTicker: clock.NewTicker,
-		AfterFunc: clock.AfterFunc,
-		Now:       clock.Now,
-		Rand:      phaseRand(),
+		QuietFor:       c.quietFor(),
+		Always:         k.FollowerExpiry,
+		NewTicker:      clock.NewTicker,
+		AfterFunc:      clock.AfterFunc,
+		Now:            clock.Now,
+		Rand:           phaseRand(),
 	}
 }
 

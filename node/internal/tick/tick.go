@@ -119,10 +119,6 @@ type Config struct {
 	ElectionTicks  int           // raft ticks per election timeout
 	// LightIdle is an idle light member's tick (at least Interval).
 	LightIdle time.Duration
-	// LightIdleTicker, if set, makes the idle light member's ticker
-	// (period LightIdle) instead of NewTicker: the node puts it on its
-	// keepalive's phase, so the two share a wake-up.
-	LightIdleTicker func() (<-chan time.Time, func())
 	// QuietFor is how long after the leader was last heard a follower stays
 	// quiet; 0: never quiet.
 	QuietFor time.Duration
@@ -337,8 +333,6 @@ func (t *Ticker) Sync(now time.Time) {
 	}
 	if phased {
 		t.c, t.stop = phasedTicker(t.cfg.Now, t.cfg.AfterFunc, time.Duration(1+t.cfg.Rand(int64(want))), want)
-	} else if want == t.cfg.LightIdle && t.lightIdle() && t.cfg.LightIdleTicker != nil {
-		t.c, t.stop = t.cfg.LightIdleTicker()
 	} else {
 		t.c, t.stop = t.cfg.NewTicker(want)
 	}

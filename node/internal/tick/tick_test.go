@@ -172,23 +172,6 @@ func TestIdleLightMemberTicksSlowly(t *testing.T) {
 	if tk.Period() != 100*time.Millisecond {
 		t.Fatalf("work in flight: every tick again, got %v", tk.Period())
 	}
-
-	// With LightIdleTicker set, the idle tick is that ticker (the node puts
-	// it on its keepalive's phase); the busy tick is NewTicker's.
-	tm := &timers{}
-	tk = newTicker(h, tm, false)
-	made := 0
-	tk.cfg.LightIdleTicker = func() (<-chan time.Time, func()) { made++; return make(chan time.Time), func() {} }
-	h.idle = true
-	tk.Sync(time.Unix(1000, 0))
-	if made != 1 || len(tm.tickers) != 0 || tk.Period() != time.Second {
-		t.Fatalf("idle light member: LightIdleTicker made %d, NewTicker %v, period %v", made, tm.tickers, tk.Period())
-	}
-	h.idle = false
-	tk.Sync(time.Unix(1000, 0))
-	if made != 1 || len(tm.tickers) != 1 || tm.tickers[0] != 100*time.Millisecond {
-		t.Fatalf("busy light member: LightIdleTicker made %d, NewTicker %v", made, tm.tickers)
-	}
 }
 
 func TestAlwaysKeepsEveryTick(t *testing.T) {
