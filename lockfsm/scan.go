@@ -82,6 +82,12 @@ func (f *FSM) LocksPage(prefix, after string, limit int) (page []LockInfo, more 
 	if err != nil {
 		return f.scanPage(prefix, after, limit)
 	}
+	return f.page(names, limit)
+}
+
+// page is the LockInfo of names, sorted, of which at most limit+1 are given: the extra one says more
+// follow.
+func (f *FSM) page(names []string, limit int) (page []LockInfo, more bool) {
 	if len(names) > limit {
 		more = true
 		names = names[:limit]
@@ -113,13 +119,5 @@ func (f *FSM) scanPage(prefix, after string, limit int) (page []LockInfo, more b
 		}
 		top = slices.Insert(top, i, name)
 	}
-	if len(top) > limit {
-		more = true
-		top = top[:limit]
-	}
-	page = make([]LockInfo, 0, len(top))
-	for _, name := range top {
-		page = append(page, f.locks[name].info())
-	}
-	return page, more
+	return f.page(top, limit)
 }

@@ -49,7 +49,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -153,28 +152,6 @@ func child() error {
 	defer cancel()
 	n.Close(ctx)
 	return nil
-}
-
-// ctxSwitches is the process's voluntary context switches, all threads
-// together: each is a thread going to sleep, so over an idle window it
-// counts the runtime's wake-ups (what an idle replica's CPU goes to, and a
-// steadier figure than the CPU time on a shared machine).
-func ctxSwitches(pid int) int64 {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
-	var sum int64
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "voluntary_ctxt_switches:"); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				sum += n
-			}
-		}
-	}
-	return sum
 }
 
 // serveStats is a child's /stats: its goroutines and its CPU time so far.
@@ -342,7 +319,7 @@ func measureFleet(self, kind string) error {
 	sw0 := make([]int64, size)
 	for i, p := range procs {
 		cpu0[i] = stats(p.url)["cpu_us"]
-		sw0[i] = ctxSwitches(p.Pid())
+		sw0[i] = childproc.CtxSwitches(p.Pid())
 	}
 	t0 := time.Now()
 	var pwg sync.WaitGroup
@@ -376,7 +353,7 @@ func measureFleet(self, kind string) error {
 	var rows []row
 	for i, p := range procs {
 		s := stats(p.url)
-		sw := ctxSwitches(p.Pid())
+		sw := childproc.CtxSwitches(p.Pid())
 		rows = append(rows, row{i, p.role, float64(s["cpu_us"]-cpu0[i]) / float64(window.Microseconds()) * 100,
 			float64(childproc.RSSKiB(p.Pid())) / 1024, s["goroutines"], fdCount(p.Pid()),
 			float64(sw-sw0[i]) / window.Seconds()})
