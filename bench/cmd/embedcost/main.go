@@ -367,7 +367,7 @@ func measureFleet(self, kind string) error {
 		wakes := func(r row) float64 { return r.wakes }
 		rss := func(r row) float64 { return r.rssMiB }
 		fmt.Printf("gossip-only n=%d idle-cpu%% median %.3f max %.3f | wakes/s median %.0f | rss-MiB median %.1f\n",
-			len(rows), median(rows, cpu), maxOf(rows, cpu), median(rows, wakes), median(rows, rss))
+			len(rows), childproc.Median(rows, cpu), childproc.MaxOf(rows, cpu), childproc.Median(rows, wakes), childproc.Median(rows, rss))
 		return nil
 	}
 
@@ -443,30 +443,13 @@ func measureFleet(self, kind string) error {
 		}
 		wakes := func(r row) float64 { return r.wakes }
 		fmt.Printf("%-8s n=%-3d idle-cpu%% median %.3f max %.3f (target %s) | wakes/s median %.0f | rss-MiB median %.1f max %.1f (target ≤ 40) | goroutines max %d | fds max %d\n",
-			role, len(rs), median(rs, cpu), maxOf(rs, cpu), target, median(rs, wakes), median(rs, rss), maxOf(rs, rss),
+			role, len(rs), childproc.Median(rs, cpu), childproc.MaxOf(rs, cpu), target, childproc.Median(rs, wakes), childproc.Median(rs, rss), childproc.MaxOf(rs, rss),
 			slices.MaxFunc(rs, func(a, b row) int { return int(a.goroutines - b.goroutines) }).goroutines,
 			slices.MaxFunc(rs, func(a, b row) int { return a.fds - b.fds }).fds)
 	}
 	fmt.Printf("S2 (%d callers on distinct names, %d pairs): %.0f pairs/s, all processes' CPU per Lock+Unlock pair %.0f µs, errors %d\n",
 		callers, pairs, float64(pairs)/lwall.Seconds(), float64(cpuB-cpuA)/float64(pairs), loadErrs)
 	return nil
-}
-
-func median[T any](rs []T, f func(T) float64) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
-	}
-	slices.Sort(v)
-	return v[len(v)/2]
-}
-
-func maxOf[T any](rs []T, f func(T) float64) float64 {
-	m := 0.0
-	for _, r := range rs {
-		m = max(m, f(r))
-	}
-	return m
 }
 
 func get(url string) (int, string) { return childproc.Get(url, 5*time.Second) }

@@ -182,9 +182,9 @@ func idle(f *fleet, rep *report) error {
 		cpu := func(x idleFigures) float64 { return x.cpuPct }
 		rss := func(x idleFigures) float64 { return x.rssMiB }
 		wakes := func(x idleFigures) float64 { return x.wakes }
-		rep.add("", fmt.Sprintf("%s (%d) CPU %% median / max", g.label, len(in)), fmt.Sprintf("%.3f / %.3f", median(in, cpu), maxOf(in, cpu)), "")
-		rep.add("", fmt.Sprintf("%s RSS median / max", g.label), fmt.Sprintf("%.1f / %.1f MiB", median(in, rss), maxOf(in, rss)), "")
-		rep.add("", fmt.Sprintf("%s wake-ups/s median / max", g.label), fmt.Sprintf("%.0f / %.0f", median(in, wakes), maxOf(in, wakes)), "")
+		rep.add("", fmt.Sprintf("%s (%d) CPU %% median / max", g.label, len(in)), fmt.Sprintf("%.3f / %.3f", childproc.Median(in, cpu), childproc.MaxOf(in, cpu)), "")
+		rep.add("", fmt.Sprintf("%s RSS median / max", g.label), fmt.Sprintf("%.1f / %.1f MiB", childproc.Median(in, rss), childproc.MaxOf(in, rss)), "")
+		rep.add("", fmt.Sprintf("%s wake-ups/s median / max", g.label), fmt.Sprintf("%.0f / %.0f", childproc.Median(in, wakes), childproc.MaxOf(in, wakes)), "")
 	}
 	rep.add("", fmt.Sprintf("total RSS of all %d members (%d processes)", len(ms), len(procs(ms))), fmt.Sprintf("%.0f MiB", totalRSS), fmt.Sprintf("%.1f MiB a member", totalRSS/float64(len(ms))))
 	if *flagPerProc > 1 {
@@ -198,25 +198,6 @@ func idle(f *fleet, rep *report) error {
 		fmt.Sprintf("%d keepalives (about %.0f expected: one per %v each); buckets double from 0.5ms", keepalive.count(),
 			float64(light)*flagIdle.Seconds()/keepaliveInterval.Seconds(), keepaliveInterval))
 	return nil
-}
-
-// median is the median of f over rs.
-func median[T any](rs []T, f func(T) float64) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
-	}
-	slices.Sort(v)
-	return v[len(v)/2]
-}
-
-// maxOf is the largest f over rs.
-func maxOf[T any](rs []T, f func(T) float64) float64 {
-	m := math.Inf(-1)
-	for _, r := range rs {
-		m = max(m, f(r))
-	}
-	return m
 }
 
 // lockLatency compares sequential Lock+Unlock on a light member with a
@@ -273,9 +254,9 @@ func lockLatency(f *fleet, rep *report) error {
 			p = phase
 		}
 		rep.add(p, fmt.Sprintf("%s (%s): Lock+Unlock p50 (p99)", t.label, t.m.name),
-			fmt.Sprintf("%.0f µs (%.0f µs)", median(t.p50, ident), median(t.p99, ident)), note)
+			fmt.Sprintf("%.0f µs (%.0f µs)", childproc.Median(t.p50, ident), childproc.Median(t.p99, ident)), note)
 	}
-	ratio := median(targets[0].p50, ident) / median(targets[1].p50, ident)
+	ratio := childproc.Median(targets[0].p50, ident) / childproc.Median(targets[1].p50, ident)
 	verdict := "met"
 	if ratio > 1.5 {
 		verdict = "not met"
