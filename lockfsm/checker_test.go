@@ -105,6 +105,15 @@ func (k *checker) step(f *FSM, index uint64, c *Command, r Result, ev []Event) e
 	if got, want := f.Stats(), scanStats(f); got != want {
 		return fmt.Errorf("index %d: Stats %+v, a pass over the table %+v", index, got, want)
 	}
+	for id, s := range f.sessions {
+		n := 0
+		for _, c := range s.waits {
+			n += int(c)
+		}
+		if s.waiting != n {
+			return fmt.Errorf("index %d: session %d counts %d waits, its names hold %d", index, id, s.waiting, n)
+		}
+	}
 	table := tableOf(f)
 	if err := k.checkLeaders(f, table, index, leaderEvents); err != nil {
 		return err

@@ -162,11 +162,7 @@ func (f *FSM) Sessions() []SessionInfo {
 }
 
 func (s *session) info() SessionInfo {
-	n := 0
-	for _, c := range s.waits {
-		n += int(c)
-	}
 	mark := checkpointFromCode(s.id, s.ckpt)
-	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds), Waits: n,
+	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds), Waits: s.waiting,
 		Retained: len(s.results), Silent: !mark.Live, SilenceMillis: mark.SilenceMillis}
 }

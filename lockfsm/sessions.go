@@ -23,6 +23,9 @@ type session struct {
 	ckpt  uint64
 	holds map[string]struct{} // names this session has at least one hold on
 	waits map[string]uint32   // names this session waits for → number of its waiters there
+	// waiting is the sum of waits: SessionInfo reads it on every proposal a leader authorises (the
+	// session's quota), so it must not cost a pass over a session's hundreds of thousands of waits.
+	waiting int
 }
 
 // retained is a stored result, in the form that round-trips through bbolt and snapshots.
@@ -108,14 +111,20 @@ func (s *session) addWait(name string) {
 		s.waits = make(map[string]uint32)
 	}
 	s.waits[name]++
+	s.waiting++
 }
 
 func (s *session) dropWait(name string) {
-	if n := s.waits[name]; n > 1 {
+	n, ok := s.waits[name]
+	if !ok {
+		return
+	}
+	if n > 1 {
 		s.waits[name] = n - 1
 	} else {
 		delete(s.waits, name)
 	}
+	s.waiting--
 }
 
 // openSession applies KindOpenSession: the session id is the entry's index.
@@ -165,6 +174,7 @@ func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, 
 		touched = append(touched, l.name)
 	}
 	clear(s.waits)
+	s.waiting = 0
 	f.names = sortedKeys(f.names, s.holds)
 	for _, name := range f.names {
 		l := f.locks[name]
