@@ -416,9 +416,10 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 
 // decoder reads uvarints and strings, remembering the first failure instead of returning it each time.
 type decoder struct {
-	b     []byte
-	bad   bool
-	alias bool
+	b      []byte
+	bad    bool
+	alias  bool
+	owners map[string]string // set while loading a table: owner strings shared (tableLoader)
 }
 
 func (d *decoder) uvarint() uint64 {
@@ -443,6 +444,14 @@ func (d *decoder) bytes() []byte {
 	v := d.b[:n:n]
 	d.b = d.b[n:]
 	return v
+}
+
+// owner reads an owner string, shared with earlier equal ones while a table loads (sharedOwner).
+func (d *decoder) owner() string {
+	if d.owners == nil {
+		return d.str()
+	}
+	return sharedOwner(d.owners, d.bytes())
 }
 
 func (d *decoder) str() string {

@@ -15,7 +15,12 @@ import (
 
 // Options tune Open.
 type Options struct {
-	// InitialMmapSize is passed to bbolt (bytes); 0 lets bbolt grow the map as needed.
+	// InitialMmapSize is the address space bbolt maps the file into at first (bytes); 0 means
+	// defaultMmapSize. It costs address space, not memory: pages are read in as they are touched. A file
+	// that outgrows its map is remapped inside the commit that grows it, which waits for readers (a
+	// snapshot being streamed) and copies out every record the commit holds — for a restored snapshot
+	// that is the whole table, once per doubling — so the default is sized to never remap a table of
+	// several million names, as etcd maps its backend.
 	InitialMmapSize int
 	// LockTimeout bounds the wait for the file lock held by another process; 0 means 1s.
 	LockTimeout time.Duration
@@ -24,6 +29,10 @@ type Options struct {
 
 	knobs knobs // bugs to plant in the FSM (knobs.go): set only by lockfsm's tests and Plant
 }
+
+// defaultMmapSize is the map Open asks bbolt for when Options.InitialMmapSize is 0: a state file of a
+// million held locks is about 140 MiB (docs/benchmarks.md), so this holds several million.
+const defaultMmapSize = 1 << 30
 
 // Bucket and key names inside the bbolt file.
 var (
@@ -43,6 +52,10 @@ func Open(path string, opts Options) (f *FSM, err error) {
 	if timeout == 0 {
 		timeout = time.Second
 	}
+	mmapSize := opts.InitialMmapSize
+	if mmapSize == 0 {
+		mmapSize = defaultMmapSize
+	}
 	var db *bolt.DB
 	defer func() {
 		if r := recover(); r != nil {
@@ -57,7 +70,7 @@ func Open(path string, opts Options) (f *FSM, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	db, err = bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         timeout,
-		InitialMmapSize: opts.InitialMmapSize,
+		InitialMmapSize: mmapSize,
 		NoSync:          opts.NoSync,
 		FreelistType:    bolt.FreelistMapType,
 	})
@@ -114,7 +127,7 @@ func (f *FSM) initFile() error {
 }
 
 func (f *FSM) load() error {
-	sessions, locks := newState()
+	t := newTableLoader()
 	var applied uint64
 	err := f.db.View(func(tx *bolt.Tx) error {
 		meta, sb, lb := tx.Bucket(bucketMeta), tx.Bucket(bucketSessions), tx.Bucket(bucketLocks)
@@ -134,22 +147,17 @@ func (f *FSM) load() error {
 			if err != nil {
 				return err
 			}
-			sessions[s.id] = s
+			t.sessions[s.id] = s
 			return nil
 		}); err != nil {
 			return err
 		}
-		return lb.ForEach(func(k, v []byte) error {
-			l, err := decodeLock(string(k), v, 0)
-			if err != nil {
-				return err
-			}
-			locks[l.name] = l
-			return nil
-		})
+		return lb.ForEach(func(k, v []byte) error { return t.lock(string(k), v, 0) })
 	})
+	var sessions map[uint64]*session
+	var locks map[string]*lock
 	if err == nil {
-		err = linkState(sessions, locks)
+		sessions, locks, err = t.build()
 	}
 	if err != nil {
 		if !errors.Is(err, errCorrupt) {

@@ -1,0 +1,81 @@
+package lockfsm
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"unsafe"
+)
+
+// A table loaded whole — from the state file on Open, from a snapshot on Restore — keeps one copy of
+// each owner string while there are at most maxInternedOwners of them, and is the same state either way.
+// (The memory a restarted or new member spends per held lock; the scale issue's RSS figure.)
+func TestLoadSharesOwnerStrings(t *testing.T) {
+	const owners, perOwner = 3, 4
+	dir := t.TempDir()
+	src := mustOpen(t, filepath.Join(dir, "src.db"), Options{NoSync: true})
+	idx := uint64(1)
+	src.ApplyCommand(idx, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
+	for i := range owners * perOwner {
+		idx++
+		c := Command{Kind: KindAcquire, Session: 1, Seq: uint64(i + 1), Name: fmt.Sprintf("n/%02d", i),
+			Owner: fmt.Sprintf("owner-%d", i%owners)}
+		if r, _ := src.ApplyCommand(idx, &c, nil); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	want := snapshotBytes(t, src)
+	if err := src.commit(); err != nil {
+		t.Fatal(err)
+	}
+	_ = src.Close()
+	reopened := mustOpen(t, filepath.Join(dir, "src.db"), Options{NoSync: true})
+	defer func() { _ = reopened.Close() }()
+	restored := openTemp(t, "restored.db")
+	if err := restored.Restore(bytes.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]*FSM{"opened": reopened, "restored": restored} {
+		if !bytes.Equal(want, snapshotBytes(t, f)) {
+			t.Fatalf("%s: state differs from the source's", name)
+		}
+		copies := map[string]map[*byte]bool{}
+		for _, l := range f.locks {
+			o := l.holds[0].owner
+			if copies[o] == nil {
+				copies[o] = map[*byte]bool{}
+			}
+			copies[o][unsafe.StringData(o)] = true
+		}
+		if len(copies) != owners {
+			t.Fatalf("%s: %d owners, want %d", name, len(copies), owners)
+		}
+		for o, c := range copies {
+			if len(c) != 1 {
+				t.Errorf("%s: owner %q has %d copies in memory, want 1", name, o, len(c))
+			}
+		}
+	}
+}
+
+// The sharing is bounded: past maxInternedOwners distinct owners, later ones are copied per hold, and
+// the strings are right either way.
+func TestSharedOwnerBounded(t *testing.T) {
+	owners := make(map[string]string)
+	for i := range maxInternedOwners + 10 {
+		if got, want := sharedOwner(owners, []byte(fmt.Sprint(i))), fmt.Sprint(i); got != want {
+			t.Fatalf("sharedOwner = %q, want %q", got, want)
+		}
+	}
+	if len(owners) != maxInternedOwners {
+		t.Fatalf("%d owners kept, want the bound %d", len(owners), maxInternedOwners)
+	}
+	late := []byte(fmt.Sprint(maxInternedOwners + 5))
+	if a, b := sharedOwner(owners, late), sharedOwner(owners, late); unsafe.StringData(a) == unsafe.StringData(b) {
+		t.Fatal("an owner past the bound was shared")
+	}
+	if sharedOwner(owners, nil) != "" || sharedOwner(nil, []byte("x")) != "x" {
+		t.Fatal("empty bytes or no table: want the plain string")
+	}
+}
