@@ -368,6 +368,7 @@ func start(cfg Config) (*Node, error) {
 		defer n.bgwg.Done()
 		n.com.run(n.donec)
 	}()
+	n.greetPeers()
 	go n.run() // from here on only the loop touches n.loop
 	go n.keepaliveLoop()
 	return n, nil
@@ -382,6 +383,27 @@ func (n *Node) ID() uint64 { return n.id }
 
 // Leader is the leader id this node last saw (0 if none).
 func (n *Node) Leader() uint64 { return n.lead.Load() }
+
+// greetPeers opens the raft streams to the other raft members this node
+// knows of at start (the static list and its configuration), so that a
+// leader that stopped reaching it while it was down, or before it first
+// started, redials it at once: a restarted or new member hears its leader
+// within a heartbeat instead of after its own first election timeout.
+func (n *Node) greetPeers() {
+	cs := n.loop.confState
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		for _, id := range set {
+			if id != n.id {
+				n.tr.Greet(id)
+			}
+		}
+	}
+	for _, m := range n.cfg.Members {
+		if m.ID != n.id {
+			n.tr.Greet(m.ID)
+		}
+	}
+}
 
 // addPeer tells the transport where another node listens.
 func (n *Node) addPeer(id uint64, addr string) { n.tr.AddPeer(id, addr) }

@@ -22,6 +22,12 @@ type Network interface {
 	// AddPeer makes peer id reachable at addr (idempotent; a new addr
 	// replaces the old one).
 	AddPeer(id uint64, addr string)
+	// Greet opens the raft message stream to peer id now, before there is
+	// anything to send, so that the peer hears from this node: a member that
+	// starts greets the raft members it knows, and a leader backing off from
+	// redialling it (it was down, or never up) redials at once. Unknown ids
+	// are ignored; it returns at once.
+	Greet(id uint64)
 	// Send queues raft messages for their destinations and returns at once.
 	// A message that cannot be queued is dropped and its destination
 	// reported to the Handler (ReportUnreachable; for MsgSnap,

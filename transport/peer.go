@@ -306,6 +306,17 @@ func (p *peer) writeLoop() {
 		streamGen uint64
 	)
 	defer func() { cancel() }()
+	// Open the stream at once, before there is anything to send: the peer
+	// hears this member (heardFrom), so a leader backing off from redialling
+	// a member that was down redials it now, and its heartbeats reach a
+	// restarted or new member within a heartbeat instead of after the
+	// member's first election timeout. A failure here is what a failure on
+	// the first batch would be, without the wait: the first batch redials.
+	if s, sc, gen, err := p.openStream(); err != nil {
+		p.streamFailed(err, 0)
+	} else {
+		stream, cancel, streamGen = s, sc, gen
+	}
 	limit := p.t.cfg.MaxMsgSize
 	// A batch fills one receive window of the peer's stream (it reads on
 	// while the next arrives); a message larger than that goes alone.
@@ -362,17 +373,8 @@ func (p *peer) writeLoop() {
 			stream = nil
 		}
 		if stream == nil {
-			streamGen = p.t.form.Gen()
-			sctx, sc := context.WithCancel(p.ctx)
-			octx := p.outgoing(sctx)
-			if d := p.t.cfg.FormationDetail; d != "" {
-				// Streams are opened rarely: they carry what the formation
-				// id stands for, so a refusing receiver can say what differs.
-				octx = metadata.AppendToOutgoingContext(octx, mdFormationDetail, d)
-			}
-			s, err := p.rpc.Stream(octx, noReplay)
+			s, sc, gen, err := p.openStream()
 			if err != nil {
-				sc()
 				p.streamFailed(err, len(batch.Msgs))
 				carry = nil
 				if !p.sleep(&backoff) {
@@ -380,7 +382,7 @@ func (p *peer) writeLoop() {
 				}
 				continue
 			}
-			stream, cancel = s, sc
+			stream, cancel, streamGen = s, sc, gen
 		}
 		if err := stream.Send(batch); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -398,6 +400,25 @@ func (p *peer) writeLoop() {
 		}
 		backoff = p.t.cfg.minRedial()
 	}
+}
+
+// openStream opens the peer's message stream in the current formation
+// generation; cancel ends it.
+func (p *peer) openStream() (stream transportpb.Raft_StreamClient, cancel context.CancelFunc, gen uint64, err error) {
+	gen = p.t.form.Gen()
+	sctx, sc := context.WithCancel(p.ctx)
+	octx := p.outgoing(sctx)
+	if d := p.t.cfg.FormationDetail; d != "" {
+		// Streams are opened rarely: they carry what the formation id
+		// stands for, so a refusing receiver can say what differs.
+		octx = metadata.AppendToOutgoingContext(octx, mdFormationDetail, d)
+	}
+	s, err := p.rpc.Stream(octx, noReplay)
+	if err != nil {
+		sc()
+		return nil, nil, 0, err
+	}
+	return s, sc, gen, nil
 }
 
 // streamFailed logs a failed stream and reports the peer unreachable.

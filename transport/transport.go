@@ -563,6 +563,17 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 	}
 }
 
+// Greet starts peer id's raft side (Network.Greet): its writer opens the
+// stream at once.
+func (t *Transport) Greet(id uint64) {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	if p != nil {
+		p.raftSide()
+	}
+}
+
 // removePeer forgets peer id and stops its goroutines; messages to it are
 // then reported unreachable. Unknown ids are ignored.
 func (t *Transport) removePeer(id uint64) {

@@ -225,6 +225,32 @@ func TestRedialWhenPeerHeard(t *testing.T) {
 		"a did not redial b once b reached it")
 }
 
+// TestGreetMakesPeerRedial (L1 under churn: a restarted or new member hears
+// its leader within a heartbeat): a member that starts greets its peers
+// before it has anything to send them, and a peer waiting out a minute's
+// backoff to redial it redials at once.
+func TestGreetMakesPeerRedial(t *testing.T) {
+	slow := func(c *Config) { c.redialMin, c.redialMax = time.Minute, time.Minute }
+	a, b := newNode(t, "c1", 1, slow), newNode(t, "c1", 2, slow)
+	connect(a, b)
+	addr := b.t.Addr()
+	require.NoError(t, b.t.Close())
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+	require.Eventually(t, func() bool { return a.rec.UnreachableCount(2) > 0 }, waitFor, tick)
+	// a's writer for b now waits a minute to redial.
+
+	b2 := newNode(t, "c1", 2, slow, func(c *Config) { c.ListenAddr = addr })
+	b2.t.AddPeer(1, a.t.Addr())
+	b2.t.Greet(1) // b2 sends a nothing
+	b2.t.Greet(9) // unknown: ignored
+	require.NoError(t, awaitReady(a.t.peers[2].conn, waitFor, false))
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
+	require.Eventually(t, func() bool { got, _ := b2.rec.received(); return len(got) == 1 }, waitFor, tick,
+		"a did not redial b once b greeted it")
+	got, _ := a.rec.received()
+	require.Empty(t, got, "a greeting is not a message")
+}
+
 // TestRedialWhenPeerHeardAsItFails (L1 under churn): the peer reaches this
 // node in the very instant the stream to it fails, after the raft layer is
 // told it is unreachable and before the writer starts its backoff. The wake
