@@ -28,6 +28,11 @@ type Membership struct {
 	log    *slog.Logger
 	events chan<- Event
 	ml     *memberlist.Memberlist
+	// localAddr is this member's gossip address, read from memberlist once
+	// it has bound: memberlist never changes it, and its LocalNode
+	// dereferences its own entry in its node map, which it does not promise
+	// to keep (a nil dereference seen once in a rolling restart's test).
+	localAddr string
 	// keyring is memberlist's (nil: gossip in plaintext); safe for
 	// concurrent use, changed by AddKey, UseKey, RemoveKey.
 	keyring *memberlist.Keyring
@@ -119,8 +124,9 @@ func Start(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("membership: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
 	m.ml = ml
+	m.localAddr = m.addr(ml.LocalNode())
 	m.keyring = mc.Keyring
-	m.log.Info("gossip started", "addr", m.addr(ml.LocalNode()), "raft_id", views.MemberID(cfg.Meta.RaftID), "cluster", cfg.Meta.ClusterID,
+	m.log.Info("gossip started", "addr", m.localAddr, "raft_id", views.MemberID(cfg.Meta.RaftID), "cluster", cfg.Meta.ClusterID,
 		"encrypted", mc.Keyring != nil, "label", mc.Label)
 	if len(cfg.Seeds) > 0 {
 		// Seeds are resolved (DNS names too), this member's own address is
@@ -196,13 +202,12 @@ func minTime(a, b time.Time) time.Time {
 
 // Local returns this member as the others see it.
 func (m *Membership) Local() Member {
-	addr := m.addr(m.ml.LocalNode()) // before m.mu: memberlist calls us with its lock held
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mem, ok := m.members[m.name]; ok {
 		return *mem
 	}
-	return Member{Name: m.name, Addr: addr, Meta: m.meta, State: StateAlive}
+	return Member{Name: m.name, Addr: m.localAddr, Meta: m.meta, State: StateAlive}
 }
 
 // refusals returns how many packets or streams of kind memberlist refused
