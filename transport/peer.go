@@ -383,6 +383,7 @@ func (p *peer) writeLoop() {
 				continue
 			}
 			stream, cancel, streamGen = s, sc, gen
+			p.opened()
 		}
 		if err := stream.Send(batch); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -456,8 +457,7 @@ func (p *peer) sleep(d *time.Duration) bool {
 	timer := time.NewTimer(*d)
 	defer timer.Stop()
 	*d = min(*d*2, p.t.cfg.maxRedial())
-	p.backingOff.Store(true)
-	defer p.backingOff.Store(false)
+	p.backingOff.Store(true) // until a stream opens (opened), not only while asleep
 	select {
 	case <-p.ctx.Done():
 		return false
@@ -466,6 +466,20 @@ func (p *peer) sleep(d *time.Duration) bool {
 	case <-p.heard:
 		*d = p.t.cfg.minRedial()
 		return true
+	}
+}
+
+// opened ends a backoff once a stream to the peer is open again. Until then
+// the writer counts as backing off, asleep or not: the peer may reach this
+// node while the writer waits for the next batch to redial, and that must
+// reset gRPC's connection backoff and cut the next sleep short as it would
+// mid-sleep (a restarted member greets its peers once, right after its
+// start, and says nothing more until its first election timeout).
+func (p *peer) opened() {
+	p.backingOff.Store(false)
+	select {
+	case <-p.heard: // a wake that came while the stream was opening
+	default:
 	}
 }
 

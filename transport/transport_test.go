@@ -196,21 +196,27 @@ func TestReconnectAfterRestart(t *testing.T) {
 	}
 }
 
+// backingOffFromDownPeer starts a (id 1) and b (id 2) with a minute's
+// redial backoff, stops b, and returns once a's writer for b waits that
+// minute to redial it: a, b's address, and the option that sets the backoff.
+func backingOffFromDownPeer(t *testing.T) (a *node, addr string, slow func(*Config)) {
+	slow = func(c *Config) { c.redialMin, c.redialMax = time.Minute, time.Minute }
+	a, b := newNode(t, "c1", 1, slow), newNode(t, "c1", 2, slow)
+	connect(a, b)
+	addr = b.t.Addr()
+	require.NoError(t, b.t.Close())
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+	require.Eventually(t, func() bool { return a.rec.UnreachableCount(2) > 0 }, waitFor, tick)
+	return a, addr, slow
+}
+
 // TestRedialWhenPeerHeard (L1 under churn: a leader reaches a restarted
 // follower as soon as it says anything): a peer's writer that is waiting to
 // redial a peer that was down redials at once when that peer reaches this
 // node, instead of after its backoff. Both backoffs are a minute here, so
 // without the wake the message would wait a minute.
 func TestRedialWhenPeerHeard(t *testing.T) {
-	slow := func(c *Config) { c.redialMin, c.redialMax = time.Minute, time.Minute }
-	a, b := newNode(t, "c1", 1, slow), newNode(t, "c1", 2, slow)
-	connect(a, b)
-	addr := b.t.Addr()
-	require.NoError(t, b.t.Close())
-	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
-	require.Eventually(t, func() bool { return a.rec.UnreachableCount(2) > 0 }, waitFor, tick)
-	// a's writer for b now waits a minute to redial.
-
+	a, addr, slow := backingOffFromDownPeer(t)
 	b2 := newNode(t, "c1", 2, slow, func(c *Config) { c.ListenAddr = addr })
 	b2.t.AddPeer(1, a.t.Addr())
 	b2.t.Send([]*raftpb.Message{msgApp(2, 1, 1)}) // b2 says something to a
@@ -230,15 +236,7 @@ func TestRedialWhenPeerHeard(t *testing.T) {
 // before it has anything to send them, and a peer waiting out a minute's
 // backoff to redial it redials at once.
 func TestGreetMakesPeerRedial(t *testing.T) {
-	slow := func(c *Config) { c.redialMin, c.redialMax = time.Minute, time.Minute }
-	a, b := newNode(t, "c1", 1, slow), newNode(t, "c1", 2, slow)
-	connect(a, b)
-	addr := b.t.Addr()
-	require.NoError(t, b.t.Close())
-	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
-	require.Eventually(t, func() bool { return a.rec.UnreachableCount(2) > 0 }, waitFor, tick)
-	// a's writer for b now waits a minute to redial.
-
+	a, addr, slow := backingOffFromDownPeer(t)
 	b2 := newNode(t, "c1", 2, slow, func(c *Config) { c.ListenAddr = addr })
 	b2.t.AddPeer(1, a.t.Addr())
 	b2.t.Greet(1) // b2 sends a nothing
@@ -249,6 +247,35 @@ func TestGreetMakesPeerRedial(t *testing.T) {
 		"a did not redial b once b greeted it")
 	got, _ := a.rec.received()
 	require.Empty(t, got, "a greeting is not a message")
+}
+
+// TestBackingOffUntilStreamOpens (L1 under churn: a restarted member's
+// greeting is not lost): once a stream to a peer fails, the writer counts as
+// backing off until a stream opens again, not only while it sleeps. A peer
+// heard between two sleeps (the writer waiting for the next batch) must
+// still reset the redial; before, a restarted member's one greeting landed
+// in that gap now and then, and it heard its leader only after its own
+// election timeout (the soak's restarted-waiter fault, about 1 s).
+func TestBackingOffUntilStreamOpens(t *testing.T) {
+	quick := func(c *Config) { c.redialMin, c.redialMax = 5*time.Millisecond, 5*time.Millisecond }
+	a, b := newNode(t, "c1", 1, quick), newNode(t, "c1", 2, quick)
+	connect(a, b)
+	addr := b.t.Addr()
+	require.NoError(t, b.t.Close())
+	a.t.Send([]*raftpb.Message{msgApp(1, 2, 1)})
+	require.Eventually(t, func() bool { return a.rec.UnreachableCount(2) > 0 }, waitFor, tick)
+	p := a.t.peers[2]
+	// The writer slept 5 ms and now waits for a batch, with no stream open.
+	require.Never(t, func() bool { return !p.backingOff.Load() }, 200*time.Millisecond, time.Millisecond,
+		"the writer stopped counting as backing off with no stream open")
+
+	b2 := newNode(t, "c1", 2, quick, func(c *Config) { c.ListenAddr = addr })
+	require.Eventually(t, func() bool {
+		a.t.Send([]*raftpb.Message{msgApp(1, 2, 2)})
+		got, _ := b2.rec.received()
+		return len(got) > 0
+	}, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return !p.backingOff.Load() }, waitFor, tick, "a stream is open again")
 }
 
 // TestRedialWhenPeerHeardAsItFails (L1 under churn): the peer reaches this
