@@ -51,7 +51,8 @@ func (t *tableLoader) build() (map[uint64]*session, map[string]*lock, error) {
 	return t.sessions, locks, linkState(t.sessions, locks, t.locks)
 }
 
-// owner returns b as a string, the same string for the same bytes while owners has room.
+// sharedOwner returns b as a string: the same string for the same bytes while owners has room, a new
+// copy once it is full, and a plain copy when owners is nil.
 func sharedOwner(owners map[string]string, b []byte) string {
 	if len(b) == 0 {
 		return ""
