@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -31,8 +32,9 @@ type Options struct {
 }
 
 // defaultMmapSize is the map Open asks bbolt for when Options.InitialMmapSize is 0: a state file of a
-// million held locks is about 140 MiB (docs/benchmarks.md), so this holds several million.
-const defaultMmapSize = 1 << 30
+// million held locks is about 140 MiB (docs/benchmarks.md), so this holds several million. On a 32-bit
+// platform, whose address space a gigabyte would crowd, it is 0 (bbolt grows the map as needed).
+const defaultMmapSize = (1 << 30) * (strconv.IntSize / 64)
 
 // Bucket and key names inside the bbolt file.
 var (
