@@ -280,6 +280,6 @@ func (n *Node) onTick() error {
 		n.leaderSeen.Advance(now) // a leader counts as seen while this node leads
 	}
 	n.loop.noLead.check(now, n.leaderless(), n.loop.leader, n.closing.Load())
-	campaignAfterYield(&n.loop.yield, n.rn, n.loop.leader, n.light(), now, n.log)
+	campaignAfterYield(&n.loop.yield, n.rn, n.loop.leader, n.promotable(), now, n.log)
 	return n.loop.jobs.maybeCommit()
 }

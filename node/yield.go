@@ -2,6 +2,7 @@ package node
 
 import (
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -31,11 +32,24 @@ func noteGrantedPreVotes(y *campaign.Yield, rn *raft.RawNode, self uint64, m *ra
 }
 
 // campaignAfterYield campaigns if standing aside ran out while the peer
-// never became a candidate (tick). A light member has no raft to campaign
-// with.
-func campaignAfterYield(y *campaign.Yield, rn *raft.RawNode, leader uint64, light bool, now time.Time, log *slog.Logger) {
-	if !light && y.Ended(now, rn.BasicStatus().GetTerm(), leader) {
+// never became a candidate (tick), and this node may campaign (canCampaign):
+// a light member has no raft to campaign with, and raft refuses a campaign
+// from a member that is not a voter of its configuration or is restoring a
+// snapshot, with a WARN ("is unpromotable and can not campaign") in a
+// normal lifecycle: a founder not yet configured grants a peer's pre-vote
+// as readily as any.
+func campaignAfterYield(y *campaign.Yield, rn *raft.RawNode, leader uint64, canCampaign bool, now time.Time, log *slog.Logger) {
+	if y.Ended(now, rn.BasicStatus().GetTerm(), leader) && canCampaign {
 		log.Debug("the peer this node stood aside for did not campaign: campaigning")
 		_ = rn.Campaign()
 	}
+}
+
+// promotable is raft's test for a campaign, from what the loop knows: a
+// voter of its configuration (incoming or outgoing) with no snapshot being
+// restored, and not a light member.
+func (n *Node) promotable() bool {
+	cs := n.loop.confState
+	return !n.light() && n.loop.jobs.restore == nil &&
+		(slices.Contains(cs.GetVoters(), n.id) || slices.Contains(cs.GetVotersOutgoing(), n.id))
 }
