@@ -44,13 +44,7 @@ func TestCampaignAfterYieldOnlyWhenPromotable(t *testing.T) {
 		{"not a voter", []uint64{2, 3}, false, raft.StateFollower},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := raft.NewMemoryStorage()
-			require.NoError(t, st.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(2)),
-				Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: tc.voters}}}))
-			log := &warnLogger{Logger: discardLogger()}
-			rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: st,
-				MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, PreVote: true, Logger: log})
-			require.NoError(t, err)
+			rn, log := rawNodeOf(t, tc.voters)
 			y := campaign.Yield{For: time.Millisecond}
 			now := time.Now()
 			require.True(t, y.Granted(now, 1, 2, rn.BasicStatus().GetTerm(), false))
@@ -60,14 +54,21 @@ func TestCampaignAfterYieldOnlyWhenPromotable(t *testing.T) {
 		})
 	}
 	// What the guard spares: raft's answer to a campaign it cannot make.
+	rn, log := rawNodeOf(t, []uint64{2, 3})
+	_ = rn.Campaign()
+	require.Len(t, log.warns, 1)
+	require.True(t, strings.Contains(log.warns[0], "unpromotable"), log.warns[0])
+}
+
+// rawNodeOf is raft node 1 with voters as its configuration, and its
+// warnings.
+func rawNodeOf(t *testing.T, voters []uint64) (*raft.RawNode, *warnLogger) {
 	st := raft.NewMemoryStorage()
 	require.NoError(t, st.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(2)),
-		Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: []uint64{2, 3}}}}))
+		Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: voters}}}))
 	log := &warnLogger{Logger: discardLogger()}
 	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: st,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, PreVote: true, Logger: log})
 	require.NoError(t, err)
-	_ = rn.Campaign()
-	require.Len(t, log.warns, 1)
-	require.True(t, strings.Contains(log.warns[0], "unpromotable"), log.warns[0])
+	return rn, log
 }
