@@ -72,22 +72,33 @@ func (n *Node) acquireGaveUp(ctx context.Context, wait bool) error {
 // leaderWatch is the loop's memory of a leaderless stretch.
 type leaderWatch struct {
 	since     time.Time // zero: there is a leader
-	warned    bool
-	hadLeader bool // a leader was known since this node started
+	warned    bool      // the stretch was logged
+	starting  bool      // … at INFO: this node had never had a leader
+	hadLeader bool      // a leader was known since this node started
 
 	// Set at start.
 	warnAfter time.Duration // leaderlessWarnAfter
 	log       *slog.Logger
 }
 
-// check runs every tick: WARN once after leaderlessWarnAfter without a
-// leader (INFO before this node first knew one: it is starting), INFO when
-// there is one again. leaderless is the node's leaderless(), leader the
-// leader it follows, closing whether Close has begun (no warning then).
+// inStretch reports whether the watch is in a leaderless stretch: the loop
+// then runs check at the end of each turn too (watchLeader), not only on the
+// tick.
+func (w *leaderWatch) inStretch() bool { return !w.since.IsZero() }
+
+// check runs every tick, and at the end of a turn during a stretch: WARN
+// once after leaderlessWarnAfter without a leader (INFO before this node
+// first knew one: it is starting), and INFO when there is one again
+// ("again" only after a WARN). leaderless is the node's leaderless(),
+// leader the leader it follows, closing whether Close has begun (no
+// warning then).
 func (w *leaderWatch) check(now time.Time, leaderless bool, leader uint64, closing bool) {
 	if !leaderless {
 		w.hadLeader = true
-		if w.warned {
+		switch {
+		case w.warned && w.starting:
+			w.log.Info("cluster has a leader", "leader", views.MemberID(leader), "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
+		case w.warned:
 			w.log.Info("cluster has a leader again", "leader", views.MemberID(leader), "leaderless_for", now.Sub(w.since).Round(time.Millisecond))
 		}
 		*w = leaderWatch{hadLeader: true, warnAfter: w.warnAfter, log: w.log}
@@ -97,15 +108,26 @@ func (w *leaderWatch) check(now time.Time, leaderless bool, leader uint64, closi
 		w.since = now
 	}
 	if !w.warned && now.Sub(w.since) >= w.warnAfter && !closing {
-		w.warned = true
+		w.warned, w.starting = true, !w.hadLeader
 		log := w.log.Warn
-		if !w.hadLeader {
+		if w.starting {
 			// A node that never had a leader is starting: the cluster forming
 			// or its other members not started yet is normal, not a fault.
 			log = w.log.Info
 		}
 		log("no leader: locks can be neither taken nor released until a majority of voters is reachable",
 			"leaderless_for", now.Sub(w.since).Round(time.Millisecond))
+	}
+}
+
+// watchLeader ends the leaderless watch's stretch at the end of the turn
+// in which this node found a leader again. The tick runs the watch too, but
+// a follower that is quiet as soon as its leader is back (ticks.go) does
+// not tick, and the INFO would wait for its next tick, which may never come
+// while the leader is heard.
+func (n *Node) watchLeader() {
+	if n.loop.noLead.inStretch() && !n.leaderless() {
+		n.loop.noLead.check(n.clock.Now(), false, n.loop.leader, n.closing.Load())
 	}
 }
 

@@ -153,6 +153,7 @@ func (n *Node) run() {
 				return
 			}
 		}
+		n.watchLeader()
 		n.loop.tick.SyncFine()
 		n.loop.tick.Sync(n.clock.Now())
 	}
