@@ -16,6 +16,12 @@ import (
 type proposalBatch struct {
 	ents []*raftpb.Entry
 	ops  []*op // parallel to ents: the session op each entry carries, or nil
+	// slab: entries not handed out yet, allocated entrySlab at a time
+	// rather than one by one. raft's leader copies each proposed entry
+	// (appendEntry), and a follower's forwarded MsgProp is marshalled by the
+	// transport; an entry is never reused, so a slab lives until the last
+	// of its entries is dropped.
+	slab []raftpb.Entry
 
 	// Set at start.
 	rn *raft.RawNode
@@ -26,9 +32,18 @@ type proposalBatch struct {
 // for a Ready. o, if non-nil, is marked for a retry on the next tick when
 // raft drops the batch (no leader yet, a transfer in progress).
 func (b *proposalBatch) add(data []byte, o *op) {
-	b.ents = append(b.ents, &raftpb.Entry{Data: data})
+	if len(b.slab) == 0 {
+		b.slab = make([]raftpb.Entry, entrySlab)
+	}
+	e := &b.slab[0]
+	b.slab = b.slab[1:]
+	e.Data = data
+	b.ents = append(b.ents, e)
 	b.ops = append(b.ops, o)
 }
+
+// entrySlab is how many entries proposalBatch allocates at a time.
+const entrySlab = 64
 
 // addForwarded queues entries forwarded by another node (a MsgProp),
 // unchanged.
