@@ -180,17 +180,15 @@ func (h *Hold) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
 	}
 	n := h.n
-	done := make(chan opResult, 1)
-	o := &op{
-		cmd: lockfsm.Command{Kind: lockfsm.KindProclaim, Name: h.name, Owner: h.owner, Value: value,
-			Token: h.token},
-		done: done,
-	}
-	if err := n.do(ctx, func() { n.submit(o) }); err != nil {
+	o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindProclaim, Name: h.name, Owner: h.owner, Value: value,
+		Token: h.token})
+	done := o.done
+	if err := n.submitOp(ctx, o, nil); err != nil {
 		return err
 	}
 	select {
-	case out := <-done:
+	case <-done:
+		out := o.out
 		if out.err != nil {
 			return out.err
 		}

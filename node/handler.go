@@ -76,7 +76,7 @@ func (h *transportHandler) AcceptSnapshot(from uint64, m *raftpb.Message) error 
 func (h *transportHandler) ReceiveSnapshot(ctx context.Context, m *raftpb.Message, file string) error {
 	n := (*Node)(h)
 	select {
-	case n.reqc <- func() { n.stepSnapshot(m, file) }:
+	case n.reqc <- request{f: func() { n.stepSnapshot(m, file) }}:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -98,7 +98,7 @@ func (h *transportHandler) ReportSnapshot(id uint64, failed bool) {
 	}
 	// Never dropped: an unreported snapshot leaves the follower paused.
 	select {
-	case n.reqc <- func() { n.rn.ReportSnapshot(id, st) }:
+	case n.reqc <- request{f: func() { n.rn.ReportSnapshot(id, st) }}:
 	case <-n.stopc:
 	}
 }
@@ -190,7 +190,7 @@ func (h *transportHandler) VersionGate(ctx context.Context, from uint64, _ *tran
 // or gone; for reports raft can live without.
 func (n *Node) tryDo(f func()) {
 	select {
-	case n.reqc <- f:
+	case n.reqc <- request{f: f}:
 	default:
 	}
 }

@@ -278,6 +278,6 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 	n.abandon(o) // proposes the Cancel that releases this grant
 	n.loop.holds.lose(h.key(), lockerr.ErrLeaseExpired)
 	if done != nil {
-		done <- opResult{err: callerr.GivenBack(err)}
+		finish(done, o, opResult{err: callerr.GivenBack(err)})
 	}
 }

@@ -206,25 +206,19 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 	}
 	ctx, cancel := n.acquireContext(ctx, c.Wait) // TryLock's bound (leaderfail.go)
 	defer cancel()
-	done := make(chan opResult, 1)
-	o := &op{
-		cmd:  c,
-		done: done,
-		hold: holdRequest{lease: lease},
-	}
+	o := newCallerOp(c)
+	o.hold = holdRequest{lease: lease}
+	done := o.done
 	if n.k.Stages != nil {
 		o.calledAt = time.Now()
 	}
-	if err := n.do(ctx, func() {
-		o.hold.sentAt = n.clock.Now()
-		n.submit(o)
-	}); err != nil {
+	if err := n.submitOp(ctx, o, nil); err != nil {
 		return nil, err
 	}
 	select {
-	case out := <-done:
+	case <-done:
 		n.k.Returned(n.id, o.index, o.calledAt, o.firstProposed)
-		return out.hold, callerr.InOutage(out.err, n.leaderless)
+		return o.out.hold, callerr.InOutage(o.out.err, n.leaderless)
 	case <-ctx.Done():
 	}
 	// The caller gave up. Settle the op inside the loop, then look once more:
@@ -237,9 +231,9 @@ func (n *Node) acquire(ctx context.Context, c lockfsm.Command, lease time.Durati
 		}
 	}
 	select {
-	case out := <-done:
-		if out.hold != nil {
-			out.hold.releaseInBackground()
+	case <-done:
+		if h := o.out.hold; h != nil {
+			h.releaseInBackground()
 		}
 	default:
 	}
@@ -366,22 +360,17 @@ func (h *Hold) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 	}
 	n := h.n
-	done := make(chan opResult, 1)
-	o := &op{
-		cmd:  h.releaseCommand(),
-		done: done,
-	}
+	o := newCallerOp(h.releaseCommand())
+	done := o.done
 	if n.k.Stages != nil {
 		o.calledAt = time.Now()
 	}
-	if err := n.do(ctx, func() {
-		n.submit(o)
-		n.loop.holds.drop(h)
-	}); err != nil {
+	if err := n.submitOp(ctx, o, h); err != nil {
 		return err
 	}
 	select {
-	case out := <-done:
+	case <-done:
+		out := o.out
 		n.k.Returned(n.id, o.index, o.calledAt, o.firstProposed)
 		if out.err != nil {
 			return out.err

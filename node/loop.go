@@ -27,13 +27,47 @@ func (n *Node) err() error {
 	return nil
 }
 
+// request is one piece of work for the loop: a function to run, or a
+// caller's op to submit (the lock path's calls send the op itself rather
+// than a closure over it: one allocation less per call). Both travel on
+// reqc, so a caller's work runs in the order it was sent.
+type request struct {
+	f    func()
+	op   *op   // submit it, stamped with the time the loop took it
+	drop *Hold // with op: this hold is being released (the registry forgets it)
+}
+
+// run runs r inside the loop.
+func (r request) run(n *Node) {
+	if r.f != nil {
+		r.f()
+		return
+	}
+	r.op.hold.sentAt = n.clock.Now()
+	n.submit(r.op)
+	if r.drop != nil {
+		n.loop.holds.drop(r.drop)
+	}
+}
+
 // do runs f inside the loop goroutine. It fails only if the node stopped.
 func (n *Node) do(ctx context.Context, f func()) error {
+	return n.send(ctx, request{f: f})
+}
+
+// submitOp submits o inside the loop (and, for a Release, forgets drop).
+// It fails only if the node stopped or ctx ended first.
+func (n *Node) submitOp(ctx context.Context, o *op, drop *Hold) error {
+	return n.send(ctx, request{op: o, drop: drop})
+}
+
+// send hands r to the loop.
+func (n *Node) send(ctx context.Context, r request) error {
 	if err := n.err(); err != nil {
 		return err
 	}
 	select {
-	case n.reqc <- f:
+	case n.reqc <- r:
 		return nil
 	case <-n.donec:
 		if err := n.err(); err != nil {
@@ -106,9 +140,9 @@ func (n *Node) run() {
 			n.leaderCoarseTick(n.clock.Now())
 		case <-n.loop.tick.FineC(): // nil (never ready) while the fine ticker is off
 			n.onFineTick()
-		case f := <-n.reqc:
+		case r := <-n.reqc:
 			n.loop.tick.CatchUp(n.clock.Now()) // a quiet follower's ticks, before anything reaches raft
-			f()
+			r.run(n)
 		case msgs := <-n.recvc:
 			n.loop.tick.CatchUp(n.clock.Now())
 			n.stepRemote(msgs)
@@ -192,8 +226,8 @@ func (n *Node) readyLoop() error {
 func (n *Node) drainInputs() {
 	for i := 0; i < 4096; i++ {
 		select {
-		case f := <-n.reqc:
-			f()
+		case r := <-n.reqc:
+			r.run(n)
 		case msgs := <-n.recvc:
 			n.stepRemote(msgs)
 		case msgs := <-n.app.local:

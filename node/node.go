@@ -59,7 +59,7 @@ type Node struct {
 	members *fleet.MemberSet // who may send raft messages (the fleet's)
 	quota   privilege.Quotas // what members may have the leader hold for them
 
-	reqc  chan func()            // work to run inside the loop
+	reqc  chan request           // work to run inside the loop, in the order sent
 	recvc chan []*raftpb.Message // raft messages from the transport
 	app   appender               // raft log writes, off the loop (appender.go)
 	com   committer              // the lock table's disk work, off the loop (committer.go)
@@ -189,7 +189,7 @@ func start(cfg Config) (*Node, error) {
 		id:      cfg.ID,
 		clock:   cfg.Clock,
 		snapDir: filepath.Join(cfg.DataDir, "snap"),
-		reqc:    make(chan func(), 1024),
+		reqc:    make(chan request, 1024),
 		recvc:   make(chan []*raftpb.Message, 1024),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),

@@ -16,26 +16,22 @@ import (
 func submitInOneTurn(t *testing.T, n *Node, prefix string, k int) {
 	t.Helper()
 	ctx := ctxT(t, 10*time.Second)
-	dones := make([]chan opResult, k)
-	for i := range dones {
-		dones[i] = make(chan opResult, 1)
+	ops := make([]*op, k)
+	for i := range ops {
+		ops[i] = newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: fmt.Sprintf("%s/%d", prefix, i),
+			Owner: "o", Wait: true, MaxHolds: n.cfg.MaxHolds})
 	}
 	require.NoError(t, n.do(ctx, func() {
-		for i, d := range dones {
-			o := &op{
-				cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: fmt.Sprintf("%s/%d", prefix, i),
-					Owner: "o", Wait: true, MaxHolds: n.cfg.MaxHolds},
-				done: d,
-				hold: holdRequest{sentAt: n.clock.Now()},
-			}
+		for _, o := range ops {
+			o.hold = holdRequest{sentAt: n.clock.Now()}
 			n.submit(o)
 		}
 	}))
-	for _, d := range dones {
+	for _, o := range ops {
 		select {
-		case out := <-d:
-			require.NoError(t, out.err)
-			require.NotNil(t, out.hold, "granted")
+		case <-o.done:
+			require.NoError(t, o.out.err)
+			require.NotNil(t, o.out.hold, "granted")
 		case <-ctx.Done():
 			t.Fatal("acquire did not complete")
 		}

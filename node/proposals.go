@@ -20,9 +20,11 @@ type op struct {
 	cmd  lockfsm.Command
 	data []byte
 
-	// done receives exactly one outcome; nil for background ops (a Cancel or
-	// a Release whose caller gave up) that nobody waits for.
-	done chan opResult
+	// done is signalled exactly once, after out is set (finish); nil for
+	// background ops (a Cancel or a Release whose caller gave up) that
+	// nobody waits for. The caller reads out after it receives from done.
+	done chan struct{}
+	out  opResult
 
 	proposedAt time.Time // zero until proposed; reset on every re-proposal
 	// firstProposed: the first proposal (light members ask the leader about
@@ -85,9 +87,20 @@ func (r *opRegistry) inSeqOrder(want func(*op) bool) []*op {
 
 func (r *opRegistry) complete(o *op, out opResult) {
 	if o.done != nil {
-		o.done <- out
+		finish(o.done, o, out)
 		o.done = nil
 	}
+}
+
+// finish hands out to the caller waiting on done for o.
+func finish(done chan<- struct{}, o *op, out opResult) {
+	o.out = out
+	done <- struct{}{}
+}
+
+// newCallerOp is an op for c whose caller waits on its done.
+func newCallerOp(c lockfsm.Command) *op {
+	return &op{cmd: c, done: make(chan struct{}, 1)}
 }
 
 // failAll completes every waiting op with err (node stopped or session lost).

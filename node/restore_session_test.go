@@ -105,19 +105,23 @@ func TestRestoreKeepsWhatIsNewerThanTheSnapshot(t *testing.T) {
 			n.loop.holds.add(h)
 			return h
 		}
-		wait := func(seq, index uint64) chan opResult {
-			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "q", Owner: "o", Seq: seq},
-				done: make(chan opResult, 1), queued: true, index: index}
+		type call struct {
+			o    *op
+			done <-chan struct{} // o.done, which completing the op clears
+		}
+		wait := func(seq, index uint64) call {
+			o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "q", Owner: "o", Seq: seq})
+			o.queued, o.index = true, index
 			n.loop.ops.queued[seq] = o
-			return o.done
+			return call{o, o.done}
 		}
 		newer, older := hold("newer", i+50), hold("older", i-1)
 		newerW, olderW := wait(1<<40, i+10), wait(1<<40+1, i-1)
 		n.onRestored(i)
-		res := func(c chan opResult) error {
+		res := func(c call) error {
 			select {
-			case r := <-c:
-				return r.err
+			case <-c.done:
+				return c.o.out.err
 			default:
 				return nil
 			}

@@ -81,12 +81,13 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 	}
 	// look reads the result if the loop already produced it (it is checked
 	// there, before the next tick can cancel anything), else waits.
-	look := func(done chan opResult) handout {
+	look := func(o *op, done <-chan struct{}) handout {
 		var out handout
 		got := false
 		inLoop(t, n, func() {
 			select {
-			case r := <-done:
+			case <-done:
+				r := o.out
 				out, got = handout{res: r, now: n.clock.Now()}, true
 				if r.hold != nil {
 					out.live, out.deadline = r.hold.Context().Err() == nil, r.hold.leaseDeadline()
@@ -98,7 +99,8 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 			return out
 		}
 		select {
-		case r := <-done:
+		case <-done:
+			r := o.out
 			out = handout{res: r, now: n.clock.Now()}
 			if r.hold != nil {
 				out.live, out.deadline = r.hold.Context().Err() == nil, r.hold.leaseDeadline()
@@ -110,27 +112,27 @@ func TestS5LateLeasedGrantNotHandedOutLive(t *testing.T) {
 		}
 	}
 	t.Run("duplicate-of-a-lost-grant", func(t *testing.T) {
-		done := make(chan opResult, 1)
+		o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "x", Owner: "o", LeaseMillis: 300})
+		done := o.done
 		inLoop(t, n, func() {
-			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "x", Owner: "o", LeaseMillis: 300,
-				Session: n.loop.own.id, Seq: 1 << 40},
-				done: done, hold: holdRequest{lease: 300 * time.Millisecond, sentAt: n.clock.Now().Add(-2 * time.Second)}}
+			o.cmd.Session, o.cmd.Seq = n.loop.own.id, 1<<40
+			o.hold = holdRequest{lease: 300 * time.Millisecond, sentAt: n.clock.Now().Add(-2 * time.Second)}
 			n.onAcquireResult(o, lockfsm.Result{Status: lockfsm.Granted, Token: 5, Duplicate: true})
 		})
-		out := look(done)
+		out := look(o, done)
 		require.False(t, out.live, "hold handed out live although its lease deadline passed %v ago", out.now.Sub(out.deadline))
 		require.ErrorIs(t, out.res.err, lockerr.ErrLeaseExpired)
 	})
 	t.Run("applied-after-its-lease-from-first-send", func(t *testing.T) {
-		done := make(chan opResult, 1)
 		lease := time.Second
+		o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "y", Owner: "o", Wait: true,
+			LeaseMillis: uint64(lease.Milliseconds())})
+		done := o.done
 		inLoop(t, n, func() {
-			o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "y", Owner: "o", Wait: true,
-				LeaseMillis: uint64(lease.Milliseconds())},
-				done: done, hold: holdRequest{lease: lease, sentAt: n.clock.Now().Add(-2 * time.Second)}}
+			o.hold = holdRequest{lease: lease, sentAt: n.clock.Now().Add(-2 * time.Second)}
 			n.submit(o)
 		})
-		out := look(done)
+		out := look(o, done)
 		require.NoError(t, out.res.err)
 		require.False(t, out.live && !out.deadline.After(out.now),
 			"hold handed out live although its lease deadline passed %v ago", out.now.Sub(out.deadline))
@@ -161,18 +163,18 @@ func TestS5NoGrantHandedOutAfterSessionDeadline(t *testing.T) {
 		for !time.Now().After(n.holderDeadline().Add(50 * time.Millisecond)) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		done := make(chan opResult, 1)
-		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "late", Owner: "a", Session: sess, Seq: 1 << 40},
-			done: done, hold: holdRequest{sentAt: n.clock.Now()}}
+		o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "late", Owner: "a", Session: sess, Seq: 1 << 40})
+		o.hold = holdRequest{sentAt: n.clock.Now()}
+		done := o.done
 		n.loop.ops.inflight[o.cmd.Seq] = o
 		n.onFwdStatus(sess, []uint64{o.cmd.Seq}, []*transportpb.StatusFact{{State: transportpb.AcquireState_ACQUIRE_STATE_GRANTED, Token: 1 << 40}})
 		delete(n.loop.ops.inflight, o.cmd.Seq)
 		select {
-		case r := <-done:
-			if r.hold != nil && r.hold.Context().Err() == nil {
+		case <-done:
+			if r := o.out; r.hold != nil && r.hold.Context().Err() == nil {
 				out <- fmt.Sprintf("LIVE: hold handed out %v after the session deadline", n.clock.Now().Sub(n.holderDeadline()))
 			} else {
-				out <- fmt.Sprintf("refused: %v", r.err)
+				out <- fmt.Sprintf("refused: %v", o.out.err)
 			}
 		default:
 			out <- "refused: no result"
@@ -205,9 +207,9 @@ func TestS5OneHoldPerLeasedGrant(t *testing.T) {
 	var handles int
 	inLoop(t, n, func() {
 		sess := n.loop.own.id
-		o := &op{cmd: lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "q", Owner: "o", Wait: true, LeaseMillis: 2000,
-			Session: sess, Seq: 1 << 40},
-			done: make(chan opResult, 1), hold: holdRequest{lease: 2 * time.Second, sentAt: n.clock.Now()}}
+		o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: "q", Owner: "o", Wait: true, LeaseMillis: 2000,
+			Session: sess, Seq: 1 << 40})
+		o.hold = holdRequest{lease: 2 * time.Second, sentAt: n.clock.Now()}
 		n.loop.ops.queued[o.cmd.Seq] = o
 		n.onEvent(0, &lockfsm.Event{Kind: lockfsm.EventGranted, Session: sess, Seq: o.cmd.Seq, Name: "q", Owner: "o",
 			Token: 7, FromQueue: true}) // the push
