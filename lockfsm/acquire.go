@@ -99,7 +99,7 @@ func (f *FSM) acquireRW(index uint64, s *session, c *Command, ev []Event) (Resul
 		if c.Mode == ModeShared && l.find(s.id, c.Owner, ModeExclusive) >= 0 {
 			// Downgrade: the writer is the only other holder, so its read side is granted now, ahead of the
 			// queue (queuing would wait for itself).
-			ev = f.grant(l, s, hold{session: s.id, owner: own(c.Owner), token: index, grantSeq: c.Seq,
+			ev = f.grant(l, s, hold{session: s.id, owner: f.own(c.Owner), token: index, grantSeq: c.Seq,
 				lease: c.LeaseMillis, count: 1, mode: ModeShared}, c.Seq, "", false, ev)
 			return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 		}
@@ -159,7 +159,7 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	ev []Event) (Result, []Event) {
 	bug := false
 	if l == nil {
-		l = f.newLock(own(c.Name), prim, c.Limit)
+		l = f.newLock(f.own(c.Name), prim, c.Limit)
 	} else if f.k.grantWhileHeld && !l.delayed && prim != PrimSemaphore && mode == ModeExclusive {
 		// Planted bug: the holder check is skipped (the old holder is overwritten).
 		for len(l.holds) > 0 {
@@ -170,9 +170,9 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	if !l.delayed && (bug || len(l.waiters) == 0 && l.fits(mode, permits, &f.k)) {
 		value := ""
 		if prim == PrimElection {
-			value = own(c.Value)
+			value = f.own(c.Value)
 		}
-		ev = f.grant(l, s, hold{session: s.id, owner: own(c.Owner), token: index, grantSeq: c.Seq,
+		ev = f.grant(l, s, hold{session: s.id, owner: f.own(c.Owner), token: index, grantSeq: c.Seq,
 			lease: c.LeaseMillis, count: 1, permits: permits, mode: mode}, c.Seq, value, false, ev)
 		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 	}
@@ -182,10 +182,10 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	if pos := l.waiting(s.id, c.Owner); pos != 0 {
 		return Result{Err: ErrAlreadyWaiting, Position: pos}, ev
 	}
-	w := waiter{session: s.id, owner: own(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
+	w := waiter{session: s.id, owner: f.own(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
 		mode: mode, permits: permits}
 	if prim == PrimElection && c.Value != "" {
-		w.x = &extra{value: own(c.Value)}
+		w.x = &extra{value: f.own(c.Value)}
 	}
 	l.waiters = append(l.waiters, w)
 	s.addWait(l.name)
@@ -212,7 +212,7 @@ func (f *FSM) proclaim(s *session, c *Command, ev []Event) (Result, []Event) {
 	}
 	h := &l.holds[i]
 	if l.value() != c.Value {
-		v := own(c.Value)
+		v := f.own(c.Value)
 		l.setValue(v)
 		f.dirtyLocks[l.name] = struct{}{}
 		ev = append(ev, Event{Kind: EventLeader, Name: l.name, Session: h.session, Owner: h.owner, Token: h.token,

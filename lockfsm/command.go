@@ -297,8 +297,9 @@ func DecodeCommand(b []byte) (Command, error) {
 
 // DecodeCommandView decodes b into c as DecodeCommand does, except that c's strings point into b instead of
 // being copied: they are valid only while b is unchanged, and the caller must not keep them (or c) beyond
-// that. c's ExtraNames and Checkpoints backing arrays are reused. It is for a check that reads a command and
-// lets it go, such as a leader authorising a forwarded proposal before it proposes the bytes unchanged.
+// that. c's ExtraNames and Checkpoints backing arrays are reused. It is for a caller that reads a command and
+// lets it go, such as a leader authorising a forwarded proposal before it proposes the bytes unchanged, or
+// a node applying a committed entry (the FSM copies what it keeps: ApplyCommand).
 func DecodeCommandView(b []byte, c *Command) error {
 	return decodeInto(c, b, true)
 }

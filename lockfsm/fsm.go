@@ -202,5 +202,11 @@ func validName(n string) bool {
 	return n != "" && len(n) <= MaxNameLen && utf8.ValidString(n)
 }
 
-// own returns a copy of s that does not alias an entry's bytes, for strings the state keeps.
-func own(s string) string { return strings.Clone(s) }
+// own returns a copy of s that does not alias an entry's bytes, for strings the state keeps: a command's
+// strings may point into its entry (Apply, DecodeCommandView), and the table outlives it.
+func (f *FSM) own(s string) string {
+	if f.k.keepAliases {
+		return s
+	}
+	return strings.Clone(s)
+}

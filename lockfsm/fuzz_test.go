@@ -136,6 +136,32 @@ func checkReplicas(t testing.TB, entries [][]byte, k knobs) error {
 	if !bytes.Equal(full, snapshotBytes(t, b)) {
 		return errors.New("S7: two replicas of the same stream differ")
 	}
+	// A replica applying each entry from a buffer that is overwritten once it is applied, both through
+	// Apply and through DecodeCommandView and ApplyCommand (as a node applies): identical too, so the
+	// state keeps no string that points into an entry.
+	for _, view := range []bool{false, true} {
+		e := plantedMemFSM(k)
+		for i, ent := range entries {
+			buf := bytes.Clone(ent)
+			if view {
+				var c Command
+				if DecodeCommandView(buf, &c) == nil {
+					e.ApplyCommand(uint64(i+1), &c, nil)
+				} else {
+					e.Apply(uint64(i+1), buf, nil)
+				}
+			} else {
+				e.Apply(uint64(i+1), buf, nil)
+			}
+			for j := range buf {
+				buf[j] = '#'
+			}
+		}
+		if got, err := snapshotAfterScribble(t, e); err != nil || !bytes.Equal(full, got) {
+			return fmt.Errorf("S7: a replica whose entry buffers were overwritten after apply differs (view %v): %v",
+				view, err)
+		}
+	}
 	// Snapshot at kk, restore into another FSM, replay the rest: identical to the full replay.
 	kk := len(entries) / 2
 	c := plantedMemFSM(k)
@@ -154,6 +180,17 @@ func checkReplicas(t testing.TB, entries [][]byte, k knobs) error {
 		return fmt.Errorf("S7: snapshot at %d + replay differs from full replay", kk)
 	}
 	return nil
+}
+
+// snapshotAfterScribble is f's snapshot, or the panic that taking it caused: a table whose keys pointed
+// into overwritten entries no longer finds its own locks.
+func snapshotAfterScribble(t testing.TB, f *FSM) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("snapshot panicked: %v", r)
+		}
+	}()
+	return snapshotBytes(t, f), nil
 }
 
 // fuzzSeeds are hand-made streams (three bytes a command: op, p, q; see gen.next) for each primitive.
@@ -254,6 +291,10 @@ var plantedBugs = []struct {
 		{Kind: KindAcquire, Session: 2, Seq: 2, Name: "r", Owner: "b", Primitive: PrimRW, Mode: ModeShared, Wait: true},
 		{Kind: KindCancel, Session: 2, Seq: 3, Name: "r", Owner: "w", Target: 1},
 	}, "L4: lock r"},
+	{"S7: the table keeps strings that point into applied entries", knobs{keepAliases: true}, []Command{
+		{Kind: KindOpenSession},
+		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "h"},
+	}, "entry buffers were overwritten"},
 	{"S7: snapshots drop waiters' election values", knobs{snapshotNoValue: true}, []Command{
 		{Kind: KindOpenSession}, {Kind: KindOpenSession},
 		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "e", Owner: "a", Primitive: PrimElection, Value: "va"},

@@ -33,4 +33,7 @@ type knobs struct {
 	// snapshotNoValue (S7): the lock records this FSM writes (snapshots and its bbolt file) drop its
 	// waiters' election values, so a replica restored from them diverges.
 	snapshotNoValue bool
+	// keepAliases (S7): the state keeps a command's strings as decoded, pointing into the entry's bytes,
+	// so a replica whose entry buffers change after they are applied diverges.
+	keepAliases bool
 }
