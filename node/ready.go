@@ -178,7 +178,11 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if idx <= n.fsm.AppliedIndex() {
 				continue // replayed after a restart; already in the table
 			}
-			cmd, err := lockfsm.DecodeCommand(e.GetData())
+			// The command's strings point into the entry's bytes, which
+			// nothing changes once the entry exists (raft keeps them in its
+			// log as they are); the lock table copies what it keeps.
+			var cmd lockfsm.Command
+			err := lockfsm.DecodeCommandView(e.GetData(), &cmd)
 			n.loop.events = n.loop.events[:0]
 			var res lockfsm.Result
 			if errors.Is(err, lockfsm.ErrNewerFormat) {
@@ -207,7 +211,9 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				}
 			}
 			if n.cfg.Observer != nil && err == nil {
-				c := cmd // the observer may keep it; cmd itself stays on the stack
+				// The observer may keep it: a copy of its own, whose strings
+				// do not hold the entry's bytes.
+				c, _ := lockfsm.DecodeCommand(e.GetData())
 				n.cfg.Observer(ApplyRecord{Index: idx, Command: &c, Result: res, Events: n.loop.events})
 			}
 		case raftpb.EntryConfChange:
