@@ -92,6 +92,7 @@ func (h *Hold) sharedToken() bool { return h.mode == lockfsm.ModeShared || h.per
 type heldLock struct {
 	handles []*Hold
 	lease   *grantLease // the grant's own lease, nil without one
+	first   [1]*Hold    // handles' first backing array: most holds have one level
 }
 
 // holdKey names one lockfsm hold of this node's session: a mutex, election
@@ -117,6 +118,7 @@ func (r *holdRegistry) add(h *Hold) {
 	hl := r.held[k]
 	if hl == nil {
 		hl = &heldLock{lease: h.lease}
+		hl.handles = hl.first[:0]
 		r.held[k] = hl
 	}
 	hl.handles = append(hl.handles, h)
