@@ -135,15 +135,25 @@ func (h *commitHints) queue(term, idx uint64, voters []uint64) {
 			return
 		}
 		h.pending = slices.DeleteFunc(h.pending, func(m *raftpb.Message) bool { return m.GetTo() == id })
-		h.pending = append(h.pending, &raftpb.Message{
-			Type:    raftpb.MessageType_MsgHeartbeat.Enum(),
-			To:      new(id),
-			From:    new(h.id),
-			Term:    new(term),
-			Index:   new(idx),
-			Context: commitHintContext,
-		})
+		h.pending = append(h.pending, newHint(id, h.id, term, idx))
 	})
+}
+
+// hintBlock is a commit hint and the fields its pointers point to, in one
+// allocation (raftpb has a pointer for every scalar field).
+type hintBlock struct {
+	msg                   raftpb.Message
+	typ                   raftpb.MessageType
+	to, from, term, index uint64
+}
+
+// newHint is the commit hint from → to: commit index idx of term.
+func newHint(to, from, term, idx uint64) *raftpb.Message {
+	b := &hintBlock{typ: raftpb.MessageType_MsgHeartbeat, to: to, from: from, term: term, index: idx}
+	m := &b.msg
+	m.Type, m.To, m.From, m.Term, m.Index = &b.typ, &b.to, &b.from, &b.term, &b.index
+	m.Context = commitHintContext
+	return m
 }
 
 // rideAlong appends to out the queued hints for the peers out already has a
