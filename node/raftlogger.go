@@ -28,20 +28,30 @@ func (r raftLogger) log(level slog.Level, msg string) {
 	r.l.Log(context.Background(), level, msg, "lockraft_component", "raft")
 }
 
-func (r raftLogger) Debug(v ...any) { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
-func (r raftLogger) Debugf(format string, v ...any) {
-	r.log(slog.LevelDebug, fmt.Sprintf(format, v...))
+// print logs fmt.Sprint(v...) at level, formatting only if the level is
+// enabled: raft logs at Info on the lock path under load (an append that
+// raced a newer one, in unstable.stableTo), which this logs at Debug.
+func (r raftLogger) print(level slog.Level, v []any) {
+	if r.l.Enabled(context.Background(), level) {
+		r.log(level, fmt.Sprint(v...))
+	}
 }
-func (r raftLogger) Info(v ...any)                 { r.log(slog.LevelDebug, fmt.Sprint(v...)) }
-func (r raftLogger) Infof(format string, v ...any) { r.log(slog.LevelDebug, fmt.Sprintf(format, v...)) }
-func (r raftLogger) Warning(v ...any)              { r.log(r.warnLevel(), fmt.Sprint(v...)) }
-func (r raftLogger) Warningf(format string, v ...any) {
-	r.log(r.warnLevel(), fmt.Sprintf(format, v...))
+
+// printf is print for fmt.Sprintf(format, v...).
+func (r raftLogger) printf(level slog.Level, format string, v []any) {
+	if r.l.Enabled(context.Background(), level) {
+		r.log(level, fmt.Sprintf(format, v...))
+	}
 }
-func (r raftLogger) Error(v ...any) { r.log(slog.LevelError, fmt.Sprint(v...)) }
-func (r raftLogger) Errorf(format string, v ...any) {
-	r.log(slog.LevelError, fmt.Sprintf(format, v...))
-}
+
+func (r raftLogger) Debug(v ...any)                   { r.print(slog.LevelDebug, v) }
+func (r raftLogger) Debugf(format string, v ...any)   { r.printf(slog.LevelDebug, format, v) }
+func (r raftLogger) Info(v ...any)                    { r.print(slog.LevelDebug, v) }
+func (r raftLogger) Infof(format string, v ...any)    { r.printf(slog.LevelDebug, format, v) }
+func (r raftLogger) Warning(v ...any)                 { r.print(r.warnLevel(), v) }
+func (r raftLogger) Warningf(format string, v ...any) { r.printf(r.warnLevel(), format, v) }
+func (r raftLogger) Error(v ...any)                   { r.print(slog.LevelError, v) }
+func (r raftLogger) Errorf(format string, v ...any)   { r.printf(slog.LevelError, format, v) }
 
 // Fatal and Panic are raft's "this must never happen" paths (a corrupted log,
 // a broken invariant). raft expects them not to return.

@@ -25,3 +25,27 @@ func TestRaftWarningsQuietWhileClosing(t *testing.T) {
 	require.Contains(t, lines[0], "level=WARN")
 	require.Contains(t, lines[1], "level=INFO")
 }
+
+// formatCounter counts how often fmt formats it.
+type formatCounter struct{ n *int }
+
+func (c formatCounter) String() string { *c.n++; return "x" }
+
+// TestRaftLogsFormattedOnlyWhenEnabled: raft's Info and Debug lines (logged
+// at Debug) are not formatted when the logger drops Debug (raft logs at Info
+// on the lock path under load), and a Warning still is.
+func TestRaftLogsFormattedOnlyWhenEnabled(t *testing.T) {
+	var buf bytes.Buffer
+	r := raftLogger{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	n := 0
+	arg := formatCounter{&n}
+	r.Infof("entry at index %v missing from unstable log; ignoring", arg)
+	r.Info(arg)
+	r.Debugf("%v", arg)
+	r.Debug(arg)
+	require.Zero(t, n, "a dropped line was formatted")
+	require.Empty(t, buf.String())
+	r.Warningf("%v", arg)
+	require.Equal(t, 1, n)
+	require.Contains(t, buf.String(), "level=WARN")
+}
