@@ -17,9 +17,11 @@ func submitInOneTurn(t *testing.T, n *Node, prefix string, k int) {
 	t.Helper()
 	ctx := ctxT(t, 10*time.Second)
 	ops := make([]*op, k)
+	dones := make([]chan struct{}, k) // each op's done, which completing it clears
 	for i := range ops {
 		ops[i] = newCallerOp(lockfsm.Command{Kind: lockfsm.KindAcquire, Name: fmt.Sprintf("%s/%d", prefix, i),
 			Owner: "o", Wait: true, MaxHolds: n.cfg.MaxHolds})
+		dones[i] = ops[i].done
 	}
 	require.NoError(t, n.do(ctx, func() {
 		for _, o := range ops {
@@ -27,9 +29,9 @@ func submitInOneTurn(t *testing.T, n *Node, prefix string, k int) {
 			n.submit(o)
 		}
 	}))
-	for _, o := range ops {
+	for i, o := range ops {
 		select {
-		case <-o.done:
+		case <-dones[i]:
 			require.NoError(t, o.out.err)
 			require.NotNil(t, o.out.hold, "granted")
 		case <-ctx.Done():
