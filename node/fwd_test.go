@@ -304,3 +304,25 @@ func TestLightMemberWaitDoesNotPoll(t *testing.T) {
 		t.Fatal("light waiter never granted")
 	}
 }
+
+// TestLightMemberWaitEndsByItsContext (L1): a light member's Lock that
+// waits on a held name while the cluster is healthy, and whose context
+// ends, returns the context's error alone: not lockerr.ErrUnavailable, which
+// says the cluster could not serve. A light member hears no raft heartbeats,
+// so "no leader heard lately" must not be judged by them.
+func TestLightMemberWaitEndsByItsContext(t *testing.T) {
+	f, lights := lightFleet(t, "lightctx", 6, nil)
+	require.Len(t, lights, 1)
+	a := lights[0]
+	lead := fleetLeader(t, f, 5*time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	h, err := lead.Acquire(ctx, "busy", "l", true, 0)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = a.Acquire(wctx, "busy", "a", true, 0)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, lockerr.ErrUnavailable, "a healthy cluster reported as unavailable")
+	require.False(t, a.leaderless(), "a light member that knows its leader")
+	require.NoError(t, h.Release(ctx))
+}

@@ -35,10 +35,16 @@ func (c Config) tryLockBound() time.Duration {
 func (c Config) leaderlessWarnAfter() time.Duration { return 3 * c.electionTimeout() }
 
 // leaderless reports whether this node has no working leader now: none
-// known, or none heard from for an election timeout.
+// known, or none heard from for an election timeout. A light member hears
+// no raft messages: it knows its leader by its calls, and forgets it when
+// one fails (forward.LeaderLost), so a known leader is a working one.
+// Any goroutine.
 func (n *Node) leaderless() bool {
 	if n.lead.Load() == 0 {
 		return true
+	}
+	if n.light() {
+		return false
 	}
 	seen := n.leaderSeen.Load()
 	return seen.IsZero() || n.clock.Now().Sub(seen) > n.cfg.electionTimeout()
