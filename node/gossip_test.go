@@ -165,8 +165,32 @@ func waitConf(t testing.TB, f *cluster.Cluster[*Node], timeout time.Duration, wh
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("configuration never reached %s: last voters %x learners %x", what, voters, learners)
+	t.Errorf("configuration never reached %s: last voters %x learners %x", what, voters, learners)
+	logMembers(t, f)
+	t.FailNow()
 	return nil, nil
+}
+
+// logMembers logs each leader's view of the members (role, gossip state,
+// health, replication lag): why a reconcile step did not come.
+func logMembers(t testing.TB, f *cluster.Cluster[*Node]) {
+	t.Helper()
+	for _, n := range f.All() {
+		if n.Leader() != n.ID() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		mv, err := n.InspectMembers(ctx, ReadOptions{})
+		cancel()
+		if err != nil {
+			t.Logf("leader %x: members: %v", n.ID(), err)
+			continue
+		}
+		for _, m := range mv.Members {
+			t.Logf("leader %x sees %s: role %s gossip %q healthy %v match %d lag %d (known %v)",
+				n.ID(), m.ID, m.Role, m.Gossip, m.Healthy, m.Match, m.Lag, m.LagKnown)
+		}
+	}
 }
 
 func TestGossipFormAndGrow(t *testing.T) {
