@@ -63,7 +63,8 @@ var (
 	flagSettle  = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed and ready, before measuring")
 	flagPairs   = flag.Int("pairs", 6400, "Lock+Unlock pairs of the S2 load (over all callers)")
 	flagCallers = flag.Int("callers", 64, "concurrent callers of the S2 load, on distinct names")
-	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and one member of each role over the idle window to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
+	flagMemRate = flag.Int("memprofilerate", 0, "with -profile: the children's runtime.MemProfileRate (1 counts every allocation; 0 keeps Go's default sampling)")
+	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and one member of each role over the idle window, and the leader's allocation profile before and after the S2 load, to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
 
 	// Child mode (set by the parent).
 	flagChild  = flag.Bool("child", false, "")
@@ -101,6 +102,9 @@ func main() {
 // ---- child: one replica ----
 
 func child() error {
+	if *flagMemRate > 0 {
+		runtime.MemProfileRate = *flagMemRate
+	}
 	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID("embedcost")}
 	if *flagHB > 0 || *flagKA > 0 {
 		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{HeartbeatTicks: *flagHB, KeepaliveInterval: *flagKA}))
@@ -154,9 +158,12 @@ func child() error {
 	return nil
 }
 
-// serveStats is a child's /stats: its goroutines and its CPU time so far.
+// serveStats is a child's /stats: its goroutines, its CPU time and its heap
+// allocations so far.
 func serveStats(w http.ResponseWriter, _ *http.Request) {
-	json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds()})
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": selfCPU().Microseconds(), "mallocs": int64(ms.Mallocs)})
 }
 
 func selfCPU() time.Duration {
@@ -239,7 +246,7 @@ func measureFleet(self, kind string) error {
 	}()
 	start := time.Now()
 	for i := range size {
-		args := []string{"-child", "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String(), "-keepalive", flagKA.String(), "-learners", fmt.Sprint(*flagLearn)}
+		args := []string{"-child", "-memprofilerate", fmt.Sprint(*flagMemRate), "-dir", filepath.Join(tmp, fmt.Sprint(i)), "-listen", peers[i], "-heartbeat-ticks", fmt.Sprint(*flagHB), "-gossip-interval", flagGI.String(), "-probe-interval", flagPI.String(), "-keepalive", flagKA.String(), "-learners", fmt.Sprint(*flagLearn)}
 		if gossip {
 			exp := expect // founders
 			if bare {
@@ -374,10 +381,20 @@ func measureFleet(self, kind string) error {
 	// S2 load.
 	callers := *flagCallers
 	per := max(1, *flagPairs/callers)
-	cpuA := int64(0)
-	for _, p := range procs {
-		cpuA += stats(p.url)["cpu_us"]
+	before := make([]map[string]int64, size)
+	for i, p := range procs {
+		before[i] = stats(p.url)
 	}
+	leaderAllocs := func(when string) {
+		for i, p := range procs {
+			if *flagProfile != "" && strings.HasSuffix(p.role, "*") {
+				_, body := get(p.url + "/debug/pprof/allocs")
+				file := filepath.Join(*flagProfile, fmt.Sprintf("fleet%s-proc%d-leader-allocs-%s.pprof", kind, i, when))
+				os.WriteFile(file, []byte(body), 0o644)
+			}
+		}
+	}
+	leaderAllocs("before-s2") // diff with -base: what the leader allocated under S2
 	var wg sync.WaitGroup
 	lt0 := time.Now()
 	loadErrs := 0
@@ -404,11 +421,23 @@ func measureFleet(self, kind string) error {
 	}
 	wg.Wait()
 	lwall := time.Since(lt0)
-	cpuB := int64(0)
-	for _, p := range procs {
-		cpuB += stats(p.url)["cpu_us"]
-	}
+	leaderAllocs("after-s2")
 	pairs := per * callers
+	// Per process: what each member's process spent per pair the cluster did
+	// (its callers' share included). The leader's row is the one a host
+	// running the leader pays.
+	type s2row struct {
+		role          string
+		cpuUs, allocs float64
+	}
+	var s2 []s2row
+	cpuAll := 0.0
+	for i, p := range procs {
+		after := stats(p.url)
+		r := s2row{p.role, float64(after["cpu_us"]-before[i]["cpu_us"]) / float64(pairs), float64(after["mallocs"]-before[i]["mallocs"]) / float64(pairs)}
+		cpuAll += r.cpuUs
+		s2 = append(s2, r)
+	}
 
 	// Report.
 	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster"}[kind]
@@ -448,7 +477,12 @@ func measureFleet(self, kind string) error {
 			slices.MaxFunc(rs, func(a, b row) int { return a.fds - b.fds }).fds)
 	}
 	fmt.Printf("S2 (%d callers on distinct names, %d pairs): %.0f pairs/s, all processes' CPU per Lock+Unlock pair %.0f µs, errors %d\n",
-		callers, pairs, float64(pairs)/lwall.Seconds(), float64(cpuB-cpuA)/float64(pairs), loadErrs)
+		callers, pairs, float64(pairs)/lwall.Seconds(), cpuAll, loadErrs)
+	for i, r := range s2 {
+		if size <= 10 || strings.HasSuffix(r.role, "*") {
+			fmt.Printf("S2 per pair, proc %d %-9s CPU %5.1f µs, allocations %5.1f\n", i, r.role, r.cpuUs, r.allocs)
+		}
+	}
 	return nil
 }
 
