@@ -3,13 +3,16 @@ package transport
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockraft/lockraft/internal/netrules"
+	"github.com/lockraft/lockraft/internal/refuse"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -30,12 +33,10 @@ func FuzzStreamBatch(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(b)
 	}
+	c := newCodec(refuse.New(slog.New(slog.DiscardHandler), time.Minute))
+	batch := &transportpb.Batch{} // reused, as Stream does
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if checkRepeated(b, maxBatchMsgs) != nil {
-			return
-		}
-		batch := &transportpb.Batch{}
-		if proto.Unmarshal(b, batch) != nil {
+		if c.decodeBatch(b, batch) != nil {
 			return
 		}
 		wire, entries := 0, 0

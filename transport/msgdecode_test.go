@@ -2,13 +2,19 @@ package transport
 
 import (
 	"errors"
+	"log/slog"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/lockraft/lockraft/internal/refuse"
+	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
 // decodeSamples are the messages the raft loop sends, plus the corners of
@@ -212,4 +218,64 @@ func TestDecodeOf256KiBBounded(t *testing.T) {
 		len(raw)>>10, len(m.Entries), alloc>>10)
 	require.Less(t, alloc, uint64(decodeRatio*len(raw)+decodeSlack))
 	require.Less(t, alloc, uint64(15<<20))
+}
+
+// TestDecodeBatchMatchesProto: the raft stream's Batch decoder reads what
+// proto.Unmarshal reads (field 1 of the bytes wire type; unknown fields and
+// a field 1 of another wire type skipped; truncation an error), and a
+// reused Batch keeps nothing of the batch before.
+func TestDecodeBatchMatchesProto(t *testing.T) {
+	c := newCodec(refuse.New(slog.New(slog.DiscardHandler), time.Minute))
+	full, err := proto.Marshal(&transportpb.Batch{Msgs: [][]byte{[]byte("one"), {}, []byte("three")}})
+	require.NoError(t, err)
+	cases := map[string][]byte{
+		"three messages":  full,
+		"empty":           nil,
+		"unknown field":   protowire.AppendVarint(protowire.AppendTag(slices.Clone(full), 7, protowire.VarintType), 5),
+		"wrong wire type": protowire.AppendVarint(protowire.AppendTag(slices.Clone(full), 1, protowire.VarintType), 5),
+		"truncated":       full[:len(full)-1],
+		"field zero":      protowire.AppendVarint(protowire.AppendTag(nil, 0, protowire.VarintType), 1),
+	}
+	reused := &transportpb.Batch{Msgs: [][]byte{[]byte("stale"), []byte("stale"), []byte("stale"), []byte("stale")}}
+	for name, b := range cases {
+		want := &transportpb.Batch{}
+		wantErr := proto.Unmarshal(b, want)
+		gotErr := c.decodeBatch(slices.Clone(b), reused)
+		require.Equal(t, wantErr != nil, gotErr != nil, "%s: proto says %v, decodeBatch %v", name, wantErr, gotErr)
+		if wantErr == nil {
+			require.Equal(t, len(want.GetMsgs()), len(reused.GetMsgs()), name)
+			for i := range want.GetMsgs() {
+				require.Equal(t, string(want.Msgs[i]), string(reused.Msgs[i]), "%s: message %d", name, i)
+			}
+		}
+	}
+}
+
+// FuzzDecodeBatch: for any input, decodeBatch fails exactly when
+// proto.Unmarshal does, and otherwise gives the same messages.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, m := range decodeSamples() {
+		raw, err := proto.Marshal(m)
+		require.NoError(f, err)
+		b, err := proto.Marshal(&transportpb.Batch{Msgs: [][]byte{raw, raw}})
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	c := newCodec(refuse.New(slog.New(slog.DiscardHandler), time.Minute))
+	reused := &transportpb.Batch{}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if checkRepeated(b, maxBatchMsgs) != nil {
+			return // refused before either decodes
+		}
+		want := &transportpb.Batch{}
+		wantErr := proto.Unmarshal(b, want)
+		gotErr := c.decodeBatch(slices.Clone(b), reused)
+		require.Equal(t, wantErr != nil, gotErr != nil, "proto says %v, decodeBatch %v", wantErr, gotErr)
+		if wantErr == nil {
+			require.Equal(t, len(want.GetMsgs()), len(reused.GetMsgs()))
+			for i := range want.GetMsgs() {
+				require.Equal(t, want.Msgs[i], reused.Msgs[i], "message %d", i)
+			}
+		}
+	})
 }

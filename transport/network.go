@@ -31,7 +31,8 @@ type Network interface {
 	// Send queues raft messages for their destinations and returns at once.
 	// A message that cannot be queued is dropped and its destination
 	// reported to the Handler (ReportUnreachable; for MsgSnap,
-	// ReportSnapshot). Send owns msgs after the call.
+	// ReportSnapshot). Send owns the messages after the call, not
+	// the slice: the caller reuses msgs once Send returns.
 	Send(msgs []*raftpb.Message)
 	// Formation is this node's formation id ("" if none yet); SetFormation
 	// sets it once the node has adopted one.

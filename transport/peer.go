@@ -292,6 +292,10 @@ func (p *peer) enqueueSnapshot(m *raftpb.Message) bool {
 	}
 }
 
+// maxKeptBatchMsgs is the most messages' room the writer keeps in its
+// reused batch between sends (24 B each).
+const maxKeptBatchMsgs = 1024
+
 // writeLoop owns the peer's message stream. It waits for queued batches,
 // coalesces everything queued into gRPC messages below MaxMsgSize and sends
 // them. On a stream error it reports the peer unreachable, drops what it was
@@ -322,7 +326,18 @@ func (p *peer) writeLoop() {
 	// A batch fills one receive window of the peer's stream (it reads on
 	// while the next arrives); a message larger than that goes alone.
 	target := min(limit, serverStreamWindow-grpcSlack)
+	// batch is reused from one send to the next: gRPC encodes it inside
+	// Send (the codec's Marshal), and nothing reads it after Send returns
+	// (the transport installs no stats handler, which could).
+	batch := &transportpb.Batch{}
 	for {
+		// Let the sent messages' bytes go before waiting; a batch grown
+		// large by a burst is not kept.
+		clear(batch.Msgs)
+		batch.Msgs = batch.Msgs[:0]
+		if cap(batch.Msgs) > maxKeptBatchMsgs {
+			batch.Msgs = nil
+		}
 		if len(carry) == 0 {
 			select {
 			case <-p.ctx.Done():
@@ -335,7 +350,7 @@ func (p *peer) writeLoop() {
 		// Coalesce: fill one gRPC message from carry and the queue, within
 		// the target size and the receiver's message, entry and decoding
 		// limits (limits.go).
-		batch, size, wire, ents := &transportpb.Batch{}, 0, 0, 0
+		size, wire, ents := 0, 0, 0
 		for {
 			for len(carry) > 0 && (len(batch.Msgs) == 0 || (size+len(carry[0].b) <= target &&
 				len(batch.Msgs) < maxBatchMsgs && ents+carry[0].ents <= maxBatchEntries &&

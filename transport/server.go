@@ -82,9 +82,10 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 	a, lim := admittedOf(ctx).peer, &s.t.adm.lim
 	local := s.t.cfg.LocalID
 	src := views.MemberID(from).String()
-	var counts []int // entries of each message of the batch, reused
+	var counts []int          // entries of each message of the batch, reused
+	b := &transportpb.Batch{} // reused: each batch's messages alias a copy of their own (codec.decodeBatch)
 	for {
-		b, err := stream.Recv()
+		err := stream.RecvMsg(b)
 		if errors.Is(err, io.EOF) {
 			return stream.SendAndClose(&transportpb.StreamAck{})
 		}
@@ -118,8 +119,8 @@ func (s *server) Stream(stream transportpb.Raft_StreamServer) error {
 		}
 		msgs := make([]*raftpb.Message, 0, len(raws))
 		for i, raw := range raws {
-			// raw is this batch's own copy (protobuf copies bytes fields out
-			// of gRPC's pooled buffer), so the message may alias it.
+			// raw is part of this batch's own copy of its bytes (not gRPC's
+			// pooled buffer: codec.decodeBatch), so the message may alias it.
 			m, err := decodeCounted(raw, counts[i])
 			if err != nil {
 				s.t.refused.Refuse(refusedMessage, src, "reason", "undecodable or over limit", "err", err)
