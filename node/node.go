@@ -108,7 +108,8 @@ type loopState struct {
 	lastApplied uint64
 	jobs        fsmJobs // the committer's work, as the loop sees it (committer.go)
 	events      []lockfsm.Event
-	stopWith    error // set to stop serving with this error (lockerr.ErrRemoved)
+	stopWith    error             // set to stop serving with this error (lockerr.ErrRemoved)
+	out         []*raftpb.Message // a Ready's messages to send, reused (Network.Send keeps no slice)
 
 	ops   opRegistry
 	holds holdRegistry

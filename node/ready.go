@@ -31,7 +31,7 @@ func (n *Node) handleReady() error {
 	if rd.SoftState != nil {
 		n.onSoftState(rd.SoftState)
 	}
-	out := rd.Messages[:0:0]
+	out := n.loop.out[:0]
 	var applies []*raftpb.Message
 	var hbExt []byte // the leader's heartbeat extension this turn (lease.go)
 	for _, m := range rd.Messages {
@@ -90,6 +90,8 @@ func (n *Node) handleReady() error {
 		}
 	}
 	n.tr.Send(out)
+	clear(out) // the messages are the transport's now
+	n.loop.out = out[:0]
 	for _, m := range applies {
 		if err := n.apply(m.GetEntries()); err != nil {
 			return err
