@@ -181,7 +181,10 @@ func IsRetryable(err error) bool {
 type Node struct {
 	n       *node.Node
 	ownerID atomic.Uint64
-	m       *metrics // nil without WithMetrics (metrics.go)
+	// ownerPrefix starts every owner this node makes for a call
+	// (newOwner): "node-<id>/call-".
+	ownerPrefix string
+	m           *metrics // nil without WithMetrics (metrics.go)
 }
 
 // Join starts this replica and returns once it is serving; the first Lock
@@ -266,7 +269,7 @@ func Join(peers []string, opts ...Option) (*Node, error) {
 			return nil, err
 		}
 	}
-	return &Node{n: n, m: m}, nil
+	return &Node{n: n, m: m, ownerPrefix: fmt.Sprintf("node-%016x/call-", n.ID())}, nil
 }
 
 // Lock blocks until the named lock is granted to this call, in FIFO order

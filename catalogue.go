@@ -2,7 +2,7 @@ package lockraft
 
 import (
 	"context"
-	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/lockraft/lockraft/internal/lockerr"
@@ -44,6 +44,15 @@ var (
 	ErrOlderMembers = lockerr.ErrOlderMembers
 )
 
+// newOwner is the owner of a call made without WithOwner:
+// "node-<id>/call-<n>", unique on this node (one allocation: it runs on
+// every Lock).
+func (n *Node) newOwner() string {
+	var buf [64]byte
+	b := append(buf[:0], n.ownerPrefix...)
+	return string(strconv.AppendUint(b, n.ownerID.Add(1), 10))
+}
+
 // acquireWith runs one acquisition of any kind, the plain mutex included
 // (acquire), for the caller's options, counted under primitive prim
 // (metrics.go).
@@ -53,7 +62,7 @@ func (n *Node) acquireWith(ctx context.Context, prim int, r node.Request, opts [
 		opt(&lo)
 	}
 	if lo.owner == "" {
-		lo.owner = fmt.Sprintf("node-%016x/call-%d", n.n.ID(), n.ownerID.Add(1))
+		lo.owner = n.newOwner()
 	}
 	r.Owner, r.Lease = lo.owner, lo.lease
 	var start time.Time
