@@ -158,8 +158,11 @@ func (f *FSM) campaign(index uint64, s *session, c *Command, ev []Event) (Result
 func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive, mode Mode, permits uint32,
 	ev []Event) (Result, []Event) {
 	bug := false
+	owner := "" // c.Owner owned, once made
 	if l == nil {
-		l = f.newLock(f.own(c.Name), prim, c.Limit)
+		var name string
+		name, owner = f.ownPair(c.Name, c.Owner)
+		l = f.newLock(name, prim, c.Limit)
 	} else if f.k.grantWhileHeld && !l.delayed && prim != PrimSemaphore && mode == ModeExclusive {
 		// Planted bug: the holder check is skipped (the old holder is overwritten).
 		for len(l.holds) > 0 {
@@ -172,7 +175,10 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 		if prim == PrimElection {
 			value = f.own(c.Value)
 		}
-		ev = f.grant(l, s, hold{session: s.id, owner: f.own(c.Owner), token: index, grantSeq: c.Seq,
+		if owner == "" {
+			owner = f.own(c.Owner)
+		}
+		ev = f.grant(l, s, hold{session: s.id, owner: owner, token: index, grantSeq: c.Seq,
 			lease: c.LeaseMillis, count: 1, permits: permits, mode: mode}, c.Seq, value, false, ev)
 		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 	}
@@ -182,7 +188,10 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	if pos := l.waiting(s.id, c.Owner); pos != 0 {
 		return Result{Err: ErrAlreadyWaiting, Position: pos}, ev
 	}
-	w := waiter{session: s.id, owner: f.own(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
+	if owner == "" {
+		owner = f.own(c.Owner)
+	}
+	w := waiter{session: s.id, owner: owner, seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
 		mode: mode, permits: permits}
 	if prim == PrimElection && c.Value != "" {
 		w.x = &extra{value: f.own(c.Value)}

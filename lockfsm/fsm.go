@@ -210,3 +210,13 @@ func (f *FSM) own(s string) string {
 	}
 	return strings.Clone(s)
 }
+
+// ownPair is own for two strings made at once (a new lock's name and its first holder's owner), in one
+// allocation that both share.
+func (f *FSM) ownPair(a, b string) (string, string) {
+	if f.k.keepAliases || a == "" || b == "" {
+		return f.own(a), f.own(b)
+	}
+	s := a + b
+	return s[:len(a)], s[len(a):]
+}
