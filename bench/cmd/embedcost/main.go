@@ -8,7 +8,8 @@
 //   - RSS (VmRSS), open file descriptors (/proc/PID/fd) and goroutines;
 //   - CPU per Lock+Unlock pair under S2 (64 concurrent callers on distinct
 //     names, spread over the members): every process's CPU together, divided
-//     by the pairs done.
+//     by the pairs done; and each process's CPU and heap allocations per
+//     pair the cluster did (the leader's row is what its host pays).
 //
 // Fleets: "3" is a 3-member static cluster (the quick start); "3g" the same
 // formed by gossip; "10" a gossip fleet of 10; "50" a gossip fleet of 50 (5
@@ -24,6 +25,7 @@
 //	go run ./cmd/embedcost                      # from bench/: fleets 3 and 50
 //	go run ./cmd/embedcost -fleets 3g -idle 30s
 //	go run ./cmd/embedcost -fleets 50m,7,50     # the floors beside the fleet
+//	go run ./cmd/embedcost -fleets 3 -mtls      # mutual TLS between the members
 //
 // The machine's load average is printed with the figures: idle CPU is only
 // meaningful on a quiet machine. A fleet of 50 gossips its full state
@@ -55,6 +57,7 @@ import (
 	"time"
 
 	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/internal/certgen"
 )
 
 var (
@@ -63,6 +66,8 @@ var (
 	flagSettle  = flag.Duration("settle", 10*time.Second, "wait after the fleet is formed and ready, before measuring")
 	flagPairs   = flag.Int("pairs", 6400, "Lock+Unlock pairs of the S2 load (over all callers)")
 	flagCallers = flag.Int("callers", 64, "concurrent callers of the S2 load, on distinct names")
+	flagMTLS    = flag.Bool("mtls", false, "static fleets: mutual TLS between the members, each with a certificate naming it (as deployed off loopback)")
+	flagTLS     = flag.String("tls", "", "")
 	flagMemRate = flag.Int("memprofilerate", 0, "with -profile: the children's runtime.MemProfileRate (1 counts every allocation; 0 keeps Go's default sampling)")
 	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and one member of each role over the idle window, and the leader's allocation profile before and after the S2 load, to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
 
@@ -105,7 +110,11 @@ func child() error {
 	if *flagMemRate > 0 {
 		runtime.MemProfileRate = *flagMemRate
 	}
-	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID("embedcost")}
+	opts := []lockraft.Option{lockraft.WithDataDir(*flagDir), lockraft.WithClusterID(clusterID)}
+	if *flagTLS != "" {
+		f := strings.Split(*flagTLS, ",")
+		opts = append(opts, lockraft.WithTLSFiles(f[0], f[1], f[2]))
+	}
 	if *flagHB > 0 || *flagKA > 0 {
 		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{HeartbeatTicks: *flagHB, KeepaliveInterval: *flagKA}))
 	}
@@ -259,6 +268,13 @@ func measureFleet(self, kind string) error {
 			}
 		} else {
 			args = append(args, "-peers", strings.Join(peers, ","))
+			if *flagMTLS {
+				files, err := memberTLSFiles(tmp, uint64(i+1))
+				if err != nil {
+					return err
+				}
+				args = append(args, "-tls", files)
+			}
 		}
 		cp, f, err := childproc.Start(filepath.Join(tmp, fmt.Sprintf("child%d.log", i)), "READY", self, args...)
 		if err != nil {
@@ -441,6 +457,9 @@ func measureFleet(self, kind string) error {
 
 	// Report.
 	name := map[string]string{"3": "3-member static cluster", "3g": "3-member gossip cluster"}[kind]
+	if *flagMTLS && !gossip {
+		name += ", mutual TLS"
+	}
 	if name == "" {
 		learners := min(max(*flagLearn, 0), size-expect)
 		name = fmt.Sprintf("fleet of %d (gossip: %d voters, %d learners, %d light)", size, expect, learners, size-expect-learners)
@@ -485,6 +504,36 @@ func measureFleet(self, kind string) error {
 	}
 	return nil
 }
+
+// clusterID is the fleets' cluster id (member certificates name it).
+const clusterID = "embedcost"
+
+// memberTLSFiles writes the CA (made on first use) and member id's
+// certificate and key under dir, and returns the child's -tls value:
+// "ca,cert,key".
+func memberTLSFiles(dir string, id uint64) (string, error) {
+	from, until := time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	if benchCA == nil {
+		ca, err := certgen.NewCA("embedcost CA", from, until)
+		if err != nil {
+			return "", err
+		}
+		benchCA = ca
+	}
+	cert, key, err := benchCA.Member(clusterID, id, []string{"127.0.0.1"}, from, until)
+	if err != nil {
+		return "", err
+	}
+	files := []string{filepath.Join(dir, "ca.pem"), filepath.Join(dir, fmt.Sprintf("m%d.pem", id)), filepath.Join(dir, fmt.Sprintf("m%d-key.pem", id))}
+	for i, b := range [][]byte{benchCA.CertPEM, cert, key} {
+		if err := os.WriteFile(files[i], b, 0o600); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(files, ","), nil
+}
+
+var benchCA *certgen.CA
 
 func get(url string) (int, string) { return childproc.Get(url, 5*time.Second) }
 
