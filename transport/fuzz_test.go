@@ -26,14 +26,7 @@ import (
 // from the peer, and of a type a peer may send; the batch never decodes to
 // more entries than it announced.
 func FuzzStreamBatch(f *testing.F) {
-	for _, m := range decodeSamples() {
-		raw, err := proto.Marshal(m)
-		require.NoError(f, err)
-		b, err := proto.Marshal(&transportpb.Batch{Msgs: [][]byte{raw, raw}})
-		require.NoError(f, err)
-		f.Add(b)
-	}
-	c := newCodec(refuse.New(slog.New(slog.DiscardHandler), time.Minute))
+	c := batchFuzzSeeds(f)
 	batch := &transportpb.Batch{} // reused, as Stream does
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if c.decodeBatch(b, batch) != nil {
@@ -62,6 +55,19 @@ func FuzzStreamBatch(f *testing.F) {
 		}
 		require.GreaterOrEqual(t, entries, 0)
 	})
+}
+
+// batchFuzzSeeds adds a batch of each decode sample, twice over, to f's
+// corpus, and returns a codec for the stream's batches.
+func batchFuzzSeeds(f *testing.F) codec {
+	for _, m := range decodeSamples() {
+		raw, err := proto.Marshal(m)
+		require.NoError(f, err)
+		b, err := proto.Marshal(&transportpb.Batch{Msgs: [][]byte{raw, raw}})
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	return newCodec(refuse.New(slog.New(slog.DiscardHandler), time.Minute))
 }
 
 // FuzzSnapshotHeader: the first chunk of a snapshot transfer. A header that

@@ -254,14 +254,7 @@ func TestDecodeBatchMatchesProto(t *testing.T) {
 // FuzzDecodeBatch: for any input, decodeBatch fails exactly when
 // proto.Unmarshal does, and otherwise gives the same messages.
 func FuzzDecodeBatch(f *testing.F) {
-	for _, m := range decodeSamples() {
-		raw, err := proto.Marshal(m)
-		require.NoError(f, err)
-		b, err := proto.Marshal(&transportpb.Batch{Msgs: [][]byte{raw, raw}})
-		require.NoError(f, err)
-		f.Add(b)
-	}
-	c := newCodec(refuse.New(slog.New(slog.DiscardHandler), time.Minute))
+	c := batchFuzzSeeds(f)
 	reused := &transportpb.Batch{}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if checkRepeated(b, maxBatchMsgs) != nil {
