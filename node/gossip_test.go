@@ -194,7 +194,9 @@ func logMembers(t testing.TB, f *cluster.Cluster[*Node]) {
 }
 
 func TestGossipFormAndGrow(t *testing.T) {
-	f := newGossipCluster(t, "grow", 7, 3)
+	// Sessions outlive a loaded machine's stalls: the test is about the
+	// configuration, not about sessions.
+	f := newGossipCluster(t, "grow", 7, 3, func(c *Config) { c.SessionTTL = 5 * time.Second })
 	start := time.Now()
 	startSlot(t, f, 1)
 	for i := uint64(2); i <= 5; i++ {
@@ -228,12 +230,33 @@ func TestGossipFormAndGrow(t *testing.T) {
 	voters, learners := waitConf(t, f, 30*time.Second, "5 voters + 2 learners", func(v, l []uint64) bool { return len(v) == 5 && len(l) == 2 })
 	t.Logf("voters %x learners %x after %v", voters, learners, time.Since(start))
 
-	ctx := ctxT(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
 	for _, n := range f.All() {
 		if slices.Contains(voters, n.ID()) || slices.Contains(learners, n.ID()) {
-			h, err := n.Acquire(ctx, "grow", fmt.Sprintf("o-%x", n.ID()), true, 0)
-			require.NoError(t, err)
+			h := acquireRetrying(t, ctx, n, "grow", fmt.Sprintf("o-%x", n.ID()))
 			require.NoError(t, h.Release(ctx))
+		}
+	}
+}
+
+// acquireRetrying takes name for owner on n, retrying the errors the
+// documentation calls safe to retry when the cluster cannot serve for a
+// while (a session that expired while the machine was starved, no leader
+// for a moment), until ctx ends.
+func acquireRetrying(t testing.TB, ctx context.Context, n *Node, name, owner string) *Hold {
+	t.Helper()
+	for {
+		h, err := n.Acquire(ctx, name, owner, true, 0)
+		if err == nil {
+			return h
+		}
+		if ctx.Err() != nil || !(errors.Is(err, lockerr.ErrSessionExpired) || errors.Is(err, lockerr.ErrUnavailable)) {
+			require.NoError(t, err)
+		}
+		t.Logf("%x: %s: %v; again", n.ID(), name, err)
+		select { // a pause between calls that may fail at once
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
