@@ -68,6 +68,7 @@ var (
 	flagCallers = flag.Int("callers", 64, "concurrent callers of the S2 load, on distinct names")
 	flagMTLS    = flag.Bool("mtls", false, "static fleets: mutual TLS between the members, each with a certificate naming it (as deployed off loopback)")
 	flagTLS     = flag.String("tls", "", "")
+	flagS2CPU   = flag.Duration("s2cpu", 0, "with -profile: also profile the leader's CPU over this much of the S2 load (make -pairs last longer)")
 	flagMemRate = flag.Int("memprofilerate", 0, "with -profile: the children's runtime.MemProfileRate (1 counts every allocation; 0 keeps Go's default sampling)")
 	flagProfile = flag.String("profile", "", "write CPU profiles of the leader and one member of each role over the idle window, and the leader's allocation profile before and after the S2 load, to this directory (diagnosis: profiling itself costs CPU, so the figures of such a run are not the cost)")
 
@@ -412,6 +413,18 @@ func measureFleet(self, kind string) error {
 	}
 	leaderAllocs("before-s2") // diff with -base: what the leader allocated under S2
 	var wg sync.WaitGroup
+	var cpuProf sync.WaitGroup
+	defer cpuProf.Wait()
+	if *flagProfile != "" && *flagS2CPU > 0 {
+		for i, p := range procs {
+			if strings.HasSuffix(p.role, "*") {
+				cpuProf.Go(func() { // the leader's CPU over the first -s2cpu of the load
+					_, body := childproc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url, int(flagS2CPU.Seconds())), *flagS2CPU+30*time.Second)
+					os.WriteFile(filepath.Join(*flagProfile, fmt.Sprintf("fleet%s-proc%d-leader-s2-cpu.pprof", kind, i)), []byte(body), 0o644)
+				})
+			}
+		}
+	}
 	lt0 := time.Now()
 	loadErrs := 0
 	var mu sync.Mutex
