@@ -26,6 +26,17 @@ func TestStageProbeStampsEveryStage(t *testing.T) {
 			require.NoError(t, h.Release(ctx))
 		}
 	}
+	// A follower's caller returns once its own node applied; the leader sends
+	// the commit before its loop applies, so its last stamps may still be on
+	// their way. Wait for the leader to have applied every command made.
+	require.Eventually(t, func() bool {
+		for i := uint64(1); i < probe.cap; i++ {
+			if probe.owner[i].Load() != 0 && probe.get(lead, i, stageApplied) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the leader did not apply every command")
 	seen := map[uint64]int{}
 	for i := uint64(1); i < probe.cap; i++ {
 		o := probe.owner[i].Load()
