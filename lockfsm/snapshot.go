@@ -8,7 +8,6 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"maps"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -209,123 +208,9 @@ func (s *snapReader) bytes(buf []byte, max uint64) ([]byte, error) {
 	return b, nil
 }
 
-// Restore replaces the whole state with the snapshot read from r. It reads and verifies all of r (format,
-// records, checksum, consistency) before touching anything, then rewrites the bbolt file in one transaction
-// and only then swaps the in-memory state; on any error the FSM is unchanged. Bad input wraps errCorrupt.
-// It is ReadRestore, WriteRestore and InstallRestore in one call.
-func (f *FSM) Restore(r io.Reader) error {
-	rs, err := ReadRestore(r)
-	if err != nil {
-		return err
-	}
-	if err := f.WriteRestore(rs); err != nil {
-		return err
-	}
-	f.InstallRestore(rs)
-	return nil
-}
-
-// Restored is a snapshot read and verified by ReadRestore, for WriteRestore and InstallRestore.
-type Restored struct {
-	sessions map[uint64]*session
-	locks    map[string]*lock
-	sorted   []*lock // the locks in name order, as the snapshot lists them
-	size     int     // bytes of the lock names and records the snapshot holds
-	applied  uint64
-}
-
-// Applied is the snapshot's applied index.
-func (rs *Restored) Applied() uint64 { return rs.applied }
-
-// ReadRestore reads and verifies a whole snapshot (format, records, checksum, consistency). It touches no
-// FSM, so it may run on any goroutine. Bad input wraps errCorrupt.
-func ReadRestore(r io.Reader) (*Restored, error) {
-	t := newTableLoader()
-	applied, err := readSnapshot(r, t)
-	if err != nil {
-		return nil, fmt.Errorf("lockfsm: restore: %w", err)
-	}
-	sorted := t.locks
-	sessions, locks, err := t.build()
-	if err != nil {
-		return nil, fmt.Errorf("lockfsm: restore: snapshot: %w", err)
-	}
-	return &Restored{sessions: sessions, locks: locks, sorted: sorted, size: t.size, applied: applied}, nil
-}
-
-// WriteRestore rewrites the bbolt file with rs's state in one transaction and then sets DurableIndex to
-// rs.Applied(). The in-memory state is not touched (InstallRestore swaps it in), so the caller may run it on
-// another goroutine while it reads the in-memory state; it must not Apply, commit or write a batch until
-// InstallRestore. On error the file is unchanged.
-func (f *FSM) WriteRestore(rs *Restored) error {
-	if f.db == nil {
-		return fmt.Errorf("lockfsm: restore %s: closed", f.path)
-	}
-	f.restoring.Store(true) // until InstallRestore: the file's table is not memory's
-	return f.update("restore", rs.applied, func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketSessions, bucketLocks} {
-			if err := tx.DeleteBucket(name); err != nil {
-				return err
-			}
-		}
-		sb, err := tx.CreateBucket(bucketSessions)
-		if err != nil {
-			return err
-		}
-		lb, err := tx.CreateBucket(bucketLocks)
-		if err != nil {
-			return err
-		}
-		// In key order: bbolt then fills pages one after another instead of splitting them all over the
-		// tree (BenchmarkRestore, 50,000 locks: 4.0 s in map order, 0.3 s in key order), and the file's
-		// layout does not depend on map order. Keys and values go into one arena (bbolt holds them until
-		// the commit; a reallocation leaves earlier slices valid) instead of two allocations a record.
-		arena := make([]byte, 0, rs.size+rs.size/8) // records written back are the snapshot's, give or take
-		put := func(bk *bolt.Bucket, key func([]byte) []byte, val func([]byte) []byte) error {
-			start := len(arena)
-			arena = key(arena)
-			mid := len(arena)
-			arena = val(arena)
-			return bk.Put(arena[start:mid:mid], arena[mid:len(arena):len(arena)])
-		}
-		for _, id := range slices.Sorted(maps.Keys(rs.sessions)) {
-			if err := put(sb, func(b []byte) []byte { return binary.BigEndian.AppendUint64(b, id) },
-				func(b []byte) []byte { return appendSession(b, rs.sessions[id]) }); err != nil {
-				return err
-			}
-		}
-		lb.FillPercent = restoreFillPercent
-		for _, l := range rs.sorted {
-			if err := put(lb, func(b []byte) []byte { return append(b, l.name...) },
-				func(b []byte) []byte { return appendLock(b, l, &f.k) }); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// InstallRestore replaces the in-memory state with rs's, once WriteRestore returned nil for it. Records
-// changed since the last commit are dropped: the snapshot supersedes them.
-func (f *FSM) InstallRestore(rs *Restored) {
-	f.sessions, f.locks = rs.sessions, rs.locks
-	f.countAll()
-	f.unwritten = nil
-	f.restoring.Store(false)
-	f.applied = rs.applied
-	f.durable.Store(rs.applied)
-	clear(f.dirtySessions)
-	clear(f.dirtyLocks)
-}
-
-// restoreFillPercent fills the pages of a restored table's bucket: names arrive in key order, so pages
-// filled at bbolt's default (half) leave the file twice the size it need be; a little room is left for
-// the records that grow as the table changes.
-const restoreFillPercent = 0.9
-
 // readSnapshot reads a whole snapshot into t (records, checksum) and returns its applied index; t.build
-// then checks the records against each other.
-func readSnapshot(r io.Reader, t *tableLoader) (uint64, error) {
+// then checks the records against each other. Each record read is also copied to tee.
+func readSnapshot(r io.Reader, t *tableLoader, tee *restoreTee) (uint64, error) {
 	sr := &snapReader{r: bufio.NewReaderSize(r, 64<<10), h: crc32.New(castagnoli)}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: snapshot: %s", errCorrupt, fmt.Sprintf(format, args...))
@@ -379,6 +264,7 @@ func readSnapshot(r io.Reader, t *tableLoader) (uint64, error) {
 				return 0, fmt.Errorf("snapshot: %w", err)
 			}
 			t.sessions[id] = s
+			tee.session(id, rec)
 		case tagLock:
 			nb, err = sr.bytes(nb, MaxNameLen)
 			if err != nil {
@@ -396,6 +282,7 @@ func readSnapshot(r io.Reader, t *tableLoader) (uint64, error) {
 			if err := t.lock(name, rec, lockRecord); err != nil {
 				return 0, fmt.Errorf("snapshot: %w", err)
 			}
+			tee.add(true, nb, rec)
 		case tagEnd:
 			sum := sr.h.Sum32()
 			var tail [5]byte

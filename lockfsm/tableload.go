@@ -9,7 +9,6 @@ type tableLoader struct {
 	sessions map[uint64]*session
 	locks    []*lock // in key order
 	owners   map[string]string
-	size     int // bytes of the keys and records read: about what writing the table back takes
 }
 
 // maxInternedOwners bounds the owner strings a load shares: past it, owners are copied per hold as
@@ -27,7 +26,6 @@ func (t *tableLoader) lock(name string, b []byte, want byte) error {
 		return err
 	}
 	t.locks = append(t.locks, l)
-	t.size += len(name) + len(b)
 	return nil
 }
 

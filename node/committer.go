@@ -266,9 +266,12 @@ func (c *committer) writeSnapshot(j *snapJob) error {
 }
 
 // restore reads and verifies the snapshot file of a restore from the
-// leader's snapshot and rewrites locks.db with it. It does not touch the
-// in-memory lock table, which the loop may be reading: the loop swaps the
-// restored one in (finishRestore).
+// leader's snapshot and rewrites locks.db with it, both at once: a goroutine
+// reads and verifies while this one puts what it has read into one bbolt
+// transaction, committed only once the whole file is verified (at a million
+// names each half takes seconds). It does not touch the in-memory lock
+// table, which the loop may be reading: the loop swaps the restored one in
+// (finishRestore).
 func (c *committer) restore(j *restoreJob) error {
 	c.k.StallSnapshot(c.stop)
 	f, err := os.Open(transport.SnapshotPath(c.dir, j.index))
@@ -276,19 +279,41 @@ func (c *committer) restore(j *restoreJob) error {
 		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
 	defer f.Close()
-	rs, err := lockfsm.ReadRestore(f)
+	type read struct {
+		rs  *lockfsm.Restored
+		err error
+	}
+	recs := make(chan *lockfsm.RestoreRecords, restoreRunsAhead)
+	done := make(chan read, 1)
+	go func() {
+		rs, err := lockfsm.ReadRestoreTo(f, func(rr *lockfsm.RestoreRecords) { recs <- rr })
+		close(recs)
+		done <- read{rs, err}
+	}()
+	// WriteRestoreFrom takes every run and asks for the verdict whatever
+	// happens, so the reader has finished with f when it returns.
+	var rs *lockfsm.Restored
+	err = c.fsm.WriteRestoreFrom(func() (*lockfsm.RestoreRecords, bool) {
+		rr, ok := <-recs
+		return rr, ok
+	}, func() (*lockfsm.Restored, error) {
+		r := <-done
+		if r.err == nil && r.rs.Applied() != j.index {
+			r.err = fmt.Errorf("the file holds the lock table at %d", r.rs.Applied())
+		}
+		rs = r.rs
+		return r.rs, r.err
+	})
 	if err != nil {
-		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
-	}
-	if rs.Applied() != j.index {
-		return fmt.Errorf("%w: snapshot file %d holds the lock table at %d", lockerr.ErrDataDir, j.index, rs.Applied())
-	}
-	if err := c.fsm.WriteRestore(rs); err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
 	j.rs = rs
 	return nil
 }
+
+// restoreRunsAhead is how many runs of records the reader of a restore may
+// be ahead of its writer.
+const restoreRunsAhead = 8
 
 // recover brings the lock table up to the raft snapshot if a crash came
 // between saving a received snapshot and restoring the table from it. It
