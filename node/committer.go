@@ -49,6 +49,7 @@ type restoreJob struct {
 	cs    *raftpb.ConfState
 	sent  bool              // handed to the committer
 	rs    *lockfsm.Restored // set by the committer once locks.db holds it
+	took  time.Duration     // the committer's reading and writing, for the log
 }
 
 // fsmJobs is the loop's side of the committer: the job in flight (one at a
@@ -274,6 +275,7 @@ func (c *committer) writeSnapshot(j *snapJob) error {
 // (finishRestore).
 func (c *committer) restore(j *restoreJob) error {
 	c.k.StallSnapshot(c.stop)
+	start := time.Now()
 	f, err := os.Open(transport.SnapshotPath(c.dir, j.index))
 	if err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
@@ -307,7 +309,7 @@ func (c *committer) restore(j *restoreJob) error {
 	if err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
-	j.rs = rs
+	j.rs, j.took = rs, time.Since(start)
 	return nil
 }
 

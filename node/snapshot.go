@@ -32,6 +32,7 @@ package node
 
 import (
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -57,7 +58,12 @@ import (
 // finishRestore swaps the restored lock table in and releases the held
 // raft log writes, the snapshot's first. Runs in the loop.
 func (n *Node) finishRestore(j *restoreJob) {
+	start := time.Now()
 	n.fsm.InstallRestore(j.rs)
+	defer func() {
+		n.log.Info("lock table restored from the leader's snapshot", "index", j.index,
+			"read_and_written", j.took.Round(time.Millisecond), "installed", time.Since(start).Round(time.Millisecond))
+	}()
 	n.loop.confState = j.cs
 	n.members.SetConf(n.loop.confState)
 	n.loop.lastApplied = j.index
