@@ -92,6 +92,12 @@ var (
 func main() {
 	flag.Parse()
 	var err error
+	if *flagProfile != "" && !*flagChild {
+		if err := os.MkdirAll(*flagProfile, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	if *flagChild && *flagBare {
 		err = bareChild()
 	} else if *flagChild {
