@@ -133,7 +133,12 @@ func newCodec(refused *refuse.Log) codec {
 
 func (c codec) Name() string { return grpcproto.Name }
 
-func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(*transportpb.Batch); ok {
+		return encodeBatch(b), nil
+	}
+	return c.base.Marshal(v)
+}
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if raw, ok := v.(*rawRequest); ok {
@@ -165,45 +170,3 @@ func (c codec) decode(b []byte, m proto.Message) error {
 	}
 	return proto.Unmarshal(b, m)
 }
-
-// decodeBatch is decode for a raft stream's Batch, with its messages
-// aliasing b (which the caller gives up) instead of one copy each, and m's
-// Msgs reused: a batch costs one allocation, not one per message. It reads
-// what proto.Unmarshal reads: field 1 of the bytes wire type is a message;
-// anything else well-formed is skipped (proto.Unmarshal would keep it as
-// unknown fields, which nothing reads); malformed bytes are an error.
-func (c codec) decodeBatch(b []byte, m *transportpb.Batch) error {
-	clear(m.Msgs)
-	m.Msgs = m.Msgs[:0]
-	if err := checkRepeated(b, maxBatchMsgs); err != nil {
-		c.refused.Refuse(refusedOversize, fmt.Sprintf("%T", m), "bytes", len(b), "err", err)
-		return err
-	}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("transport: batch: %w", protowire.ParseError(n))
-		}
-		if num > protowire.MaxValidNumber {
-			return fmt.Errorf("transport: batch: field number %d out of range", num)
-		}
-		b = b[n:]
-		if num == batchMsgsField && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return fmt.Errorf("transport: batch: %w", protowire.ParseError(n))
-			}
-			m.Msgs = append(m.Msgs, v[:len(v):len(v)])
-			b = b[n:]
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return fmt.Errorf("transport: batch: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// batchMsgsField is transportpb.Batch's msgs field number.
-const batchMsgsField = 1
