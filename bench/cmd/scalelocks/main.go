@@ -114,6 +114,8 @@ var (
 	flagSettle  = flag.Duration("settle", 5*time.Second, "wait before each memory reading")
 	flagPage    = flag.Int("page", 1000, "names per inspection page (at most lockraft.MaxPageLimit)")
 	flagPaging  = flag.Bool("paging", true, "run step 6 (paging over the whole table)")
+	flagLease   = flag.Duration("lease", 0, "give every held lock a lease this long (WithLease; never renewed, so make it outlast the run); 0: none")
+	flagRest    = flag.Duration("rest", 10*time.Second, "window over which the replicas' CPU at rest is measured, empty and with the table full")
 	flagBase    = flag.String("dir", "", "where the data directories go (default: the system's temporary directory)")
 	flagKeep    = flag.Bool("keep", false, "keep the data directories and logs (printed)")
 	flagHeap    = flag.String("heapprofile", "", "write the leader's heap profile with the table full (after a forced GC) to this file (diagnosis: where the bytes go)")

@@ -156,6 +156,7 @@ type run struct {
 	p plan
 
 	empty, full   []memReading
+	rest0, rest1  []float64       // the replicas' CPU at rest, % of a core: empty, full
 	lat0, lat1    []time.Duration // from the load process
 	f             *member         // the follower the pairs inside a replica run in
 	rlat0, rlat1  []time.Duration // inside that follower: empty, full
@@ -181,6 +182,9 @@ func (r *run) all(ctx context.Context) error {
 		return err
 	}
 	r.printMemory("1a", "empty cluster, after a settle of "+flagSettle.String(), c.reps, r.empty, nil)
+	if r.rest0, err = r.restCPU(ctx, "1a"); err != nil {
+		return err
+	}
 
 	// Latency on the empty cluster; a few pairs first to warm up.
 	if _, _, err := pairs(ctx, c.load, "warm/load", 50); err != nil {
@@ -226,6 +230,9 @@ func (r *run) all(ctx context.Context) error {
 		}
 	}
 	r.printMemory("1b", fmt.Sprintf("table full (%d held, %d waiting), after a settle of %v", r.held, r.p.waiters, *flagSettle), c.reps, r.full, r.empty)
+	if r.rest1, err = r.restCPU(ctx, "1b"); err != nil {
+		return err
+	}
 
 	if r.lat1, _, err = pairs(ctx, c.load, "other/full", *flagPairs); err != nil {
 		return fmt.Errorf("pairs with the table full: %w", err)
@@ -262,6 +269,43 @@ func (r *run) all(ctx context.Context) error {
 	}
 	r.summary()
 	return nil
+}
+
+// restCPU measures each replica's CPU over -rest while nothing is asked of
+// the cluster, as % of a core, and prints it (the leader marked).
+func (r *run) restCPU(ctx context.Context, step string) ([]float64, error) {
+	reps := r.c.reps
+	before := make([]childproc.Stats, len(reps))
+	for i, m := range reps {
+		s, err := childproc.FetchStats(m.url, false)
+		if err != nil {
+			return nil, err
+		}
+		before[i] = s
+	}
+	t0 := time.Now()
+	if err := sleep(ctx, *flagRest); err != nil {
+		return nil, err
+	}
+	el := time.Since(t0)
+	pct := make([]float64, len(reps))
+	var parts []string
+	leader := r.c.leader()
+	for i, m := range reps {
+		s, err := childproc.FetchStats(m.url, false)
+		if err != nil {
+			return nil, err
+		}
+		pct[i] = float64(s.CPUMicros-before[i].CPUMicros) / float64(el.Microseconds()) * 100
+		mark := ""
+		if m == leader {
+			mark = " (leader)"
+		}
+		parts = append(parts, fmt.Sprintf("%s%s %.2f %%", m.name(), mark, pct[i]))
+	}
+	fmt.Printf("%s  CPU at rest over %v, %% of a core: %s; load average %s\n", step, el.Round(time.Millisecond),
+		strings.Join(parts, ", "), childproc.Loadavg())
+	return pct, nil
 }
 
 // release closes the load member: one entry ends its session, releasing
@@ -337,7 +381,11 @@ func (r *run) fill(ctx context.Context) ([]*lockraft.Lock, error) {
 				if i >= p.locks || fctx.Err() != nil {
 					return
 				}
-				l, err := c.load.Lock(fctx, p.name(i), lockraft.WithOwner(p.owner(i)))
+				opts := []lockraft.LockOption{lockraft.WithOwner(p.owner(i))}
+				if *flagLease > 0 {
+					opts = append(opts, lockraft.WithLease(*flagLease))
+				}
+				l, err := c.load.Lock(fctx, p.name(i), opts...)
 				if err != nil {
 					firstErr.CompareAndSwap(nil, fmt.Errorf("Lock %s: %w", p.name(i), err))
 					if failed.Add(1) >= 100 {
@@ -767,6 +815,17 @@ func (r *run) summary() {
 	}
 	fmt.Printf("%-46s | %-58s | %s\n", "new member caught up", snap, "≤ 5 s")
 	fmt.Printf("%-46s | %-58s | %s\n", "paging the table: worst Lock+Unlock meanwhile", ms(r.pagingWorst)+" ms", "no stall")
+	var rest []string
+	for i, m := range r.c.reps {
+		if i < len(r.rest0) && i < len(r.rest1) {
+			rest = append(rest, fmt.Sprintf("%s %.2f → %.2f %%", m.name(), r.rest0[i], r.rest1[i]))
+		}
+	}
+	lease := "no leases"
+	if *flagLease > 0 {
+		lease = "each with a lease"
+	}
+	fmt.Printf("%-46s | %-58s | %s\n", "CPU at rest, empty → full ("+lease+")", strings.Join(rest, ", "), "")
 }
 
 // firstLogged is when the first line of the log at path containing what

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"syscall"
 	"time"
 )
 
@@ -31,6 +32,9 @@ type Stats struct {
 	// GCPauses: the stop-the-world pauses of the GC since the process
 	// started (/sched/pauses/total/gc:seconds).
 	GCPauses Hist `json:"gc_pauses"`
+	// CPUMicros: the process's CPU time so far, user and system
+	// (getrusage).
+	CPUMicros int64 `json:"cpu_us"`
 	// Forced: a runtime.GC and debug.FreeOSMemory ran just before these
 	// were read (?gc=1).
 	Forced bool `json:"forced,omitempty"`
@@ -125,6 +129,10 @@ func ReadStats() Stats {
 			}
 			s.GCPauses = append(s.GCPauses, Bucket{i, hi, n})
 		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.CPUMicros = ru.Utime.Sec*1e6 + int64(ru.Utime.Usec) + ru.Stime.Sec*1e6 + int64(ru.Stime.Usec)
 	}
 	pid := os.Getpid()
 	s.RSSKiB = ProcStatusKiB(pid, "VmRSS")
