@@ -323,6 +323,7 @@ func (l *duties) addReport(e *Engine, from uint64, rep *memberReport, now time.T
 			// reached a quorum after the holder sent its Acquire.
 			if at := anyV.Add(d.ttl); d.inherited && at.Before(d.at) {
 				d.at = later(at, d.heard.Add(d.ttl))
+				l.queue.schedule(d, d.at)
 			}
 		}
 	}

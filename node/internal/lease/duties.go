@@ -30,6 +30,7 @@ type duties struct {
 	sessions map[uint64]*sessionTimer
 	leases   map[leaseKey][]*deadline // by (name, token): the holds granted with a lease in that entry
 	delays   map[string]*deadline     // by lock name; token = the entry that started the delay
+	queue    timerQueue               // the leases and delays, by when each next needs a look
 
 	readyAt time.Time   // when this leader armed its timers
 	ckSeq   uint64      // counter of this leader's checkpoint entries (their Seq)
@@ -51,6 +52,10 @@ type deadline struct {
 	session uint64
 	owner   string
 	shared  bool
+
+	name  string // the lock (leases and delays)
+	delay bool   // a lock-delay's end, else a lease
+	gen   uint32 // which of its entries in the timer queue is current
 }
 
 // leaseKey is where the leader files a hold's lease: its name and token.
@@ -114,6 +119,7 @@ func (l *duties) init() {
 	l.sessions = map[uint64]*sessionTimer{}
 	l.leases = map[leaseKey][]*deadline{}
 	l.delays = map[string]*deadline{}
+	l.queue = nil
 	l.revive, l.early = nil, nil
 	l.reports = reportState{}
 }
@@ -121,9 +127,12 @@ func (l *duties) init() {
 // addLease starts the lease of one hold (it replaces an earlier deadline of
 // the same hold: a new grant).
 func (l *duties) addLease(name string, d *deadline) {
+	d.name = name
+	l.queue.schedule(d, d.at)
 	k := leaseKey{name, d.token}
 	for i, x := range l.leases[k] {
 		if x.session == d.session && x.owner == d.owner {
+			forget(x)
 			l.leases[k][i] = d
 			return
 		}
@@ -137,6 +146,7 @@ func (l *duties) dropLease(name string, token, session uint64, owner string) {
 	ds := l.leases[k]
 	for i, x := range ds {
 		if x.session == session && x.owner == owner {
+			forget(x)
 			ds = append(ds[:i], ds[i+1:]...)
 			break
 		}
@@ -145,6 +155,22 @@ func (l *duties) dropLease(name string, token, session uint64, owner string) {
 		delete(l.leases, k)
 	} else {
 		l.leases[k] = ds
+	}
+}
+
+// setDelay starts (or restarts) the lock-delay of name.
+func (l *duties) setDelay(name string, d *deadline) {
+	l.dropDelay(name)
+	d.name, d.delay = name, true
+	l.delays[name] = d
+	l.queue.schedule(d, d.at)
+}
+
+// dropDelay forgets the lock-delay of name, if any.
+func (l *duties) dropDelay(name string) {
+	if d := l.delays[name]; d != nil {
+		forget(d)
+		delete(l.delays, name)
 	}
 }
 
@@ -218,7 +244,7 @@ func (l *duties) arm(e *Engine, now time.Time) (reports bool) {
 			if m, ok := e.delayed[li.Name]; ok && m.token == li.DelayToken && m.at.Before(now) {
 				start = m.at
 			}
-			l.delays[li.Name] = &deadline{at: start.Add(e.cfg.LockDelay), token: li.DelayToken}
+			l.setDelay(li.Name, &deadline{at: start.Add(e.cfg.LockDelay), token: li.DelayToken})
 		}
 	}
 	e.log.Info("leader ready: expiry timers armed", "term", l.term, "sessions", len(l.sessions),
@@ -251,14 +277,14 @@ func (l *duties) onEvent(ev *lockfsm.Event, now time.Time) {
 			l.addLease(ev.Name, &deadline{at: now.Add(ttl), ttl: ttl, token: ev.Token, session: ev.Session,
 				owner: ev.Owner, shared: ev.Mode == lockfsm.ModeShared || ev.Permits > 0})
 		}
-		delete(l.delays, ev.Name)
+		l.dropDelay(ev.Name)
 		for _, x := range ev.ExtraNames {
-			delete(l.delays, x)
+			l.dropDelay(x)
 		}
 	case lockfsm.EventReleased:
 		l.dropLease(ev.Name, ev.Token, ev.Session, ev.Owner)
 	case lockfsm.EventDelayed:
-		l.delays[ev.Name] = &deadline{at: now.Add(time.Duration(ev.DelayMillis) * time.Millisecond), token: ev.Token}
+		l.setDelay(ev.Name, &deadline{at: now.Add(time.Duration(ev.DelayMillis) * time.Millisecond), token: ev.Token})
 	}
 }
 
@@ -298,32 +324,37 @@ func (l *duties) tick(e *Engine, now time.Time) []lockfsm.Command {
 			LockDelayMillis: uint64(e.cfg.LockDelay.Milliseconds()),
 		})
 	}
-	type dueLease struct {
-		k leaseKey
-		d *deadline
-	}
-	var leases []dueLease
-	for k, ds := range l.leases {
-		for _, d := range ds {
-			if due(d) {
-				leases = append(leases, dueLease{k, d})
-			}
+	// Leases and delays: those the queue says are due, then in the fixed
+	// order (the holds of one key in grant order).
+	var leases []*deadline
+	var names []string
+	for _, d := range l.queue.popDue(now, nil) {
+		if !due(d) {
+			// Not yet (its time moved without a new entry): look again then.
+			l.queue.schedule(d, later(d.at, d.proposedAt.Add(e.cfg.RetryInterval)))
+			continue
+		}
+		l.queue.schedule(d, now.Add(e.cfg.RetryInterval)) // if the expiry is not applied by then
+		if d.delay {
+			names = append(names, d.name)
+		} else {
+			leases = append(leases, d)
 		}
 	}
-	// Stable: the holds of one key stay in grant order.
-	slices.SortStableFunc(leases, func(a, b dueLease) int { return compareLeaseKeys(a.k, b.k) })
-	for _, x := range leases {
-		c := lockfsm.Command{Kind: lockfsm.KindExpireLease, Name: x.k.name, Token: x.d.token}
-		if x.d.shared {
-			c.Session, c.Owner = x.d.session, x.d.owner
+	slices.SortFunc(leases, func(a, b *deadline) int {
+		ka, kb := leaseKey{a.name, a.token}, leaseKey{b.name, b.token}
+		if c := compareLeaseKeys(ka, kb); c != 0 {
+			return c
+		}
+		ds := l.leases[ka]
+		return cmp.Compare(slices.Index(ds, a), slices.Index(ds, b))
+	})
+	for _, d := range leases {
+		c := lockfsm.Command{Kind: lockfsm.KindExpireLease, Name: d.name, Token: d.token}
+		if d.shared {
+			c.Session, c.Owner = d.session, d.owner
 		}
 		cmds = append(cmds, c)
-	}
-	var names []string
-	for name, d := range l.delays {
-		if due(d) {
-			names = append(names, name)
-		}
 	}
 	slices.Sort(names)
 	for _, name := range names {

@@ -264,7 +264,7 @@ func (e *Engine) noteEvent(ev *lockfsm.Event, now time.Time) {
 // nobody to grant to produces no Granted event.
 func (e *Engine) OnLiftDelay(cmd *lockfsm.Command) {
 	if d := e.lead.delays[cmd.Name]; d != nil && d.token == cmd.Token {
-		delete(e.lead.delays, cmd.Name)
+		e.lead.dropDelay(cmd.Name)
 	}
 	if m, ok := e.delayed[cmd.Name]; ok && m.token == cmd.Token {
 		delete(e.delayed, cmd.Name)
@@ -341,19 +341,8 @@ func (e *Engine) DeadlineBefore(t time.Time) bool {
 			return true
 		}
 	}
-	for _, ds := range l.leases {
-		for _, d := range ds {
-			if d.at.Before(t) {
-				return true
-			}
-		}
-	}
-	for _, d := range l.delays {
-		if d.at.Before(t) {
-			return true
-		}
-	}
-	return false
+	next, ok := l.queue.next() // leases and delays
+	return ok && next.at.Before(t)
 }
 
 // SessionDeadline is when the leader will expire session id; false if this

@@ -110,6 +110,7 @@ func (e *Engine) Renew(name string, token, session uint64, owner string, recv ti
 	}
 	if at := recv.Add(d.ttl); at.After(d.at) {
 		d.at = at
+		l.queue.schedule(d, at)
 	}
 	return OK
 }
