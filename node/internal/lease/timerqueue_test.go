@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -20,27 +21,14 @@ func dueByScan(l *duties, e *Engine, now time.Time) (leases, delays []string) {
 	ready := func(d *deadline) bool {
 		return !now.Before(d.at) && (d.proposedAt.IsZero() || now.Sub(d.proposedAt) >= e.cfg.RetryInterval)
 	}
-	keys := slices.SortedFunc(func(yield func(leaseKey) bool) {
-		for k := range l.leases {
-			if !yield(k) {
-				return
-			}
-		}
-	}, compareLeaseKeys)
-	for _, k := range keys {
+	for _, k := range slices.SortedFunc(maps.Keys(l.leases), compareLeaseKeys) {
 		for _, d := range l.leases[k] {
 			if ready(d) {
 				leases = append(leases, fmt.Sprintf("%s/%d/%d/%s", k.name, k.token, d.session, d.owner))
 			}
 		}
 	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for n := range l.delays {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(l.delays)) {
 		if ready(l.delays[name]) {
 			delays = append(delays, fmt.Sprintf("%s/%d", name, l.delays[name].token))
 		}
