@@ -326,8 +326,7 @@ func (l *duties) tick(e *Engine, now time.Time) []lockfsm.Command {
 	}
 	// Leases and delays: those the queue says are due, then in the fixed
 	// order (the holds of one key in grant order).
-	var leases []*deadline
-	var names []string
+	var leases, delays []*deadline
 	for _, d := range l.queue.popDue(now, nil) {
 		if !due(d) {
 			// Not yet (its time moved without a new entry): look again then.
@@ -336,7 +335,7 @@ func (l *duties) tick(e *Engine, now time.Time) []lockfsm.Command {
 		}
 		l.queue.schedule(d, now.Add(e.cfg.RetryInterval)) // if the expiry is not applied by then
 		if d.delay {
-			names = append(names, d.name)
+			delays = append(delays, d)
 		} else {
 			leases = append(leases, d)
 		}
@@ -356,9 +355,9 @@ func (l *duties) tick(e *Engine, now time.Time) []lockfsm.Command {
 		}
 		cmds = append(cmds, c)
 	}
-	slices.Sort(names)
-	for _, name := range names {
-		cmds = append(cmds, lockfsm.Command{Kind: lockfsm.KindLiftDelay, Name: name, Token: l.delays[name].token})
+	slices.SortFunc(delays, func(a, b *deadline) int { return cmp.Compare(a.name, b.name) }) // one per name
+	for _, d := range delays {
+		cmds = append(cmds, lockfsm.Command{Kind: lockfsm.KindLiftDelay, Name: d.name, Token: d.token})
 	}
 	if !l.planted {
 		cmds = append(cmds, l.checkpoint(e, now)...)
