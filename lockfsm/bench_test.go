@@ -170,3 +170,56 @@ func BenchmarkRestore(b *testing.B) {
 	b.ReportMetric(float64(both.Milliseconds())/float64(b.N), "restore_ms")
 	b.ReportMetric(float64(len(snap))/float64(locks), "snapshot_B/lock")
 }
+
+// BenchmarkEndSession: one session holding N locks (50,000 by default, LOCKFSM_BENCH_LOCKS to change it)
+// expires with a lock-delay, in one entry, as a member's session does when its process dies; then the
+// commit batch for it is encoded (PrepareCommit, on the node's loop) and written (WriteCommit, on the
+// committer). Reports each step's time and the events the entry made.
+//
+//	LOCKFSM_BENCH_LOCKS=1000000 go test -run '^$' -bench EndSession -benchtime 1x ./lockfsm/
+func BenchmarkEndSession(b *testing.B) {
+	locks := 50_000
+	if n, err := strconv.Atoi(os.Getenv("LOCKFSM_BENCH_LOCKS")); err == nil && n > 0 {
+		locks = n
+	}
+	var apply, prepare, write time.Duration
+	events := 0
+	for range b.N {
+		b.StopTimer()
+		f := mustOpen(b, filepath.Join(b.TempDir(), "end.db"), Options{NoSync: true})
+		f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
+		idx := uint64(1)
+		for i := range locks {
+			idx++
+			c := Command{Kind: KindAcquire, Session: 1, Seq: uint64(i + 1), Name: fmt.Sprintf("scale/%d", i), Owner: "o"}
+			if r, _ := f.ApplyCommand(idx, &c, nil); r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+		if err := f.WriteCommit(f.PrepareCommit()); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		b.StartTimer()
+		t0 := time.Now()
+		r, ev := f.ApplyCommand(idx+1, &Command{Kind: KindExpireSession, Session: 1, LockDelayMillis: 1000}, nil)
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		t1 := time.Now()
+		batch := f.PrepareCommit()
+		t2 := time.Now()
+		if err := f.WriteCommit(batch); err != nil {
+			b.Fatal(err)
+		}
+		apply, prepare, write = apply+t1.Sub(t0), prepare+t2.Sub(t1), write+time.Since(t2)
+		events += len(ev)
+		b.StopTimer()
+		_ = f.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(apply.Milliseconds())/float64(b.N), "apply_ms")
+	b.ReportMetric(float64(prepare.Milliseconds())/float64(b.N), "prepare_ms")
+	b.ReportMetric(float64(write.Milliseconds())/float64(b.N), "write_ms")
+	b.ReportMetric(float64(events)/float64(b.N), "events")
+}

@@ -146,6 +146,10 @@ func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, 
 	if s == nil {
 		return Result{Err: ErrNoSession}, ev
 	}
+	// About an event per wait and two per hold (released, delayed), plus the
+	// grants: sized once, since a session can hold a million names and the
+	// slice would otherwise be copied at every doubling.
+	ev = slices.Grow(ev, len(s.waits)+2*len(s.holds)+1)
 	touched := f.touched[:0]
 	f.names = sortedKeys(f.names, s.waits)
 	for _, name := range f.names {
