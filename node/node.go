@@ -106,8 +106,8 @@ type loopState struct {
 	confState   *raftpb.ConfState
 	confIndex   uint64 // changes up to here are in the configuration raft started with
 	lastApplied uint64
-	jobs        fsmJobs // the committer's work, as the loop sees it (committer.go)
-	events      []lockfsm.Event
+	jobs        fsmJobs           // the committer's work, as the loop sees it (committer.go)
+	events      []lockfsm.Event   // an entry's events, reused while small (maxKeptEvents)
 	stopWith    error             // set to stop serving with this error (lockerr.ErrRemoved)
 	out         []*raftpb.Message // a Ready's messages to send, reused (Network.Send keeps no slice)
 

@@ -218,6 +218,11 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				c, _ := lockfsm.DecodeCommand(e.GetData())
 				n.cfg.Observer(ApplyRecord{Index: idx, Command: &c, Result: res, Events: n.loop.events})
 			}
+			if cap(n.loop.events) > maxKeptEvents {
+				// A session's end can make millions of events (144 bytes
+				// each, and they hold the names they released): not kept.
+				n.loop.events = nil
+			}
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
@@ -291,3 +296,7 @@ func (n *Node) onTick() error {
 	campaignAfterYield(&n.loop.yield, n.rn, n.loop.leader, n.promotable(), now, n.log)
 	return n.loop.jobs.maybeCommit()
 }
+
+// maxKeptEvents is the most events' room the loop keeps from one entry to
+// the next.
+const maxKeptEvents = 1024
