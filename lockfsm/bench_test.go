@@ -172,9 +172,11 @@ func BenchmarkRestore(b *testing.B) {
 }
 
 // BenchmarkEndSession: one session holding N locks (50,000 by default, LOCKFSM_BENCH_LOCKS to change it)
-// expires with a lock-delay, in one entry, as a member's session does when its process dies; then the
-// commit batch for it is encoded (PrepareCommit, on the node's loop) and written (WriteCommit, on the
-// committer). Reports each step's time and the events the entry made.
+// expires with a lock-delay, as a member's session does when its process dies; each entry of its end is
+// applied, then the commit batch for it is encoded (PrepareCommit, on the node's loop) and written
+// (WriteCommit, on the committer). "whole": the end in one entry (version 2, and a node whose version gate
+// is not open). "runs": in runs of DefaultSessionEndRun names (version 3). Reports the steps' total time,
+// the longest entry (apply + prepare: what holds a node's loop), the entries and the events.
 //
 //	LOCKFSM_BENCH_LOCKS=1000000 go test -run '^$' -bench EndSession -benchtime 1x ./lockfsm/
 func BenchmarkEndSession(b *testing.B) {
@@ -182,8 +184,18 @@ func BenchmarkEndSession(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("LOCKFSM_BENCH_LOCKS")); err == nil && n > 0 {
 		locks = n
 	}
-	var apply, prepare, write time.Duration
-	events := 0
+	for _, run := range []uint32{0, DefaultSessionEndRun} {
+		name := "whole"
+		if run > 0 {
+			name = "runs"
+		}
+		b.Run(name, func(b *testing.B) { benchEndSession(b, locks, run) })
+	}
+}
+
+func benchEndSession(b *testing.B, locks int, run uint32) {
+	var apply, prepare, write, longest time.Duration
+	events, entries := 0, 0
 	for range b.N {
 		b.StopTimer()
 		f := mustOpen(b, filepath.Join(b.TempDir(), "end.db"), Options{NoSync: true})
@@ -201,19 +213,26 @@ func BenchmarkEndSession(b *testing.B) {
 		}
 		runtime.GC()
 		b.StartTimer()
-		t0 := time.Now()
-		r, ev := f.ApplyCommand(idx+1, &Command{Kind: KindExpireSession, Session: 1, LockDelayMillis: 1000}, nil)
-		if r.Err != nil {
-			b.Fatal(r.Err)
+		c := Command{Kind: KindExpireSession, Session: 1, LockDelayMillis: 1000, Limit: run}
+		for f.HasSession(1) {
+			idx++
+			t0 := time.Now()
+			r, ev := f.ApplyCommand(idx, &c, nil)
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			t1 := time.Now()
+			batch := f.PrepareCommit()
+			t2 := time.Now()
+			if err := f.WriteCommit(batch); err != nil {
+				b.Fatal(err)
+			}
+			apply, prepare, write = apply+t1.Sub(t0), prepare+t2.Sub(t1), write+time.Since(t2)
+			longest = max(longest, t2.Sub(t0))
+			events += len(ev)
+			entries++
+			c = Command{Kind: KindEndSessionRun, Session: 1, Limit: run}
 		}
-		t1 := time.Now()
-		batch := f.PrepareCommit()
-		t2 := time.Now()
-		if err := f.WriteCommit(batch); err != nil {
-			b.Fatal(err)
-		}
-		apply, prepare, write = apply+t1.Sub(t0), prepare+t2.Sub(t1), write+time.Since(t2)
-		events += len(ev)
 		b.StopTimer()
 		_ = f.Close()
 		b.StartTimer()
@@ -221,5 +240,7 @@ func BenchmarkEndSession(b *testing.B) {
 	b.ReportMetric(float64(apply.Milliseconds())/float64(b.N), "apply_ms")
 	b.ReportMetric(float64(prepare.Milliseconds())/float64(b.N), "prepare_ms")
 	b.ReportMetric(float64(write.Milliseconds())/float64(b.N), "write_ms")
+	b.ReportMetric(float64(longest.Microseconds())/1000, "longest_entry_ms")
+	b.ReportMetric(float64(entries)/float64(b.N), "entries")
 	b.ReportMetric(float64(events)/float64(b.N), "events")
 }

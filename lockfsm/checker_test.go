@@ -17,12 +17,14 @@ import (
 //     from a queue happens only when nobody waits (or is a downgrade); the table's queues equal the
 //     model's.
 //   - L4: after every entry no queue's first waiter could be granted (nothing left for later).
-//   - S4: no hold or waiter of an ended session; a cancel of the acquire that created a hold gives back a
+//   - S4: no hold or waiter of an ended session, no grant to an ending one (a waiter of it may wait first in a
+//     queue it could be granted, L4's one exception); a cancel of the acquire that created a hold gives back a
 //     level; grant seqs as the model says.
 //   - S6: a duplicate emits nothing.
 //   - Elections: exactly one Leader event per election whose leader or value changed, none otherwise.
 type checker struct {
 	ended     map[uint64]bool
+	ending    map[uint64]bool // sessions ending over several entries
 	lastToken map[string]uint64
 	holds     map[string][]mhold
 	queues    map[string][]mwait
@@ -50,7 +52,7 @@ type mwait struct {
 }
 
 func newChecker() *checker {
-	return &checker{ended: map[uint64]bool{}, lastToken: map[string]uint64{}, holds: map[string][]mhold{},
+	return &checker{ended: map[uint64]bool{}, ending: map[uint64]bool{}, lastToken: map[string]uint64{}, holds: map[string][]mhold{},
 		queues: map[string][]mwait{}, leaders: map[string]LeaderInfo{}}
 }
 
@@ -143,8 +145,8 @@ func (k *checker) event(index uint64, e *Event, leaders map[string][]Event) erro
 	names := evNames(e)
 	switch e.Kind {
 	case EventGranted:
-		if k.ended[e.Session] {
-			return fmt.Errorf("index %d: grant to ended session %d", index, e.Session)
+		if k.ended[e.Session] || k.ending[e.Session] {
+			return fmt.Errorf("index %d: grant to ended or ending session %d", index, e.Session)
 		}
 		h := mhold{session: e.Session, owner: e.Owner, token: e.Token, grantSeq: e.Seq, mode: e.Mode,
 			permits: e.Permits}
@@ -193,6 +195,8 @@ func (k *checker) event(index uint64, e *Event, leaders map[string][]Event) erro
 			}
 			k.queues[n] = slices.Delete(k.queues[n], i, i+1)
 		}
+	case EventSessionEnding:
+		k.ending[e.Session] = true
 	case EventSessionEnded:
 		k.ended[e.Session] = true
 	case EventLeader:
@@ -345,7 +349,7 @@ func (k *checker) checkTableOf(t table) error {
 			return fmt.Errorf("lock %s: queue %v, model %v", l.Name, tw, k.queues[l.Name])
 		}
 		// L4: the first waiter could not be granted now.
-		if !l.Delayed && len(l.Waiters) > 0 && grantable(t, l, l.Waiters[0]) {
+		if !l.Delayed && len(l.Waiters) > 0 && !k.ending[l.Waiters[0].Session] && grantable(t, l, l.Waiters[0]) {
 			return fmt.Errorf("L4: lock %s: its first waiter %d/%s seq %d could be granted but waits", l.Name,
 				l.Waiters[0].Session, l.Waiters[0].Owner, l.Waiters[0].Seq)
 		}

@@ -17,7 +17,8 @@ const (
 	// KindOpenSession opens a session for Node with TTLMillis. The session id is the raft index of the entry.
 	KindOpenSession
 	// KindCloseSession closes Session gracefully: releases all its holds, removes all its waiters and grants
-	// the freed names to their next waiters, in this one apply.
+	// the freed names to their next waiters, in this one apply; with Limit (version 3), in runs of at most
+	// Limit names when it has more (ending.go).
 	KindCloseSession
 	// KindExpireSession is KindCloseSession proposed by the leader when the TTL ran out. With
 	// LockDelayMillis > 0 every freed name is delayed (granted to nobody) until a KindLiftDelay for it.
@@ -48,13 +49,16 @@ const (
 	// KindProclaim (version 2): Session, Seq, AckedBelow, Name, Owner, Value, optional Token. The current
 	// leader of an election changes the value it announces.
 	KindProclaim Kind = 11
-	kindEnd      Kind = 12
+	// KindEndSessionRun (version 3): Session, Limit. Leader-proposed: ends the next run of at most Limit
+	// names of a session that is ending (ending.go); a no-op for any other session.
+	KindEndSessionRun Kind = 12
+	kindEnd           Kind = 13
 )
 
 var kindNames = [...]string{KindNoop: "Noop", KindOpenSession: "OpenSession", KindCloseSession: "CloseSession",
 	KindExpireSession: "ExpireSession", KindAcquire: "Acquire", KindRelease: "Release", KindCancel: "Cancel",
 	KindExpireLease: "ExpireLease", KindLiftDelay: "LiftDelay", KindCheckpoint: "Checkpoint",
-	KindProclaim: "Proclaim"}
+	KindProclaim: "Proclaim", KindEndSessionRun: "EndSessionRun"}
 
 func (k Kind) String() string { return enumName(k, kindNames[:], "Kind") }
 
@@ -71,7 +75,7 @@ func (k Kind) known(v byte) bool {
 	if k > 0 && k < kindV1End {
 		return true
 	}
-	return v >= 2 && (k == KindCheckpoint || k == KindProclaim)
+	return v >= 2 && (k == KindCheckpoint || k == KindProclaim) || v >= 3 && k == KindEndSessionRun
 }
 
 // Mode is the sharing mode of an acquire or release of a read-write lock. Every other primitive is
@@ -146,14 +150,16 @@ type Command struct {
 // Version 1 has kinds 1–9 and field bits 0–15. Version 2 adds KindCheckpoint (10) with its bit
 // Checkpoints (1<<16: a uvarint count + per mark a uvarint session and a uvarint code, checkpoint.go),
 // KindProclaim (11) and the bits Primitive (1<<17), Limit (1<<18) and Value (1<<19), and gives Mode,
-// Permits and ExtraNames their meaning (in version 1 they are reserved).
+// Permits and ExtraNames their meaning (in version 1 they are reserved). Version 3 adds
+// KindEndSessionRun (12) and gives Limit a meaning in KindCloseSession and KindExpireSession (the run size
+// of a session's end, ending.go); in version 2 it is ignored there.
 //
 // Errors. Truncation, trailing bytes, version 0, kind 0 and out-of-range integers are errBadCommand:
 // malformed bytes, which every version rejects the same way. A version above commandVersion, and in a
 // version-2 command an unknown kind, field bit, Mode or Primitive, are ErrNewerFormat: a well-formed entry
 // of a format this code does not know. A version-1 command is frozen: unknown kinds and bits in it are
 // errBadCommand, as they were when version 1 was the newest, so old logs replay as they first applied.
-const commandVersion = 2
+const commandVersion = 3
 
 const (
 	fSession = 1 << iota
@@ -192,8 +198,17 @@ func (c *Command) fitsV1() bool {
 	return c.Kind < kindV1End && c.Primitive == PrimMutex && c.Limit == 0 && c.Value == ""
 }
 
+// needsV3 says whether c means something only version 3 has: a session's end in runs.
+func (c *Command) needsV3() bool {
+	return c.Kind == KindEndSessionRun ||
+		c.Version != 2 && c.Limit != 0 && (c.Kind == KindCloseSession || c.Kind == KindExpireSession)
+}
+
 // encodingVersion is the version AppendEncode writes for c.
 func (c *Command) encodingVersion() byte {
+	if c.Version >= 3 || c.needsV3() {
+		return 3
+	}
 	if c.Version >= 2 || !c.fitsV1() {
 		return 2
 	}

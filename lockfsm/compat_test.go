@@ -173,7 +173,7 @@ func TestOldFormats(t *testing.T) {
 	}
 }
 
-// TestNewerEntryNotSkipped (S7): an entry of a newer format than this code knows (here a version-3 Noop,
+// TestNewerEntryNotSkipped (S7): an entry of a newer format than this code knows (here a version-4 Noop,
 // which a later version may give a meaning) is not applied as a no-op and nothing after it is applied:
 // a replica that skipped it would silently diverge from the upgraded replicas that applied it. (Written
 // with the API the previous version had, so it runs on it too; there it fails.)
@@ -181,7 +181,7 @@ func TestNewerEntryNotSkipped(t *testing.T) {
 	f := openTemp(t, "newer.db")
 	open := Command{Kind: KindOpenSession, Node: 1, TTLMillis: 1000}
 	f.Apply(1, open.AppendEncode(nil), nil)
-	f.Apply(2, []byte{3, 1, 0}, nil) // a version-3 Noop
+	f.Apply(2, []byte{4, 1, 0}, nil) // a version-4 Noop
 	acq := Command{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "o"}
 	r, _ := f.Apply(3, acq.AppendEncode(nil), nil)
 	if f.AppliedIndex() != 1 {

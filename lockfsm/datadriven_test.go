@@ -187,7 +187,8 @@ func (e *scriptEnv) run(t *testing.T, td *datadriven.TestData) string {
 // scriptKinds are the script's commands that apply one Command, by the Kind they apply.
 var scriptKinds = map[string]Kind{"noop": KindNoop, "open": KindOpenSession, "close": KindCloseSession,
 	"expire": KindExpireSession, "acquire": KindAcquire, "release": KindRelease, "cancel": KindCancel,
-	"proclaim": KindProclaim, "expire-lease": KindExpireLease, "lift": KindLiftDelay, "checkpoint": KindCheckpoint}
+	"proclaim": KindProclaim, "expire-lease": KindExpireLease, "lift": KindLiftDelay, "checkpoint": KindCheckpoint,
+	"end-run": KindEndSessionRun}
 
 func (e *scriptEnv) apply(td *datadriven.TestData, data []byte) string {
 	index := e.last + 1
@@ -288,6 +289,9 @@ func dumpState(f *FSM) string {
 			s.TTLMillis, s.Holds, s.Waits, s.Retained)
 		if s.Silent {
 			fmt.Fprintf(&sb, " silent=%dms", s.SilenceMillis)
+		}
+		if s.Ending {
+			sb.WriteString(" ending")
 		}
 		sb.WriteString("\n")
 	}

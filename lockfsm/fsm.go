@@ -46,6 +46,7 @@ type FSM struct {
 	scratch Command  // Apply decodes into it; its strings alias the entry's bytes
 	names   []string // scratch for sorted name lists
 	touched []string // scratch for the names a session's end settles last
+	multi   []waiter // scratch for the multi-name waiters a session's end takes out of their queues
 	buf     []byte   // scratch for record encoding
 
 	halted uint64 // index of an entry of a newer format: nothing at or after it is applied (see Halted)
@@ -146,6 +147,8 @@ func (f *FSM) apply(index uint64, c *Command, ev []Event) (Result, []Event) {
 		return f.liftDelay(index, c, ev)
 	case KindCheckpoint:
 		return f.checkpoint(c, ev)
+	case KindEndSessionRun:
+		return f.endSessionRun(index, c, ev)
 	}
 	return Result{Err: errBadCommand}, ev
 }
@@ -166,7 +169,7 @@ func (f *FSM) recycle() {
 // Every outcome but ErrNoSession, errStaleSequence and Duplicate is retained under (Session, Seq).
 func (f *FSM) applySequenced(index uint64, c *Command, ev []Event) (Result, []Event) {
 	s := f.sessions[c.Session]
-	if s == nil {
+	if s == nil || s.ending != nil {
 		return Result{Err: ErrNoSession}, ev
 	}
 	if old, ok := s.lookup(c.Seq); ok {

@@ -303,6 +303,27 @@ var plantedBugs = []struct {
 		{Kind: KindRelease, Session: 1, Seq: 2, Name: "e", Owner: "a", Primitive: PrimElection},
 		{Kind: KindNoop},
 	}, "S7: snapshot at 4 + replay differs"},
+	{"S4: a queue grants a waiter of an ending session", knobs{grantEnding: true}, []Command{
+		{Kind: KindOpenSession}, {Kind: KindOpenSession},
+		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "j", Owner: "p"},
+		{Kind: KindAcquire, Session: 2, Seq: 2, Name: "k", Owner: "p"},
+		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "j", Owner: "o", Wait: true},
+		{Kind: KindAcquire, Session: 1, Seq: 2, Name: "k", Owner: "o", Wait: true},
+		{Kind: KindCloseSession, Session: 1, Limit: 1}, // ends the wait for j
+		{Kind: KindRelease, Session: 2, Seq: 3, Name: "k", Owner: "p"},
+	}, "grant to ended or ending session 1"},
+	{"S7: a run of a session's end counts names already gone", knobs{runCountsGone: true}, []Command{
+		{Kind: KindOpenSession}, {Kind: KindOpenSession},
+		{Kind: KindAcquire, Session: 2, Seq: 1, Name: "y", Owner: "p"},
+		{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "o"},
+		{Kind: KindAcquire, Session: 1, Seq: 2, Name: "b", Owner: "o"},
+		{Kind: KindAcquire, Session: 1, Seq: 3, Name: "y", Owner: "o", ExtraNames: []string{"z"}, Wait: true},
+		{Kind: KindCloseSession, Session: 1, Limit: 1}, // ends y+z's wait: z is gone from the session's waits
+		// The replica restored from the snapshot after it rebuilds its run queue without z.
+		{Kind: KindNoop}, {Kind: KindNoop}, {Kind: KindNoop}, {Kind: KindNoop}, {Kind: KindNoop},
+		{Kind: KindEndSessionRun, Session: 1, Limit: 1},
+		{Kind: KindEndSessionRun, Session: 1, Limit: 1},
+	}, "S7: snapshot at 7 + replay differs"},
 }
 
 // TestCheckerCatchesPlantedBugs shows that every invariant of the checker can fail (S1, S2, S4, S7, L2,

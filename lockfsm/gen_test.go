@@ -183,10 +183,20 @@ func (g *gen) next(index uint64, op, p, q byte) Command {
 			if p&2 != 0 {
 				c.Checkpoints = append(c.Checkpoints, Checkpoint{Session: pick() + uint64(p&4), Live: true})
 			}
+		} else if ending := g.f.Ending(); q&3 != 0 && len(ending) > 0 && q&4 != 0 {
+			// The leader's next run of a session's end (or one for a session that is not ending).
+			c = Command{Kind: KindEndSessionRun, Session: ending[int(p)%len(ending)], Limit: uint32(p>>5) % 4}
+			if q&8 != 0 {
+				c.Session = pick()
+			}
 		} else if q&3 != 0 {
 			c = Command{Kind: KindNoop} // sessions live long enough to build queues
 		} else if p&1 != 0 {
 			c.Kind, c.LockDelayMillis = KindExpireSession, uint64(p&2)*50
+		}
+		if c.Kind == KindCloseSession || c.Kind == KindExpireSession {
+			// Version 3: in runs of one to three names (or the whole session, limit 0).
+			c.Limit = uint32(q>>5) % 4
 		}
 	case 13:
 		// A lease expiry of a real hold (naming its session and owner, or not) or a stale one.

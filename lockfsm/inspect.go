@@ -74,6 +74,8 @@ type SessionInfo struct {
 	// the entry was proposed; false once a later checkpoint marked it live (and for a new session).
 	Silent        bool
 	SilenceMillis uint64
+	// Ending: the session ends over several entries (ending.go); Holds and Waits are what is left.
+	Ending bool
 }
 
 // Lock returns the state of one name; false if nobody holds, waits for or delays it.
@@ -164,5 +166,5 @@ func (f *FSM) Sessions() []SessionInfo {
 func (s *session) info() SessionInfo {
 	mark := checkpointFromCode(s.id, s.ckpt)
 	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds), Waits: s.waiting,
-		Retained: len(s.results), Silent: !mark.Live, SilenceMillis: mark.SilenceMillis}
+		Retained: len(s.results), Silent: !mark.Live, SilenceMillis: mark.SilenceMillis, Ending: s.ending != nil}
 }

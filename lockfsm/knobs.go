@@ -36,4 +36,10 @@ type knobs struct {
 	// keepAliases (S7): the state keeps a command's strings as decoded, pointing into the entry's bytes,
 	// so a replica whose entry buffers change after they are applied diverges.
 	keepAliases bool
+	// grantEnding (S4): a queue grants its head even when that waiter's session is ending (ending.go).
+	grantEnding bool
+	// runCountsGone (S7): a run of a session's end counts the names it meets that the session no longer
+	// waits for or holds, so a replica that rebuilt its run queue (restart, snapshot) ends other names in
+	// an entry than one that kept it.
+	runCountsGone bool
 }

@@ -334,6 +334,9 @@ func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 			i = len(l.waiters) - 1
 		}
 		w := &l.waiters[i]
+		if f.endingBlocks(w) {
+			return ev
+		}
 		if w.names() != nil {
 			if !multiReady(f.locks, w) {
 				return ev
@@ -343,7 +346,7 @@ func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 		}
 		if !l.fits(w.mode, w.permits, &f.k) {
 			if f.k.semaphoreBarge && l.prim == PrimSemaphore {
-				if j := l.firstFitting(&f.k); j > 0 {
+				if j := l.firstFitting(&f.k); j > 0 && !f.endingBlocks(&l.waiters[j]) {
 					i, w = j, &l.waiters[j]
 				}
 			}

@@ -186,8 +186,8 @@ func (f *FSM) commit() error {
 		return err
 	}
 	f.settleCounts()
-	clear(f.dirtySessions)
-	clear(f.dirtyLocks)
+	f.dirtySessions = emptied(f.dirtySessions)
+	f.dirtyLocks = emptied(f.dirtyLocks)
 	return nil
 }
 
@@ -219,9 +219,24 @@ func (f *FSM) PrepareCommit() *CommitBatch {
 		f.unwritten = append(f.unwritten, b)
 	}
 	f.settleCounts()
-	clear(f.dirtySessions)
-	clear(f.dirtyLocks)
+	f.dirtySessions = emptied(f.dirtySessions)
+	f.dirtyLocks = emptied(f.dirtyLocks)
 	return b
+}
+
+// maxKeptDirty is the size above which a dirty set is replaced rather than cleared once committed.
+const maxKeptDirty = 8192
+
+// emptied returns m emptied. A map keeps the room it grew to, and ranging over it costs that room, not
+// its length: after one entry dirtied a million names (a session's end), every later commit would
+// range over a million empty slots twice (15 ms each at that size), so a set that grew large is
+// replaced.
+func emptied[K comparable](m map[K]struct{}) map[K]struct{} {
+	if len(m) > maxKeptDirty {
+		return make(map[K]struct{})
+	}
+	clear(m)
+	return m
 }
 
 // WriteCommit writes a batch from PrepareCommit in one bbolt write transaction (one fsync). After it

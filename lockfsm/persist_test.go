@@ -206,6 +206,11 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Command{Kind: KindExpireLease, Name: "a", Token: 3}, 1},
 		{Command{Kind: KindExpireLease, Name: "a", Token: 3, Session: 2}, 2},
 		{Command{Kind: KindProclaim, Name: "a", Owner: "o"}, 2},
+		{Command{Kind: KindCloseSession, Session: 1}, 1},
+		{Command{Kind: KindCloseSession, Session: 1, Limit: 8}, 3},
+		{Command{Kind: KindExpireSession, Session: 1, Limit: 8, LockDelayMillis: 5}, 3},
+		{Command{Kind: KindCloseSession, Session: 1, Limit: 8, Version: 2}, 2},
+		{Command{Kind: KindEndSessionRun, Session: 1, Limit: 8}, 3},
 	} {
 		if got := x.c.AppendEncode(nil)[0]; got != x.want {
 			t.Fatalf("%+v: version %d, want %d", x.c, got, x.want)
@@ -217,7 +222,7 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%x: want ErrBadCommand, got %v", g, err)
 		}
 	}
-	for _, g := range [][]byte{{3}, {3, 5, 0}, {2, 12, 0}, {2, 99, 0}, {2, 5, 0x80, 0x80, 0x40},
+	for _, g := range [][]byte{{4}, {4, 5, 0}, {2, 12, 0}, {3, 13, 0}, {2, 99, 0}, {2, 5, 0x80, 0x80, 0x40},
 		{2, 5, 0x80, 0x80, 0x08, 4}, {2, 5, 0x80, 0x40, 2}} {
 		if _, err := DecodeCommand(g); !errors.Is(err, ErrNewerFormat) || errors.Is(err, errBadCommand) {
 			t.Fatalf("%x: want ErrNewerFormat, got %v", g, err)

@@ -13,8 +13,12 @@ import (
 const (
 	// sessionRecordV2: node, ttl, lowWater, retained results. Still read (as a live session).
 	sessionRecordV2 = 2
-	// sessionRecordVersion 3 adds the checkpoint mark (ckpt) at the end. Written by this version.
+	// sessionRecordVersion 3 adds the checkpoint mark (ckpt) at the end. Written by this version for every
+	// session that is not ending, so a table without one reads on the versions before ending.
 	sessionRecordVersion = 3
+	// sessionRecordEnding 4 adds, after the mark, that the session is ending (ending.go): the reason
+	// byte and the uvarint lock-delay of its end. Written for an ending session only.
+	sessionRecordEnding = 4
 	// lockRecordVersion 3: the catalogue (primitive, limit, value, any number of holds, each with its mode,
 	// permits and names; waiters with mode, permits, value and names). Written by this version.
 	lockRecordVersion = 3
@@ -29,6 +33,12 @@ func appendString(b []byte, s string) []byte {
 
 // appendSession encodes s (without its id, which is the key).
 func appendSession(b []byte, s *session) []byte {
+	if s.ending != nil {
+		b = appendSessionFields(append(b, sessionRecordEnding), s)
+		b = protowire.AppendVarint(b, s.ckpt)
+		b = append(b, byte(s.ending.reason))
+		return protowire.AppendVarint(b, s.ending.delay)
+	}
 	b = appendSessionFields(append(b, sessionRecordVersion), s)
 	return protowire.AppendVarint(b, s.ckpt)
 }
@@ -145,7 +155,7 @@ func (d *decoder) count(minBytes int) int {
 func decodeSession(id uint64, b []byte) (*session, error) {
 	d := decoder{b: b}
 	v := d.byte1()
-	if v != sessionRecordV2 && v != sessionRecordVersion {
+	if v != sessionRecordV2 && v != sessionRecordVersion && v != sessionRecordEnding {
 		return nil, fmt.Errorf("%w: session %d: unknown record version", errCorrupt, id)
 	}
 	s := &session{id: id, node: d.uvarint(), ttl: d.uvarint(), lowWater: d.uvarint()}
@@ -174,6 +184,12 @@ func decodeSession(id uint64, b []byte) (*session, error) {
 	if v >= sessionRecordVersion {
 		s.ckpt = d.uvarint()
 		if s.ckpt == 1<<64-1 {
+			d.bad = true
+		}
+	}
+	if v >= sessionRecordEnding {
+		s.ending = &ending{reason: Reason(d.byte1()), delay: d.uvarint()}
+		if r := s.ending.reason; r != ReasonSessionClosed && r != ReasonSessionExpired {
 			d.bad = true
 		}
 	}
@@ -332,15 +348,27 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 			(i > 0 && w.enqueued <= l.waiters[i-1].enqueued)
 	}
 	bad = bad || d.bad || len(d.b) != 0 || (!l.held() && !l.delayed && len(l.waiters) == 0)
-	if !bad && !l.delayed && len(l.waiters) > 0 && l.waiters[0].names() == nil {
-		// Unsettled: the head could be granted (by the correct rules: a record is checked whatever the
-		// knobs of the FSM that reads it).
-		bad = l.fits(l.waiters[0].mode, l.waiters[0].permits, &knobs{})
-	}
 	if bad {
 		return nil, false
 	}
 	return l, true
+}
+
+// unsettled reports whether l's first waiter could be granted now, which a settled table never leaves
+// (by the correct rules: a record is checked whatever the knobs of the FSM that reads it), unless its
+// session is ending (ending.go).
+func unsettled(sessions map[uint64]*session, locks map[string]*lock, l *lock) bool {
+	if l.delayed || len(l.waiters) == 0 {
+		return false
+	}
+	w := &l.waiters[0]
+	if s := sessions[w.session]; s != nil && s.ending != nil {
+		return false
+	}
+	if w.names() != nil {
+		return multiReady(locks, w)
+	}
+	return l.fits(w.mode, w.permits, &knobs{})
 }
 
 // shapeOK checks a hold's or waiter's mode, permits and names against the lock's primitive.
@@ -450,7 +478,7 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*l
 				return fmt.Errorf("%w: lock %q: multi-name waiter without its first name", errCorrupt, l.name)
 			}
 		}
-		if !l.delayed && len(l.waiters) > 0 && l.waiters[0].names() != nil && multiReady(locks, &l.waiters[0]) {
+		if unsettled(sessions, locks, l) {
 			return fmt.Errorf("%w: lock %q: its first waiter could be granted", errCorrupt, l.name)
 		}
 	}

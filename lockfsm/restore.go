@@ -232,8 +232,8 @@ func (f *FSM) InstallRestore(rs *Restored) {
 	f.restoring.Store(false)
 	f.applied = rs.applied
 	f.durable.Store(rs.applied)
-	clear(f.dirtySessions)
-	clear(f.dirtyLocks)
+	f.dirtySessions = emptied(f.dirtySessions)
+	f.dirtyLocks = emptied(f.dirtyLocks)
 }
 
 // restoreFillPercent fills the pages of a restored table's bucket: names arrive in key order, so pages

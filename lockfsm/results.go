@@ -84,10 +84,13 @@ const (
 	// Session 0 and Token 0: nobody leads now. Exactly one per election name per entry that changed it,
 	// after that entry's Granted and Released events, so the node can push every change in log order.
 	EventLeader
+	// EventSessionEnding: Session, Reason. The session ends over several entries (ending.go): its commands
+	// are refused from now on; EventSessionEnded follows with its last run.
+	EventSessionEnding
 )
 
 var eventNames = [...]string{"", "Granted", "Released", "WaitEnded", "SessionOpened", "SessionEnded", "Delayed",
-	"Leader"}
+	"Leader", "SessionEnding"}
 
 func (k EventKind) String() string { return enumName(k, eventNames[:], "EventKind") }
 

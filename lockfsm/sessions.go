@@ -26,6 +26,8 @@ type session struct {
 	// waiting is the sum of waits: SessionInfo reads it on every proposal a leader authorises (the
 	// session's quota), so it must not cost a pass over a session's hundreds of thousands of waits.
 	waiting int
+	// ending is set while the session ends over several entries (ending.go); nil for an open session.
+	ending *ending
 }
 
 // retained is a stored result, in the form that round-trips through bbolt and snapshots.
@@ -135,54 +137,127 @@ func (f *FSM) openSession(index uint64, c *Command, ev []Event) (Result, []Event
 	return Result{Status: SessionOpened, Session: index}, ev
 }
 
-// endSession applies KindCloseSession and KindExpireSession: first every waiter of the session leaves its
-// queue (names in sorted order, queue order within a name; one event per multi-name waiter, at its first
-// name), then every hold is released (sorted names; a multi-name hold at the first of its names reached)
-// and its names delayed when delay > 0, each name granted to its next waiters as soon as its holds of the
-// session are gone; last, every other name whose queue or holds changed is settled (sorted). The session
-// goes last.
+// endSession applies KindCloseSession and KindExpireSession. With no run limit (version 1 and 2, or
+// Limit 0) the whole session ends in this entry (endRun). With a run limit (version 3: Limit > 0), a
+// session with more waits and holds than the limit starts ending instead: it is marked ending (its
+// commands get ErrNoSession from now on, its waiters are never granted), this entry ends its first run
+// and the leader's KindEndSessionRun entries the rest (ending.go). A close or expiry of a session already
+// ending ends the rest of it at once without a limit, and is a no-op (SessionClosed) with one.
 func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, ev []Event) (Result, []Event) {
 	s := f.sessions[c.Session]
 	if s == nil {
 		return Result{Err: ErrNoSession}, ev
 	}
-	// About an event per wait and two per hold (released, delayed), plus the
-	// grants: sized once, since a session can hold a million names and the
-	// slice would otherwise be copied at every doubling.
-	ev = slices.Grow(ev, len(s.waits)+2*len(s.holds)+1)
+	limit := runLimit(c)
+	if s.ending != nil {
+		if limit > 0 {
+			return Result{Status: SessionClosed, Session: s.id}, ev
+		}
+		reason, delay = s.ending.reason, s.ending.delay
+	}
+	if limit == 0 || len(s.waits)+len(s.holds) <= limit {
+		return f.endRun(index, s, reason, delay, -1, ev)
+	}
+	s.ending = &ending{reason: reason, delay: delay}
+	f.dirtySessions[s.id] = struct{}{}
+	ev = append(ev, Event{Kind: EventSessionEnding, Session: s.id, Reason: reason})
+	return f.endRun(index, s, reason, delay, limit, ev)
+}
+
+// endRun ends up to limit of the session's names (all when limit < 0): first the names it waits for,
+// every waiter of the session leaving each queue (sorted names, queue order within a name; a multi-name
+// waiter leaves all its queues, with one event, where it is first met), then the names it holds, every hold released (sorted names; a
+// multi-name hold at the first of its names reached) and its names delayed when delay > 0, each name
+// granted to its next waiters as soon as its holds of the session are gone; last, every other name whose
+// queue or holds changed is settled (sorted). Once nothing is left the session goes, in the same entry.
+//
+// A run counts only names the session still waits for or holds when it reaches them, in sorted order of
+// what is left, so a replica that rebuilt its run queue after a restart or a snapshot ends the same names
+// in the same entries as one that kept it (the sets only shrink while a session ends).
+func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limit int, ev []Event) (Result, []Event) {
+	var waitQ, holdQ *nameQueue
+	if limit < 0 {
+		// About an event per wait and two per hold (released, delayed), plus the
+		// grants: sized once, since a session can hold a million names and the
+		// slice would otherwise be copied at every doubling.
+		ev = slices.Grow(ev, len(s.waits)+2*len(s.holds)+1)
+		f.names = sortedKeys(f.names, s.waits)
+		waitQ = &nameQueue{names: f.names}
+	} else {
+		ev = slices.Grow(ev, 2*limit+1)
+		s.ending.queue(s)
+		waitQ = &s.ending.waitQ
+	}
+	done := 0
 	touched := f.touched[:0]
-	f.names = sortedKeys(f.names, s.waits)
-	for _, name := range f.names {
+	for done != limit {
+		name, more := waitQ.next()
+		if !more {
+			break
+		}
+		n, ok := s.waits[name]
+		if !ok {
+			if f.k.runCountsGone && limit > 0 {
+				done++
+			}
+			continue
+		}
+		done++
+		delete(s.waits, name)
+		s.waiting -= int(n)
 		l := f.locks[name]
 		if l == nil {
 			continue
 		}
 		kept := l.waiters[:0]
+		multi := f.multi[:0]
 		for _, w := range l.waiters {
 			if w.session != s.id {
 				kept = append(kept, w)
 				continue
 			}
-			if names := w.names(); names == nil || names[0] == l.name {
-				e := Event{Kind: EventWaitEnded, Name: l.name, Session: w.session, Owner: w.owner, Seq: w.seq,
-					Reason: reason}
-				if names != nil {
-					e.ExtraNames = names[1:]
-				}
-				ev = append(ev, e)
+			e := Event{Kind: EventWaitEnded, Name: l.name, Session: w.session, Owner: w.owner, Seq: w.seq,
+				Reason: reason}
+			if names := w.names(); names != nil {
+				e.Name, e.ExtraNames = names[0], names[1:]
+				multi = append(multi, w)
 			}
+			ev = append(ev, e)
 		}
 		clear(l.waiters[len(kept):])
 		l.waiters = kept
 		f.touchLock(l)
 		touched = append(touched, l.name)
+		// A multi-name waiter leaves all its queues at once (a queue must not keep part of one): its
+		// other names are then no longer waited for, or waited for by fewer of the session's waiters.
+		for i := range multi {
+			f.dropMultiWaiter(&multi[i])
+			touched = append(touched, multi[i].names()...)
+		}
+		clear(multi)
+		f.multi = multi[:0]
 	}
-	clear(s.waits)
-	s.waiting = 0
-	f.names = sortedKeys(f.names, s.holds)
-	for _, name := range f.names {
+	if limit < 0 {
+		f.names = sortedKeys(f.names, s.holds)
+		holdQ = &nameQueue{names: f.names}
+	} else {
+		holdQ = &s.ending.holdQ
+	}
+	for done != limit {
+		name, more := holdQ.next()
+		if !more {
+			break
+		}
+		if _, ok := s.holds[name]; !ok {
+			if f.k.runCountsGone && limit > 0 {
+				done++
+			}
+			continue
+		}
+		done++
 		l := f.locks[name]
 		if l == nil {
+			delete(s.holds, name)
 			continue
 		}
 		ended := false
@@ -206,8 +281,11 @@ func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, 
 		}
 		touched = append(touched, group...)
 		ev = f.settle(l, index, ended, ev)
+		delete(s.holds, name) // normally gone already (unindexHold); a run must not meet it again
 	}
-	clear(f.names)
+	if limit < 0 {
+		clear(f.names)
+	}
 	slices.Sort(touched)
 	touched = slices.Compact(touched)
 	for _, name := range touched {
@@ -217,6 +295,11 @@ func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, 
 	}
 	clear(touched)
 	f.touched = touched[:0]
+	if limit >= 0 && (len(s.waits) > 0 || len(s.holds) > 0) {
+		return Result{Status: SessionClosed, Session: s.id}, ev
+	}
+	clear(s.waits)
+	s.waiting = 0
 	delete(f.sessions, s.id)
 	f.dirtySessions[s.id] = struct{}{}
 	ev = append(ev, Event{Kind: EventSessionEnded, Session: s.id, Reason: reason})

@@ -1,0 +1,139 @@
+package lockfsm
+
+import "slices"
+
+// A session that ends holding or waiting for many names ends over several entries, so that no single
+// entry holds every replica's apply loop for seconds (a session holding a million locks took 20 s in one
+// entry, long enough for every other member's keepalives to go unanswered).
+//
+// The close or expiry (version 3, with Limit: the run size) marks the session ending and ends its first
+// run of names; the leader then proposes KindEndSessionRun entries, each ending the next run, until the
+// last one removes the session. While it ends:
+//   - its own commands get ErrNoSession, as after an end in one entry;
+//   - its waiters are never granted: a queue whose head is one of them waits for the run that removes it,
+//     and the runs take waits before holds, so that wait is over within the first runs;
+//   - its holds stay held until their run (or their lease) ends them, and are fenced as before: a name
+//     is granted again only after the run that released it, with a newer token.
+//
+// Every replica ends the same names in the same entry: a run takes, in sorted order, the names the
+// session still waits for and then those it still holds (endRun), and both sets only shrink while it
+// ends. The order is kept in memory (the queues below) and rebuilt from the sets after a restart or a
+// snapshot, which gives the same order.
+
+// DefaultSessionEndRun is the run size a node proposes: the names one entry of a session's end takes.
+// About 30 ms of apply on this project's reference machine.
+const DefaultSessionEndRun = 4096
+
+// ending is the state of a session that ends over several entries. reason and delay are persisted (the
+// session record, version 4); the queues are derived.
+type ending struct {
+	reason Reason
+	delay  uint64
+	// waitQ and holdQ are the names left to end, built when a run first needs them.
+	waitQ, holdQ nameQueue
+	built        bool
+}
+
+// queue builds the run queues of s from what it waits for and holds, once: as heaps, so that the first
+// run does not sort a million names (0.7 s at that size) before it ends its first few thousand.
+func (e *ending) queue(s *session) {
+	if e.built {
+		return
+	}
+	e.built = true
+	e.waitQ = heapOf(s.waits)
+	e.holdQ = heapOf(s.holds)
+}
+
+// nameQueue hands out names in sorted order: from a sorted slice, or from a min-heap.
+type nameQueue struct {
+	names []string
+	heap  bool
+}
+
+func heapOf[V any](m map[string]V) nameQueue {
+	q := nameQueue{names: make([]string, 0, len(m)), heap: true}
+	for k := range m {
+		q.names = append(q.names, k)
+	}
+	for i := len(q.names)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
+	return q
+}
+
+// next returns the smallest name left, and false when none is.
+func (q *nameQueue) next() (string, bool) {
+	n := len(q.names)
+	if n == 0 {
+		return "", false
+	}
+	first := q.names[0]
+	if !q.heap {
+		q.names = q.names[1:]
+		return first, true
+	}
+	q.names[0] = q.names[n-1]
+	q.names[n-1] = ""
+	q.names = q.names[:n-1]
+	q.down(0)
+	return first, true
+}
+
+func (q *nameQueue) down(i int) {
+	h := q.names
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r] < h[l] {
+			m = r
+		}
+		if h[i] <= h[m] {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// runLimit is the run size a close or expiry asks for: 0 (end the whole session now) unless it is of
+// version 3 or later (or built in memory, version 0) and sets Limit.
+func runLimit(c *Command) int {
+	if c.Version != 0 && c.Version < 3 {
+		return 0
+	}
+	return int(c.Limit)
+}
+
+// endSessionRun applies KindEndSessionRun: the next run of at most Limit (at least 1) names of the ending
+// session Session. A run for a session that is not ending, or gone, is a no-op (NotFound), so a leader
+// may propose one twice.
+func (f *FSM) endSessionRun(index uint64, c *Command, ev []Event) (Result, []Event) {
+	s := f.sessions[c.Session]
+	if s == nil || s.ending == nil {
+		return Result{Status: NotFound}, ev
+	}
+	return f.endRun(index, s, s.ending.reason, s.ending.delay, max(int(c.Limit), 1), ev)
+}
+
+// Ending returns the sessions ending over several entries, sorted: the leader proposes their next runs.
+func (f *FSM) Ending() []uint64 {
+	var out []uint64
+	for id, s := range f.sessions {
+		if s.ending != nil {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// endingBlocks reports whether w, the head of a queue, belongs to an ending session: it is not granted,
+// and the queue waits for the run that removes it.
+func (f *FSM) endingBlocks(w *waiter) bool {
+	s := f.sessions[w.session]
+	return s != nil && s.ending != nil && !f.k.grantEnding
+}
