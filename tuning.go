@@ -35,6 +35,13 @@ type Tuning struct {
 	// CommitInterval: the lock table is written to its bbolt file at most
 	// this often (default 100 ms); the raft log is the durability source.
 	CommitInterval time.Duration
+	// SessionEndRun: a session that ends (closed, or expired) holding or
+	// waiting for more names than this ends over several raft entries of
+	// at most this many names each (default 4,096, about 30 ms of apply),
+	// so that no one entry holds every member for long. Its names are
+	// released run by run, in name order; its waiters are never granted.
+	// Used once every member runs 0.3 or later.
+	SessionEndRun int
 	// LogEngine: "wal" (the default for a new directory) or "bbolt"; empty
 	// keeps the engine of existing data.
 	LogEngine string
@@ -77,6 +84,9 @@ func WithTuning(t Tuning) Option {
 		}
 		if t.MaxSnapshotSize != 0 {
 			c.MaxSnapshotSize = t.MaxSnapshotSize
+		}
+		if t.SessionEndRun != 0 {
+			c.SessionEndRun = t.SessionEndRun
 		}
 	}
 }

@@ -2,4 +2,4 @@ package lockraft
 
 // Version is this release of lockraft (semantic versioning; see
 // CHANGELOG.md). The lead tags the repository with "v" + Version.
-const Version = "0.2.0"
+const Version = "0.3.0"

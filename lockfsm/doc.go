@@ -9,7 +9,10 @@
 //   - Sessions. KindOpenSession creates a session whose id is the entry's index. Every hold and waiter
 //     belongs to a session. Closing it (KindCloseSession) or expiring it (KindExpireSession, leader-proposed)
 //     removes all its waiters, then ends all its holds whatever their counts and grants each freed name
-//     to its next waiters, in that one apply; events come in sorted name order.
+//     to its next waiters, in that one apply; events come in sorted name order. With a run limit
+//     (version 3) a session with more names than the limit ends over several entries instead
+//     (ending.go): it is marked ending, its commands are refused, its waiters are never granted, and the
+//     leader's KindEndSessionRun entries each end the next run of its names in the same order.
 //   - Names and kinds. A name's primitive (Command.Primitive) is fixed by the acquire that puts it in the
 //     table and lasts while it has a hold, a waiter or a lock-delay; then the name is forgotten (a
 //     semaphore's limit with it). An acquire, release or proclaim of another primitive on it gets
@@ -91,8 +94,9 @@
 // Commands carry a version byte (see command.go). Version-1 entries apply as they did when version 1 was
 // the newest; a malformed entry is errBadCommand and a no-op everywhere; an entry of a newer format is
 // ErrNewerFormat, is not applied, and stops Apply (Halted) so that this replica never diverges from
-// upgraded ones. Lock records (version 3; version 2 still read), session records (version 2) and
-// snapshots (version 3; version 2 still restored) have versions of their own.
+// upgraded ones. Lock records (version 3; version 2 still read), session records (version 3, and 4 for a
+// session that is ending; versions 2 and 3 still read) and snapshots (version 3; version 2 still restored)
+// have versions of their own.
 //
 // # At most once and its memory bound
 //

@@ -131,6 +131,12 @@ func (f *FSM) Ending() []uint64 {
 	return out
 }
 
+// SessionEnding reports whether session id is ending over several entries.
+func (f *FSM) SessionEnding(id uint64) bool {
+	s := f.sessions[id]
+	return s != nil && s.ending != nil
+}
+
 // endingBlocks reports whether w, the head of a queue, belongs to an ending session: it is not granted,
 // and the queue waits for the run that removes it.
 func (f *FSM) endingBlocks(w *waiter) bool {

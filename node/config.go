@@ -157,6 +157,13 @@ type Config struct {
 	SnapshotEvery uint64
 	CompactKeep   uint64
 
+	// SessionEndRun: a session that ends (closed or expired) holding or
+	// waiting for more names than this ends over several raft entries of at
+	// most this many names each, so that no one entry holds every replica's
+	// apply loop for long (default lockfsm.DefaultSessionEndRun, 4096:
+	// about 30 ms of apply). Used once every member runs 0.3 or later.
+	SessionEndRun int
+
 	// CommitInterval: the lock table is written to its bbolt file at most
 	// this often (default 100 ms, as etcd's backend). The raft log is the
 	// durability source; a restart replays the entries after the last commit.
@@ -278,6 +285,9 @@ func (c Config) withDefaults() Config {
 	if c.CommitInterval == 0 {
 		c.CommitInterval = 100 * time.Millisecond
 	}
+	if c.SessionEndRun == 0 {
+		c.SessionEndRun = lockfsm.DefaultSessionEndRun
+	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
@@ -352,6 +362,9 @@ func (c Config) Validate() error {
 	}
 	if c.CompactKeep >= c.SnapshotEvery*10 {
 		return bad("CompactKeep %d is not sensible for SnapshotEvery %d", c.CompactKeep, c.SnapshotEvery)
+	}
+	if c.SessionEndRun < 0 || c.SessionEndRun > 1<<20 {
+		return bad("SessionEndRun %d outside [1, %d]", c.SessionEndRun, 1<<20)
 	}
 	if c.CommitInterval < time.Millisecond {
 		return bad("CommitInterval %v below 1ms", c.CommitInterval)

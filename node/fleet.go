@@ -23,8 +23,9 @@ import (
 
 // version is gossiped in each member's metadata and sent with every
 // transport RPC. Versions from 0.2 on have the lock catalogue (the version
-// gate: node/internal/fleet/versiongate.go).
-const version = "lockraft/0.2"
+// gate: node/internal/fleet/versiongate.go); from 0.3 on they end a session
+// with many names in runs (node/internal/fleet/sessionruns.go).
+const version = "lockraft/0.3"
 
 // version is the version this node tells its peers.
 func (c *Config) version() string {

@@ -392,7 +392,9 @@ func (h *fwdHost) CheckForwarded(from uint64, data []byte) (lockfsm.Command, boo
 }
 
 func (h *fwdHost) Admit(data []byte) error { return h.fleet.AdmitForwarded(data, true) }
-func (h *fwdHost) Propose(data []byte)     { h.loop.props.add(data, nil) }
+func (h *fwdHost) Propose(data []byte) {
+	h.loop.props.add((*Node)(h).withRunLimitData(data), nil)
+}
 
 func (h *fwdHost) CheckOwner(from, session uint64) error {
 	if err := (*Node)(h).ownsSession(from, session); errors.Is(err, errNotYours) {

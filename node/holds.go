@@ -460,6 +460,8 @@ func (n *Node) onEvent(index uint64, ev *lockfsm.Event) {
 		}
 	case lockfsm.EventSessionEnded:
 		n.onOwnSessionEnded(ev)
+	case lockfsm.EventSessionEnding:
+		n.onOwnSessionEnding(ev)
 	}
 }
 

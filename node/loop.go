@@ -262,8 +262,16 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		if m.GetType() == raftpb.MessageType_MsgProp {
 			// A follower's forwarded proposals (lock commands of its own
 			// sessions: admit checked them) join this turn's batch, but for
-			// entries the version gate refuses (fleet.AdmitProposals).
-			n.loop.props.addForwarded(n.fleet.AdmitProposals(m.GetEntries()))
+			// entries the version gate refuses (fleet.AdmitProposals). A
+			// close gets its run limit here if its member could not tell
+			// whether every member ends sessions in runs (sessionruns.go).
+			ents := n.fleet.AdmitProposals(m.GetEntries())
+			for _, e := range ents {
+				if e.GetType() == raftpb.EntryNormal {
+					e.Data = n.withRunLimitData(e.GetData())
+				}
+			}
+			n.loop.props.addForwarded(ents)
 			continue
 		}
 		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {

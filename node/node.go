@@ -114,6 +114,7 @@ type loopState struct {
 	ops   opRegistry
 	holds holdRegistry
 	own   ownSession
+	runs  sessionRuns   // the leader's runs of sessions ending over several entries (sessionruns.go)
 	lease *lease.Engine // deadlines, rule (R) and the node memory behind them (lease.go)
 	// demote: closed when this node stops leading (transferLeadership).
 	demote  []chan struct{}

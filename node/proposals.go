@@ -220,6 +220,12 @@ func (n *Node) onResult(index uint64, cmd *lockfsm.Command, res lockfsm.Result) 
 		n.loop.lease.OnCheckpoint(cmd, n.clock.Now())
 		return
 	}
+	switch cmd.Kind {
+	case lockfsm.KindCloseSession, lockfsm.KindExpireSession, lockfsm.KindEndSessionRun:
+		if res.Err == nil {
+			n.onSessionEndApplied(cmd)
+		}
+	}
 	if cmd.Kind == lockfsm.KindCloseSession && res.Err != nil {
 		// Already gone (expired, or closed by an earlier copy): stop
 		// proposing its close; if it was ours and we are closing, done.

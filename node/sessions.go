@@ -90,6 +90,11 @@ func (n *Node) proposeSessionless(c lockfsm.Command) {
 		n.fwd.Forward(c.AppendEncode(nil))
 		return
 	}
+	if n.loop.isLeader {
+		// A follower's close gets its limit from the leader (loop.go), the
+		// one that knows every member's version.
+		n.withRunLimit(&c)
+	}
 	n.loop.props.add(c.AppendEncode(nil), nil)
 }
 

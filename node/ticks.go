@@ -106,6 +106,7 @@ func (n *Node) leaderCoarseTick(now time.Time) {
 		n.proposeAll(n.loop.lease.Tick(now))
 		n.fwd.ExpireReplies(now)
 	}
+	n.proposeRuns(now)
 	horizon := now.Add(2 * t.CoarsePeriod()) // a calm leader ticks once per heartbeat
 	t.WantFine(n.loop.lease.DeadlineBefore(horizon))
 }

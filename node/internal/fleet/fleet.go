@@ -79,6 +79,9 @@ type Fleet struct {
 	// gateOpen: every configuration member is known to run the lock
 	// catalogue (versiongate.go); once set, it stays set.
 	gateOpen atomic.Bool
+	// runsOpen: every configuration member is known to end sessions in
+	// runs (sessionruns.go); once set, it stays set.
+	runsOpen atomic.Bool
 
 	static staticCheck // members on another static list (staticlist.go)
 

@@ -58,7 +58,10 @@ const (
 
 // knowsCatalogue reports whether a member of version v has the lock
 // catalogue: "lockraft/X.Y" with X.Y at least 0.2.
-func knowsCatalogue(v string) bool {
+func knowsCatalogue(v string) bool { return atLeast(v, 2) }
+
+// atLeast reports whether v is "lockraft/X.Y" with X.Y at least 0.minor.
+func atLeast(v string, minor int) bool {
 	rest, ok := strings.CutPrefix(v, "lockraft/")
 	if !ok {
 		return false
@@ -72,7 +75,7 @@ func knowsCatalogue(v string) bool {
 	}
 	a, err1 := strconv.Atoi(maj)
 	b, err2 := strconv.Atoi(min)
-	return err1 == nil && err2 == nil && (a > 0 || b >= 2)
+	return err1 == nil && err2 == nil && (a > 0 || b >= minor)
 }
 
 // memberVersion is what this node knows of member id's version: its gossip
@@ -94,6 +97,17 @@ func (f *Fleet) localGate() (byte, uint64, string) {
 	if f.gateOpen.Load() {
 		return gateOpen, 0, ""
 	}
+	state, who, ver := f.membersGate(knowsCatalogue)
+	if state == gateOpen {
+		f.openGate()
+	}
+	return state, who, ver
+}
+
+// membersGate decides a gate from what this node knows of every other
+// member's version (loop): open when knows holds for each, older (and which
+// member) when it is known not to for one, else unknown (and which member).
+func (f *Fleet) membersGate(knows func(string) bool) (byte, uint64, string) {
 	cs := f.host.ConfState()
 	state, who, ver := gateOpen, uint64(0), ""
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
@@ -103,15 +117,12 @@ func (f *Fleet) localGate() (byte, uint64, string) {
 			}
 			v, seen := f.memberVersion(id)
 			switch {
-			case seen && !knowsCatalogue(v):
+			case seen && !knows(v):
 				return gateOlder, id, v
 			case !seen && state == gateOpen:
 				state, who = gateUnknown, id
 			}
 		}
-	}
-	if state == gateOpen {
-		f.openGate()
 	}
 	return state, who, ver
 }
@@ -237,6 +248,8 @@ func (f *Fleet) AdmitForwarded(data []byte, fwd bool) error {
 		return err
 	case c.Version < 2:
 		return nil
+	case c.Version >= 3 && !f.RunsOpen():
+		return f.cfg.ErrOlderMembers
 	}
 	st, _, _ := f.localGate()
 	if st == gateOlder || (fwd && st != gateOpen) {

@@ -204,6 +204,9 @@ func (l *duties) arm(e *Engine, now time.Time) (reports bool) {
 	k := e.cfg.Knobs
 	inherited := 0
 	for _, s := range e.host.Sessions() {
+		if s.Ending {
+			continue // already ending: the runs end it, nothing expires it again
+		}
 		ttl := time.Duration(s.TTLMillis) * time.Millisecond
 		t := &sessionTimer{deadline: deadline{ttl: ttl}, base: now}
 		if k.RestartDeadlinesOnFailover {
@@ -264,7 +267,7 @@ func (l *duties) onEvent(ev *lockfsm.Event, now time.Time) {
 	case lockfsm.EventSessionOpened:
 		ttl := time.Duration(ev.TTLMillis) * time.Millisecond
 		l.sessions[ev.Session] = &sessionTimer{deadline: deadline{at: now.Add(ttl), ttl: ttl}, base: now}
-	case lockfsm.EventSessionEnded:
+	case lockfsm.EventSessionEnded, lockfsm.EventSessionEnding:
 		if t := l.sessions[ev.Session]; t != nil {
 			for _, k := range t.parked {
 				k.Reply(NoSession)
