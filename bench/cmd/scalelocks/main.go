@@ -75,8 +75,9 @@
 //     while the load process runs sequential Lock+Unlock pairs: the paging
 //     time, and the pairs' p99 and max during it (a member that stalls
 //     shows as a long pair).
-//  7. The load process closes its node: one entry ends its session and
-//     releases the whole table. How long until the leader's table is empty,
+//  7. The load process closes its node: its session ends and releases the
+//     whole table, while Lock+Unlock pairs run inside a follower (their
+//     p99, max and failures). How long until the leader's table is empty,
 //     the pairs inside the same follower once more (empty, full, released:
 //     drift of the machine shows as a difference between the first and the
 //     last), and each replica's RSS after a forced GC.

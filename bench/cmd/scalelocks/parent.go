@@ -308,22 +308,45 @@ func (r *run) restCPU(ctx context.Context, step string) ([]float64, error) {
 	return pct, nil
 }
 
-// release closes the load member: one entry ends its session, releasing
-// every lock and waiter. Then the pairs inside the follower again, on a
+// release closes the load member: its session ends, releasing every lock
+// and waiter (over several entries once every replica runs 0.3), while
+// pairs run inside a follower. Then the pairs inside the follower again, on a
 // table as empty as at the start: the same figure before and after the
 // table, to tell the table's effect from the machine's drift.
 func (r *run) release(ctx context.Context) error {
 	c := r.c
 	leader := c.leader()
-	fmt.Printf("\n7. the table released: the load process closes its node (one entry ends its session: every lock and waiter); load average %s\n", childproc.Loadavg())
+	fmt.Printf("\n7. the table released: the load process closes its node (its session ends: every lock and waiter); load average %s\n", childproc.Loadavg())
 	t0 := time.Now()
+	// Meanwhile, pairs inside the follower, in batches, until the table is empty: a replica whose loop an
+	// entry holds shows as a long pair, and a member that gave its session up as failed ones.
+	var during []time.Duration
+	duringErrs, batches := 0, 0
+	stopPairs := make(chan struct{})
+	pairsDone := make(chan struct{})
+	go func() {
+		defer close(pairsDone)
+		for {
+			select {
+			case <-stopPairs:
+				return
+			default:
+			}
+			ds, err := repPairs(r.f, fmt.Sprintf("other/during-%d-%s", batches, r.f.name()), 20)
+			during = append(during, ds...)
+			batches++
+			if err != nil {
+				duringErrs += 20 - len(ds)
+			}
+		}
+	}()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err := c.load.Close(cctx)
 	cancel()
 	closed := time.Since(t0)
 	if err != nil {
-		// The session still ends: the cluster expires it after its TTL, in one entry as the close would
-		// have. Measure that instead.
+		// The session still ends: the cluster expires it after its TTL, as the close would have.
+		// Measure that instead.
 		fmt.Printf("Close returned after %s ms: %v\n", ms(closed), err)
 	}
 	names := -1
@@ -340,6 +363,10 @@ func (r *run) release(ctx context.Context) error {
 		}
 	}
 	emptied := time.Since(t0)
+	close(stopPairs)
+	<-pairsDone
+	fmt.Printf("Lock+Unlock inside follower %s while the table was released: %d pairs, %v, %d failed\n", r.f.name(),
+		len(during), summarize(during), duringErrs)
 	var err2 error
 	if r.rlat2, err2 = repPairs(r.f, "other/released-"+r.f.name(), *flagPairs); err2 != nil {
 		return err2
