@@ -14,7 +14,9 @@ import (
 // with.
 
 // Close stops this node for now: it closes its session through the log
-// (releasing every lock it holds and removing its waiters in one entry),
+// (releasing every lock it holds and removing its waiters in one entry; a
+// session of more than SessionEndRun names in several, of which Close waits
+// for the first: the leader's entries release the rest in name order),
 // hands leadership to another voter if it leads, and stops. The member keeps
 // its place in the cluster and its data directory: started again on it, it
 // comes back as itself (a rolling restart). Use Leave for a member that goes
@@ -122,7 +124,8 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 
 // closeSessionFor closes this node's session through the log, for Close and
 // Leave: one CloseSession entry releases every lock it holds and removes its
-// waiters. It waits at most two election timeouts for the commit, and at
+// waiters (a session of more than SessionEndRun names: begins to, and the
+// leader's next entries release the rest). It waits at most two election timeouts for the commit, and at
 // most one while no leader is known; past that (or ctx) the cluster's
 // session expiry releases the locks, and the error says so.
 func (n *Node) closeSessionFor(ctx context.Context) error {

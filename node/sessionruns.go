@@ -86,12 +86,17 @@ func (n *Node) proposeRun(id uint64) {
 }
 
 // onOwnSessionEnding: the cluster began ending this node's session. Its
-// commands are refused from now on, so unless Close is ending it (Close
-// returns once the last run applied), it is over for this node as if it had
-// ended: its holds are lost and a new session opens.
+// commands are refused from now on, and its end is committed: for this node
+// it is over as if it had ended. Close returns now (the leader's runs
+// release the rest of its names, whether or not this node is still up);
+// otherwise its holds are lost and a new session opens.
 func (n *Node) onOwnSessionEnding(ev *lockfsm.Event) {
 	s := &n.loop.own
-	if ev.Session != s.id || s.closing {
+	if ev.Session != s.id {
+		return
+	}
+	if s.closing {
+		n.onOwnSessionEnded(ev)
 		return
 	}
 	n.log.Warn("session being ended by the cluster; opening a new one", "session", s.id)

@@ -51,16 +51,15 @@ const runSize = 4
 // TestSessionEndsInRuns: a session holding and waiting for more names than SessionEndRun ends over
 // several entries of at most that many names each, on the simulated network (seeded, in a synctest
 // bubble) and on real gRPC:
-//   - closed by its member: Close returns once the last run applied; the other member's waiters on its
-//     names are granted, in order, with newer tokens (S2); nothing is granted to it once it is ending (S4);
+//   - closed by its member (a follower, or the leader, which stops at once and leaves the runs to the
+//     next, who finds the session ending in its table: without the leader's tick proposing runs, the end
+//     stops there, tried): the other member's waiters on its names are granted, in order, with newer tokens (S2);
+//     nothing is granted to it once it is ending (S4);
 //   - expired after its member crashed, with the leader cut off as the end began: the new leader carries
 //     on with the runs, and the waiters are granted (L3).
 func TestSessionEndsInRuns(t *testing.T) {
-	for _, expire := range []bool{false, true} {
-		name := "close"
-		if expire {
-			name = "expire-then-leader-cut-off"
-		}
+	for _, mode := range []endMode{endByClose, endByLeaderClose, endByExpiry} {
+		name := [...]string{"close", "close-by-leader", "expire-then-leader-cut-off"}[mode]
 		for seed := uint64(1); seed <= 2; seed++ {
 			t.Run(fmt.Sprintf("%s/sim-seed-%d", name, seed), func(t *testing.T) {
 				prev := runtime.GOMAXPROCS(1)
@@ -69,14 +68,14 @@ func TestSessionEndsInRuns(t *testing.T) {
 					cryptotest.SetGlobalRandom(t, seed)
 					hs := map[uint64]*history{}
 					tc := newSimCluster(t, 5, seed, observeInto(hs), func(c *Config) { c.SessionEndRun = runSize })
-					sessionEndsInRuns(t, tc, hs, expire)
+					sessionEndsInRuns(t, tc, hs, mode)
 				})
 			})
 		}
 		t.Run(name+"/grpc", func(t *testing.T) {
 			hs := map[uint64]*history{}
 			tc := newCluster(t, 5, observeInto(hs), func(c *Config) { c.SessionEndRun = runSize })
-			sessionEndsInRuns(t, tc, hs, expire)
+			sessionEndsInRuns(t, tc, hs, mode)
 		})
 	}
 }
@@ -93,10 +92,22 @@ func observeInto(hs map[uint64]*history) func(*Config) {
 	}
 }
 
-func sessionEndsInRuns(t *testing.T, tc *cluster.Cluster[*Node], hs map[uint64]*history, expire bool) {
+// endMode is how TestSessionEndsInRuns ends the session.
+type endMode int
+
+const (
+	endByClose       endMode = iota // its member, a follower, closes it
+	endByLeaderClose                // its member, the leader, closes it
+	endByExpiry                     // its member crashes; the leader expires it and is cut off at once
+)
+
+func sessionEndsInRuns(t *testing.T, tc *cluster.Cluster[*Node], hs map[uint64]*history, mode endMode) {
 	ctx := ctxT(t, 60*time.Second)
 	lead := leader(t, tc)
 	a := otherThan(tc, lead)
+	if mode == endByLeaderClose {
+		a = lead
+	}
 	b := otherThan(tc, lead, a)
 	na, nb := tc.Member(a), tc.Member(b)
 
@@ -141,7 +152,7 @@ func sessionEndsInRuns(t *testing.T, tc *cluster.Cluster[*Node], hs map[uint64]*
 		return waiters("z") == 1 && waiters("n/05") == 1 && waiters("n/17") == 1 && waiters("n/39") == 1
 	}, 20*time.Second, 10*time.Millisecond, "waiters not queued")
 
-	if expire {
+	if mode == endByExpiry {
 		// The leader is cut off from the others as it applies the entry that began the end, before the
 		// proposal of the next run it makes then can leave it: no run is on its way when the others elect
 		// a new leader, which must find the ending session in its table and carry on.
