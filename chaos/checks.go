@@ -255,6 +255,21 @@ func (l *AppliedLog) Divergence() []string {
 	return slices.Clone(l.divergence)
 }
 
+// SessionRuns is how many distinct entries observed were a leader's run of
+// a session's end (lockfsm.KindEndSessionRun).
+func (l *AppliedLog) SessionRuns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prefix := fmt.Sprintf("%d|", lockfsm.KindEndSessionRun)
+	n := 0
+	for _, d := range l.digest {
+		if strings.HasPrefix(d, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 // Entries is how many distinct indices were observed.
 func (l *AppliedLog) Entries() int {
 	l.mu.Lock()

@@ -535,6 +535,9 @@ func finishReport(rep *Report, ops []Op, end int64, h *History, applied *Applied
 	}
 	rep.LongestGap = LongestGap(ops, end)
 	rep.Entries = applied.Entries()
+	if n := applied.SessionRuns(); n > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("sessions ended in runs: %d run entries", n))
+	}
 	for _, s := range applied.Divergence() {
 		viol("replicas diverge: %s", s)
 	}
