@@ -62,10 +62,7 @@ func TestSessionEndsInRuns(t *testing.T) {
 		name := [...]string{"close", "close-by-leader", "expire-then-leader-cut-off"}[mode]
 		for seed := uint64(1); seed <= 2; seed++ {
 			t.Run(fmt.Sprintf("%s/sim-seed-%d", name, seed), func(t *testing.T) {
-				prev := runtime.GOMAXPROCS(1)
-				defer runtime.GOMAXPROCS(prev)
-				synctest.Test(t, func(t *testing.T) {
-					cryptotest.SetGlobalRandom(t, seed)
+				inSimBubble(t, seed, func(t *testing.T) {
 					hs := map[uint64]*history{}
 					tc := newSimCluster(t, 5, seed, observeInto(hs), func(c *Config) { c.SessionEndRun = runSize })
 					sessionEndsInRuns(t, tc, hs, mode)
@@ -78,6 +75,17 @@ func TestSessionEndsInRuns(t *testing.T) {
 			sessionEndsInRuns(t, tc, hs, mode)
 		})
 	}
+}
+
+// inSimBubble runs f in a synctest bubble with one P and crypto/rand seeded with seed: on the simulated
+// network, the same seed replays the same run.
+func inSimBubble(t *testing.T, seed uint64, f func(t *testing.T)) {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	synctest.Test(t, func(t *testing.T) {
+		cryptotest.SetGlobalRandom(t, seed)
+		f(t)
+	})
 }
 
 // observeInto gives every member a history in hs (filled before the member starts).
@@ -235,10 +243,7 @@ func sessionEndsInRuns(t *testing.T, tc *cluster.Cluster[*Node], hs map[uint64]*
 func TestSessionEndResumesAfterRestart(t *testing.T) {
 	for seed := uint64(1); seed <= 2; seed++ {
 		t.Run(fmt.Sprintf("sim-seed-%d", seed), func(t *testing.T) {
-			prev := runtime.GOMAXPROCS(1)
-			defer runtime.GOMAXPROCS(prev)
-			synctest.Test(t, func(t *testing.T) {
-				cryptotest.SetGlobalRandom(t, seed)
+			inSimBubble(t, seed, func(t *testing.T) {
 				hs := map[uint64]*history{}
 				tc := newSimCluster(t, 3, seed, observeInto(hs), func(c *Config) { c.SessionEndRun = runSize })
 				sessionEndResumesAfterRestart(t, tc, hs)
