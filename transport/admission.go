@@ -59,6 +59,7 @@ const (
 	kindCall rpcKind = iota + 1
 	kindStream
 	kindSnapshot
+	kindKeepalives // a member's keepalive stream (keepalives.go)
 )
 
 // raft reports whether the kind carries raft traffic (voters only).
@@ -83,6 +84,7 @@ var rpcKinds = map[string]struct {
 	transportpb.Raft_Form_FullMethodName:        {kindCall, "Form"},
 	transportpb.Raft_VersionGate_FullMethodName: {kindCall, "VersionGate"},
 	transportpb.Raft_Observe_FullMethodName:     {kindCall, "Observe"},
+	keepaliveStreamMethod:                       {kindKeepalives, "Keepalive"},
 }
 
 // Peer is the authenticated sender of an incoming call: its member id and
@@ -163,8 +165,9 @@ type peerState struct {
 	id    uint64
 	conns []*trackedConn // admitted connections, oldest first (TLS; under admission.mu)
 
-	mu   sync.Mutex
-	raft *context.CancelFunc // ends the current raft stream (newest wins)
+	mu         sync.Mutex
+	raft       *context.CancelFunc // ends the current raft stream (newest wins)
+	keepalives *context.CancelFunc // ends the current keepalive stream (newest wins)
 
 	snaps    atomic.Int32
 	calls    atomic.Int32
@@ -364,22 +367,11 @@ func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) 
 		// One raft stream per peer: a peer has one, and opens another only
 		// when it gave up on the old one (which may linger here until its
 		// connection is found dead); the newer one ends the older.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		p.mu.Lock()
-		old := p.raft
-		p.raft = &cancel
-		p.mu.Unlock()
-		if old != nil {
-			(*old)()
-		}
-		context.AfterFunc(ctx, func() {
-			p.mu.Lock()
-			if p.raft == &cancel {
-				p.raft = nil
-			}
-			p.mu.Unlock()
-		})
+		ctx = newestStream(ctx, p, &p.raft)
+	case kindKeepalives:
+		// One keepalive stream per peer, as for raft streams: a member
+		// opens another when it gave up on the old one.
+		ctx = newestStream(ctx, p, &p.keepalives)
 	case kindSnapshot:
 		if p.snaps.Add(1) > 1 {
 			p.snaps.Add(-1)
@@ -403,6 +395,27 @@ func (t *Transport) admit(ctx context.Context, tc *trackedConn, info *tap.Info) 
 	}
 	t.noteVersion(from, first(md, mdVersion))
 	return ctx, nil
+}
+
+// newestStream returns ctx for a stream of which p may have one at a time,
+// in *slot (under p.mu): the newest ends the older.
+func newestStream(ctx context.Context, p *peerState, slot **context.CancelFunc) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	p.mu.Lock()
+	old := *slot
+	*slot = &cancel
+	p.mu.Unlock()
+	if old != nil {
+		(*old)()
+	}
+	context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		if *slot == &cancel {
+			*slot = nil
+		}
+		p.mu.Unlock()
+	})
+	return ctx
 }
 
 // sender establishes who sent a stream. With TLS, the member its

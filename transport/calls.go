@@ -21,11 +21,6 @@ import (
 // deadline passed here or at the remote; other failures as gRPC status
 // errors (status.Code works on them: codes.Unavailable…).
 
-// Keepalive asks the leader to extend one of this member's sessions.
-func (t *Transport) Keepalive(ctx context.Context, to uint64, req *transportpb.KeepaliveRequest) (*transportpb.KeepaliveResponse, error) {
-	return invoke(t, ctx, to, "Keepalive", req, transportpb.RaftClient.Keepalive)
-}
-
 // Renew asks the leader to restart the lease of one of this member's holds.
 func (t *Transport) Renew(ctx context.Context, to uint64, req *transportpb.RenewRequest) (*transportpb.RenewResponse, error) {
 	return invoke(t, ctx, to, "Renew", req, transportpb.RaftClient.Renew)

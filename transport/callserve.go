@@ -42,6 +42,7 @@ var raftService = grpc.ServiceDesc{
 		callDesc("Form", (*server).Form),
 		callDesc("VersionGate", (*server).VersionGate),
 		callDesc("Observe", (*server).Observe),
+		keepaliveStreamDesc,
 	),
 	Metadata: transportpb.Raft_ServiceDesc.Metadata,
 }

@@ -16,7 +16,8 @@ import (
 // end wakes for its keepalive pings any more (the embedding cost of issue
 // 16: a light member kept a few such connections from its formation, a
 // fleet's leader one per member it ever called), and the next call dials
-// again and succeeds.
+// again and succeeds. A keepalive stream (keepalives.go) unused for
+// IdleTimeout ends first.
 func TestIdlePeerConnectionClosesAndRedials(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	a := newNode(t, "c", 1, func(c *Config) { c.IdleTimeout = idle })

@@ -145,7 +145,8 @@ type peer struct {
 	// (heardFrom: the peer reached this node, so it is up again).
 	backingOff atomic.Bool
 	heard      chan struct{}
-	foreign    atomic.Bool // a formation mismatch was logged
+	foreign    atomic.Bool     // a formation mismatch was logged
+	ka         keepaliveClient // this member's keepalive stream to the peer (keepalives.go)
 	snaps      chan *raftpb.Message
 
 	ctx    context.Context // cancelled by stop

@@ -417,6 +417,9 @@ type Transport struct {
 	adm      *admission         // who may connect and send, and how much (admission.go)
 	deny     *denyList          // Config.DenyListFile (denylist.go)
 
+	kaMu   sync.Mutex
+	kaPeer *peer // where this member's keepalives last went (keepalives.go)
+
 	// snapshotChunkHook, set only by tests, sees each outgoing snapshot
 	// chunk's data before it is sent and may modify it.
 	snapshotChunkHook func(data []byte)
