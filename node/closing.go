@@ -125,18 +125,36 @@ func (n *Node) gracefulStop(ctx context.Context, leave bool) error {
 // closeSessionFor closes this node's session through the log, for Close and
 // Leave: one CloseSession entry releases every lock it holds and removes its
 // waiters (a session of more than SessionEndRun names: begins to, and the
-// leader's next entries release the rest). It waits at most two election timeouts for the commit, and at
-// most one while no leader is known; past that (or ctx) the cluster's
-// session expiry releases the locks, and the error says so.
+// leader's next entries release the rest). From the proposal on, it waits
+// at most two election timeouts for the commit, and at most one while no
+// leader is known; past that (or ctx) the cluster's session expiry releases
+// the locks, and the error says so.
 func (n *Node) closeSessionFor(ctx context.Context) error {
 	start := n.clock.Now()
 	et := n.cfg.electionTimeout()
-	cctx, cancel := context.WithTimeoutCause(ctx, 2*et, errNoQuorum)
-	defer cancel()
+	hctx, hcancel := context.WithTimeoutCause(ctx, 2*et, errNoQuorum)
 	done := make(chan error, 1)
-	if err := n.do(cctx, func() { n.closeOwnSession(done) }); err != nil {
+	proposed := make(chan struct{})
+	err := n.do(hctx, func() {
+		n.closeOwnSession(done)
+		close(proposed)
+	})
+	hcancel()
+	if err != nil {
 		return n.closeFailed(ctx, err, start)
 	}
+	// The wait for a quorum starts once the close is proposed: before it,
+	// the loop fails every handle of the session, which at a million held
+	// locks takes seconds and says nothing of the quorum.
+	select {
+	case <-proposed:
+	case <-ctx.Done():
+		return n.closeFailed(ctx, context.Cause(ctx), start)
+	case <-n.donec:
+		return n.err()
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, 2*et, errNoQuorum)
+	defer cancel()
 	leaderless := time.NewTimer(et)
 	defer leaderless.Stop()
 	for {
