@@ -163,6 +163,17 @@ func TestMembershipChurn(t *testing.T) {
 	}
 }
 
+// TestMembershipChurnLight: the same in a fleet of 3 voters, 1 standby and
+// up to 2 light members, whose sessions live by keepalives to the leader
+// and whose commands are forwarded; light members are killed, restarted,
+// added and closed, and promoted when a voter dies.
+func TestMembershipChurnLight(t *testing.T) {
+	rep := runKinds(t, FaultChurnLight)
+	if len(rep.Injected) == 0 {
+		t.Error("no membership change injected")
+	}
+}
+
 // TestStorageFaults: a node whose raft log writes or lock-table commits fail
 // stops acknowledging (its calls fail with ErrStorage, its handles end), the
 // rest of the cluster carries on, and a run with disk faults has no

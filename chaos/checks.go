@@ -353,6 +353,7 @@ func Leftovers(ctx context.Context, n *node.Node) ([]string, error) {
 // (procRun.probe).
 type nodeProbe struct {
 	ids       func() []uint64 // the nodes up now
+	replicas  func() []uint64 // those of them that keep the log (nil: all; light members do not)
 	leftovers func(ctx context.Context, id uint64) []string
 	snapshot  func(ctx context.Context, id uint64) (b []byte, applied uint64, err error)
 }
@@ -439,7 +440,11 @@ func (p nodeProbe) waitIdentical(ctx context.Context) []string {
 		var ref []byte
 		var refIdx uint64
 		haveRef, same := false, true
-		for _, id := range p.ids() {
+		ids := p.ids
+		if p.replicas != nil {
+			ids = p.replicas
+		}
+		for _, id := range ids() {
 			b, idx, err := p.snapshot(ctx, id)
 			if err != nil {
 				same = false

@@ -27,6 +27,20 @@ import (
 // add new members, close members (graceful leave).
 const FaultChurn = "churn"
 
+// FaultChurnLight is churn in a fleet that keeps 3 voters and 1 standby, so
+// that up to two of its members are light (outside the raft configuration:
+// their sessions kept alive by keepalives to the leader, their commands
+// forwarded): the same changes, which also kill, restart, add and close
+// light members, and promote one when a voter dies.
+const FaultChurnLight = "churn-light"
+
+// churnLightThresholds is the voter policy of FaultChurnLight.
+func churnLightThresholds() membership.Thresholds {
+	t := ChurnThresholds()
+	t.MaxVoters, t.MaxLearners = 3, 1
+	return t
+}
+
 // churnFounders are the gossip names of the slots that form the fleet.
 var churnFounders = []string{"slot-1", "slot-2", "slot-3"}
 
@@ -44,9 +58,13 @@ type GossipCluster struct {
 	Applied *AppliedLog
 	logf    func(string, ...any)
 
+	policy membership.Thresholds // every member's voter policy
+	plant  func(*knobs.Node)     // planted bugs, on every member (nil: none)
+
 	mu     sync.Mutex
 	fresh  map[uint64]bool   // the slot's next start is fresh (its member left for good)
 	raftID map[uint64]uint64 // slot -> raft id of its current data dir
+	light  map[uint64]bool   // raft ids seen running outside a full configuration (light members)
 }
 
 // NewGossipCluster starts `initial` members in a fleet of `slots` slots.
@@ -54,8 +72,15 @@ type GossipCluster struct {
 // founders are slots 1 to 3 (so initial must be at least 3 for the fleet to
 // form). A founder slot restarted fresh keeps its name, as a pod whose
 // volume was replaced does.
-func NewGossipCluster(base string, initial, slots int, logger *slog.Logger, logf func(string, ...any)) (*GossipCluster, error) {
-	c := &GossipCluster{Applied: NewAppliedLog(), logf: logf, fresh: map[uint64]bool{}, raftID: map[uint64]uint64{}}
+func NewGossipCluster(base string, initial, slots int, policy membership.Thresholds, logger *slog.Logger, logf func(string, ...any)) (*GossipCluster, error) {
+	return newGossipCluster(base, initial, slots, policy, nil, logger, logf)
+}
+
+// newGossipCluster is NewGossipCluster with bugs planted on every member.
+func newGossipCluster(base string, initial, slots int, policy membership.Thresholds, plant func(*knobs.Node), logger *slog.Logger,
+	logf func(string, ...any)) (*GossipCluster, error) {
+	c := &GossipCluster{Applied: NewAppliedLog(), logf: logf, policy: policy, plant: plant, fresh: map[uint64]bool{},
+		raftID: map[uint64]uint64{}, light: map[uint64]bool{}}
 	cl, err := cluster.Start(cluster.Options[*node.Node]{Size: slots, Initial: initial, Dir: base, Gossip: true,
 		Logger: logger, Start: c.startSlot})
 	if err != nil {
@@ -72,7 +97,7 @@ func (c *GossipCluster) startSlot(s cluster.Spec) (*node.Node, error) {
 		Logger:   s.Logger.With("slot", slot),
 		Observer: func(r node.ApplyRecord) { c.Applied.Observe(slot, inc, r) },
 		Gossip: &node.GossipConfig{Seeds: s.Seeds, Name: fmt.Sprintf("slot-%d", slot), Founders: churnFounders,
-			Timing: membership.FastTiming(), Thresholds: ChurnThresholds(), ReconcileEvery: 100 * time.Millisecond},
+			Timing: membership.FastTiming(), Thresholds: c.policy, ReconcileEvery: 100 * time.Millisecond},
 	}
 	FastConfig(&cfg)
 	// Snapshots on, unlike the static harness (whose end check replays the
@@ -82,6 +107,9 @@ func (c *GossipCluster) startSlot(s cluster.Spec) (*node.Node, error) {
 	// replica that restores a snapshot leaves no gap in them.
 	cfg.SnapshotEvery = 10000 // the default
 	cfg.CompactKeep = 50
+	if c.plant != nil {
+		c.plant(s.Knobs)
+	}
 	knobs.Plant(&cfg, s.Knobs)
 	n, err := node.Start(cfg)
 	if err != nil {
@@ -264,6 +292,7 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 		if ctx.Err() != nil {
 			return
 		}
+		c.noteLight(voters, learners)
 		if err != nil {
 			viol("churn: configuration did not heal: %v", err)
 			return
@@ -304,6 +333,9 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 			took, err := c.catchUp(ctx, s)
 			switch {
 			case ctx.Err() != nil:
+			case errors.Is(err, errStaysLight):
+				applied["add-light"]++
+				logf("slot %d: %v", s, err)
 			case err != nil:
 				logf("add slot %d: %v", s, err)
 			case took > ChurnCatchUpBound:
@@ -338,8 +370,8 @@ func churnSchedule(ctx context.Context, c *GossipCluster, rng *rand.Rand, applie
 				return
 			}
 			logf("voter %016x replaced after %v", victim, time.Since(killed).Round(time.Millisecond))
-			if time.Since(killed) < ChurnThresholds().DeadVoterAfter {
-				viol("churn: voter %016x replaced after %v, before the %v threshold", victim, time.Since(killed), ChurnThresholds().DeadVoterAfter)
+			if time.Since(killed) < c.policy.DeadVoterAfter {
+				viol("churn: voter %016x replaced after %v, before the %v threshold", victim, time.Since(killed), c.policy.DeadVoterAfter)
 			}
 			c.forget(s) // gone for good: the slot's next start is fresh
 		case 2: // kill -9 any member and restart it from disk soon after
@@ -390,9 +422,20 @@ func (c *GossipCluster) catchUp(ctx context.Context, slot uint64) (time.Duration
 	id := n.ID()
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	v, l, err := c.WaitConf(wctx, func(v, l []uint64) bool { return slices.Contains(v, id) || slices.Contains(l, id) })
+	v, l, err := c.WaitConf(wctx, func(v, l []uint64) bool {
+		return slices.Contains(v, id) || slices.Contains(l, id) || c.full(v, l)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("not in the configuration (voters %016x learners %016x): %w", v, l, err)
+	}
+	if !slices.Contains(v, id) && !slices.Contains(l, id) {
+		if err := n.Ready(wctx); err != nil {
+			return 0, fmt.Errorf("not ready as a light member: %w", err)
+		}
+		c.mu.Lock()
+		c.light[id] = true
+		c.mu.Unlock()
+		return 0, errStaysLight
 	}
 	in := time.Now()
 	var target uint64
@@ -417,6 +460,56 @@ func (c *GossipCluster) catchUp(ctx context.Context, slot uint64) (time.Duration
 		}
 	}
 	return time.Since(in), nil // not caught up: over the bound
+}
+
+// errStaysLight: a member added to a full configuration serves as a light
+// member; it has no log to catch up.
+var errStaysLight = errors.New("the configuration is full: it serves as a light member")
+
+// full reports whether the configuration holds as many voters and learners
+// as the policy keeps: a member outside it is light, not waiting to join.
+func (c *GossipCluster) full(v, l []uint64) bool {
+	d := membership.DefaultThresholds()
+	mv, ml := c.policy.MaxVoters, c.policy.MaxLearners
+	if mv <= 0 {
+		mv = d.MaxVoters
+	}
+	if ml == 0 {
+		ml = d.MaxLearners
+	}
+	return len(v) >= mv && len(l) >= max(ml, 0)
+}
+
+// noteLight records the running members outside a full configuration.
+func (c *GossipCluster) noteLight(v, l []uint64) {
+	if !c.full(v, l) {
+		return
+	}
+	for _, s := range c.Running() {
+		if n := c.Node(s); n != nil && !slices.Contains(v, n.ID()) && !slices.Contains(l, n.ID()) {
+			c.mu.Lock()
+			c.light[n.ID()] = true
+			c.mu.Unlock()
+		}
+	}
+}
+
+// replicaSlots is the slots of up whose members are in the configuration
+// (light members keep no log); all of up if the configuration is not known.
+func (c *GossipCluster) replicaSlots(ctx context.Context, up []uint64) []uint64 {
+	qctx, cancel := context.WithTimeout(ctx, time.Second)
+	v, l, err := c.ConfState(qctx)
+	cancel()
+	if err != nil {
+		return up
+	}
+	var out []uint64
+	for _, s := range up {
+		if n := c.Node(s); n != nil && (slices.Contains(v, n.ID()) || slices.Contains(l, n.ID())) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // healthyOnLeader is the members of ids that the leader counts healthy
@@ -456,13 +549,19 @@ func healthyVoters(c *GossipCluster, v []uint64) bool {
 	return true
 }
 
-// runChurn is Run for FaultChurn: the same workload and checks against a
-// gossip-mode fleet (5 slots, 3 to 5 members running).
-func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
+// runChurn is Run for FaultChurn and FaultChurnLight: the same workload and
+// checks against a gossip-mode fleet (churn: 5 slots, 3 to 5 members
+// running, all in the configuration; churn-light: 6 slots, 3 voters, 1
+// standby and up to 2 light members).
+func runChurn(ctx context.Context, rc RunConfig, light bool) (*Report, error) {
 	rc.Logf("seed %d faults %v duration %v (gossip fleet)", rc.Seed, rc.Faults, rc.Duration)
 	rng := rand.New(rand.NewPCG(rc.Seed, 0xc4a05))
-	slots := max(rc.Size, 3) + 2
-	c, err := NewGossipCluster(rc.BaseDir, 3, slots, rc.Logger, rc.Logf)
+	initial, slots, policy := 3, max(rc.Size, 3)+2, ChurnThresholds()
+	if light {
+		// Five from the start: one of them is light from the first change.
+		initial, slots, policy = 5, max(rc.Size, 3)+3, churnLightThresholds()
+	}
+	c, err := newGossipCluster(rc.BaseDir, initial, slots, policy, rc.Plant, rc.Logger, rc.Logf)
 	if err != nil {
 		return nil, err
 	}
@@ -507,8 +606,19 @@ func runChurn(ctx context.Context, rc RunConfig) (*Report, error) {
 	settleCancel()
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
-	nodeSetProbe(c).checkSettled(sctx, "", viol)
+	probe := nodeSetProbe(c)
+	probe.replicas = func() []uint64 { return c.replicaSlots(sctx, probe.ids()) }
+	probe.checkSettled(sctx, "", viol)
 	rep.Notes = append(rep.Notes, "churn: full-cluster crash/replay (S3 replay) not run: gossip addresses change on restart; S3 checked on the applied log")
+	if light {
+		c.mu.Lock()
+		seen := len(c.light)
+		c.mu.Unlock()
+		rep.Notes = append(rep.Notes, fmt.Sprintf("churn-light: %d members served as light members (outside the configuration) between changes", seen))
+		if seen == 0 {
+			viol("churn-light: no member served as a light member")
+		}
+	}
 
 	ops := w.H.Ops()
 	finishReport(rep, ops, end, w.H, c.Applied, w.Store, rc, viol)
@@ -630,6 +740,10 @@ func (c *GossipCluster) settle(ctx context.Context, injected map[string]int, log
 		_, _, err := c.waitHealthy(ctx, injected, logf, func(v, l []uint64) bool {
 			if !healthyVoters(c, v) {
 				return false
+			}
+			if c.full(v, l) {
+				c.noteLight(v, l)
+				return true // the members outside it are light
 			}
 			for _, s := range c.Running() {
 				if n := c.Node(s); n != nil && !slices.Contains(v, n.ID()) && !slices.Contains(l, n.ID()) {

@@ -48,6 +48,8 @@ var Groups = map[string][]string{
 	"msgs":      {FaultMessages},
 	"disk":      {FaultDisk},
 	"churn":     {FaultChurn},
+	// churn-light: churn with light members (churn.go).
+	"churn-light": {FaultChurnLight},
 	// leader-churn: its own schedule (leaderchurn.go), on 5 nodes.
 	"leader-churn": {FaultLeaderChurn},
 	// restarted-waiter: its own schedule (restartedwaiter.go).
@@ -65,7 +67,7 @@ func ExpandFaults(s string) ([]string, error) {
 			continue
 		}
 		switch f {
-		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn,
+		case FaultPartitionMajority, FaultIsolateLeader, FaultOneWay, FaultBridge, FaultCrash, FaultPause, FaultClockJump, FaultClockRate, FaultNet, FaultMessages, FaultDisk, FaultChurn, FaultChurnLight,
 			FaultWallBack, FaultWallForward, FaultClockDrift, FaultLeaderChurn, FaultRestartedWaiter:
 			out = append(out, f)
 		case "":

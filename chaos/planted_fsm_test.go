@@ -35,6 +35,23 @@ func TestPlantedGrantWhileHeldCaught(t *testing.T) {
 	}
 }
 
+// The same bug in a fleet with light members (churn-light): their grants,
+// forwarded through the leader, are checked as a replica's are.
+func TestPlantedGrantWhileHeldCaughtWithLightMembers(t *testing.T) {
+	wl := DefaultWorkload()
+	wl.Names = []string{"a"}
+	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: 4 * time.Second, BaseDir: t.TempDir(),
+		Faults: []string{FaultChurnLight}, Workload: wl, SkipDurability: true, CheckTimeout: 20 * time.Second,
+		Plant: func(k *knobs.Node) { k.FSM.GrantWhileHeld = true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("porcupine=%s live=%d violations: %s", rep.Linearizable, rep.Live, strings.Join(rep.Violations, "; "))
+	if len(rep.Violations) == 0 || (rep.Linearizable != porcupine.Illegal && rep.Live == 0) {
+		t.Fatalf("grant without the holder check not caught with light members: porcupine=%s live=%d", rep.Linearizable, rep.Live)
+	}
+}
+
 // runPlanted runs prims' workload with lockfsm's planted bug h and returns
 // the report.
 func runPlanted(t *testing.T, h knobs.FSM, prims ...string) *Report {

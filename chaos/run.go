@@ -158,11 +158,13 @@ func Run(ctx context.Context, rc RunConfig) (*Report, error) {
 	if restartedWaiter && len(rc.Faults) != 1 {
 		return nil, fmt.Errorf("fault %q runs on its own (it schedules its own kills)", FaultRestartedWaiter)
 	}
-	if slices.Contains(rc.Faults, FaultChurn) {
-		if len(rc.Faults) != 1 {
-			return nil, fmt.Errorf("fault %q runs on its own (gossip-mode fleet)", FaultChurn)
+	for _, f := range []string{FaultChurn, FaultChurnLight} {
+		if slices.Contains(rc.Faults, f) {
+			if len(rc.Faults) != 1 {
+				return nil, fmt.Errorf("fault %q runs on its own (gossip-mode fleet)", f)
+			}
+			return runChurn(ctx, rc, f == FaultChurnLight)
 		}
-		return runChurn(ctx, rc)
 	}
 	rc.Logf("seed %d faults %v duration %v", rc.Seed, rc.Faults, rc.Duration)
 	if rc.Trace != nil {

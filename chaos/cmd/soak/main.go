@@ -31,7 +31,7 @@ func main() {
 	chaos.MaybeChild() // hidden: this binary re-executed as one node process (-procs)
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "RNG seed (printed; rerun with it)")
 	dur := flag.Duration("duration", 60*time.Second, "workload duration per fault")
-	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated runs, each a fault group (partition, crash, pause, clock, wall, badclock, net, msgs, disk, churn, leader-churn) or kind (isolate-leader, wall-back, ...), or kinds and groups joined by + into one run (wall-back+isolate-leader); with -procs: kill, stop, partition, or kinds joined by +")
+	faults := flag.String("faults", "partition,crash,pause,clock,net,msgs,disk", "comma-separated runs, each a fault group (partition, crash, pause, clock, wall, badclock, net, msgs, disk, churn, churn-light, leader-churn) or kind (isolate-leader, wall-back, ...), or kinds and groups joined by + into one run (wall-back+isolate-leader); with -procs: kill, stop, partition, or kinds joined by +")
 	sizes := flag.String("nodes", "0", "cluster size (0: 3, or 5 for leader-churn); a comma-separated list runs every fault at each size (-faults leader-churn -nodes 3,5)")
 	clients := flag.Int("clients", 3, "clients per node")
 	longHolds := flag.Float64("long-holds", 0, "share of critical sections held for up to 4 s (twice the session TTL) instead of 20 ms: a holder told of its loss late then shows as a live overlap (S5)")
