@@ -41,9 +41,9 @@ import (
 //     header that says otherwise is refused; plaintext: the header, which
 //     binds the connection to that id), the cluster id, revocation, the role
 //     (raft streams and snapshots only from voters), Config.AdmitRaft, and
-//     the formation id. Then the caps: per peer one raft stream (a newer one
-//     ends the older), one snapshot and callsPerPeer calls, and
-//     maxCalls calls in all.
+//     the formation id. Then the caps: per peer one raft stream and one
+//     keepalive stream (a newer one ends the older), one snapshot and
+//     callsPerPeer calls, and maxCalls calls in all.
 //
 // Then decoding is budgeted (budget.go). None of this runs per message: an
 // admitted raft stream holds its peer's state, and each batch costs two
