@@ -18,10 +18,23 @@ import (
 
 // Planted in lockfsm: an acquire granted while another owner holds the name.
 func TestPlantedGrantWhileHeldCaught(t *testing.T) {
+	grantWhileHeldCaught(t, 2*time.Second, nil, 10*time.Second)
+}
+
+// The same bug in a fleet with light members (churn-light): their grants,
+// forwarded through the leader, are checked as a replica's are.
+func TestPlantedGrantWhileHeldCaughtWithLightMembers(t *testing.T) {
+	grantWhileHeldCaught(t, 4*time.Second, []string{FaultChurnLight}, 20*time.Second)
+}
+
+// grantWhileHeldCaught runs one name under faults with GrantWhileHeld
+// planted and fails unless the checks catch it.
+func grantWhileHeldCaught(t *testing.T, d time.Duration, faults []string, checkTimeout time.Duration) {
+	t.Helper()
 	wl := DefaultWorkload()
 	wl.Names = []string{"a"}
-	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: 2 * time.Second, BaseDir: t.TempDir(),
-		Workload: wl, SkipDurability: true, CheckTimeout: 10 * time.Second,
+	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: d, BaseDir: t.TempDir(), Faults: faults,
+		Workload: wl, SkipDurability: true, CheckTimeout: checkTimeout,
 		Plant: func(k *knobs.Node) { k.FSM.GrantWhileHeld = true }})
 	if err != nil {
 		t.Fatal(err)
@@ -31,24 +44,7 @@ func TestPlantedGrantWhileHeldCaught(t *testing.T) {
 	// illegal, or (when the doubled grants happen not to conflict with
 	// completed operations) the live-overlap check does.
 	if len(rep.Violations) == 0 || (rep.Linearizable != porcupine.Illegal && rep.Live == 0) {
-		t.Fatalf("grant without the holder check not caught: porcupine=%s live=%d", rep.Linearizable, rep.Live)
-	}
-}
-
-// The same bug in a fleet with light members (churn-light): their grants,
-// forwarded through the leader, are checked as a replica's are.
-func TestPlantedGrantWhileHeldCaughtWithLightMembers(t *testing.T) {
-	wl := DefaultWorkload()
-	wl.Names = []string{"a"}
-	rep, err := Run(context.Background(), RunConfig{Seed: seed(t), Duration: 4 * time.Second, BaseDir: t.TempDir(),
-		Faults: []string{FaultChurnLight}, Workload: wl, SkipDurability: true, CheckTimeout: 20 * time.Second,
-		Plant: func(k *knobs.Node) { k.FSM.GrantWhileHeld = true }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("porcupine=%s live=%d violations: %s", rep.Linearizable, rep.Live, strings.Join(rep.Violations, "; "))
-	if len(rep.Violations) == 0 || (rep.Linearizable != porcupine.Illegal && rep.Live == 0) {
-		t.Fatalf("grant without the holder check not caught with light members: porcupine=%s live=%d", rep.Linearizable, rep.Live)
+		t.Fatalf("grant without the holder check not caught (faults %v): porcupine=%s live=%d", faults, rep.Linearizable, rep.Live)
 	}
 }
 
