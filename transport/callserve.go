@@ -82,7 +82,7 @@ func (s *server) readCall(ss grpc.ServerStream, req proto.Message) (held, error)
 	if a == nil {
 		return held{}, status.Error(codes.Unauthenticated, "stream not admitted")
 	}
-	p, lim := a.peer, &s.t.adm.lim
+	p := a.peer
 	select {
 	case p.callRead <- struct{}{}:
 	case <-ctx.Done():
@@ -97,9 +97,18 @@ func (s *server) readCall(ss grpc.ServerStream, req proto.Message) (held, error)
 		}
 		return held{}, err
 	}
+	h, err := s.decodeCall(ctx, p, raw, req)
+	<-p.callRead
+	return h, err
+}
+
+// decodeCall charges a received request's bytes to its peer's and the
+// total call budgets, then decodes it into req; raw's buffer is freed. The
+// budgets are held until the returned held is released.
+func (s *server) decodeCall(ctx context.Context, p *peerState, raw rawRequest, req proto.Message) (held, error) {
+	lim := &s.t.adm.lim
 	b := raw.buf.ReadOnlyData()
 	h, err := charge(ctx, p.callBudget, s.t.adm.callBudget, lim.peerCallBudget, lim.callBudget, int64(len(b)))
-	<-p.callRead
 	if err != nil {
 		raw.buf.Free()
 		return held{}, err

@@ -70,7 +70,6 @@ func (s *server) keepaliveStream(ss grpc.ServerStream) error {
 		return err
 	}
 	a := admittedOf(ctx)
-	lim := &s.t.adm.lim
 	for {
 		var raw rawRequest
 		if err := ss.RecvMsg(&raw); err != nil {
@@ -79,22 +78,14 @@ func (s *server) keepaliveStream(ss grpc.ServerStream) error {
 			}
 			return err
 		}
-		b := raw.buf.ReadOnlyData()
-		if len(b) > maxKeepaliveRequest {
+		if n := len(raw.buf.ReadOnlyData()); n > maxKeepaliveRequest {
 			raw.buf.Free()
-			return status.Errorf(codes.InvalidArgument, "keepalive request of %d bytes", len(b))
-		}
-		h, err := charge(ctx, a.peer.callBudget, s.t.adm.callBudget, lim.peerCallBudget, lim.callBudget, int64(len(b)))
-		if err != nil {
-			raw.buf.Free()
-			return err
+			return status.Errorf(codes.InvalidArgument, "keepalive request of %d bytes", n)
 		}
 		req := &transportpb.KeepaliveRequest{} // the handler may keep it, as a call's
-		err = s.t.codec.decode(b, req)
-		raw.buf.Free()
+		h, err := s.decodeCall(ctx, a.peer, raw, req)
 		if err != nil {
-			h.release()
-			return status.Error(codes.InvalidArgument, err.Error())
+			return err
 		}
 		if s.t.adm.isRevoked(from) {
 			h.release()
