@@ -113,8 +113,9 @@ const (
 
 	// maxStreams caps the concurrent RPCs of one connection (HTTP/2's
 	// SETTINGS_MAX_CONCURRENT_STREAMS: a peer's further RPCs wait for a
-	// slot): the message stream, a snapshot, and the calls of one peer
-	// (keepalives, forwarded commands, pushes, status; renewals queue) fit.
+	// slot): the message stream, a snapshot, the keepalive stream and the
+	// calls of one peer (forwarded commands, pushes, status; renewals
+	// queue) fit.
 	maxStreams = 16
 	// serverStreamWindow is the receive window of each incoming stream: what
 	// a peer may send on a stream beyond what this node has read. gRPC opens
