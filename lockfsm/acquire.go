@@ -170,7 +170,7 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 		}
 		bug = true
 	}
-	if !l.delayed && (bug || len(l.waiters) == 0 && l.fits(mode, permits, &f.k)) {
+	if !l.delayed && (bug || len(l.waiters()) == 0 && l.fits(mode, permits, &f.k)) {
 		value := ""
 		if prim == PrimElection {
 			value = f.own(c.Value)
@@ -196,10 +196,10 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	if prim == PrimElection && c.Value != "" {
 		w.x = &extra{value: f.own(c.Value)}
 	}
-	l.waiters = append(l.waiters, w)
+	l.setWaiters(append(l.waiters(), w))
 	s.addWait(l.name)
 	f.touchLock(l)
-	return Result{Status: Queued, Position: uint32(len(l.waiters))}, ev
+	return Result{Status: Queued, Position: uint32(len(l.waiters()))}, ev
 }
 
 // proclaim applies KindProclaim: the leader of the election Name, (Session, Owner), announces Value; a

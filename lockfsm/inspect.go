@@ -109,7 +109,7 @@ func (f *FSM) Leader(name string) (LeaderInfo, bool) {
 
 func (l *lock) info() LockInfo {
 	li := LockInfo{Name: l.name, Primitive: l.prim, Permits: l.limit(), PermitsInUse: l.used(), Value: l.value(),
-		Delayed: l.delayed, DelayToken: l.delayToken}
+		Delayed: l.delayed, DelayToken: l.delayToken()}
 	for i := range l.holds {
 		h := &l.holds[i]
 		li.Holds = append(li.Holds, HoldInfo{Session: h.session, Owner: h.owner, Mode: h.mode, HoldCount: h.count,
@@ -120,8 +120,8 @@ func (l *lock) info() LockInfo {
 		li.Holder = Holder{Session: h.session, Owner: h.owner}
 		li.HoldCount, li.Token, li.GrantSeq, li.LeaseMillis = h.count, h.token, h.grantSeq, h.lease
 	}
-	for i := range l.waiters {
-		w := &l.waiters[i]
+	for i := range l.waiters() {
+		w := &l.waiters()[i]
 		li.Waiters = append(li.Waiters, WaiterInfo{Position: uint32(i + 1), Session: w.session, Owner: w.owner,
 			Seq: w.seq, Enqueued: w.enqueued, LeaseMillis: w.lease, Mode: w.mode, Permits: w.permits,
 			Value: w.value(), Names: w.names()})

@@ -7,24 +7,65 @@ package lockfsm
 // now (it does not fit beside the holds, or, for a multi-name waiter, it is not first or not free on one
 // of its other names). Every change that could break it ends with settle.
 type lock struct {
-	name       string
-	holds      []hold   // grant order; a mutex or election has at most one
-	waiters    []waiter // FIFO: waiters[0] is next
-	delayToken uint64
-	ext        *lockExt // a semaphore's limit, an election's value; nil for a mutex
-	prim       Primitive
-	delayed    bool // lock-delay after an expiry: no new grant until a LiftDelay with delayToken
+	name  string
+	holds []hold   // grant order; a mutex or election has at most one
+	ext   *lockExt // the queue, the delay's token, a semaphore's limit, an election's value; nil without them
+	prim  Primitive
+	// delayed: lock-delay after an expiry, no new grant until a LiftDelay with delayToken.
+	delayed bool
 	// What the lock last added to the table's counts (stats.go); in the struct's padding.
 	countedHeld, countedDelayed bool
 	countedWaiters              uint32
 	first                       [1]hold // backing array of holds while there is one (a mutex grant allocates no slice)
 }
 
-// lockExt is what only semaphores and elections need.
+// lockExt is what a held mutex does not need, kept out of the lock so that a table of held locks costs
+// 128 bytes an entry, not 160 (a million held locks: the scale issue's memory per lock). Made when a name
+// first has a waiter, a delay or a value, or for a semaphore when it is made; kept until the name leaves
+// the table.
 type lockExt struct {
-	value string // election: the leader's value ("" when nobody leads)
-	limit uint32 // semaphore: its permits N
-	used  uint32 // semaphore: permits held (derived from holds)
+	waiters    []waiter // FIFO: waiters[0] is next
+	delayToken uint64
+	value      string // election: the leader's value ("" when nobody leads)
+	limit      uint32 // semaphore: its permits N
+	used       uint32 // semaphore: permits held (derived from holds)
+}
+
+// extended returns l.ext, made if l has none.
+func (l *lock) extended() *lockExt {
+	if l.ext == nil {
+		l.ext = &lockExt{}
+	}
+	return l.ext
+}
+
+// waiters returns the queue (nil when empty). Pointers into it stay valid until the queue changes.
+func (l *lock) waiters() []waiter {
+	if l.ext == nil {
+		return nil
+	}
+	return l.ext.waiters
+}
+
+func (l *lock) setWaiters(ws []waiter) {
+	if ws == nil && l.ext == nil {
+		return
+	}
+	l.extended().waiters = ws
+}
+
+func (l *lock) delayToken() uint64 {
+	if l.ext == nil {
+		return 0
+	}
+	return l.ext.delayToken
+}
+
+func (l *lock) setDelayToken(t uint64) {
+	if t == 0 && l.ext == nil {
+		return
+	}
+	l.extended().delayToken = t
 }
 
 func (l *lock) limit() uint32 {
@@ -49,10 +90,10 @@ func (l *lock) value() string {
 }
 
 func (l *lock) setValue(v string) {
-	if l.ext == nil {
-		l.ext = &lockExt{}
+	if v == "" && l.ext == nil {
+		return
 	}
-	l.ext.value = v
+	l.extended().value = v
 }
 
 // hold is one grant: a reentrant owner's levels (count), or one semaphore acquisition. A multi-name hold
@@ -131,9 +172,10 @@ func (l *lock) removeHold(i int) {
 }
 
 func (l *lock) removeWaiter(i int) {
-	copy(l.waiters[i:], l.waiters[i+1:])
-	l.waiters[len(l.waiters)-1] = waiter{}
-	l.waiters = l.waiters[:len(l.waiters)-1]
+	ws := l.ext.waiters
+	copy(ws[i:], ws[i+1:])
+	ws[len(ws)-1] = waiter{}
+	l.ext.waiters = ws[:len(ws)-1]
 }
 
 // find returns the index of (session, owner)'s hold in mode, or -1. Semaphore holds are found by token.
@@ -157,8 +199,8 @@ func (l *lock) findToken(session uint64, owner string, token uint64) int {
 
 // waiting returns the 1-based queue position of (session, owner), or 0.
 func (l *lock) waiting(session uint64, owner string) uint32 {
-	for i := range l.waiters {
-		if w := &l.waiters[i]; w.session == session && w.owner == owner {
+	for i := range l.waiters() {
+		if w := &l.waiters()[i]; w.session == session && w.owner == owner {
 			return uint32(i + 1)
 		}
 	}
@@ -193,8 +235,8 @@ func (l *lock) fits(mode Mode, permits uint32, k *knobs) bool {
 
 // firstFitting is the first waiter that fits beside the holds, or -1 (for the planted bug semaphoreBarge).
 func (l *lock) firstFitting(k *knobs) int {
-	for i := range l.waiters {
-		if l.fits(l.waiters[i].mode, l.waiters[i].permits, k) {
+	for i := range l.waiters() {
+		if l.fits(l.waiters()[i].mode, l.waiters()[i].permits, k) {
 			return i
 		}
 	}
@@ -233,7 +275,7 @@ func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
 // touchLock marks l dirty and drops it from the table when it is empty.
 func (f *FSM) touchLock(l *lock) {
 	f.dirtyLocks[l.name] = struct{}{}
-	if !l.held() && !l.delayed && len(l.waiters) == 0 && f.locks[l.name] == l {
+	if !l.held() && !l.delayed && len(l.waiters()) == 0 && f.locks[l.name] == l {
 		f.counts.recount(l) // to nothing: it leaves the table
 		delete(f.locks, l.name)
 		f.dead = append(f.dead, l)
@@ -328,12 +370,12 @@ func (f *FSM) settle(l *lock, index uint64, ended bool, ev []Event) []Event {
 // readers, or semaphore requests in order until the first that does not fit (never overtaken). A
 // multi-name head is granted when it is first and free on every one of its names.
 func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
-	for !l.delayed && len(l.waiters) > 0 {
+	for !l.delayed && len(l.waiters()) > 0 {
 		i := 0
-		if f.k.grantTail && len(l.waiters) > 1 {
-			i = len(l.waiters) - 1
+		if f.k.grantTail && len(l.waiters()) > 1 {
+			i = len(l.waiters()) - 1
 		}
-		w := &l.waiters[i]
+		w := &l.waiters()[i]
 		if f.endingBlocks(w) {
 			return ev
 		}
@@ -346,8 +388,8 @@ func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 		}
 		if !l.fits(w.mode, w.permits, &f.k) {
 			if f.k.semaphoreBarge && l.prim == PrimSemaphore {
-				if j := l.firstFitting(&f.k); j > 0 && !f.endingBlocks(&l.waiters[j]) {
-					i, w = j, &l.waiters[j]
+				if j := l.firstFitting(&f.k); j > 0 && !f.endingBlocks(&l.waiters()[j]) {
+					i, w = j, &l.waiters()[j]
 				}
 			}
 			if !l.fits(w.mode, w.permits, &f.k) {
@@ -450,8 +492,8 @@ func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
 func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
 	l := f.locks[c.Name]
 	if l != nil {
-		for i := range l.waiters {
-			w := &l.waiters[i]
+		for i := range l.waiters() {
+			w := &l.waiters()[i]
 			if w.session != s.id || w.seq != c.Target || w.owner != c.Owner {
 				continue
 			}
@@ -554,11 +596,11 @@ func (f *FSM) expireLease(index uint64, c *Command, ev []Event) (Result, []Event
 // liftDelay applies KindLiftDelay: the delay started at Token ends and the name goes to its next waiters.
 func (f *FSM) liftDelay(index uint64, c *Command, ev []Event) (Result, []Event) {
 	l := f.locks[c.Name]
-	if l == nil || !l.delayed || l.delayToken != c.Token {
+	if l == nil || !l.delayed || l.delayToken() != c.Token {
 		return Result{Status: NotFound}, ev
 	}
 	l.delayed = false
-	l.delayToken = 0
+	l.setDelayToken(0)
 	ev = f.settle(l, index, false, ev)
 	return Result{Status: Lifted, Token: c.Token}, ev
 }

@@ -84,7 +84,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 	free := true
 	var holder Holder
 	for i := 0; i < n; i++ {
-		if l := f.locks[nameAt(c, i)]; l != nil && (l.delayed || l.held() || len(l.waiters) != 0) {
+		if l := f.locks[nameAt(c, i)]; l != nil && (l.delayed || l.held() || len(l.waiters()) != 0) {
 			if free {
 				holder = l.blocker(ModeExclusive)
 			}
@@ -113,11 +113,11 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		if l == nil {
 			l = f.newLock(name, PrimMutex, 0)
 		}
-		l.waiters = append(l.waiters, w)
+		l.setWaiters(append(l.waiters(), w))
 		s.addWait(name)
 		f.touchLock(l)
 	}
-	return Result{Status: Queued, Position: uint32(len(f.locks[names[0]].waiters))}, ev
+	return Result{Status: Queued, Position: uint32(len(f.locks[names[0]].waiters()))}, ev
 }
 
 // ownNames returns c's names as strings the state may keep: the table's own for names it has.
@@ -162,10 +162,10 @@ func (f *FSM) grantMulti(s *session, owner string, x *extra, seq, index, lease u
 func multiReady(locks map[string]*lock, w *waiter) bool {
 	for _, n := range w.names() {
 		l := locks[n]
-		if l == nil || l.delayed || l.held() || len(l.waiters) == 0 {
+		if l == nil || l.delayed || l.held() || len(l.waiters()) == 0 {
 			return false
 		}
-		if h := &l.waiters[0]; h.session != w.session || h.seq != w.seq {
+		if h := &l.waiters()[0]; h.session != w.session || h.seq != w.seq {
 			return false
 		}
 	}
@@ -191,8 +191,8 @@ func (f *FSM) dropMultiWaiter(w *waiter) {
 		if l == nil {
 			continue
 		}
-		for j := range l.waiters {
-			if v := &l.waiters[j]; v.session == w.session && v.seq == w.seq {
+		for j := range l.waiters() {
+			if v := &l.waiters()[j]; v.session == w.session && v.seq == w.seq {
 				l.removeWaiter(j)
 				s.dropWait(n)
 				break

@@ -81,7 +81,7 @@ func appendLock(b []byte, l *lock, k *knobs) []byte {
 	}
 	b = append(b, flags, byte(l.prim))
 	b = protowire.AppendVarint(b, uint64(l.limit()))
-	b = protowire.AppendVarint(b, l.delayToken)
+	b = protowire.AppendVarint(b, l.delayToken())
 	b = appendString(b, l.value())
 	b = protowire.AppendVarint(b, uint64(len(l.holds)))
 	for i := range l.holds {
@@ -96,9 +96,9 @@ func appendLock(b []byte, l *lock, k *knobs) []byte {
 		b = protowire.AppendVarint(b, h.lease)
 		b = appendNames(b, h.names())
 	}
-	b = protowire.AppendVarint(b, uint64(len(l.waiters)))
-	for i := range l.waiters {
-		w := &l.waiters[i]
+	b = protowire.AppendVarint(b, uint64(len(l.waiters())))
+	for i := range l.waiters() {
+		w := &l.waiters()[i]
 		b = protowire.AppendVarint(b, w.session)
 		b = appendString(b, w.owner)
 		b = protowire.AppendVarint(b, w.seq)
@@ -254,19 +254,19 @@ func decodeLockV2(name string, b []byte, owners map[string]string) (*lock, bool)
 	d, l, flags := lockHeader(name, b, owners)
 	h := hold{session: d.uvarint(), owner: d.owner(), count: d.u32(), token: d.uvarint(), grantSeq: d.uvarint(),
 		lease: d.uvarint()}
-	l.delayToken = d.uvarint()
+	l.setDelayToken(d.uvarint())
 	n := d.count(5)
 	if n > 0 && !d.bad {
-		l.waiters = make([]waiter, n)
+		l.setWaiters(make([]waiter, n))
 	}
 	for i := 0; i < n && !d.bad; i++ {
-		w := &l.waiters[i]
+		w := &l.waiters()[i]
 		d.waiterFields(w)
 	}
 	held := h.session != 0
 	if d.bad || len(d.b) != 0 || flags&^1 != 0 || !validName(name) ||
 		(held != (h.count > 0)) || (held && l.delayed) ||
-		(!held && !l.delayed && len(l.waiters) == 0) || (!held && !l.delayed) ||
+		(!held && !l.delayed && len(l.waiters()) == 0) || (!held && !l.delayed) ||
 		(!held && (h.grantSeq != 0 || h.lease != 0 || h.owner != "")) { // a free v2 record kept its last token
 		return nil, false
 	}
@@ -283,13 +283,14 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 	d, l, flags := lockHeader(name, b, owners)
 	l.prim = Primitive(d.byte1())
 	limit := d.u32()
-	l.delayToken = d.uvarint()
+	token := d.uvarint()
 	value := d.str()
 	if l.prim == PrimSemaphore || l.prim == PrimElection {
 		l.ext = &lockExt{limit: limit, value: value}
 	}
+	l.setDelayToken(token)
 	bad := d.bad || flags&^1 != 0 || l.prim >= primEnd || !validName(name) ||
-		l.delayed != (l.delayToken != 0) || (l.prim == PrimSemaphore) != (limit != 0) || limit > MaxPermits ||
+		l.delayed != (l.delayToken() != 0) || (l.prim == PrimSemaphore) != (limit != 0) || limit > MaxPermits ||
 		len(value) > MaxValueLen || (l.prim != PrimElection && value != "")
 	nh := d.count(8)
 	writers := 0
@@ -331,10 +332,10 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 	}
 	nw := d.count(7)
 	if nw > 0 && !d.bad && !bad {
-		l.waiters = make([]waiter, nw)
+		l.setWaiters(make([]waiter, nw))
 	}
 	for i := 0; i < nw && !d.bad && !bad; i++ {
-		w := &l.waiters[i]
+		w := &l.waiters()[i]
 		d.waiterFields(w)
 		w.mode = Mode(d.byte1())
 		w.permits = d.u32()
@@ -345,9 +346,9 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 		}
 		bad = bad || w.session == 0 || !validOwner(w.owner) || w.enqueued == 0 || !l.shapeOK(w.mode, w.permits, names) ||
 			(value != "" && l.prim != PrimElection) || len(value) > MaxValueLen ||
-			(i > 0 && w.enqueued <= l.waiters[i-1].enqueued)
+			(i > 0 && w.enqueued <= l.waiters()[i-1].enqueued)
 	}
-	bad = bad || d.bad || len(d.b) != 0 || (!l.held() && !l.delayed && len(l.waiters) == 0)
+	bad = bad || d.bad || len(d.b) != 0 || (!l.held() && !l.delayed && len(l.waiters()) == 0)
 	if bad {
 		return nil, false
 	}
@@ -358,10 +359,10 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 // (by the correct rules: a record is checked whatever the knobs of the FSM that reads it), unless its
 // session is ending (ending.go).
 func unsettled(sessions map[uint64]*session, locks map[string]*lock, l *lock) bool {
-	if l.delayed || len(l.waiters) == 0 {
+	if l.delayed || len(l.waiters()) == 0 {
 		return false
 	}
-	w := &l.waiters[0]
+	w := &l.waiters()[0]
 	if s := sessions[w.session]; s != nil && s.ending != nil {
 		return false
 	}
@@ -449,8 +450,8 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*l
 				}
 			}
 		}
-		for i := range l.waiters {
-			w := &l.waiters[i]
+		for i := range l.waiters() {
+			w := &l.waiters()[i]
 			s := sessions[w.session]
 			if s == nil {
 				return fmt.Errorf("%w: lock %q has a waiter of unknown session %d", errCorrupt, l.name, w.session)
@@ -473,8 +474,8 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*l
 				return fmt.Errorf("%w: lock %q: multi-name hold without its first name", errCorrupt, l.name)
 			}
 		}
-		for i := range l.waiters {
-			if w := &l.waiters[i]; w.names() != nil && findWaiter(locks[w.names()[0]], w.session, w.seq) == nil {
+		for i := range l.waiters() {
+			if w := &l.waiters()[i]; w.names() != nil && findWaiter(locks[w.names()[0]], w.session, w.seq) == nil {
 				return fmt.Errorf("%w: lock %q: multi-name waiter without its first name", errCorrupt, l.name)
 			}
 		}
@@ -493,8 +494,8 @@ func findWaiter(l *lock, session, seq uint64) *waiter {
 	if l == nil {
 		return nil
 	}
-	for i := range l.waiters {
-		if w := &l.waiters[i]; w.session == session && w.seq == seq {
+	for i := range l.waiters() {
+		if w := &l.waiters()[i]; w.session == session && w.seq == seq {
 			return w
 		}
 	}

@@ -209,9 +209,9 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		if l == nil {
 			continue
 		}
-		kept := l.waiters[:0]
+		kept := l.waiters()[:0]
 		multi := f.multi[:0]
-		for _, w := range l.waiters {
+		for _, w := range l.waiters() {
 			if w.session != s.id {
 				kept = append(kept, w)
 				continue
@@ -224,8 +224,8 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 			}
 			ev = append(ev, e)
 		}
-		clear(l.waiters[len(kept):])
-		l.waiters = kept
+		clear(l.waiters()[len(kept):])
+		l.setWaiters(kept)
 		f.touchLock(l)
 		touched = append(touched, l.name)
 		// A multi-name waiter leaves all its queues at once (a queue must not keep part of one): its
@@ -308,11 +308,11 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 
 // delay puts l in its lock-delay started at index (once per entry), when delay > 0.
 func (f *FSM) delay(l *lock, index, delay uint64, ev []Event) []Event {
-	if delay == 0 || (l.delayed && l.delayToken == index) {
+	if delay == 0 || (l.delayed && l.delayToken() == index) {
 		return ev
 	}
 	l.delayed = true
-	l.delayToken = index
+	l.setDelayToken(index)
 	f.dirtyLocks[l.name] = struct{}{}
 	return append(ev, Event{Kind: EventDelayed, Name: l.name, Token: index, DelayMillis: delay})
 }

@@ -33,7 +33,7 @@ type tableCounts struct {
 // recount moves l's share of the counts from what it last added to what its state adds now (nothing
 // once it is empty).
 func (c *tableCounts) recount(l *lock) {
-	held, delayed, waiters := l.held(), l.delayed, uint32(len(l.waiters))
+	held, delayed, waiters := l.held(), l.delayed, uint32(len(l.waiters()))
 	if held != l.countedHeld {
 		c.held += sign(held)
 	}

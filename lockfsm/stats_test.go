@@ -17,8 +17,8 @@ func scanStats(f *FSM) TableStats {
 		if l.delayed {
 			st.Delayed++
 		}
-		st.Waiters += len(l.waiters)
-		st.LongestQueue = max(st.LongestQueue, len(l.waiters))
+		st.Waiters += len(l.waiters())
+		st.LongestQueue = max(st.LongestQueue, len(l.waiters()))
 	}
 	return st
 }
