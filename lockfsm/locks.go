@@ -285,7 +285,7 @@ func (f *FSM) touchLock(l *lock) {
 // grant gives (s, h.owner) the new hold h on l (not a multi-name hold) and reports it.
 func (f *FSM) grant(l *lock, s *session, h hold, seq uint64, value string, fromQueue bool, ev []Event) []Event {
 	l.addHold(h)
-	s.addHold(l.name)
+	s.addHold(l)
 	f.touchLock(l)
 	ev = append(ev, Event{Kind: EventGranted, Name: l.name, Session: s.id, Owner: h.owner, Seq: seq,
 		Token: h.token, LeaseMillis: h.lease, FromQueue: fromQueue, Mode: h.mode, Permits: h.permits})
@@ -336,7 +336,7 @@ func (f *FSM) unindexHold(l *lock, session uint64) {
 		}
 	}
 	if s := f.sessions[session]; s != nil {
-		delete(s.holds, l.name)
+		delete(s.holds, l)
 	}
 }
 

@@ -150,7 +150,7 @@ func (f *FSM) grantMulti(s *session, owner string, x *extra, seq, index, lease u
 			l = f.newLock(n, PrimMutex, 0)
 		}
 		l.addHold(h)
-		s.addHold(l.name)
+		s.addHold(l)
 		f.touchLock(l)
 	}
 	return append(ev, Event{Kind: EventGranted, Name: names[0], ExtraNames: names[1:], Session: s.id,

@@ -435,7 +435,7 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*l
 			if s == nil {
 				return fmt.Errorf("%w: lock %q held by unknown session %d", errCorrupt, l.name, h.session)
 			}
-			s.addHold(l.name)
+			s.addHold(l)
 			if names := h.names(); names != nil && names[0] == l.name {
 				for _, n := range names[1:] {
 					m := locks[n]

@@ -42,7 +42,7 @@ func (t *tableLoader) build() (map[uint64]*session, map[string]*lock, error) {
 	}
 	for id, n := range holds {
 		if s := t.sessions[id]; s != nil && s.holds == nil {
-			s.holds = make(map[string]struct{}, n)
+			s.holds = make(map[*lock]struct{}, n)
 		}
 	}
 	t.owners = nil
