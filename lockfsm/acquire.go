@@ -58,8 +58,8 @@ func (f *FSM) acquireMutex(index uint64, s *session, c *Command, ev []Event) (Re
 		if l.prim != PrimMutex {
 			return Result{Err: ErrWrongKind}, ev
 		}
-		if len(l.holds) == 1 && l.holds[0].session == s.id && l.holds[0].owner == c.Owner {
-			if l.holds[0].x != nil {
+		if len(l.holds()) == 1 && l.holds()[0].session == s.id && l.holds()[0].owner == c.Owner {
+			if l.holds()[0].x != nil {
 				return Result{Err: ErrHoldConflict}, ev
 			}
 			return f.reenter(l, 0, c), ev
@@ -74,7 +74,7 @@ func (f *FSM) reenter(l *lock, i int, c *Command) Result {
 	if maxHolds == 0 {
 		maxHolds = defaultMaxHolds
 	}
-	h := &l.holds[i]
+	h := &l.holds()[i]
 	if h.count >= maxHolds {
 		return Result{Err: ErrTooManyHolds, Token: h.token, HoldCount: h.count}
 	}
@@ -122,8 +122,8 @@ func (f *FSM) acquireSemaphore(index uint64, s *session, c *Command, ev []Event)
 			return Result{Err: ErrPermitsMismatch}, ev
 		}
 		own := k
-		for i := range l.holds {
-			if h := &l.holds[i]; h.session == s.id && h.owner == c.Owner {
+		for i := range l.holds() {
+			if h := &l.holds()[i]; h.session == s.id && h.owner == c.Owner {
 				own += h.permits
 			}
 		}
@@ -165,7 +165,7 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 		l = f.newLock(name, prim, c.Limit)
 	} else if f.k.grantWhileHeld && !l.delayed && prim != PrimSemaphore && mode == ModeExclusive {
 		// Planted bug: the holder check is skipped (the old holder is overwritten).
-		for len(l.holds) > 0 {
+		for len(l.holds()) > 0 {
 			l.removeHold(0)
 		}
 		bug = true
@@ -216,10 +216,10 @@ func (f *FSM) proclaim(s *session, c *Command, ev []Event) (Result, []Event) {
 		return Result{Err: ErrWrongKind}, ev
 	}
 	i := l.find(s.id, c.Owner, ModeExclusive)
-	if i < 0 || (c.Token != 0 && l.holds[i].token != c.Token) {
+	if i < 0 || (c.Token != 0 && l.holds()[i].token != c.Token) {
 		return Result{Err: ErrNotHolder}, ev
 	}
-	h := &l.holds[i]
+	h := &l.holds()[i]
 	if l.value() != c.Value {
 		v := f.own(c.Value)
 		l.setValue(v)

@@ -103,20 +103,20 @@ func (f *FSM) Leader(name string) (LeaderInfo, bool) {
 	if l == nil || l.prim != PrimElection || !l.held() {
 		return LeaderInfo{}, false
 	}
-	h := &l.holds[0]
+	h := &l.holds()[0]
 	return LeaderInfo{Holder: Holder{Session: h.session, Owner: h.owner}, Token: h.token, Value: l.value()}, true
 }
 
 func (l *lock) info() LockInfo {
 	li := LockInfo{Name: l.name, Primitive: l.prim, Permits: l.limit(), PermitsInUse: l.used(), Value: l.value(),
 		Delayed: l.delayed, DelayToken: l.delayToken()}
-	for i := range l.holds {
-		h := &l.holds[i]
+	for i := range l.holds() {
+		h := &l.holds()[i]
 		li.Holds = append(li.Holds, HoldInfo{Session: h.session, Owner: h.owner, Mode: h.mode, HoldCount: h.count,
 			Permits: h.permits, Token: h.token, GrantSeq: h.grantSeq, LeaseMillis: h.lease, Names: h.names()})
 	}
-	if len(l.holds) > 0 {
-		h := &l.holds[0]
+	if len(l.holds()) > 0 {
+		h := &l.holds()[0]
 		li.Holder = Holder{Session: h.session, Owner: h.owner}
 		li.HoldCount, li.Token, li.GrantSeq, li.LeaseMillis = h.count, h.token, h.grantSeq, h.lease
 	}

@@ -7,23 +7,26 @@ package lockfsm
 // now (it does not fit beside the holds, or, for a multi-name waiter, it is not first or not free on one
 // of its other names). Every change that could break it ends with settle.
 type lock struct {
-	name  string
-	holds []hold   // grant order; a mutex or election has at most one
-	ext   *lockExt // the queue, the delay's token, a semaphore's limit, an election's value; nil without them
-	prim  Primitive
+	name string
+	ext  *lockExt // the queue, the delay's token, a semaphore's limit, an election's value; nil without them
+	prim Primitive
 	// delayed: lock-delay after an expiry, no new grant until a LiftDelay with delayToken.
 	delayed bool
 	// What the lock last added to the table's counts (stats.go); in the struct's padding.
 	countedHeld, countedDelayed bool
-	countedWaiters              uint32
-	first                       [1]hold // backing array of holds while there is one (a mutex grant allocates no slice)
+	// The holds (see holds): first[:nfirst] until a second hold joins the first, ext.holds from then on.
+	nfirst         uint8
+	spilled        bool
+	countedWaiters uint32
+	first          [1]hold // a mutex's hold, in the entry itself: a mutex grant allocates nothing
 }
 
 // lockExt is what a held mutex does not need, kept out of the lock so that a table of held locks costs
-// 128 bytes an entry, not 160 (a million held locks: the scale issue's memory per lock). Made when a name
-// first has a waiter, a delay or a value, or for a semaphore when it is made; kept until the name leaves
-// the table.
+// 112 bytes an entry, not 160 (a million held locks: the scale issue's memory per lock). Made when a name
+// first has a waiter, a delay, a value or a second hold, or for a semaphore when it is made; kept until
+// the name leaves the table.
 type lockExt struct {
+	holds      []hold   // the holds once a second one joined (spilled)
 	waiters    []waiter // FIFO: waiters[0] is next
 	delayToken uint64
 	value      string // election: the leader's value ("" when nobody leads)
@@ -149,26 +152,46 @@ func (w *waiter) value() string {
 	return w.x.value
 }
 
-func (l *lock) held() bool { return len(l.holds) > 0 }
-
-// addHold appends h, using the lock's own array for the first hold.
-func (l *lock) addHold(h hold) {
-	if l.holds == nil {
-		l.holds = l.first[:0:1]
+// holds returns the holds in grant order (a mutex or election has at most one). Pointers into it stay
+// valid until a hold is added or removed.
+func (l *lock) holds() []hold {
+	if l.spilled {
+		return l.ext.holds
 	}
-	l.holds = append(l.holds, h)
+	return l.first[:l.nfirst]
+}
+
+func (l *lock) held() bool { return l.nfirst > 0 || l.spilled && len(l.ext.holds) > 0 }
+
+// addHold appends h: the first hold into the entry itself; with a second, both move to the extension.
+func (l *lock) addHold(h hold) {
+	switch {
+	case l.spilled:
+		l.ext.holds = append(l.ext.holds, h)
+	case l.nfirst == 0:
+		l.first[0], l.nfirst = h, 1
+	default:
+		x := l.extended()
+		x.holds = append(x.holds[:0], l.first[0], h)
+		l.first[0], l.nfirst, l.spilled = hold{}, 0, true
+	}
 	if h.permits != 0 {
 		l.ext.used += h.permits
 	}
 }
 
 func (l *lock) removeHold(i int) {
-	if p := l.holds[i].permits; p != 0 {
+	hs := l.holds()
+	if p := hs[i].permits; p != 0 {
 		l.ext.used -= p
 	}
-	copy(l.holds[i:], l.holds[i+1:])
-	l.holds[len(l.holds)-1] = hold{}
-	l.holds = l.holds[:len(l.holds)-1]
+	copy(hs[i:], hs[i+1:])
+	hs[len(hs)-1] = hold{}
+	if l.spilled {
+		l.ext.holds = hs[:len(hs)-1]
+	} else {
+		l.nfirst--
+	}
 }
 
 func (l *lock) removeWaiter(i int) {
@@ -180,8 +203,8 @@ func (l *lock) removeWaiter(i int) {
 
 // find returns the index of (session, owner)'s hold in mode, or -1. Semaphore holds are found by token.
 func (l *lock) find(session uint64, owner string, mode Mode) int {
-	for i := range l.holds {
-		if h := &l.holds[i]; h.session == session && h.mode == mode && h.owner == owner {
+	for i := range l.holds() {
+		if h := &l.holds()[i]; h.session == session && h.mode == mode && h.owner == owner {
 			return i
 		}
 	}
@@ -189,8 +212,8 @@ func (l *lock) find(session uint64, owner string, mode Mode) int {
 }
 
 func (l *lock) findToken(session uint64, owner string, token uint64) int {
-	for i := range l.holds {
-		if h := &l.holds[i]; h.session == session && h.token == token && h.owner == owner {
+	for i := range l.holds() {
+		if h := &l.holds()[i]; h.session == session && h.token == token && h.owner == owner {
 			return i
 		}
 	}
@@ -208,8 +231,8 @@ func (l *lock) waiting(session uint64, owner string) uint32 {
 }
 
 func (l *lock) hasWriter() bool {
-	for i := range l.holds {
-		if l.holds[i].mode == ModeExclusive {
+	for i := range l.holds() {
+		if l.holds()[i].mode == ModeExclusive {
 			return true
 		}
 	}
@@ -230,7 +253,7 @@ func (l *lock) fits(mode Mode, permits uint32, k *knobs) bool {
 		}
 		return l.used()+permits <= l.limit()
 	}
-	return len(l.holds) == 0
+	return len(l.holds()) == 0
 }
 
 // firstFitting is the first waiter that fits beside the holds, or -1 (for the planted bug semaphoreBarge).
@@ -245,8 +268,8 @@ func (l *lock) firstFitting(k *knobs) int {
 
 // blocker is the first hold in the way of mode, for ErrLocked (zero when none is).
 func (l *lock) blocker(mode Mode) Holder {
-	for i := range l.holds {
-		h := &l.holds[i]
+	for i := range l.holds() {
+		h := &l.holds()[i]
 		if l.prim == PrimSemaphore || (l.prim == PrimRW && mode == ModeShared && h.mode == ModeShared) {
 			continue
 		}
@@ -300,7 +323,7 @@ func (f *FSM) grant(l *lock, s *session, h hold, seq uint64, value string, fromQ
 // endHold ends hold i of l whatever its count, on every name of a multi-name hold. The caller then
 // settles the freed names (endAndSettle does both).
 func (f *FSM) endHold(l *lock, i int, reason Reason, ev []Event) []Event {
-	h := l.holds[i]
+	h := l.holds()[i]
 	e := Event{Kind: EventReleased, Name: l.name, Session: h.session, Owner: h.owner, Token: h.token,
 		Reason: reason, Mode: h.mode, Permits: h.permits}
 	if h.x == nil {
@@ -330,8 +353,8 @@ func (f *FSM) endHold(l *lock, i int, reason Reason, ev []Event) []Event {
 
 // unindexHold drops l from the session's hold index once the session has no hold left on it.
 func (f *FSM) unindexHold(l *lock, session uint64) {
-	for i := range l.holds {
-		if l.holds[i].session == session {
+	for i := range l.holds() {
+		if l.holds()[i].session == session {
 			return
 		}
 	}
@@ -342,7 +365,7 @@ func (f *FSM) unindexHold(l *lock, session uint64) {
 
 // endAndSettle ends hold i of l and grants what that freed, name by name in the hold's order.
 func (f *FSM) endAndSettle(l *lock, i int, reason Reason, index uint64, ev []Event) []Event {
-	names := l.holds[i].names()
+	names := l.holds()[i].names()
 	ev = f.endHold(l, i, reason, ev)
 	if names == nil {
 		return f.settle(l, index, true, ev)
@@ -438,10 +461,10 @@ func (f *FSM) release(index uint64, s *session, c *Command, ev []Event) (Result,
 	default:
 		i = l.find(s.id, c.Owner, ModeExclusive)
 	}
-	if i < 0 || (l.prim != PrimMutex && c.Token != 0 && l.holds[i].token != c.Token) {
+	if i < 0 || (l.prim != PrimMutex && c.Token != 0 && l.holds()[i].token != c.Token) {
 		return Result{Err: ErrNotHolder}, ev
 	}
-	h := &l.holds[i]
+	h := &l.holds()[i]
 	token := h.token
 	if h.count > 1 {
 		count := f.addLevels(l, i, -1)
@@ -453,7 +476,7 @@ func (f *FSM) release(index uint64, s *session, c *Command, ev []Event) (Result,
 
 // addLevels adds delta to hold i's count, on every copy of a multi-name hold, and returns the new count.
 func (f *FSM) addLevels(l *lock, i int, delta int32) uint32 {
-	h := &l.holds[i]
+	h := &l.holds()[i]
 	count := uint32(int32(h.count) + delta)
 	f.eachCopy(l, i, func(c *hold) { c.count = count })
 	return count
@@ -461,9 +484,9 @@ func (f *FSM) addLevels(l *lock, i int, delta int32) uint32 {
 
 // eachCopy calls fn on hold i of l and, for a multi-name hold, on its copy on every other name.
 func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
-	h := l.holds[i]
+	h := l.holds()[i]
 	if h.x == nil {
-		fn(&l.holds[i])
+		fn(&l.holds()[i])
 		f.dirtyLocks[l.name] = struct{}{}
 		return
 	}
@@ -473,7 +496,7 @@ func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
 			continue
 		}
 		if j := m.findToken(h.session, h.owner, h.token); j >= 0 {
-			fn(&m.holds[j])
+			fn(&m.holds()[j])
 			f.dirtyLocks[m.name] = struct{}{}
 		}
 	}
@@ -522,8 +545,8 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 	t, ok := s.lookup(c.Target)
 	if l != nil {
 		i := -1
-		for j := range l.holds {
-			if h := &l.holds[j]; h.session == s.id && h.owner == c.Owner && c.Target != 0 && h.grantSeq == c.Target {
+		for j := range l.holds() {
+			if h := &l.holds()[j]; h.session == s.id && h.owner == c.Owner && c.Target != 0 && h.grantSeq == c.Target {
 				i = j
 				break
 			}
@@ -533,7 +556,7 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 		}
 		if i >= 0 {
 			markCancelled(s, c.Target)
-			h := &l.holds[i]
+			h := &l.holds()[i]
 			token := h.token
 			if h.grantSeq == c.Target {
 				// Its level is given back: a second cancel of it finds nothing.
@@ -578,8 +601,8 @@ func (f *FSM) expireLease(index uint64, c *Command, ev []Event) (Result, []Event
 	}
 	pick := c.Version != 1 // version 1 matched the token alone
 	i := -1
-	for j := range l.holds {
-		h := &l.holds[j]
+	for j := range l.holds() {
+		h := &l.holds()[j]
 		if h.token == c.Token && (!pick || ((c.Session == 0 || h.session == c.Session) &&
 			(c.Owner == "" || h.owner == c.Owner))) {
 			i = j

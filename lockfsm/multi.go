@@ -71,8 +71,8 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		if l.prim != PrimMutex {
 			return Result{Err: ErrWrongKind}, ev
 		}
-		if len(l.holds) == 1 && l.holds[0].session == s.id && l.holds[0].owner == c.Owner {
-			if !sameSet(l.holds[0].names(), c) {
+		if len(l.holds()) == 1 && l.holds()[0].session == s.id && l.holds()[0].owner == c.Owner {
+			if !sameSet(l.holds()[0].names(), c) {
 				return Result{Err: ErrHoldConflict}, ev
 			}
 			reenter = true

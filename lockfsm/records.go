@@ -83,9 +83,9 @@ func appendLock(b []byte, l *lock, k *knobs) []byte {
 	b = protowire.AppendVarint(b, uint64(l.limit()))
 	b = protowire.AppendVarint(b, l.delayToken())
 	b = appendString(b, l.value())
-	b = protowire.AppendVarint(b, uint64(len(l.holds)))
-	for i := range l.holds {
-		h := &l.holds[i]
+	b = protowire.AppendVarint(b, uint64(len(l.holds())))
+	for i := range l.holds() {
+		h := &l.holds()[i]
 		b = protowire.AppendVarint(b, h.session)
 		b = appendString(b, h.owner)
 		b = append(b, byte(h.mode))
@@ -306,8 +306,8 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 		if h.mode == ModeExclusive {
 			writers++
 		}
-		for j := range l.holds {
-			o := &l.holds[j]
+		for j := range l.holds() {
+			o := &l.holds()[j]
 			if o.session == h.session && o.owner == h.owner && (o.mode == h.mode && l.prim != PrimSemaphore ||
 				o.token == h.token) {
 				bad = true // one hold per owner and mode (a semaphore: per token)
@@ -319,11 +319,11 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 	}
 	switch l.prim {
 	case PrimMutex, PrimElection:
-		bad = bad || len(l.holds) > 1 || (l.prim == PrimElection && !l.held() && l.value() != "")
+		bad = bad || len(l.holds()) > 1 || (l.prim == PrimElection && !l.held() && l.value() != "")
 	case PrimRW:
-		for i := range l.holds {
+		for i := range l.holds() {
 			// A writer holds alone, or beside its own read side (downgrade).
-			h := &l.holds[i]
+			h := &l.holds()[i]
 			bad = bad || writers > 1 || (writers == 1 && h.mode == ModeShared && l.find(h.session, h.owner,
 				ModeExclusive) < 0)
 		}
@@ -429,8 +429,8 @@ func (d *decoder) names() []string {
 // inconsistency it reports does not depend on map order.
 func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*lock) error {
 	for _, l := range sorted {
-		for i := range l.holds {
-			h := &l.holds[i]
+		for i := range l.holds() {
+			h := &l.holds()[i]
 			s := sessions[h.session]
 			if s == nil {
 				return fmt.Errorf("%w: lock %q held by unknown session %d", errCorrupt, l.name, h.session)
@@ -443,10 +443,10 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*l
 					if m != nil {
 						j = m.findToken(h.session, h.owner, h.token)
 					}
-					if j < 0 || !sameHold(h, &m.holds[j]) {
+					if j < 0 || !sameHold(h, &m.holds()[j]) {
 						return fmt.Errorf("%w: lock %q: multi-name hold missing on %q", errCorrupt, l.name, n)
 					}
-					m.holds[j].x = h.x
+					m.holds()[j].x = h.x
 				}
 			}
 		}
@@ -469,8 +469,8 @@ func linkState(sessions map[uint64]*session, locks map[string]*lock, sorted []*l
 		}
 	}
 	for _, l := range sorted {
-		for i := range l.holds {
-			if h := &l.holds[i]; h.x != nil && !containsName(locks[h.names()[0]], h) {
+		for i := range l.holds() {
+			if h := &l.holds()[i]; h.x != nil && !containsName(locks[h.names()[0]], h) {
 				return fmt.Errorf("%w: lock %q: multi-name hold without its first name", errCorrupt, l.name)
 			}
 		}

@@ -262,12 +262,12 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		done++
 		ended := false
 		var group []string // a multi-name hold's names (a mutex has one hold)
-		for i := 0; i < len(l.holds); {
-			if l.holds[i].session != s.id {
+		for i := 0; i < len(l.holds()); {
+			if l.holds()[i].session != s.id {
 				i++
 				continue
 			}
-			group = l.holds[i].names()
+			group = l.holds()[i].names()
 			ev = f.endHold(l, i, reason, ev) // hold i is gone: i is the next one now
 			ended = true
 		}

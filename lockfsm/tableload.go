@@ -36,8 +36,8 @@ func (t *tableLoader) build() (map[uint64]*session, map[string]*lock, error) {
 	holds := make(map[uint64]int, len(t.sessions))
 	for _, l := range t.locks {
 		locks[l.name] = l
-		for i := range l.holds {
-			holds[l.holds[i].session]++
+		for i := range l.holds() {
+			holds[l.holds()[i].session]++
 		}
 	}
 	for id, n := range holds {
