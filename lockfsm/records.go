@@ -259,13 +259,18 @@ func decodeLockV2(name string, b []byte, owners map[string]string) (*lock, bool)
 	if n > 0 && !d.bad {
 		l.setWaiters(make([]waiter, n))
 	}
+	bad := false
 	for i := 0; i < n && !d.bad; i++ {
 		w := &l.waiters()[i]
 		d.waiterFields(w)
+		// What decodeLockV3 checks of a waiter, so that a record read here re-encodes as one it reads.
+		bad = bad || w.session == 0 || !validOwner(w.owner) || w.enqueued == 0 ||
+			(i > 0 && w.enqueued <= l.waiters()[i-1].enqueued)
 	}
 	held := h.session != 0
-	if d.bad || len(d.b) != 0 || flags&^1 != 0 || !validName(name) ||
-		(held != (h.count > 0)) || (held && l.delayed) ||
+	if bad || d.bad || len(d.b) != 0 || flags&^1 != 0 || !validName(name) ||
+		(held != (h.count > 0)) || (held && l.delayed) || l.delayed != (l.delayToken() != 0) ||
+		(held && (!validOwner(h.owner) || h.token == 0)) ||
 		(!held && !l.delayed && len(l.waiters()) == 0) || (!held && !l.delayed) ||
 		(!held && (h.grantSeq != 0 || h.lease != 0 || h.owner != "")) { // a free v2 record kept its last token
 		return nil, false
