@@ -3,6 +3,7 @@ package lockfsm
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -243,4 +244,69 @@ func benchEndSession(b *testing.B, locks int, run uint32) {
 	b.ReportMetric(float64(longest.Microseconds())/1000, "longest_entry_ms")
 	b.ReportMetric(float64(entries)/float64(b.N), "entries")
 	b.ReportMetric(float64(events)/float64(b.N), "events")
+}
+
+// BenchmarkTableMemory is the lock table's own memory per held lock: one session takes LOCKFSM_BENCH_LOCKS
+// names (300,000 unless set), committing every 2,000, then the live heap after a collection and the state
+// file's size are divided by the names. "seq" takes the names in the order scalelocks does (scale/0,
+// scale/1, ...), "random" in a shuffled order. A replica's RSS per lock is this heap plus the Go runtime's
+// room, raft's and the node's share and the file's pages it has read (bench/cmd/scalelocks).
+//
+//	go test -run '^$' -bench TableMemory -benchtime 1x ./lockfsm/
+func BenchmarkTableMemory(b *testing.B) {
+	locks := 300_000
+	if n, err := strconv.Atoi(os.Getenv("LOCKFSM_BENCH_LOCKS")); err == nil && n > 0 {
+		locks = n
+	}
+	for _, order := range []string{"seq", "random"} {
+		b.Run(order, func(b *testing.B) {
+			names := make([]int, locks)
+			for i := range names {
+				names[i] = i
+			}
+			if order == "random" {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+			}
+			var heap, file float64
+			for range b.N {
+				b.StopTimer()
+				path := filepath.Join(b.TempDir(), "mem.db")
+				f := mustOpen(b, path, Options{NoSync: true})
+				f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				b.StartTimer()
+				for i, n := range names {
+					c := Command{Kind: KindAcquire, Session: 1, Seq: uint64(i + 1), AckedBelow: uint64(i + 1),
+						Name: fmt.Sprintf("scale/%d", n), Owner: fmt.Sprintf("owner-%d", n%1000)}
+					if r, _ := f.ApplyCommand(uint64(i+2), &c, nil); r.Err != nil {
+						b.Fatal(r.Err)
+					}
+					if i%2000 == 0 {
+						if err := f.WriteCommit(f.PrepareCommit()); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := f.WriteCommit(f.PrepareCommit()); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				st, err := os.Stat(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				heap += (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(locks)
+				file += float64(st.Size()) / float64(locks)
+				runtime.KeepAlive(f)
+				_ = f.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(heap/float64(b.N), "heap_B/lock")
+			b.ReportMetric(file/float64(b.N), "file_B/lock")
+		})
+	}
 }
