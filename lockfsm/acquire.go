@@ -53,7 +53,7 @@ func (f *FSM) acquire(index uint64, s *session, c *Command, ev []Event) (Result,
 
 // acquireMutex: reentrant for the same (Session, Owner) up to MaxHolds, else take.
 func (f *FSM) acquireMutex(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l != nil {
 		if l.prim != PrimMutex {
 			return Result{Err: ErrWrongKind}, ev
@@ -85,7 +85,7 @@ func (f *FSM) reenter(l *lock, i int, c *Command) Result {
 // acquireRW: reentrant per (Session, Owner) in each mode; a writer may take the read side at once
 // (downgrade); a reader asking to write gets ErrUpgrade; the rest is take, FIFO over one queue.
 func (f *FSM) acquireRW(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l != nil {
 		if l.prim != PrimRW {
 			return Result{Err: ErrWrongKind}, ev
@@ -113,7 +113,7 @@ func (f *FSM) acquireSemaphore(index uint64, s *session, c *Command, ev []Event)
 	if c.Limit == 0 || c.Limit > MaxPermits || k > c.Limit {
 		return Result{Err: ErrBadPermits}, ev
 	}
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l != nil {
 		if l.prim != PrimSemaphore {
 			return Result{Err: ErrWrongKind}, ev
@@ -140,7 +140,7 @@ func (f *FSM) campaign(index uint64, s *session, c *Command, ev []Event) (Result
 	if len(c.Value) > MaxValueLen {
 		return Result{Err: ErrInvalidValue}, ev
 	}
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l != nil {
 		if l.prim != PrimElection {
 			return Result{Err: ErrWrongKind}, ev
@@ -208,7 +208,7 @@ func (f *FSM) proclaim(s *session, c *Command, ev []Event) (Result, []Event) {
 	if len(c.Value) > MaxValueLen {
 		return Result{Err: ErrInvalidValue}, ev
 	}
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l == nil {
 		return Result{Err: ErrNotHolder}, ev
 	}

@@ -178,8 +178,8 @@ func oldSnapshot(t *testing.T, f *FSM) []byte {
 		b = protowire.AppendVarint(b, uint64(len(rec)))
 		b = append(b, rec...)
 	}
-	for _, name := range sortedKeys(nil, f.locks) {
-		rec := appendLock(nil, f.locks[name], &f.k)
+	for _, name := range f.locks.sortedNames(nil) {
+		rec := appendLock(nil, f.locks.get(name), &f.k)
 		b = append(b, tagLock)
 		b = appendString(b, name)
 		b = protowire.AppendVarint(b, uint64(len(rec)))

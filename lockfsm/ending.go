@@ -43,7 +43,7 @@ func (e *ending) queue(s *session) {
 	}
 	e.built = true
 	e.waitQ = unsortedQueue(s.waits)
-	e.holdQ = nameQueue{rest: heldNames(make([]string, 0, len(s.holds)), s.holds)}
+	e.holdQ = nameQueue{rest: heldNames(make([]string, 0, s.holds.len()), &s.holds)}
 }
 
 // sortChunk is how many names a queue sorts at a time: at a million names, about 17 selections over what

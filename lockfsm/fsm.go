@@ -29,7 +29,7 @@ type FSM struct {
 	durable atomic.Uint64 // last index whose state is committed to db (read by any goroutine)
 
 	sessions map[uint64]*session
-	locks    map[string]*lock
+	locks    *lockTable
 
 	// Records changed since the last commit. A key whose record is gone from memory is deleted by commit.
 	dirtySessions map[uint64]struct{}
@@ -62,8 +62,8 @@ type FSM struct {
 // maxSpareLocks bounds the entries kept for reuse (112 bytes each).
 const maxSpareLocks = 64
 
-func newState() (map[uint64]*session, map[string]*lock) {
-	return make(map[uint64]*session), make(map[string]*lock)
+func newState() (map[uint64]*session, *lockTable) {
+	return make(map[uint64]*session), newLockTable(0)
 }
 
 // AppliedIndex returns the index of the last applied entry (in memory; see DurableIndex).

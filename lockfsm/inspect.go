@@ -80,7 +80,7 @@ type SessionInfo struct {
 
 // Lock returns the state of one name; false if nobody holds, waits for or delays it.
 func (f *FSM) Lock(name string) (LockInfo, bool) {
-	l := f.locks[name]
+	l := f.locks.get(name)
 	if l == nil {
 		return LockInfo{}, false
 	}
@@ -89,9 +89,9 @@ func (f *FSM) Lock(name string) (LockInfo, bool) {
 
 // Locks returns every name in the table, sorted by name. The result is a copy.
 func (f *FSM) Locks() []LockInfo {
-	out := make([]LockInfo, 0, len(f.locks))
-	for _, name := range sortedKeys(nil, f.locks) {
-		out = append(out, f.locks[name].info())
+	out := make([]LockInfo, 0, f.locks.len())
+	for _, name := range f.locks.sortedNames(nil) {
+		out = append(out, f.locks.get(name).info())
 	}
 	return out
 }
@@ -99,7 +99,7 @@ func (f *FSM) Locks() []LockInfo {
 // Leader returns the current leader of the election name; false when nobody leads it (or it is not an
 // election).
 func (f *FSM) Leader(name string) (LeaderInfo, bool) {
-	l := f.locks[name]
+	l := f.locks.get(name)
 	if l == nil || l.prim != PrimElection || !l.held() {
 		return LeaderInfo{}, false
 	}
@@ -165,6 +165,6 @@ func (f *FSM) Sessions() []SessionInfo {
 
 func (s *session) info() SessionInfo {
 	mark := checkpointFromCode(s.id, s.ckpt)
-	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: len(s.holds), Waits: s.waiting,
+	return SessionInfo{Session: s.id, Node: s.node, TTLMillis: s.ttl, Holds: s.holds.len(), Waits: s.waiting,
 		Retained: len(s.results), Silent: !mark.Live, SilenceMillis: mark.SilenceMillis, Ending: s.ending != nil}
 }

@@ -291,16 +291,16 @@ func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
 	if prim == PrimSemaphore {
 		l.ext = &lockExt{limit: limit}
 	}
-	f.locks[l.name] = l
+	f.locks.put(l)
 	return l
 }
 
 // touchLock marks l dirty and drops it from the table when it is empty.
 func (f *FSM) touchLock(l *lock) {
 	f.dirtyLocks[l.name] = struct{}{}
-	if !l.held() && !l.delayed && len(l.waiters()) == 0 && f.locks[l.name] == l {
+	if !l.held() && !l.delayed && len(l.waiters()) == 0 && f.locks.get(l.name) == l {
 		f.counts.recount(l) // to nothing: it leaves the table
-		delete(f.locks, l.name)
+		f.locks.del(l.name)
 		f.dead = append(f.dead, l)
 	}
 }
@@ -338,7 +338,7 @@ func (f *FSM) endHold(l *lock, i int, reason Reason, ev []Event) []Event {
 	names := h.names()
 	e.Name, e.ExtraNames = names[0], names[1:]
 	for _, n := range names {
-		m := f.locks[n]
+		m := f.locks.get(n)
 		if m == nil {
 			continue // only with the planted bug partialMulti
 		}
@@ -359,7 +359,7 @@ func (f *FSM) unindexHold(l *lock, session uint64) {
 		}
 	}
 	if s := f.sessions[session]; s != nil {
-		delete(s.holds, l)
+		s.holds.del(l.name)
 	}
 }
 
@@ -371,7 +371,7 @@ func (f *FSM) endAndSettle(l *lock, i int, reason Reason, index uint64, ev []Eve
 		return f.settle(l, index, true, ev)
 	}
 	for _, n := range names {
-		if m := f.locks[n]; m != nil {
+		if m := f.locks.get(n); m != nil {
 			ev = f.settle(m, index, true, ev)
 		}
 	}
@@ -445,7 +445,7 @@ func (f *FSM) markGranted(s *session, seq, index uint64) {
 // release applies KindRelease: one hold level of (Session, Owner) — in Mode for a read-write lock, the
 // hold with Token for a semaphore. For every primitive but the mutex, a nonzero Token must be the hold's.
 func (f *FSM) release(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l == nil {
 		return Result{Err: ErrNotHolder}, ev
 	}
@@ -491,7 +491,7 @@ func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
 		return
 	}
 	for _, n := range h.names() {
-		m := f.locks[n]
+		m := f.locks.get(n)
 		if m == nil {
 			continue
 		}
@@ -513,7 +513,7 @@ func (f *FSM) eachCopy(l *lock, i int, fn func(*hold)) {
 // before the cancel: without it the cancel would find nothing and leave a holder whose caller has already
 // given up (S4).
 func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, []Event) {
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l != nil {
 		for i := range l.waiters() {
 			w := &l.waiters()[i]
@@ -529,7 +529,7 @@ func (f *FSM) cancel(index uint64, s *session, c *Command, ev []Event) (Result, 
 				ev = append(ev, e)
 				f.dropMultiWaiter(&wv)
 				for _, n := range names {
-					if m := f.locks[n]; m != nil {
+					if m := f.locks.get(n); m != nil {
 						ev = f.settleAfterCancel(m, index, ev)
 					}
 				}
@@ -595,7 +595,7 @@ func markCancelled(s *session, seq uint64) {
 // expireLease applies KindExpireLease: the hold with token Token ends (with Session and Owner set, only
 // theirs: readers or permits granted in one entry share a token); stale expiries are no-ops.
 func (f *FSM) expireLease(index uint64, c *Command, ev []Event) (Result, []Event) {
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l == nil {
 		return Result{Status: NotFound}, ev
 	}
@@ -618,7 +618,7 @@ func (f *FSM) expireLease(index uint64, c *Command, ev []Event) (Result, []Event
 
 // liftDelay applies KindLiftDelay: the delay started at Token ends and the name goes to its next waiters.
 func (f *FSM) liftDelay(index uint64, c *Command, ev []Event) (Result, []Event) {
-	l := f.locks[c.Name]
+	l := f.locks.get(c.Name)
 	if l == nil || !l.delayed || l.delayToken() != c.Token {
 		return Result{Status: NotFound}, ev
 	}

@@ -64,7 +64,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 	}
 	reenter := false
 	for i := 0; i < n; i++ {
-		l := f.locks[nameAt(c, i)]
+		l := f.locks.get(nameAt(c, i))
 		if l == nil {
 			continue
 		}
@@ -79,12 +79,12 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		}
 	}
 	if reenter {
-		return f.reenter(f.locks[c.Name], 0, c), ev
+		return f.reenter(f.locks.get(c.Name), 0, c), ev
 	}
 	free := true
 	var holder Holder
 	for i := 0; i < n; i++ {
-		if l := f.locks[nameAt(c, i)]; l != nil && (l.delayed || l.held() || len(l.waiters()) != 0) {
+		if l := f.locks.get(nameAt(c, i)); l != nil && (l.delayed || l.held() || len(l.waiters()) != 0) {
 			if free {
 				holder = l.blocker(ModeExclusive)
 			}
@@ -99,7 +99,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		return Result{Err: ErrLocked, Holder: holder}, ev
 	}
 	for i := 0; i < n; i++ {
-		if l := f.locks[nameAt(c, i)]; l != nil {
+		if l := f.locks.get(nameAt(c, i)); l != nil {
 			if pos := l.waiting(s.id, c.Owner); pos != 0 {
 				return Result{Err: ErrAlreadyWaiting, Position: pos}, ev
 			}
@@ -109,7 +109,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 	w := waiter{session: s.id, owner: f.own(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
 		x: &extra{names: names}}
 	for _, name := range names {
-		l := f.locks[name]
+		l := f.locks.get(name)
 		if l == nil {
 			l = f.newLock(name, PrimMutex, 0)
 		}
@@ -117,7 +117,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		s.addWait(name)
 		f.touchLock(l)
 	}
-	return Result{Status: Queued, Position: uint32(len(f.locks[names[0]].waiters()))}, ev
+	return Result{Status: Queued, Position: uint32(len(f.locks.get(names[0]).waiters()))}, ev
 }
 
 // ownNames returns c's names as strings the state may keep: the table's own for names it has.
@@ -126,7 +126,7 @@ func (f *FSM) ownNames(c *Command) []string {
 	names := make([]string, n)
 	for i := range names {
 		x := nameAt(c, i)
-		if l := f.locks[x]; l != nil {
+		if l := f.locks.get(x); l != nil {
 			names[i] = l.name
 		} else {
 			names[i] = f.own(x)
@@ -145,7 +145,7 @@ func (f *FSM) grantMulti(s *session, owner string, x *extra, seq, index, lease u
 		if f.k.partialMulti && i > 0 {
 			continue
 		}
-		l := f.locks[n]
+		l := f.locks.get(n)
 		if l == nil {
 			l = f.newLock(n, PrimMutex, 0)
 		}
@@ -159,9 +159,9 @@ func (f *FSM) grantMulti(s *session, owner string, x *extra, seq, index, lease u
 
 // multiReady says whether the multi-name waiter w is first in every one of its queues and each of its
 // names is free and not delayed.
-func multiReady(locks map[string]*lock, w *waiter) bool {
+func multiReady(locks *lockTable, w *waiter) bool {
 	for _, n := range w.names() {
-		l := locks[n]
+		l := locks.get(n)
 		if l == nil || l.delayed || l.held() || len(l.waiters()) == 0 {
 			return false
 		}
@@ -176,7 +176,7 @@ func multiReady(locks map[string]*lock, w *waiter) bool {
 func (f *FSM) grantMultiFromQueue(w waiter, index uint64, ev []Event) []Event {
 	s := f.sessions[w.session]
 	for _, n := range w.x.names {
-		f.locks[n].removeWaiter(0)
+		f.locks.get(n).removeWaiter(0)
 		s.dropWait(n)
 	}
 	f.markGranted(s, w.seq, index)
@@ -187,7 +187,7 @@ func (f *FSM) grantMultiFromQueue(w waiter, index uint64, ev []Event) []Event {
 func (f *FSM) dropMultiWaiter(w *waiter) {
 	s := f.sessions[w.session]
 	for _, n := range w.x.names {
-		l := f.locks[n]
+		l := f.locks.get(n)
 		if l == nil {
 			continue
 		}

@@ -157,7 +157,7 @@ func (f *FSM) load() error {
 		return lb.ForEach(func(k, v []byte) error { return t.lock(string(k), v, 0) })
 	})
 	var sessions map[uint64]*session
-	var locks map[string]*lock
+	var locks *lockTable
 	if err == nil {
 		sessions, locks, err = t.build()
 	}
@@ -276,7 +276,7 @@ func (f *FSM) prepare(arena *[]byte) *CommitBatch {
 	f.names = sortedKeys(f.names, f.dirtyLocks)
 	for _, name := range f.names {
 		x := kv{k: put(func(buf []byte) []byte { return append(buf, name...) })}
-		if l := f.locks[name]; l != nil {
+		if l := f.locks.get(name); l != nil {
 			x.v = put(func(buf []byte) []byte { return appendLock(buf, l, &f.k) })
 		}
 		b.locks = append(b.locks, x)

@@ -18,7 +18,7 @@ func FuzzLockRecord(f *testing.F) {
 		}
 		m := memFSM()
 		genApply(b, m, nil)
-		for _, l := range m.locks {
+		for l := range m.locks.all() {
 			f.Add(l.name, appendLock(nil, l, &knobs{}))
 		}
 	}

@@ -35,7 +35,7 @@ func (f *FSM) Restore(r io.Reader) error {
 // Restored is a snapshot read and verified by ReadRestore, for WriteRestore and InstallRestore.
 type Restored struct {
 	sessions map[uint64]*session
-	locks    map[string]*lock
+	locks    *lockTable
 	records  []*RestoreRecords // the snapshot's records as read, for WriteRestore; nil from ReadRestoreTo
 	applied  uint64
 }

@@ -10,7 +10,7 @@ import (
 
 // Records is the number of records the table holds (sessions and names): what a snapshot of it writes.
 // O(1).
-func (f *FSM) Records() int { return len(f.sessions) + len(f.locks) }
+func (f *FSM) Records() int { return len(f.sessions) + f.locks.len() }
 
 // LocksPage returns, sorted by name, at most limit names that start with prefix and sort after after ("" for
 // the first page), and whether more such names follow. limit < 1 is taken as 1. The page is the table's
@@ -46,7 +46,7 @@ func (f *FSM) LocksPage(prefix, after string, limit int) (page []LockInfo, more 
 
 	var names []string
 	take := func(name string) bool {
-		if f.locks[name] != nil {
+		if f.locks.get(name) != nil {
 			names = append(names, name)
 		}
 		return len(names) > limit
@@ -94,7 +94,7 @@ func (f *FSM) page(names []string, limit int) (page []LockInfo, more bool) {
 	}
 	page = make([]LockInfo, 0, len(names))
 	for _, name := range names {
-		page = append(page, f.locks[name].info())
+		page = append(page, f.locks.get(name).info())
 	}
 	return page, more
 }
@@ -105,8 +105,9 @@ var errRestoring = errors.New("lockfsm: a restore is replacing the file")
 // page.
 func (f *FSM) scanPage(prefix, after string, limit int) (page []LockInfo, more bool) {
 	// top holds the limit+1 smallest qualifying names seen so far, sorted; the extra one says "more".
-	top := make([]string, 0, min(limit+1, len(f.locks)))
-	for name := range f.locks {
+	top := make([]string, 0, min(limit+1, f.locks.len()))
+	for l := range f.locks.all() {
+		name := l.name
 		if !strings.HasPrefix(name, prefix) || name <= after {
 			continue
 		}

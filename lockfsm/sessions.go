@@ -21,10 +21,9 @@ type session struct {
 	results []retained
 	// ckpt is the session's latest checkpoint mark (checkpoint.go): 0 live, silence in ms + 1 silent.
 	ckpt uint64
-	// holds are the names this session has at least one hold on, by their entries (an entry is in the
-	// table while a hold is on it; unindexHold drops it when the session's last hold there ends). Keyed by
-	// pointer, not name: 8 bytes a slot instead of 16 (at a million held locks, about 15 B a lock).
-	holds map[*lock]struct{}
+	// holds are the entries of the names this session has at least one hold on (an entry is in the
+	// table while a hold is on it; unindexHold drops it when the session's last hold there ends).
+	holds lockTable
 	waits map[string]uint32 // names this session waits for → number of its waiters there
 	// waiting is the sum of waits: SessionInfo reads it on every proposal a leader authorises (the
 	// session's quota), so it must not cost a pass over a session's hundreds of thousands of waits.
@@ -105,10 +104,7 @@ func (s *session) store(r retained) {
 }
 
 func (s *session) addHold(l *lock) {
-	if s.holds == nil {
-		s.holds = make(map[*lock]struct{})
-	}
-	s.holds[l] = struct{}{}
+	s.holds.put(l)
 }
 
 func (s *session) addWait(name string) {
@@ -158,7 +154,7 @@ func (f *FSM) endSession(index uint64, c *Command, reason Reason, delay uint64, 
 		}
 		reason, delay = s.ending.reason, s.ending.delay
 	}
-	if limit == 0 || len(s.waits)+len(s.holds) <= limit {
+	if limit == 0 || len(s.waits)+s.holds.len() <= limit {
 		return f.endRun(index, s, reason, delay, -1, ev)
 	}
 	s.ending = &ending{reason: reason, delay: delay}
@@ -183,7 +179,7 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		// About an event per wait and two per hold (released, delayed), plus the
 		// grants: sized once, since a session can hold a million names and the
 		// slice would otherwise be copied at every doubling.
-		ev = slices.Grow(ev, len(s.waits)+2*len(s.holds)+1)
+		ev = slices.Grow(ev, len(s.waits)+2*s.holds.len()+1)
 		f.names = sortedKeys(f.names, s.waits)
 		waitQ = &nameQueue{names: f.names}
 	} else {
@@ -208,7 +204,7 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		done++
 		delete(s.waits, name)
 		s.waiting -= int(n)
-		l := f.locks[name]
+		l := f.locks.get(name)
 		if l == nil {
 			continue
 		}
@@ -241,7 +237,7 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		f.multi = multi[:0]
 	}
 	if limit < 0 {
-		f.names = heldNames(f.names, s.holds)
+		f.names = heldNames(f.names, &s.holds)
 		slices.Sort(f.names)
 		holdQ = &nameQueue{names: f.names}
 	} else {
@@ -252,8 +248,8 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		if !more {
 			break
 		}
-		l := f.locks[name]
-		if _, ok := s.holds[l]; !ok || l == nil {
+		l := f.locks.get(name)
+		if l == nil || !s.holds.has(l) {
 			if f.k.runCountsGone && limit > 0 {
 				done++
 			}
@@ -275,13 +271,13 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 			ev = f.delay(l, index, delay, ev)
 		}
 		for _, n := range group {
-			if m := f.locks[n]; m != nil {
+			if m := f.locks.get(n); m != nil {
 				ev = f.delay(m, index, delay, ev)
 			}
 		}
 		touched = append(touched, group...)
 		ev = f.settle(l, index, ended, ev)
-		delete(s.holds, l) // normally gone already (unindexHold); a run must not meet it again
+		s.holds.del(l.name) // normally gone already (unindexHold); a run must not meet it again
 	}
 	if limit < 0 {
 		clear(f.names)
@@ -289,13 +285,13 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 	slices.Sort(touched)
 	touched = slices.Compact(touched)
 	for _, name := range touched {
-		if l := f.locks[name]; l != nil {
+		if l := f.locks.get(name); l != nil {
 			ev = f.settle(l, index, false, ev)
 		}
 	}
 	clear(touched)
 	f.touched = touched[:0]
-	if limit >= 0 && (len(s.waits) > 0 || len(s.holds) > 0) {
+	if limit >= 0 && (len(s.waits) > 0 || s.holds.len() > 0) {
 		return Result{Status: SessionClosed, Session: s.id}, ev
 	}
 	clear(s.waits)
@@ -319,9 +315,9 @@ func (f *FSM) delay(l *lock, index, delay uint64, ev []Event) []Event {
 
 // sortedKeys appends m's keys to dst[:0] and sorts them.
 // heldNames returns dst with the names of the entries in m, in no order.
-func heldNames(dst []string, m map[*lock]struct{}) []string {
+func heldNames(dst []string, m *lockTable) []string {
 	dst = dst[:0]
-	for l := range m {
+	for l := range m.all() {
 		dst = append(dst, l.name)
 	}
 	return dst

@@ -51,8 +51,8 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 		rec = appendSession(rec[:0], f.sessions[id])
 		sw.session(id, rec)
 	}
-	for _, name := range sortedKeys(nil, f.locks) {
-		rec = appendLock(rec[:0], f.locks[name], &f.k)
+	for _, name := range f.locks.sortedNames(nil) {
+		rec = appendLock(rec[:0], f.locks.get(name), &f.k)
 		sw.lock(name, rec)
 	}
 	return sw.end()

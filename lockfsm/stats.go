@@ -16,7 +16,7 @@ type TableStats struct {
 func (f *FSM) Stats() TableStats {
 	f.settleCounts()
 	c := &f.counts
-	return TableStats{Names: len(f.locks), Sessions: len(f.sessions), Held: c.held, Waiters: c.waiters,
+	return TableStats{Names: f.locks.len(), Sessions: len(f.sessions), Held: c.held, Waiters: c.waiters,
 		LongestQueue: int(c.longest), Delayed: c.delayed}
 }
 
@@ -80,7 +80,7 @@ func sign(b bool) int {
 // settleCounts recounts every lock changed since the last commit.
 func (f *FSM) settleCounts() {
 	for name := range f.dirtyLocks {
-		if l := f.locks[name]; l != nil {
+		if l := f.locks.get(name); l != nil {
 			f.counts.recount(l)
 		}
 	}
@@ -89,7 +89,7 @@ func (f *FSM) settleCounts() {
 // countAll counts a table loaded or restored whole.
 func (f *FSM) countAll() {
 	f.counts = tableCounts{}
-	for _, l := range f.locks {
+	for l := range f.locks.all() {
 		l.countedHeld, l.countedDelayed, l.countedWaiters = false, false, 0
 		f.counts.recount(l)
 	}

@@ -9,8 +9,8 @@ import (
 
 // scanStats is Stats the slow way: one pass over every name.
 func scanStats(f *FSM) TableStats {
-	st := TableStats{Names: len(f.locks), Sessions: len(f.sessions)}
-	for _, l := range f.locks {
+	st := TableStats{Names: f.locks.len(), Sessions: len(f.sessions)}
+	for l := range f.locks.all() {
 		if l.held() {
 			st.Held++
 		}

@@ -31,18 +31,18 @@ func (t *tableLoader) lock(name string, b []byte, want byte) error {
 
 // build makes the table's maps at their final sizes, links each session to the names it holds and waits
 // for, and checks what one record alone cannot (linkState).
-func (t *tableLoader) build() (map[uint64]*session, map[string]*lock, error) {
-	locks := make(map[string]*lock, len(t.locks))
+func (t *tableLoader) build() (map[uint64]*session, *lockTable, error) {
+	locks := newLockTable(len(t.locks))
 	holds := make(map[uint64]int, len(t.sessions))
 	for _, l := range t.locks {
-		locks[l.name] = l
+		locks.put(l)
 		for i := range l.holds() {
 			holds[l.holds()[i].session]++
 		}
 	}
 	for id, n := range holds {
-		if s := t.sessions[id]; s != nil && s.holds == nil {
-			s.holds = make(map[*lock]struct{}, n)
+		if s := t.sessions[id]; s != nil && s.holds.len() == 0 {
+			s.holds.reserve(n)
 		}
 	}
 	t.owners = nil

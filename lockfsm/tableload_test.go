@@ -41,7 +41,7 @@ func TestLoadSharesOwnerStrings(t *testing.T) {
 			t.Fatalf("%s: state differs from the source's", name)
 		}
 		copies := map[string]map[*byte]bool{}
-		for _, l := range f.locks {
+		for l := range f.locks.all() {
 			o := l.holds()[0].owner
 			if copies[o] == nil {
 				copies[o] = map[*byte]bool{}
