@@ -43,7 +43,7 @@ func (e *ending) queue(s *session) {
 	}
 	e.built = true
 	e.waitQ = unsortedQueue(s.waits)
-	e.holdQ = nameQueue{rest: heldNames(make([]string, 0, s.holds.len()), &s.holds)}
+	e.holdQ = nameQueue{rest: s.holds.names(make([]string, 0, s.holds.len()))}
 }
 
 // sortChunk is how many names a queue sorts at a time: at a million names, about 17 selections over what

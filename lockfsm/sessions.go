@@ -237,8 +237,7 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		f.multi = multi[:0]
 	}
 	if limit < 0 {
-		f.names = heldNames(f.names, &s.holds)
-		slices.Sort(f.names)
+		f.names = s.holds.sortedNames(f.names)
 		holdQ = &nameQueue{names: f.names}
 	} else {
 		holdQ = &s.ending.holdQ
@@ -314,15 +313,6 @@ func (f *FSM) delay(l *lock, index, delay uint64, ev []Event) []Event {
 }
 
 // sortedKeys appends m's keys to dst[:0] and sorts them.
-// heldNames returns dst with the names of the entries in m, in no order.
-func heldNames(dst []string, m *lockTable) []string {
-	dst = dst[:0]
-	for l := range m.all() {
-		dst = append(dst, l.name)
-	}
-	return dst
-}
-
 func sortedKeys[V any](dst []string, m map[string]V) []string {
 	dst = dst[:0]
 	for k := range m {

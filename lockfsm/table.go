@@ -150,12 +150,18 @@ func (t *lockTable) all() iter.Seq[*lock] {
 	}
 }
 
-// sortedNames returns dst with every name in t, sorted.
-func (t *lockTable) sortedNames(dst []string) []string {
+// names returns dst with every name in t, in slot order (see lockTable).
+func (t *lockTable) names(dst []string) []string {
 	dst = dst[:0]
 	for l := range t.all() {
 		dst = append(dst, l.name)
 	}
+	return dst
+}
+
+// sortedNames returns dst with every name in t, sorted.
+func (t *lockTable) sortedNames(dst []string) []string {
+	dst = t.names(dst)
 	slices.Sort(dst)
 	return dst
 }
