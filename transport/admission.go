@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -315,8 +316,19 @@ const maxRefusedStreams = 64
 
 // admitStream is gRPC's tap: it runs when a stream's headers arrive,
 // before any of its data is read, on the connection's reading goroutine
-// (so it must not block). A refusal ends the stream with its status; after
-// maxRefusedStreams refusals the connection is closed.
+// (so it must not block). A refused stream is not refused here but marked
+// (refusedKey), and ends with the refusal's status before any handler runs
+// (refuseStreams); after maxRefusedStreams refusals the connection is
+// closed.
+//
+// Why not refuse in the tap: gRPC (as of v1.85) does not cancel the context
+// it made for a stream the tap refuses. A stream that carries a deadline
+// (grpc-timeout, which the client chooses) then leaves a timer behind, and
+// the timer keeps the stream's context, and with it the connection's
+// transport and what it had read, until that deadline: an hour's deadline
+// on each of a flood of refused streams held hundreds of MiB after the
+// attacker had gone (TestAttackMemoryBounded). A stream gRPC starts is
+// cancelled when it ends, however it ends.
 func (t *Transport) admitStream(ctx context.Context, info *tap.Info) (context.Context, error) {
 	pr, _ := grpcpeer.FromContext(ctx)
 	var tc *trackedConn
@@ -326,15 +338,33 @@ func (t *Transport) admitStream(ctx context.Context, info *tap.Info) (context.Co
 		}
 	}
 	if tc == nil {
-		return nil, status.Error(codes.Unauthenticated, "connection not admitted")
+		return context.WithValue(ctx, refusedKey{}, status.Error(codes.Unauthenticated, "connection not admitted")), nil
 	}
 	admitted, err := t.admit(ctx, tc, info)
-	if err != nil && tc.refusals.Add(1) == maxRefusedStreams {
+	if err == nil {
+		return admitted, nil
+	}
+	if tc.refusals.Add(1) == maxRefusedStreams {
 		t.refused.Refuse(refusedConn, peerAddr(ctx), "reason", "too many refused streams; connection closed",
 			"refused", maxRefusedStreams)
 		go tc.Close() // not on the reading goroutine, which holds the connection's lock
 	}
-	return admitted, err
+	return context.WithValue(ctx, refusedKey{}, err), nil
+}
+
+// refusedKey is the context key of a stream's refusal (an error with its
+// gRPC status), set by admitStream.
+type refusedKey struct{}
+
+// refuseStreams is the server's stream interceptor: a stream admitStream
+// refused ends with the refusal's status before its handler runs. Every
+// method is a stream (raftService), so every refusal passes here; a stream
+// of a method gRPC does not know ends with Unimplemented before it.
+func refuseStreams(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err, ok := ss.Context().Value(refusedKey{}).(error); ok {
+		return err
+	}
+	return handler(srv, ss)
 }
 
 // admit decides on one stream of tc; see admitStream.

@@ -111,3 +111,23 @@ func seq(from, to uint64) []uint64 {
 	}
 	return out
 }
+
+// connsOf counts the accepted connections that speak for member id.
+func (t *Transport) connsOf(id uint64) int {
+	a := t.adm
+	a.mu.Lock()
+	conns := make([]*trackedConn, 0, len(a.conns))
+	for c := range a.conns {
+		conns = append(conns, c)
+	}
+	a.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		if c.id == id {
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}

@@ -485,6 +485,7 @@ func New(cfg Config) (*Transport, error) {
 		grpc.Creds(guardCreds{TransportCredentials: creds, t: t}),
 		grpc.ForceServerCodecV2(t.codec),
 		grpc.InTapHandle(t.admitStream),
+		grpc.StreamInterceptor(refuseStreams),
 		grpc.MaxConcurrentStreams(maxStreams),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
