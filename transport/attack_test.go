@@ -180,6 +180,8 @@ func TestAttackMemoryBounded(t *testing.T) {
 			method: transportpb.Raft_Stream_FullMethodName, payload: "heaviest"},
 		{name: "light member calls", role: "light", id: 5, admitRaft: true,
 			method: transportpb.Raft_FwdPropose_FullMethodName, payload: "calls"},
+		{name: "light member header lists", role: "light", id: 5, admitRaft: true,
+			method: transportpb.Raft_FwdPropose_FullMethodName, payload: headerAttack},
 	} {
 		t.Run(at.name, func(t *testing.T) { runAttack(t, at) })
 	}
@@ -325,12 +327,17 @@ func TestAttackerProcess(t *testing.T) {
 	pair, err := tls.X509KeyPair(spec.Cert, spec.Key)
 	require.NoError(t, err)
 	tl := &TLS{Certificate: func() (*tls.Certificate, error) { return &pair, nil }}
-	payload := &wireBytes{attackPayloads[spec.Payload](spec.ID)}
 	// Each stream's deadline is an hour away (attackDeadline); the attack
 	// itself ends after spec.For.
 	ctx, stop := context.WithTimeout(context.Background(), attackDeadline)
 	defer stop()
 	time.AfterFunc(spec.For, stop)
+	if spec.Payload == headerAttack {
+		n := headerBombStreams(t, spec, pair, ctx.Done())
+		fmt.Printf("\nattacker: %d streams opened, %d messages sent\n", n, n)
+		return
+	}
+	payload := &wireBytes{attackPayloads[spec.Payload](spec.ID)}
 	var wg sync.WaitGroup
 	var sent, opened atomic.Int64
 	for range attackConns {

@@ -164,6 +164,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithInitialWindowSize(cfg.streamWindow()),
 		grpc.WithInitialConnWindowSize(connWindows*cfg.streamWindow()),
+		grpc.WithMaxHeaderListSize(maxHeaderList),
 		grpc.WithIdleTimeout(cfg.IdleTimeout),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                10 * time.Second,

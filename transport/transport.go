@@ -132,6 +132,17 @@ const (
 	// connWindows is how many stream windows one connection's window holds:
 	// the message stream and, beside it, a snapshot or a call.
 	connWindows = 2
+	// maxHeaderList caps a stream's header list (HTTP/2's
+	// SETTINGS_MAX_HEADER_LIST_SIZE, as HPACK counts it: each field's name
+	// and value and 32), in both directions: what a peer sends with a
+	// stream, and the headers and trailers (an error's message) a call
+	// receives. Ours are a few fields, the longest a formation detail
+	// (netrules.MaxFormationDetail, 4 KiB). gRPC's default, 16 MiB, let a
+	// peer make this node decode and keep about 12 MiB per open stream
+	// from a few KiB on the wire, since HPACK names a repeated field in one
+	// byte (TestAttackMemoryBounded): 16 calls of a light member held 150
+	// MiB for as long as it kept them open.
+	maxHeaderList = 64 << 10
 	// grpcSlack is added to MaxMsgSize for gRPC's send/receive limits: the
 	// batch framing and a single message that nearly fills MaxMsgSize must fit.
 	grpcSlack = 64 << 10
@@ -487,6 +498,7 @@ func New(cfg Config) (*Transport, error) {
 		grpc.InTapHandle(t.admitStream),
 		grpc.StreamInterceptor(refuseStreams),
 		grpc.MaxConcurrentStreams(maxStreams),
+		grpc.MaxHeaderListSize(maxHeaderList),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize + grpcSlack),
 		// Close waits for handlers, so no Handler method runs after it.
