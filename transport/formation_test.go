@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -157,4 +158,48 @@ func TestS1StreamReopensWithFormation(t *testing.T) {
 	require.ErrorIs(t, a.t.SetFormation("f-other"), ErrFormationMismatch, "an id never changes")
 	require.NoError(t, b.t.SetFormation("f-bbbb"))
 	require.False(t, sendUntilDecided(t, a, b), "the old stream kept delivering after both had ids")
+}
+
+// TestFormationDetailAtItsLongest: formation details of the longest length
+// allowed (netrules.MaxFormationDetail) fit the header-list cap both ways:
+// a stream's headers carry the sender's, and a refusal's status (trailers)
+// the receiver's. Within one formation the traffic crosses; across two,
+// each side learns the other's whole detail.
+func TestFormationDetailAtItsLongest(t *testing.T) {
+	detail := func(c byte) string { return strings.Repeat(string(c), netrules.MaxFormationDetail) }
+	type foreign struct {
+		mu      sync.Mutex
+		details []string
+	}
+	seen := func(f *foreign) func(uint64, string, bool) {
+		return func(_ uint64, d string, _ bool) {
+			f.mu.Lock()
+			f.details = append(f.details, d)
+			f.mu.Unlock()
+		}
+	}
+	got := func(f *foreign) []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return append([]string(nil), f.details...)
+	}
+
+	same1 := newNode(t, "shared", 1, withFormation("f-aaaa"), func(c *Config) { c.FormationDetail = detail('a') })
+	same2 := newNode(t, "shared", 2, withFormation("f-aaaa"), func(c *Config) { c.FormationDetail = detail('a') })
+	connect(same1, same2)
+	require.True(t, sendUntilDecided(t, same1, same2), "a formation's own traffic was refused")
+
+	var atA, atB foreign
+	a := newNode(t, "shared", 3, withFormation("f-aaaa"), func(c *Config) {
+		c.FormationDetail, c.OnForeignPeer = detail('a'), seen(&atA)
+	})
+	b := newNode(t, "shared", 4, withFormation("f-bbbb"), func(c *Config) {
+		c.FormationDetail, c.OnForeignPeer = detail('b'), seen(&atB)
+	})
+	connect(a, b)
+	require.False(t, sendUntilDecided(t, a, b), "a raft message crossed two formations")
+	require.Eventually(t, func() bool { return len(got(&atA)) > 0 && len(got(&atB)) > 0 }, waitFor, 10*time.Millisecond,
+		"each side is told of the other (a: %d, b: %d)", len(got(&atA)), len(got(&atB)))
+	require.Equal(t, detail('b'), got(&atA)[0], "the refusal's status carried the receiver's whole detail")
+	require.Equal(t, detail('a'), got(&atB)[0], "the stream's headers carried the sender's whole detail")
 }
