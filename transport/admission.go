@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
@@ -137,6 +138,7 @@ type admission struct {
 
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{} // every accepted connection
+	hs      handshakes                // those of conns in their handshake (slots.go)
 	peers   map[uint64]*peerState     // TLS: members with admitted connections
 	revoked atomic.Pointer[map[uint64]bool]
 
@@ -198,18 +200,18 @@ func (l admissionListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		tc := &trackedConn{Conn: c, t: l.t}
-		a := l.t.adm
-		a.mu.Lock()
-		full := len(a.conns) >= a.lim.conns
-		if !full {
-			a.conns[tc] = struct{}{}
+		now := time.Now()
+		tc := &trackedConn{Conn: c, t: l.t, source: sourceOf(c.RemoteAddr()), accepted: now}
+		evicted, refused := l.t.adm.place(tc, now)
+		if evicted != nil {
+			l.t.refused.Refuse(refusedConn, hostOf(evicted.RemoteAddr()), "reason", "handshake's slot given to a newer connection",
+				"handshaking", now.Sub(evicted.accepted).Round(time.Millisecond))
+			_ = evicted.Close()
 		}
-		a.mu.Unlock()
-		if !full {
+		if refused == "" {
 			return tc, nil
 		}
-		l.t.refused.Refuse(refusedConn, hostOf(c.RemoteAddr()), "reason", "too many connections", "max", a.lim.conns)
+		l.t.refused.Refuse(refusedConn, hostOf(c.RemoteAddr()), "reason", refused, "max", l.t.adm.lim.conns)
 		_ = c.Close()
 	}
 }
@@ -221,6 +223,8 @@ type trackedConn struct {
 	t        *Transport
 	once     sync.Once
 	refusals atomic.Int32 // streams refused (admitStream)
+	source   string       // sourceOf its remote address
+	accepted time.Time
 
 	mu   sync.Mutex
 	id   uint64            // the member it speaks for (TLS: its certificate; plaintext: its first stream)
@@ -233,7 +237,7 @@ func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		a := c.t.adm
 		a.mu.Lock()
-		delete(a.conns, c)
+		a.forgetLocked(c)
 		if p := c.peer; p != nil && c.cert != nil {
 			for i, o := range p.conns {
 				if o == c {
@@ -269,6 +273,9 @@ func (t *Transport) admitConn(raw net.Conn, info credentials.AuthInfo) (*tracked
 	}
 	a := t.adm
 	if t.cfg.TLS == nil {
+		a.mu.Lock()
+		a.handshakeDoneLocked(tc)
+		a.mu.Unlock()
 		tc.peer = a.newPeerState(0)
 		return tc, nil
 	}
@@ -296,6 +303,7 @@ func (t *Transport) admitConn(raw net.Conn, info credentials.AuthInfo) (*tracked
 		evict = p.conns[0]
 	}
 	p.conns = append(p.conns, tc)
+	a.handshakeDoneLocked(tc)
 	tc.mu.Lock()
 	tc.id, tc.role, tc.cert, tc.peer = ident.ID, ident.Role, leaf, p
 	tc.mu.Unlock()

@@ -35,10 +35,14 @@ import (
 // admissionLimits are a Transport's admission caps and decode budgets.
 // Defaults: defaultLimits; tests may set Config.limits.
 type admissionLimits struct {
-	conns        int   // accepted connections (Config.MaxConns)
-	connsPerPeer int   // admitted connections of one member (TLS)
-	calls        int32 // calls in flight, all peers
-	callsPerPeer int32 // calls in flight from one peer
+	conns int // accepted connections (Config.MaxConns)
+	// handshakesPerSource: the connections of one source address (IPv6: its
+	// /64) still in their handshake, once half the connections are taken
+	// (0: no bound; slots.go).
+	handshakesPerSource int
+	connsPerPeer        int   // admitted connections of one member (TLS)
+	calls               int32 // calls in flight, all peers
+	callsPerPeer        int32 // calls in flight from one peer
 
 	callReadsPerPeer int   // call requests of one peer read at once
 	peerRaftBudget   int64 // bytes of raft batches being decoded and delivered, per peer
@@ -52,15 +56,16 @@ type admissionLimits struct {
 // requests; calls are capped at one connection's streams.
 func defaultLimits(maxConns int) admissionLimits {
 	return admissionLimits{
-		conns:            maxConns,
-		connsPerPeer:     2,
-		calls:            4096,
-		callsPerPeer:     maxStreams,
-		callReadsPerPeer: 1,
-		peerRaftBudget:   24 << 20,
-		raftBudget:       48 << 20,
-		peerCallBudget:   8 << 20,
-		callBudget:       32 << 20,
+		conns:               maxConns,
+		handshakesPerSource: defaultHandshakesPerSource,
+		connsPerPeer:        2,
+		calls:               4096,
+		callsPerPeer:        maxStreams,
+		callReadsPerPeer:    1,
+		peerRaftBudget:      24 << 20,
+		raftBudget:          48 << 20,
+		peerCallBudget:      8 << 20,
+		callBudget:          32 << 20,
 	}
 }
 

@@ -1,0 +1,112 @@
+package transport
+
+import (
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Connection slots
+//
+// A node accepts at most MaxConns connections at once (admissionLimits.conns),
+// those still in their handshake included: a slot is taken when a
+// connection is accepted, before anything is read from it. Anyone who can
+// reach the port can take slots by connecting and saying nothing, each for
+// up to handshakeTimeout; if that kept every slot, no member could open a
+// new connection (a restarted member could not rejoin). So:
+//
+//   - Once half the slots are taken, a source address (an IPv4 address, an
+//     IPv6 /64) with handshakesPerSource connections still in their
+//     handshake gets no more until one of them ends. One source cannot take
+//     more than half the slots with handshakes.
+//   - When every slot is taken, a new connection takes the slot of the
+//     oldest connection that has been in its handshake for at least
+//     handshakeEvictAfter, which is closed; if there is none, the new one
+//     is refused. A handshake that is going on normally (milliseconds) is
+//     never cut short; keeping members out takes a new connection per slot
+//     every handshakeEvictAfter, from many addresses.
+//
+// A connection leaves its handshake when it is admitted (admitConn) or
+// closed. Admitted connections are bounded per member (connsPerPeer).
+
+// handshakeEvictAfter is how long a connection may be in its handshake
+// before a newer connection may take its slot when none is free.
+const handshakeEvictAfter = time.Second
+
+// defaultHandshakesPerSource is admissionLimits.handshakesPerSource by
+// default: far more handshakes at once than one host of members starts,
+// a NAT gateway in front of many included.
+const defaultHandshakesPerSource = 64
+
+// handshakes is admission's record of the connections in their handshake
+// (under admission.mu).
+type handshakes struct {
+	shaking map[*trackedConn]struct{}
+	from    map[string]int // by source (sourceOf)
+}
+
+// place gives tc a slot (admissionListener). It returns why it may not
+// have one ("" if it has), and a connection whose slot it took, which the
+// caller closes (it no longer counts).
+func (a *admission) place(tc *trackedConn, now time.Time) (evicted *trackedConn, refused string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := &a.hs
+	if n := a.lim.handshakesPerSource; n > 0 && len(a.conns) >= a.lim.conns/2 && h.from[tc.source] >= n {
+		return nil, "too many handshakes from this source"
+	}
+	if len(a.conns) >= a.lim.conns {
+		for c := range h.shaking {
+			if now.Sub(c.accepted) >= handshakeEvictAfter && (evicted == nil || c.accepted.Before(evicted.accepted)) {
+				evicted = c
+			}
+		}
+		if evicted == nil {
+			return nil, "too many connections"
+		}
+		a.forgetLocked(evicted)
+	}
+	a.conns[tc] = struct{}{}
+	if h.shaking == nil {
+		h.shaking, h.from = make(map[*trackedConn]struct{}), make(map[string]int)
+	}
+	h.shaking[tc] = struct{}{}
+	h.from[tc.source]++
+	return evicted, ""
+}
+
+// handshakeDoneLocked: tc was admitted; its slot is no longer a
+// handshake's. a.mu held.
+func (a *admission) handshakeDoneLocked(tc *trackedConn) {
+	h := &a.hs
+	if _, ok := h.shaking[tc]; !ok {
+		return
+	}
+	delete(h.shaking, tc)
+	if h.from[tc.source]--; h.from[tc.source] <= 0 {
+		delete(h.from, tc.source)
+	}
+}
+
+// forgetLocked frees tc's slot (it is closed, or being closed). a.mu held.
+func (a *admission) forgetLocked(tc *trackedConn) {
+	delete(a.conns, tc)
+	a.handshakeDoneLocked(tc)
+}
+
+// sourceOf is the source a connection's handshakes count against: its
+// IPv4 address, or its IPv6 address's /64 (one host or site has a whole
+// /64 to connect from).
+func sourceOf(addr net.Addr) string {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.String()
+		}
+	}
+	return ip.String()
+}
