@@ -57,7 +57,7 @@ type admissionLimits struct {
 func defaultLimits(maxConns int) admissionLimits {
 	return admissionLimits{
 		conns:               maxConns,
-		handshakesPerSource: defaultHandshakesPerSource,
+		handshakesPerSource: handshakesPerSource(maxConns),
 		connsPerPeer:        2,
 		calls:               4096,
 		callsPerPeer:        maxStreams,

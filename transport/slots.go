@@ -16,9 +16,9 @@ import (
 // new connection (a restarted member could not rejoin). So:
 //
 //   - Once half the slots are taken, a source address (an IPv4 address, an
-//     IPv6 /64) with handshakesPerSource connections still in their
-//     handshake gets no more until one of them ends. One source cannot take
-//     more than half the slots with handshakes.
+//     IPv6 /64) with a quarter of the slots' worth of connections still in
+//     their handshake (handshakesPerSource) gets no more until one of them
+//     ends. One source cannot take more than half the slots with handshakes.
 //   - When every slot is taken, a new connection takes the slot of the
 //     oldest connection that has been in its handshake for at least
 //     handshakeEvictAfter, which is closed; if there is none, the new one
@@ -33,10 +33,13 @@ import (
 // before a newer connection may take its slot when none is free.
 const handshakeEvictAfter = time.Second
 
-// defaultHandshakesPerSource is admissionLimits.handshakesPerSource by
-// default: far more handshakes at once than one host of members starts,
-// a NAT gateway in front of many included.
-const defaultHandshakesPerSource = 64
+// handshakesPerSource is admissionLimits.handshakesPerSource by default: a
+// quarter of the slots, at least 16. One source then holds at most half the
+// slots with handshakes (it gets none beyond half while it has this many),
+// and many members behind one address (one host, a NAT gateway) that
+// reconnect at once on a busy machine, where a handshake can take hundreds
+// of milliseconds, are not turned away.
+func handshakesPerSource(conns int) int { return max(conns/4, 16) }
 
 // handshakes is admission's record of the connections in their handshake
 // (under admission.mu).

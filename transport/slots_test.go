@@ -57,10 +57,10 @@ func hogSlots(t *testing.T, addr, src string, n int) {
 }
 
 // slotsNode is a node of 64 connection slots (the default is 1024), of
-// which one source may hold 16 handshakes once half are taken.
+// which one source may hold 16 handshakes once half are taken (the
+// default's share, a quarter).
 func slotsNode(t *testing.T, p *pki) *node {
 	lim := defaultLimits(64)
-	lim.handshakesPerSource = 16
 	return newNode(t, "c1", 1, withTLS(p.member("c1", 1)), func(c *Config) { c.limits = &lim })
 }
 
