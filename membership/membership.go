@@ -22,12 +22,13 @@ import (
 // concurrent use. It never changes raft configuration itself: it only
 // reports who is there and what they say about themselves.
 type Membership struct {
-	cfg    Config
-	timing Timing
-	name   string
-	log    *slog.Logger
-	events chan<- Event
-	ml     *memberlist.Memberlist
+	cfg       Config
+	timing    Timing
+	name      string
+	log       *slog.Logger
+	events    chan<- Event
+	ml        *memberlist.Memberlist
+	transport *netTransport
 	// localAddr is this member's gossip address, read from memberlist once
 	// it has bound: memberlist never changes it, and its LocalNode
 	// dereferences its own entry in its node map, which it does not promise
@@ -111,6 +112,8 @@ func Start(cfg Config) (*Membership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
+	tr.refused = m.refused
+	m.transport = tr
 	mc.Transport = tr
 	if mc.BindPort == 0 { // memberlist completes port-less seeds with it
 		mc.BindPort = tr.port

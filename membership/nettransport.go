@@ -13,6 +13,8 @@ import (
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/lockraft/lockraft/internal/refuse"
 )
 
 // netTransport is memberlist's network layer for this package: one UDP
@@ -37,6 +39,8 @@ type netTransport struct {
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	log     *slog.Logger
+	table   streamTable // the open streams (streams.go)
+	refused *refuse.Log // set before memberlist starts; nil logs nothing
 
 	shutdown atomic.Bool
 	once     sync.Once
@@ -150,7 +154,19 @@ func (t *netTransport) acceptStreams() {
 			continue
 		}
 		delay = 0
-		t.streams <- conn
+		st := &trackedStream{Conn: conn, table: &t.table, source: sourceOf(conn.RemoteAddr()), opened: time.Now()}
+		evicted, ok := t.table.place(st)
+		if evicted != nil {
+			t.refused.Note("gossip stream", evicted.source, "reason", "its place given to a newer connection",
+				"open_for", st.opened.Sub(evicted.opened).Round(time.Millisecond))
+			_ = evicted.Close()
+		}
+		if !ok {
+			t.refused.Refuse("gossip stream", st.source, "reason", "too many open streams", "max", maxGossipStreams)
+			_ = conn.Close()
+			continue
+		}
+		t.streams <- st
 	}
 }
 

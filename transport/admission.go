@@ -202,7 +202,7 @@ func (l admissionListener) Accept() (net.Conn, error) {
 		}
 		now := time.Now()
 		tc := &trackedConn{Conn: c, t: l.t, source: sourceOf(c.RemoteAddr()), accepted: now}
-		evicted, refused := l.t.adm.place(tc, now)
+		evicted, refused := l.t.adm.place(tc)
 		if evicted != nil {
 			l.t.refused.Refuse(refusedConn, hostOf(evicted.RemoteAddr()), "reason", "handshake's slot given to a newer connection",
 				"handshaking", now.Sub(evicted.accepted).Round(time.Millisecond))

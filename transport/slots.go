@@ -3,7 +3,6 @@ package transport
 import (
 	"net"
 	"net/netip"
-	"time"
 )
 
 // Connection slots
@@ -19,19 +18,17 @@ import (
 //     IPv6 /64) with a quarter of the slots' worth of connections still in
 //     their handshake (handshakesPerSource) gets no more until one of them
 //     ends. One source cannot take more than half the slots with handshakes.
-//   - When every slot is taken, a new connection takes the slot of the
-//     oldest connection that has been in its handshake for at least
-//     handshakeEvictAfter, which is closed; if there is none, the new one
-//     is refused. A handshake that is going on normally (milliseconds) is
-//     never cut short; keeping members out takes a new connection per slot
-//     every handshakeEvictAfter, from many addresses.
+//   - When every slot is taken, the source with the most connections in
+//     their handshake gives up its oldest one to the new connection, if it
+//     has at least two more than the new connection's source; otherwise the
+//     new one is refused. A member connecting from an address of its own
+//     then always gets in, unless the idle connections come from about as
+//     many addresses as there are slots. (Giving the slot of the oldest
+//     handshake instead, whatever its source, let an attacker that reopens
+//     its connections quickly keep every slot young, and members out.)
 //
 // A connection leaves its handshake when it is admitted (admitConn) or
 // closed. Admitted connections are bounded per member (connsPerPeer).
-
-// handshakeEvictAfter is how long a connection may be in its handshake
-// before a newer connection may take its slot when none is free.
-const handshakeEvictAfter = time.Second
 
 // handshakesPerSource is admissionLimits.handshakesPerSource by default: a
 // quarter of the slots, at least 16. One source then holds at most half the
@@ -51,7 +48,7 @@ type handshakes struct {
 // place gives tc a slot (admissionListener). It returns why it may not
 // have one ("" if it has), and a connection whose slot it took, which the
 // caller closes (it no longer counts).
-func (a *admission) place(tc *trackedConn, now time.Time) (evicted *trackedConn, refused string) {
+func (a *admission) place(tc *trackedConn) (evicted *trackedConn, refused string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := &a.hs
@@ -59,13 +56,19 @@ func (a *admission) place(tc *trackedConn, now time.Time) (evicted *trackedConn,
 		return nil, "too many handshakes from this source"
 	}
 	if len(a.conns) >= a.lim.conns {
-		for c := range h.shaking {
-			if now.Sub(c.accepted) >= handshakeEvictAfter && (evicted == nil || c.accepted.Before(evicted.accepted)) {
-				evicted = c
+		big, most := "", 0
+		for src, n := range h.from {
+			if n > most || (n == most && src < big) {
+				big, most = src, n
 			}
 		}
-		if evicted == nil {
+		if most < h.from[tc.source]+2 {
 			return nil, "too many connections"
+		}
+		for c := range h.shaking {
+			if c.source == big && (evicted == nil || c.accepted.Before(evicted.accepted)) {
+				evicted = c
+			}
 		}
 		a.forgetLocked(evicted)
 	}
