@@ -14,6 +14,7 @@ import (
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/internal/refuse"
 )
 
@@ -154,7 +155,7 @@ func (t *netTransport) acceptStreams() {
 			continue
 		}
 		delay = 0
-		st := &trackedStream{Conn: conn, table: &t.table, source: sourceOf(conn.RemoteAddr()), opened: time.Now()}
+		st := &trackedStream{Conn: conn, table: &t.table, source: netrules.SourceOf(conn.RemoteAddr()), opened: time.Now()}
 		evicted, ok := t.table.place(st)
 		if evicted != nil {
 			t.refused.Note("gossip stream", evicted.source, "reason", "its place given to a newer connection",

@@ -2,10 +2,11 @@ package membership
 
 import (
 	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockraft/lockraft/internal/netrules"
 )
 
 // Gossip streams
@@ -38,7 +39,7 @@ const streamsPerSource = maxGossipStreams / 4
 type streamTable struct {
 	mu   sync.Mutex
 	open map[*trackedStream]struct{}
-	from map[string]int // open streams by source (sourceOf)
+	from map[string]int // open streams by source (netrules.SourceOf)
 
 	refused, evicted atomic.Uint64
 }
@@ -71,12 +72,7 @@ func (t *streamTable) place(s *trackedStream) (evicted *trackedStream, ok bool) 
 		return nil, false
 	}
 	if len(t.open) >= maxGossipStreams {
-		big, most := "", 0
-		for src, n := range t.from {
-			if n > most || (n == most && src < big) {
-				big, most = src, n
-			}
-		}
+		big, most := netrules.Busiest(t.from)
 		if most < t.from[s.source]+2 {
 			t.refused.Add(1)
 			return nil, false
@@ -108,20 +104,4 @@ func (t *streamTable) forgetLocked(s *trackedStream) {
 	if t.from[s.source]--; t.from[s.source] <= 0 {
 		delete(t.from, s.source)
 	}
-}
-
-// sourceOf is the source a stream counts against: its IPv4 address, or its
-// IPv6 address's /64.
-func sourceOf(addr net.Addr) string {
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	ip := ap.Addr().Unmap()
-	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
-			return p.String()
-		}
-	}
-	return ip.String()
 }

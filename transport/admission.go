@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/lockraft/lockraft/internal/netrules"
 	"github.com/lockraft/lockraft/internal/views"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
@@ -201,7 +202,7 @@ func (l admissionListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		now := time.Now()
-		tc := &trackedConn{Conn: c, t: l.t, source: sourceOf(c.RemoteAddr()), accepted: now}
+		tc := &trackedConn{Conn: c, t: l.t, source: netrules.SourceOf(c.RemoteAddr()), accepted: now}
 		evicted, refused := l.t.adm.place(tc)
 		if evicted != nil {
 			l.t.refused.Refuse(refusedConn, hostOf(evicted.RemoteAddr()), "reason", "handshake's slot given to a newer connection",
@@ -223,7 +224,7 @@ type trackedConn struct {
 	t        *Transport
 	once     sync.Once
 	refusals atomic.Int32 // streams refused (admitStream)
-	source   string       // sourceOf its remote address
+	source   string       // netrules.SourceOf its remote address
 	accepted time.Time
 
 	mu   sync.Mutex

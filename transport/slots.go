@@ -1,9 +1,6 @@
 package transport
 
-import (
-	"net"
-	"net/netip"
-)
+import "github.com/lockraft/lockraft/internal/netrules"
 
 // Connection slots
 //
@@ -42,7 +39,7 @@ func handshakesPerSource(conns int) int { return max(conns/4, 16) }
 // (under admission.mu).
 type handshakes struct {
 	shaking map[*trackedConn]struct{}
-	from    map[string]int // by source (sourceOf)
+	from    map[string]int // by source (netrules.SourceOf)
 }
 
 // place gives tc a slot (admissionListener). It returns why it may not
@@ -56,12 +53,7 @@ func (a *admission) place(tc *trackedConn) (evicted *trackedConn, refused string
 		return nil, "too many handshakes from this source"
 	}
 	if len(a.conns) >= a.lim.conns {
-		big, most := "", 0
-		for src, n := range h.from {
-			if n > most || (n == most && src < big) {
-				big, most = src, n
-			}
-		}
+		big, most := netrules.Busiest(h.from)
 		if most < h.from[tc.source]+2 {
 			return nil, "too many connections"
 		}
@@ -98,21 +90,4 @@ func (a *admission) handshakeDoneLocked(tc *trackedConn) {
 func (a *admission) forgetLocked(tc *trackedConn) {
 	delete(a.conns, tc)
 	a.handshakeDoneLocked(tc)
-}
-
-// sourceOf is the source a connection's handshakes count against: its
-// IPv4 address, or its IPv6 address's /64 (one host or site has a whole
-// /64 to connect from).
-func sourceOf(addr net.Addr) string {
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	ip := ap.Addr().Unmap()
-	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
-			return p.String()
-		}
-	}
-	return ip.String()
 }

@@ -103,17 +103,3 @@ func TestAttackHandshakeSlotsManySources(t *testing.T) {
 	require.Eventually(t, func() bool { return n.t.Refusals(refusedConn) >= 64 }, waitFor, tick)
 	memberGetsIn(t, p, n)
 }
-
-func TestSourceOf(t *testing.T) {
-	for _, tc := range []struct{ addr, want string }{
-		{"10.1.2.3:7000", "10.1.2.3"},
-		{"[::ffff:10.1.2.3]:7000", "10.1.2.3"},
-		{"[2001:db8:1:2:aaaa::1]:7000", "2001:db8:1:2::/64"},
-		{"[2001:db8:1:2:bbbb::9]:7001", "2001:db8:1:2::/64"},
-		{"[2001:db8:1:3::1]:7000", "2001:db8:1:3::/64"},
-	} {
-		addr, err := net.ResolveTCPAddr("tcp", tc.addr)
-		require.NoError(t, err)
-		require.Equal(t, tc.want, sourceOf(addr), tc.addr)
-	}
-}
