@@ -2,15 +2,14 @@ package membership
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/nettest"
 )
 
 // The gossip-stream attack
@@ -23,46 +22,6 @@ import (
 // node's other sockets and files fail). The streams a member holds must be
 // bounded, whoever opens them and from how many addresses, and a member must
 // still join.
-
-// holdStreams keeps n idle TCP connections to addr open from the local
-// address src, each reopened 20 ms after the member closes it, until the
-// test ends. It counts its dials and its connections open.
-func holdStreams(t *testing.T, addr, src string, n int, dialed, open *atomic.Int64) {
-	t.Helper()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	t.Cleanup(func() { close(stop); wg.Wait() })
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	probe, err := d.Dial("tcp", addr)
-	if err != nil {
-		// Linux routes all of 127.0.0.0/8 to loopback; other systems may not.
-		t.Skipf("cannot connect from %s here: %v", src, err)
-	}
-	_ = probe.Close()
-	for range n {
-		wg.Go(func() {
-			for {
-				if c, err := d.Dial("tcp", addr); err == nil {
-					dialed.Add(1)
-					open.Add(1)
-					closed := make(chan struct{})
-					go func() { _, _ = c.Read(make([]byte, 1)); close(closed) }()
-					select {
-					case <-closed:
-					case <-stop:
-					}
-					_ = c.Close()
-					open.Add(-1)
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-		})
-	}
-}
 
 // acceptedSockets counts the sockets this process holds that were accepted
 // on local TCP port port (Linux: /proc/net/tcp and /proc/self/fd).
@@ -100,13 +59,13 @@ func TestAttackGossipStreamsBounded(t *testing.T) {
 	port := a.m.transport.port
 	// Five addresses of 300 idle connections each: more than the bound in
 	// all, and more than one address's share from each.
-	var dialed, open atomic.Int64
+	var idle nettest.IdleConns
 	const holders = 5 * 300
 	for _, src := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"} {
-		holdStreams(t, a.addr(), src, 300, &dialed, &open)
+		nettest.HoldIdle(t, a.addr(), src, 300, 20*time.Millisecond, &idle)
 	}
-	require.Eventually(t, func() bool { return dialed.Load() >= holders }, 10*time.Second, 5*time.Millisecond,
-		"the idle connections were not all opened (%d of %d)", dialed.Load(), holders)
+	require.Eventually(t, func() bool { return idle.Dialed.Load() >= holders }, 10*time.Second, 5*time.Millisecond,
+		"the idle connections were not all opened (%d of %d)", idle.Dialed.Load(), holders)
 	// What the member holds: the sockets it accepted on its gossip port, at
 	// most over a second of the attack.
 	held := 0
@@ -122,6 +81,6 @@ func TestAttackGossipStreamsBounded(t *testing.T) {
 	require.Eventually(t, func() bool { return len(aliveIDs(a)) == 2 && len(aliveIDs(b)) == 2 }, 8*time.Second, 10*time.Millisecond,
 		"the member did not join while idle streams were held")
 	nt := a.m.transport
-	t.Logf("the member held at most %d streams for %d idle connections (bound %d); refused %d, evicted %d", held, open.Load(),
+	t.Logf("the member held at most %d streams for %d idle connections (bound %d); refused %d, evicted %d", held, idle.Open.Load(),
 		maxGossipStreams, nt.table.refused.Load(), nt.table.evicted.Load())
 }

@@ -2,14 +2,13 @@ package transport
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
+	"github.com/lockraft/lockraft/internal/nettest"
 	"github.com/lockraft/lockraft/transport/transportpb"
 )
 
@@ -24,43 +23,6 @@ import (
 // idle connections come from one address or from several (each of the
 // tests below), within less than handshakeTimeout, so without waiting the
 // idle connections out.
-
-// hogSlots keeps n idle TCP connections to addr open from the local
-// address src, each reopened 50 ms after the node closes it, until the
-// test ends. It says nothing on them: no TLS, no preface.
-func hogSlots(t *testing.T, addr, src string, n int) {
-	t.Helper()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	t.Cleanup(func() { close(stop); wg.Wait() })
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	probe, err := d.Dial("tcp", addr)
-	if err != nil {
-		// Linux routes all of 127.0.0.0/8 to loopback; other systems may not.
-		t.Skipf("cannot connect from %s here: %v", src, err)
-	}
-	_ = probe.Close()
-	for range n {
-		wg.Go(func() {
-			for {
-				if c, err := d.Dial("tcp", addr); err == nil {
-					closed := make(chan struct{})
-					go func() { _, _ = c.Read(make([]byte, 1)); close(closed) }()
-					select {
-					case <-closed:
-					case <-stop:
-					}
-					_ = c.Close()
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
-		})
-	}
-}
 
 // slotsNode is a node of 64 connection slots (the default is 1024), of
 // which one source may hold 16 handshakes once half are taken (the
@@ -88,7 +50,7 @@ func memberGetsIn(t *testing.T, p *pki, n *node) {
 func TestAttackHandshakeSlotsOneSource(t *testing.T) {
 	p := newPKI(t)
 	n := slotsNode(t, p)
-	hogSlots(t, n.t.Addr(), "127.0.0.2", 128)
+	nettest.HoldIdle(t, n.t.Addr(), "127.0.0.2", 128, 50*time.Millisecond, new(nettest.IdleConns))
 	// The node refuses the hog's connections beyond what it may hold.
 	require.Eventually(t, func() bool { return n.t.Refusals(refusedConn) >= 64 }, waitFor, tick)
 	memberGetsIn(t, p, n)
@@ -98,7 +60,7 @@ func TestAttackHandshakeSlotsManySources(t *testing.T) {
 	p := newPKI(t)
 	n := slotsNode(t, p)
 	for _, src := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"} {
-		hogSlots(t, n.t.Addr(), src, 32)
+		nettest.HoldIdle(t, n.t.Addr(), src, 32, 50*time.Millisecond, new(nettest.IdleConns))
 	}
 	require.Eventually(t, func() bool { return n.t.Refusals(refusedConn) >= 64 }, waitFor, tick)
 	memberGetsIn(t, p, n)
