@@ -106,6 +106,7 @@ func bindNetTransport(ip net.IP, port int, log *slog.Logger) (*netTransport, err
 		packets: make(chan *memberlist.Packet),
 		streams: make(chan net.Conn),
 		log:     log,
+		table:   streamTable{max: maxGossipStreams},
 	}
 	t.wg.Add(2)
 	go t.readPackets()

@@ -32,11 +32,10 @@ import (
 // maxGossipStreams bounds the gossip streams open at once.
 const maxGossipStreams = 1024
 
-// streamsPerSource is one source's share once half the streams are open.
-const streamsPerSource = maxGossipStreams / 4
-
 // streamTable is the open gossip streams.
 type streamTable struct {
+	max int // maxGossipStreams; tests make it smaller
+
 	mu   sync.Mutex
 	open map[*trackedStream]struct{}
 	from map[string]int // open streams by source (netrules.SourceOf)
@@ -67,11 +66,11 @@ func (t *streamTable) place(s *trackedStream) (evicted *trackedStream, ok bool) 
 	if t.open == nil {
 		t.open, t.from = make(map[*trackedStream]struct{}), make(map[string]int)
 	}
-	if len(t.open) >= maxGossipStreams/2 && t.from[s.source] >= streamsPerSource {
+	if len(t.open) >= t.max/2 && t.from[s.source] >= t.max/4 {
 		t.refused.Add(1)
 		return nil, false
 	}
-	if len(t.open) >= maxGossipStreams {
+	if len(t.open) >= t.max {
 		big, most := netrules.Busiest(t.from)
 		if most < t.from[s.source]+2 {
 			t.refused.Add(1)
