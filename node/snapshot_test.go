@@ -17,6 +17,14 @@ import (
 	"github.com/lockraft/lockraft/transport"
 )
 
+// stallBound bounds each call made while a test holds snapshots stalled. The
+// stall lasts until the test releases it, so a loop that waited for it
+// would not answer within any bound; this one is far beyond the scheduling
+// and fsync hiccups of a loaded two-core machine running the race detector
+// (a Status call bounded by a quarter of a TTL, 500 ms, once timed out there
+// while the leader, not stalled at all, could not commit either).
+const stallBound = 5 * time.Second
+
 // TestL1LoopServesDuringSlowSnapshot (L1, and S5's premise that the loop
 // keeps checking holders): the disk work of a lock-table snapshot (the
 // lock-table commit, the snapshot file and its fsyncs, the raft log's
@@ -40,9 +48,9 @@ func TestL1LoopServesDuringSlowSnapshot(t *testing.T) {
 	stalled := tc.Faults(lead).StallSnapshots()
 	t.Cleanup(tc.Faults(lead).ReleaseSnapshots)
 	ttl := n.cfg.SessionTTL
-	// lockUnlock is one Lock+Unlock on the leader, bounded well below a TTL.
+	// lockUnlock is one Lock+Unlock on the leader, bounded by stallBound.
 	lockUnlock := func(name string) error {
-		octx, cancel := context.WithTimeout(ctx, ttl/2)
+		octx, cancel := context.WithTimeout(ctx, stallBound)
 		defer cancel()
 		h, err := n.Acquire(octx, name, "o", true, 0)
 		if err == nil {
@@ -133,12 +141,12 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	start := time.Now()
 	calls := 0
 	for time.Since(start) < ttl+ttl/2 {
-		sctx, cancel := context.WithTimeout(ctx, ttl/4)
+		sctx, cancel := context.WithTimeout(ctx, stallBound)
 		st, err := n.Status(sctx)
 		cancel()
 		require.NoError(t, err, "Status %v into the stalled restore", time.Since(start))
 		require.Zero(t, st.SnapshotsRestored, "premise: the restore is still stalled")
-		lctx, cancel := context.WithTimeout(ctx, ttl/2)
+		lctx, cancel := context.WithTimeout(ctx, stallBound)
 		h, err := lead.Acquire(lctx, "during", "o", true, 0)
 		if err == nil {
 			err = h.Release(lctx)
