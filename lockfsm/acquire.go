@@ -100,7 +100,7 @@ func (f *FSM) acquireRW(index uint64, s *session, c *Command, ev []Event) (Resul
 			// Downgrade: the writer is the only other holder, so its read side is granted now, ahead of the
 			// queue (queuing would wait for itself).
 			ev = f.grant(l, s, hold{session: s.id, owner: f.own(c.Owner), token: index, grantSeq: c.Seq,
-				lease: c.LeaseMillis, count: 1, mode: ModeShared}, c.Seq, "", false, ev)
+				lease: c.LeaseMillis, count: 1, mp: packMode(ModeShared, 0)}, c.Seq, "", false, ev)
 			return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 		}
 	}
@@ -124,7 +124,7 @@ func (f *FSM) acquireSemaphore(index uint64, s *session, c *Command, ev []Event)
 		own := k
 		for i := range l.holds() {
 			if h := &l.holds()[i]; h.session == s.id && h.owner == c.Owner {
-				own += h.permits
+				own += h.permits()
 			}
 		}
 		if own > l.limit() {
@@ -179,7 +179,7 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 			owner = f.own(c.Owner)
 		}
 		ev = f.grant(l, s, hold{session: s.id, owner: owner, token: index, grantSeq: c.Seq,
-			lease: c.LeaseMillis, count: 1, permits: permits, mode: mode}, c.Seq, value, false, ev)
+			lease: c.LeaseMillis, count: 1, mp: packMode(mode, permits)}, c.Seq, value, false, ev)
 		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 	}
 	if !c.Wait {

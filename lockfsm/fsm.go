@@ -59,7 +59,7 @@ type FSM struct {
 	k knobs // bugs planted on purpose (knobs.go); the zero value, always, outside tests
 }
 
-// maxSpareLocks bounds the entries kept for reuse (112 bytes each).
+// maxSpareLocks bounds the entries kept for reuse (96 bytes each).
 const maxSpareLocks = 64
 
 func newState() (map[uint64]*session, *lockTable) {

@@ -112,8 +112,8 @@ func (l *lock) info() LockInfo {
 		Delayed: l.delayed, DelayToken: l.delayToken()}
 	for i := range l.holds() {
 		h := &l.holds()[i]
-		li.Holds = append(li.Holds, HoldInfo{Session: h.session, Owner: h.owner, Mode: h.mode, HoldCount: h.count,
-			Permits: h.permits, Token: h.token, GrantSeq: h.grantSeq, LeaseMillis: h.lease, Names: h.names()})
+		li.Holds = append(li.Holds, HoldInfo{Session: h.session, Owner: h.owner, Mode: h.mode(), HoldCount: h.count,
+			Permits: h.permits(), Token: h.token, GrantSeq: h.grantSeq, LeaseMillis: h.lease, Names: h.names()})
 	}
 	if len(l.holds()) > 0 {
 		h := &l.holds()[0]

@@ -12,17 +12,25 @@ type lock struct {
 	prim Primitive
 	// delayed: lock-delay after an expiry, no new grant until a LiftDelay with delayToken.
 	delayed bool
-	// What the lock last added to the table's counts (stats.go); in the struct's padding.
-	countedHeld, countedDelayed bool
-	// The holds (see holds): first[:nfirst] until a second hold joins the first, ext.holds from then on.
-	nfirst         uint8
-	spilled        bool
+	// counted: what the lock last added to the table's counts (stats.go: countedHeld, countedDelayed),
+	// with countedWaiters.
+	counted uint8
+	// holdsIn: where the holds are (see holds): first[:1] (oneInline) until a second hold joins the
+	// first, ext.holds (spilledHolds) from then on; noHolds before the first.
+	holdsIn        uint8
 	countedWaiters uint32
 	first          [1]hold // a mutex's hold, in the entry itself: a mutex grant allocates nothing
 }
 
+// Where a lock's holds are (lock.holdsIn).
+const (
+	noHolds      = 0 // none, in first[:0]
+	oneInline    = 1 // one, in first[:1]
+	spilledHolds = 2 // in ext.holds (possibly none again)
+)
+
 // lockExt is what a held mutex does not need, kept out of the lock so that a table of held locks costs
-// 112 bytes an entry, not 160 (a million held locks: the scale issue's memory per lock). Made when a name
+// 96 bytes an entry, not 160 (a million held locks: the scale issue's memory per lock). Made when a name
 // first has a waiter, a delay, a value or a second hold, or for a semaphore when it is made; kept until
 // the name leaves the table.
 type lockExt struct {
@@ -108,10 +116,25 @@ type hold struct {
 	lease    uint64 // LeaseMillis (0 = lives as long as the session)
 	owner    string
 	count    uint32
-	permits  uint32 // semaphore: permits it takes (0 for other primitives)
-	mode     Mode
-	x        *extra // multi-name: every name, request order (shared by the hold's copies); nil otherwise
+	mp       modePermits // its mode, and for a semaphore the permits it takes (0 for other primitives)
+	x        *extra      // multi-name: every name, request order (shared by the hold's copies); nil otherwise
 }
+
+// modePermits is a hold's mode and permits in one word, the permits (at most MaxPermits) in the low 24
+// bits and the mode above them: a hold is then 64 bytes, and a held mutex's entry 96, not 112.
+type modePermits uint32
+
+const permitsBits = 24
+
+// A semaphore's permits must fit below the mode (a compile error otherwise).
+const _ = uint32(1<<permitsBits - 1 - MaxPermits)
+
+func packMode(m Mode, permits uint32) modePermits {
+	return modePermits(uint32(m)<<permitsBits | permits)
+}
+
+func (h *hold) mode() Mode      { return Mode(h.mp >> permitsBits) }
+func (h *hold) permits() uint32 { return uint32(h.mp) & (1<<permitsBits - 1) }
 
 type waiter struct {
 	session  uint64
@@ -155,42 +178,44 @@ func (w *waiter) value() string {
 // holds returns the holds in grant order (a mutex or election has at most one). Pointers into it stay
 // valid until a hold is added or removed.
 func (l *lock) holds() []hold {
-	if l.spilled {
+	if l.holdsIn == spilledHolds {
 		return l.ext.holds
 	}
-	return l.first[:l.nfirst]
+	return l.first[:l.holdsIn]
 }
 
-func (l *lock) held() bool { return l.nfirst > 0 || l.spilled && len(l.ext.holds) > 0 }
+func (l *lock) held() bool {
+	return l.holdsIn == oneInline || l.holdsIn == spilledHolds && len(l.ext.holds) > 0
+}
 
 // addHold appends h: the first hold into the entry itself; with a second, both move to the extension.
 func (l *lock) addHold(h hold) {
-	switch {
-	case l.spilled:
+	switch l.holdsIn {
+	case spilledHolds:
 		l.ext.holds = append(l.ext.holds, h)
-	case l.nfirst == 0:
-		l.first[0], l.nfirst = h, 1
+	case noHolds:
+		l.first[0], l.holdsIn = h, oneInline
 	default:
 		x := l.extended()
 		x.holds = append(x.holds[:0], l.first[0], h)
-		l.first[0], l.nfirst, l.spilled = hold{}, 0, true
+		l.first[0], l.holdsIn = hold{}, spilledHolds
 	}
-	if h.permits != 0 {
-		l.ext.used += h.permits
+	if p := h.permits(); p != 0 {
+		l.ext.used += p
 	}
 }
 
 func (l *lock) removeHold(i int) {
 	hs := l.holds()
-	if p := hs[i].permits; p != 0 {
+	if p := hs[i].permits(); p != 0 {
 		l.ext.used -= p
 	}
 	copy(hs[i:], hs[i+1:])
 	hs[len(hs)-1] = hold{}
-	if l.spilled {
+	if l.holdsIn == spilledHolds {
 		l.ext.holds = hs[:len(hs)-1]
 	} else {
-		l.nfirst--
+		l.holdsIn = noHolds
 	}
 }
 
@@ -204,7 +229,7 @@ func (l *lock) removeWaiter(i int) {
 // find returns the index of (session, owner)'s hold in mode, or -1. Semaphore holds are found by token.
 func (l *lock) find(session uint64, owner string, mode Mode) int {
 	for i := range l.holds() {
-		if h := &l.holds()[i]; h.session == session && h.mode == mode && h.owner == owner {
+		if h := &l.holds()[i]; h.session == session && h.mode() == mode && h.owner == owner {
 			return i
 		}
 	}
@@ -232,7 +257,7 @@ func (l *lock) waiting(session uint64, owner string) uint32 {
 
 func (l *lock) hasWriter() bool {
 	for i := range l.holds() {
-		if l.holds()[i].mode == ModeExclusive {
+		if l.holds()[i].mode() == ModeExclusive {
 			return true
 		}
 	}
@@ -270,7 +295,7 @@ func (l *lock) firstFitting(k *knobs) int {
 func (l *lock) blocker(mode Mode) Holder {
 	for i := range l.holds() {
 		h := &l.holds()[i]
-		if l.prim == PrimSemaphore || (l.prim == PrimRW && mode == ModeShared && h.mode == ModeShared) {
+		if l.prim == PrimSemaphore || (l.prim == PrimRW && mode == ModeShared && h.mode() == ModeShared) {
 			continue
 		}
 		return Holder{Session: h.session, Owner: h.owner}
@@ -311,7 +336,7 @@ func (f *FSM) grant(l *lock, s *session, h hold, seq uint64, value string, fromQ
 	s.addHold(l)
 	f.touchLock(l)
 	ev = append(ev, Event{Kind: EventGranted, Name: l.name, Session: s.id, Owner: h.owner, Seq: seq,
-		Token: h.token, LeaseMillis: h.lease, FromQueue: fromQueue, Mode: h.mode, Permits: h.permits})
+		Token: h.token, LeaseMillis: h.lease, FromQueue: fromQueue, Mode: h.mode(), Permits: h.permits()})
 	if l.prim == PrimElection {
 		l.setValue(value)
 		ev = append(ev, Event{Kind: EventLeader, Name: l.name, Session: s.id, Owner: h.owner, Token: h.token,
@@ -325,7 +350,7 @@ func (f *FSM) grant(l *lock, s *session, h hold, seq uint64, value string, fromQ
 func (f *FSM) endHold(l *lock, i int, reason Reason, ev []Event) []Event {
 	h := l.holds()[i]
 	e := Event{Kind: EventReleased, Name: l.name, Session: h.session, Owner: h.owner, Token: h.token,
-		Reason: reason, Mode: h.mode, Permits: h.permits}
+		Reason: reason, Mode: h.mode(), Permits: h.permits()}
 	if h.x == nil {
 		l.removeHold(i)
 		if l.prim == PrimElection {
@@ -429,7 +454,7 @@ func (f *FSM) promote(l *lock, index uint64, ev []Event) []Event {
 			token = wv.enqueued
 		}
 		ev = f.grant(l, s, hold{session: s.id, owner: wv.owner, token: token, grantSeq: wv.seq, lease: wv.lease,
-			count: 1, permits: wv.permits, mode: wv.mode}, wv.seq, wv.value(), true, ev)
+			count: 1, mp: packMode(wv.mode, wv.permits)}, wv.seq, wv.value(), true, ev)
 	}
 	return ev
 }

@@ -88,9 +88,9 @@ func appendLock(b []byte, l *lock, k *knobs) []byte {
 		h := &l.holds()[i]
 		b = protowire.AppendVarint(b, h.session)
 		b = appendString(b, h.owner)
-		b = append(b, byte(h.mode))
+		b = append(b, byte(h.mode()))
 		b = protowire.AppendVarint(b, uint64(h.count))
-		b = protowire.AppendVarint(b, uint64(h.permits))
+		b = protowire.AppendVarint(b, uint64(h.permits()))
 		b = protowire.AppendVarint(b, h.token)
 		b = protowire.AppendVarint(b, h.grantSeq)
 		b = protowire.AppendVarint(b, h.lease)
@@ -300,20 +300,24 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 	nh := d.count(8)
 	writers := 0
 	for i := 0; i < nh && !d.bad && !bad; i++ {
-		h := hold{session: d.uvarint(), owner: d.owner(), mode: Mode(d.byte1()), count: d.u32(), permits: d.u32(),
+		// In the record's order. The mode and permits are checked as read (shapeOK: a mode this
+		// version knows, permits within the limit, so within MaxPermits) before the hold packs them.
+		session, owner := d.uvarint(), d.owner()
+		mode, count, permits := Mode(d.byte1()), d.u32(), d.u32()
+		h := hold{session: session, owner: owner, count: count, mp: packMode(mode, permits),
 			token: d.uvarint(), grantSeq: d.uvarint(), lease: d.uvarint()}
 		if names := d.names(); names != nil {
 			h.x = &extra{names: names}
 		}
 		bad = bad || h.session == 0 || !validOwner(h.owner) || h.count == 0 || h.token == 0 ||
-			!l.shapeOK(h.mode, h.permits, h.names()) || (l.prim == PrimSemaphore && h.count != 1) ||
-			l.used()+h.permits < l.used()
-		if h.mode == ModeExclusive {
+			!l.shapeOK(mode, permits, h.names()) || (l.prim == PrimSemaphore && h.count != 1) ||
+			l.used()+permits < l.used()
+		if mode == ModeExclusive {
 			writers++
 		}
 		for j := range l.holds() {
 			o := &l.holds()[j]
-			if o.session == h.session && o.owner == h.owner && (o.mode == h.mode && l.prim != PrimSemaphore ||
+			if o.session == h.session && o.owner == h.owner && (o.mode() == mode && l.prim != PrimSemaphore ||
 				o.token == h.token) {
 				bad = true // one hold per owner and mode (a semaphore: per token)
 			}
@@ -329,7 +333,7 @@ func decodeLockV3(name string, b []byte, owners map[string]string) (*lock, bool)
 		for i := range l.holds() {
 			// A writer holds alone, or beside its own read side (downgrade).
 			h := &l.holds()[i]
-			bad = bad || writers > 1 || (writers == 1 && h.mode == ModeShared && l.find(h.session, h.owner,
+			bad = bad || writers > 1 || (writers == 1 && h.mode() == ModeShared && l.find(h.session, h.owner,
 				ModeExclusive) < 0)
 		}
 	case PrimSemaphore:
@@ -521,7 +525,7 @@ func sameNames(a, b []string) bool {
 
 func sameHold(a, b *hold) bool {
 	return a.session == b.session && a.owner == b.owner && a.token == b.token && a.grantSeq == b.grantSeq &&
-		a.lease == b.lease && a.count == b.count && a.mode == b.mode && sameNames(a.names(), b.names())
+		a.lease == b.lease && a.count == b.count && a.mode() == b.mode() && sameNames(a.names(), b.names())
 }
 
 func sameWaiter(a, b *waiter) bool {

@@ -34,10 +34,10 @@ type tableCounts struct {
 // once it is empty).
 func (c *tableCounts) recount(l *lock) {
 	held, delayed, waiters := l.held(), l.delayed, uint32(len(l.waiters()))
-	if held != l.countedHeld {
+	if held != (l.counted&countedHeld != 0) {
 		c.held += sign(held)
 	}
-	if delayed != l.countedDelayed {
+	if delayed != (l.counted&countedDelayed != 0) {
 		c.delayed += sign(delayed)
 	}
 	if waiters != l.countedWaiters {
@@ -45,8 +45,20 @@ func (c *tableCounts) recount(l *lock) {
 		c.queue(l.countedWaiters, -1)
 		c.queue(waiters, +1)
 	}
-	l.countedHeld, l.countedDelayed, l.countedWaiters = held, delayed, waiters
+	l.counted, l.countedWaiters = 0, waiters
+	if held {
+		l.counted |= countedHeld
+	}
+	if delayed {
+		l.counted |= countedDelayed
+	}
 }
+
+// The bits of lock.counted: what a lock last added to the held and delayed counts.
+const (
+	countedHeld    = 1 << iota // counted as held
+	countedDelayed             // counted as delayed
+)
 
 // queue adds d names with a queue of length n.
 func (c *tableCounts) queue(n uint32, d int) {
@@ -90,7 +102,7 @@ func (f *FSM) settleCounts() {
 func (f *FSM) countAll() {
 	f.counts = tableCounts{}
 	for l := range f.locks.all() {
-		l.countedHeld, l.countedDelayed, l.countedWaiters = false, false, 0
+		l.counted, l.countedWaiters = 0, 0
 		f.counts.recount(l)
 	}
 }

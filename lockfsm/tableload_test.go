@@ -80,11 +80,27 @@ func TestSharedOwnerBounded(t *testing.T) {
 	}
 }
 
-// A held mutex's entry is 112 bytes (Go's size class; 160 before the queue, the delay's token and the
-// holds beyond the first moved to lockExt): at a million held locks every byte here is a megabyte on
-// every replica (the scale issue's RSS per held lock). A field added to lock lands in this test.
+// A held mutex's entry is 96 bytes, a Go size class (160 before the queue, the delay's token and the
+// holds beyond the first moved to lockExt; 112 before a hold's mode and permits shared a word and the
+// lock's flags shrank to four bytes): at a million held locks every byte here is a megabyte on every
+// replica (the scale issue's RSS per held lock). A field added to lock or hold lands in this test.
 func TestLockEntrySize(t *testing.T) {
-	if got := unsafe.Sizeof(lock{}); got > 112 {
-		t.Fatalf("lock is %d bytes, want at most 112: move what a held mutex does not need to lockExt", got)
+	if got := unsafe.Sizeof(hold{}); got > 64 {
+		t.Fatalf("hold is %d bytes, want at most 64", got)
+	}
+	if got := unsafe.Sizeof(lock{}); got > 96 {
+		t.Fatalf("lock is %d bytes, want at most 96: move what a held mutex does not need to lockExt", got)
+	}
+}
+
+// TestModePermitsPacked: a hold's mode and permits come back as packed, at MaxPermits too.
+func TestModePermitsPacked(t *testing.T) {
+	for _, m := range []Mode{ModeExclusive, ModeShared, modeEnd - 1} {
+		for _, p := range []uint32{0, 1, 7, MaxPermits - 1, MaxPermits} {
+			h := hold{mp: packMode(m, p)}
+			if h.mode() != m || h.permits() != p {
+				t.Fatalf("packed mode %d permits %d, got back %d and %d", m, p, h.mode(), h.permits())
+			}
+		}
 	}
 }
