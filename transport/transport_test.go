@@ -130,13 +130,17 @@ func TestOtherClusterIsRejected(t *testing.T) {
 	require.EqualValues(t, 2, b.t.Refusals("rpc"), "the stream and the call were refused")
 }
 
-// A closed port: the writer cannot open a stream, so its queue fills and
-// Send reports the peer unreachable without blocking.
+// A peer that never answers: the writer cannot open a stream, so its queue
+// fills and Send reports the peer unreachable without blocking. The port
+// is held by a listener that accepts nothing (the connection waits in its
+// backlog, and the stream's open with it): a port closed instead could be
+// taken by another test's listener meanwhile, whose refusal the writer
+// would report too.
 func TestFullQueueReportsUnreachable(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	t.Cleanup(func() { lis.Close() })
 	dead := lis.Addr().String()
-	require.NoError(t, lis.Close())
 
 	a := newNode(t, "c1", 1, func(c *Config) { c.QueueSize = 4 })
 	a.t.AddPeer(2, dead)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,6 +341,26 @@ func (r *run) release(ctx context.Context) error {
 			}
 		}
 	}()
+	// Meanwhile, how far the follower's applied index is behind the leader's commit index, every
+	// 100 ms: a follower that applies the session's runs more slowly than the leader proposes them
+	// queues every later entry, the pairs' among them, behind the ones it has yet to apply.
+	lagDone := make(chan []uint64)
+	go func() {
+		var lags []uint64
+		defer func() { lagDone <- lags }()
+		for {
+			select {
+			case <-stopPairs:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			ls, err1 := status(leader)
+			fs, err2 := status(r.f)
+			if err1 == nil && err2 == nil {
+				lags = append(lags, ls.Commit-min(ls.Commit, fs.Applied))
+			}
+		}
+	}()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err := c.load.Close(cctx)
 	cancel()
@@ -365,8 +386,14 @@ func (r *run) release(ctx context.Context) error {
 	emptied := time.Since(t0)
 	close(stopPairs)
 	<-pairsDone
+	lags := <-lagDone
 	fmt.Printf("Lock+Unlock inside follower %s while the table was released: %d pairs, %v, %d failed\n", r.f.name(),
 		len(during), summarize(during), duringErrs)
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		fmt.Printf("follower %s's applied index behind leader %s's commit meanwhile (%d samples, every 100 ms): p50 %d, p90 %d, max %d entries\n",
+			r.f.name(), leader.name(), len(lags), lags[len(lags)/2], lags[len(lags)*9/10], lags[len(lags)-1])
+	}
 	var err2 error
 	if r.rlat2, err2 = repPairs(r.f, "other/released-"+r.f.name(), *flagPairs); err2 != nil {
 		return err2
