@@ -344,9 +344,16 @@ func (r *run) release(ctx context.Context) error {
 	// Meanwhile, how far the follower's applied index is behind the leader's commit index, every
 	// 100 ms: a follower that applies the session's runs more slowly than the leader proposes them
 	// queues every later entry, the pairs' among them, behind the ones it has yet to apply.
-	lagDone := make(chan []uint64)
+	// The follower is read first: a status call waits for the member's loop, so reading the leader
+	// first would let the follower catch up before it answers. How long the follower took to answer
+	// is how long its loop was busy.
+	type lagSample struct {
+		entries uint64
+		answer  time.Duration
+	}
+	lagDone := make(chan []lagSample)
 	go func() {
-		var lags []uint64
+		var lags []lagSample
 		defer func() { lagDone <- lags }()
 		for {
 			select {
@@ -354,13 +361,28 @@ func (r *run) release(ctx context.Context) error {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			ls, err1 := status(leader)
-			fs, err2 := status(r.f)
+			t := time.Now()
+			fs, err1 := status(r.f)
+			answer := time.Since(t)
+			ls, err2 := status(leader)
 			if err1 == nil && err2 == nil {
-				lags = append(lags, ls.Commit-min(ls.Commit, fs.Applied))
+				lags = append(lags, lagSample{ls.Commit - min(ls.Commit, fs.Applied), answer})
 			}
 		}
 	}()
+	traceDone := make(chan error, 1)
+	if *flagTrace != "" {
+		go func() {
+			code, body := childproc.Get(r.f.url+"/debug/pprof/trace?seconds=25", time.Minute)
+			if code != 200 {
+				traceDone <- fmt.Errorf("follower's trace: %d %.200s", code, body)
+				return
+			}
+			traceDone <- os.WriteFile(*flagTrace, []byte(body), 0o644)
+		}()
+	} else {
+		traceDone <- nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err := c.load.Close(cctx)
 	cancel()
@@ -387,12 +409,20 @@ func (r *run) release(ctx context.Context) error {
 	close(stopPairs)
 	<-pairsDone
 	lags := <-lagDone
+	if err := <-traceDone; err != nil {
+		return err
+	}
 	fmt.Printf("Lock+Unlock inside follower %s while the table was released: %d pairs, %v, %d failed\n", r.f.name(),
 		len(during), summarize(during), duringErrs)
 	if len(lags) > 0 {
-		slices.Sort(lags)
-		fmt.Printf("follower %s's applied index behind leader %s's commit meanwhile (%d samples, every 100 ms): p50 %d, p90 %d, max %d entries\n",
-			r.f.name(), leader.name(), len(lags), lags[len(lags)/2], lags[len(lags)*9/10], lags[len(lags)-1])
+		entries := make([]uint64, len(lags))
+		answers := make([]time.Duration, len(lags))
+		for i, l := range lags {
+			entries[i], answers[i] = l.entries, l.answer
+		}
+		slices.Sort(entries)
+		fmt.Printf("follower %s's applied index behind leader %s's commit meanwhile (%d samples, every 100 ms): p50 %d, p90 %d, max %d entries; its status answered in %v\n",
+			r.f.name(), leader.name(), len(lags), entries[len(entries)/2], entries[len(entries)*9/10], entries[len(entries)-1], summarize(answers))
 	}
 	var err2 error
 	if r.rlat2, err2 = repPairs(r.f, "other/released-"+r.f.name(), *flagPairs); err2 != nil {

@@ -85,6 +85,7 @@ func replica(start time.Time) error {
 	mux.Handle("/lockraft/", http.StripPrefix("/lockraft", n.AdminHandler(lockraft.WithOperatorActions())))
 	mux.HandleFunc("/stats", childproc.StatsHandler)
 	mux.Handle("/debug/pprof/heap", pprof.Handler("heap")) // diagnosis: where a replica's bytes go (-heapprofile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)      // diagnosis: what holds the loop while the table is released (-releasetrace)
 	mux.HandleFunc("/serving", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
