@@ -77,10 +77,13 @@
 //     shows as a long pair).
 //  7. The load process closes its node: its session ends and releases the
 //     whole table, while Lock+Unlock pairs run inside a follower (their
-//     p99, max and failures). How long until the leader's table is empty,
-//     the pairs inside the same follower once more (empty, full, released:
-//     drift of the machine shows as a difference between the first and the
-//     last), and each replica's RSS after a forced GC.
+//     p99, max and failures), and how far that follower's applied index is
+//     behind the leader's commit and how long it takes to answer a status
+//     call, every 100 ms (-releasetrace: its runtime trace meanwhile). How
+//     long until the leader's table is empty, the pairs inside the same
+//     follower once more (empty, full, released: drift of the machine shows
+//     as a difference between the first and the last), and each replica's
+//     RSS after a forced GC.
 //
 // Run from bench/. Scaled from -locks 50000, a million held locks take
 // about 0.6 GB of RSS and 0.5 GB of disk per replica, about 4 GB in the load
