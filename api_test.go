@@ -3,7 +3,6 @@ package lockraft_test
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,16 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockraft/lockraft"
+	"github.com/lockraft/lockraft/internal/nettest"
 	"github.com/lockraft/lockraft/node"
 )
 
+// freeAddr is an address on loopback for a member started later in the test
+// (nettest.FreeAddr: no other listener or connection can take it meanwhile).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return nettest.FreeAddr(t)
 }
 
 func fast() lockraft.Option {

@@ -10,24 +10,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/nettest"
 )
 
-// freePort returns a port free for TCP and UDP on loopback right now.
+// freePort returns a port free for TCP and UDP on loopback (nettest.FreePort:
+// no other listener or connection can take it meanwhile).
 func freePort(t *testing.T) int {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
+	return nettest.FreePort(t)
 }
 
 // TestSeedAnsweredOnlyBySelfKeepsTrying (formation, L1): on Kubernetes the

@@ -3,22 +3,21 @@ package node
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockraft/lockraft/internal/nettest"
 )
 
-// freePort returns a loopback TCP port free right now.
+// freePort returns a loopback port for a member started later in the test
+// (nettest.FreePort: no other listener or connection can take it meanwhile).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return nettest.FreePort(t)
 }
 
 // fixedPorts is a fleet's tune that makes every slot keep its gossip and
