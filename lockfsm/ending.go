@@ -35,88 +35,15 @@ type ending struct {
 }
 
 // queue builds the run queues of s from what it waits for and holds, once. The names are not sorted
-// all at once (0.7 s at a million, in the first run's entry): a queue sorts the smallest chunk of what
-// is left when it needs more.
+// all at once (0.7 s at a million, in the first run's entry): a queue sorts a bounded share with each name
+// it hands out (nameQueue).
 func (e *ending) queue(s *session) {
 	if e.built {
 		return
 	}
 	e.built = true
 	e.waitQ = unsortedQueue(s.waits)
-	e.holdQ = nameQueue{rest: s.holds.names(make([]string, 0, s.holds.len()))}
-}
-
-// sortChunk is how many names a queue sorts at a time: at a million names, about 17 selections over what
-// is left (0.3 s in all) instead of one sort in one entry, or a heap's 3 s of pops.
-const sortChunk = 1 << 16
-
-// nameQueue hands out names in sorted order: names, sorted, first; then, a chunk at a time, the smallest
-// of rest (every one of which sorts after every name in names).
-type nameQueue struct {
-	names []string
-	rest  []string
-}
-
-func unsortedQueue[V any](m map[string]V) nameQueue {
-	q := nameQueue{rest: make([]string, 0, len(m))}
-	for k := range m {
-		q.rest = append(q.rest, k)
-	}
-	return q
-}
-
-// next returns the smallest name left, and false when none is.
-func (q *nameQueue) next() (string, bool) {
-	if len(q.names) == 0 {
-		if len(q.rest) == 0 {
-			return "", false
-		}
-		k := min(sortChunk, len(q.rest))
-		selectSmallest(q.rest, k)
-		q.names, q.rest = q.rest[:k:k], q.rest[k:]
-		slices.Sort(q.names)
-	}
-	first := q.names[0]
-	q.names[0] = ""
-	q.names = q.names[1:]
-	return first, true
-}
-
-// selectSmallest reorders a (distinct names) so that a[:k] holds its k smallest, in no order
-// (quickselect, the pivot the median of the first, middle and last).
-func selectSmallest(a []string, k int) {
-	lo, hi := 0, len(a)-1
-	for lo < hi && k > lo && k <= hi {
-		mid := lo + (hi-lo)/2
-		if a[mid] < a[lo] {
-			a[mid], a[lo] = a[lo], a[mid]
-		}
-		if a[hi] < a[lo] {
-			a[hi], a[lo] = a[lo], a[hi]
-		}
-		if a[hi] < a[mid] {
-			a[hi], a[mid] = a[mid], a[hi]
-		}
-		pivot := a[mid]
-		a[mid], a[hi] = a[hi], a[mid]
-		p := lo
-		for i := lo; i < hi; i++ {
-			if a[i] < pivot {
-				a[i], a[p] = a[p], a[i]
-				p++
-			}
-		}
-		a[p], a[hi] = a[hi], a[p]
-		// a[lo:p] < pivot = a[p] < a[p+1:hi+1]
-		switch {
-		case p == k || p == k-1:
-			return
-		case p > k:
-			hi = p - 1
-		default:
-			lo = p + 1
-		}
-	}
+	e.holdQ = nameQueue{a: s.holds.names(make([]string, 0, s.holds.len()))}
 }
 
 // runLimit is the run size a close or expiry asks for: 0 (end the whole session now) unless it is of

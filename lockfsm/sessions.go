@@ -181,7 +181,8 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 		// slice would otherwise be copied at every doubling.
 		ev = slices.Grow(ev, len(s.waits)+2*s.holds.len()+1)
 		f.names = sortedKeys(f.names, s.waits)
-		waitQ = &nameQueue{names: f.names}
+		q := sortedQueue(f.names)
+		waitQ = &q
 	} else {
 		ev = slices.Grow(ev, 2*limit+1)
 		s.ending.queue(s)
@@ -238,7 +239,8 @@ func (f *FSM) endRun(index uint64, s *session, reason Reason, delay uint64, limi
 	}
 	if limit < 0 {
 		f.names = s.holds.sortedNames(f.names)
-		holdQ = &nameQueue{names: f.names}
+		q := sortedQueue(f.names)
+		holdQ = &q
 	} else {
 		holdQ = &s.ending.holdQ
 	}
