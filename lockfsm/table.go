@@ -103,9 +103,15 @@ func (t *lockTable) insert(l *lock) {
 	t.slots[i] = l
 }
 
+// shrinkBelow: a table less than 1/shrinkBelow full shrinks to at most half full. The rehash is done
+// within one delete, so it is kept small: a session ending with a million names rehashed 262,144 of them
+// in one run at an eighth (48 ms), 65,536 at a thirty-second; what is left of the table's slots meanwhile
+// is 8 bytes a slot, 16 MiB at most for a table that held a million.
+const shrinkBelow = 32
+
 // del removes the entry named name, if there is one. The entries after it in its run move back so that
-// no lookup meets a hole before its entry (no tombstones); a table left an eighth full shrinks, to no
-// fewer than minTableSlots (a session taking and releasing one name allocates nothing).
+// no lookup meets a hole before its entry (no tombstones); a table left less than 1/shrinkBelow full
+// shrinks, to no fewer than minTableSlots (a session taking and releasing one name allocates nothing).
 func (t *lockTable) del(name string) {
 	i := t.find(name)
 	if i < 0 {
@@ -123,7 +129,7 @@ func (t *lockTable) del(name string) {
 	}
 	t.slots[i] = nil
 	t.n--
-	if len(t.slots) > minTableSlots && 8*t.n < len(t.slots) {
+	if len(t.slots) > minTableSlots && shrinkBelow*t.n < len(t.slots) {
 		t.resize(slotsFor(t.n))
 	}
 }

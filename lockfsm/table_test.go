@@ -14,6 +14,7 @@ func TestLockTableIsAMap(t *testing.T) {
 		t.Logf("seed %d", seed)
 		tab, want := newLockTable(0), map[string]*lock{}
 		names := r.IntN(200) + 20 // few names: many collisions, runs that wrap
+		shrinks, slots := 0, 0
 		for step := range 50_000 {
 			name := fmt.Sprintf("n%d", r.IntN(names))
 			switch op := r.IntN(10); {
@@ -51,9 +52,16 @@ func TestLockTableIsAMap(t *testing.T) {
 			if seen != len(want) {
 				t.Fatalf("step %d: all yields %d entries, want %d", step, seen, len(want))
 			}
-			if n := len(tab.slots); n != 0 && (4*tab.len() > 3*n || (n > minTableSlots && 8*tab.len() < n)) {
+			if n := len(tab.slots); n != 0 && (4*tab.len() > 3*n || (n > minTableSlots && shrinkBelow*tab.len() < n)) {
 				t.Fatalf("step %d: %d entries in %d slots", step, tab.len(), n)
 			}
+			if len(tab.slots) < slots {
+				shrinks++
+			}
+			slots = len(tab.slots)
+		}
+		if shrinks == 0 {
+			t.Fatalf("seed %d: the table never shrank", seed)
 		}
 	}
 }
