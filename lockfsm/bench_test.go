@@ -176,8 +176,10 @@ func BenchmarkRestore(b *testing.B) {
 // expires with a lock-delay, as a member's session does when its process dies; each entry of its end is
 // applied, then the commit batch for it is encoded (PrepareCommit, on the node's loop) and written
 // (WriteCommit, on the committer). "whole": the end in one entry (version 2, and a node whose version gate
-// is not open). "runs": in runs of DefaultSessionEndRun names (version 3). Reports the steps' total time,
-// the longest entry (apply + prepare: what holds a node's loop), the entries and the events.
+// is not open). "runs": in runs of DefaultSessionEndRun names (version 3); "runs-nodelay" without the
+// lock-delay, so that the lock table empties (and shrinks) as the runs go. Reports the steps' total time,
+// the longest entry (apply + prepare: what holds a node's loop), the first entry and the longest of the
+// others, the entries and the events.
 //
 //	LOCKFSM_BENCH_LOCKS=1000000 go test -run '^$' -bench EndSession -benchtime 1x ./lockfsm/
 func BenchmarkEndSession(b *testing.B) {
@@ -185,17 +187,17 @@ func BenchmarkEndSession(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("LOCKFSM_BENCH_LOCKS")); err == nil && n > 0 {
 		locks = n
 	}
-	for _, run := range []uint32{0, DefaultSessionEndRun} {
-		name := "whole"
-		if run > 0 {
-			name = "runs"
-		}
-		b.Run(name, func(b *testing.B) { benchEndSession(b, locks, run) })
+	for _, c := range []struct {
+		name  string
+		run   uint32
+		delay uint64
+	}{{"whole", 0, 1000}, {"runs", DefaultSessionEndRun, 1000}, {"runs-nodelay", DefaultSessionEndRun, 0}} {
+		b.Run(c.name, func(b *testing.B) { benchEndSession(b, locks, c.run, c.delay) })
 	}
 }
 
-func benchEndSession(b *testing.B, locks int, run uint32) {
-	var apply, prepare, write, longest time.Duration
+func benchEndSession(b *testing.B, locks int, run uint32, delay uint64) {
+	var apply, prepare, write, first, longest, later time.Duration
 	events, entries := 0, 0
 	for range b.N {
 		b.StopTimer()
@@ -214,7 +216,7 @@ func benchEndSession(b *testing.B, locks int, run uint32) {
 		}
 		runtime.GC()
 		b.StartTimer()
-		c := Command{Kind: KindExpireSession, Session: 1, LockDelayMillis: 1000, Limit: run}
+		c := Command{Kind: KindExpireSession, Session: 1, LockDelayMillis: delay, Limit: run}
 		for f.HasSession(1) {
 			idx++
 			t0 := time.Now()
@@ -230,6 +232,11 @@ func benchEndSession(b *testing.B, locks int, run uint32) {
 			}
 			apply, prepare, write = apply+t1.Sub(t0), prepare+t2.Sub(t1), write+time.Since(t2)
 			longest = max(longest, t2.Sub(t0))
+			if c.Kind == KindExpireSession {
+				first = max(first, t2.Sub(t0))
+			} else {
+				later = max(later, t2.Sub(t0))
+			}
 			events += len(ev)
 			entries++
 			c = Command{Kind: KindEndSessionRun, Session: 1, Limit: run}
@@ -242,6 +249,8 @@ func benchEndSession(b *testing.B, locks int, run uint32) {
 	b.ReportMetric(float64(prepare.Milliseconds())/float64(b.N), "prepare_ms")
 	b.ReportMetric(float64(write.Milliseconds())/float64(b.N), "write_ms")
 	b.ReportMetric(float64(longest.Microseconds())/1000, "longest_entry_ms")
+	b.ReportMetric(float64(first.Microseconds())/1000, "first_entry_ms")
+	b.ReportMetric(float64(later.Microseconds())/1000, "longest_later_ms")
 	b.ReportMetric(float64(entries)/float64(b.N), "entries")
 	b.ReportMetric(float64(events)/float64(b.N), "events")
 }
