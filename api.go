@@ -307,7 +307,7 @@ func (n *Node) acquire(ctx context.Context, name string, wait bool, opts []LockO
 
 // Close stops this replica for now (a restart, a rolling upgrade): it
 // releases every lock it holds and removes its waiters (one log entry; a
-// replica holding more than Tuning.SessionEndRun names, 4,096, releases the
+// replica holding more than Tuning.SessionEndRun names, 512, releases the
 // first of them in that entry and the cluster the rest in the entries after
 // it, in name order, whether or not this replica is still up), hands
 // leadership to another member if it leads, and stops. It keeps its place
