@@ -50,7 +50,7 @@ func (c *cluster) newMember(id int) *member {
 // returned and its control endpoint listens).
 func (c *cluster) start(m *member, extra ...string) error {
 	p, f, err := childproc.Start(m.logPath, "READY", c.self, append([]string{"-child", "-datadir", m.dir, "-listen", m.listen,
-		"-peers", strings.Join(c.peers, ","), "-quota", strconv.Itoa(c.quota)}, extra...)...)
+		"-peers", strings.Join(c.peers, ","), "-quota", strconv.Itoa(c.quota), "-endrun", strconv.Itoa(*flagEndRun)}, extra...)...)
 	if err != nil {
 		return fmt.Errorf("replica %s: %w", m.name(), err)
 	}

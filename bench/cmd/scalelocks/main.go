@@ -123,6 +123,7 @@ var (
 	flagBase    = flag.String("dir", "", "where the data directories go (default: the system's temporary directory)")
 	flagKeep    = flag.Bool("keep", false, "keep the data directories and logs (printed)")
 	flagHeap    = flag.String("heapprofile", "", "write the leader's heap profile with the table full (after a forced GC) to this file (diagnosis: where the bytes go)")
+	flagEndRun  = flag.Int("endrun", 0, "the names one entry of a session's end releases (Tuning.SessionEndRun); 0: lockraft's default")
 	flagTrace   = flag.String("releasetrace", "", "write the measured follower's runtime execution trace over the first 25 s of step 7 to this file (diagnosis: what holds its loop while the table is released)")
 
 	// Child mode (set by the parent).

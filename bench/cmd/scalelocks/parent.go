@@ -372,6 +372,9 @@ func (r *run) release(ctx context.Context) error {
 	}()
 	traceDone := make(chan error, 1)
 	if *flagTrace != "" {
+		// A CPU profile over the same seconds puts CPU samples, with their goroutines' stacks, into
+		// the trace: what a long busy stretch of the loop was doing.
+		go childproc.Get(r.f.url+"/debug/pprof/profile?seconds=26", time.Minute)
 		go func() {
 			code, body := childproc.Get(r.f.url+"/debug/pprof/trace?seconds=25", time.Minute)
 			if code != 200 {

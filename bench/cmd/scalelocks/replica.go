@@ -86,6 +86,7 @@ func replica(start time.Time) error {
 	mux.HandleFunc("/stats", childproc.StatsHandler)
 	mux.Handle("/debug/pprof/heap", pprof.Handler("heap")) // diagnosis: where a replica's bytes go (-heapprofile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)      // diagnosis: what holds the loop while the table is released (-releasetrace)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)  // … with CPU samples in that trace
 	mux.HandleFunc("/serving", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -138,10 +139,15 @@ func replica(start time.Time) error {
 // memberOptions are every member's Join options: a data directory, the
 // gRPC address, the cluster's name, the per-session lock quota (the load
 // process's one session holds the whole table and its waiters) and a
-// logger; the timings are lockraft's defaults (production).
+// logger; the timings are lockraft's defaults (production), and so is the
+// run in which a session's end releases its names unless -endrun sets it.
 func memberOptions(dir, listen string, quota int, logger *slog.Logger) []lockraft.Option {
-	return []lockraft.Option{lockraft.WithDataDir(dir), lockraft.WithListenAddr(listen),
+	opts := []lockraft.Option{lockraft.WithDataDir(dir), lockraft.WithListenAddr(listen),
 		lockraft.WithClusterID("scalelocks"), lockraft.WithQuotas(0, quota), lockraft.WithLogger(logger)}
+	if *flagEndRun > 0 {
+		opts = append(opts, lockraft.WithTuning(lockraft.Tuning{SessionEndRun: *flagEndRun}))
+	}
+	return opts
 }
 
 // pairs takes and releases count names prefix/i, one after the other, and
