@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // The lock table answers as a Go map of the same entries does, through growth, deletions that wrap
@@ -78,4 +79,86 @@ func TestLockTableHasTheEntry(t *testing.T) {
 	if tab.has(a) || !tab.has(b) || tab.len() != 1 {
 		t.Fatal("put of the same name replaces the entry")
 	}
+}
+
+// TestLockTableGrowsAFewClustersAtATime: a table that grows moves its entries to the larger slice over
+// many changes, never more than moveBudget of the old slice's slots and one cluster in one change, and
+// every lookup, delete and replacement meanwhile finds what a map would, whichever slice the entry is in.
+func TestLockTableGrowsAFewClustersAtATime(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 5))
+	tab, want := newLockTable(0), map[string]*lock{}
+	const names = 40_000
+	growths, spread, longest := 0, 0, 0
+	check := func(step int) {
+		if tab.len() != len(want) {
+			t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(want))
+		}
+		seen := 0
+		for l := range tab.all() {
+			if want[l.name] != l {
+				t.Fatalf("step %d: all yields %s, not in the map", step, l.name)
+			}
+			seen++
+		}
+		if seen != len(want) {
+			t.Fatalf("step %d: all yields %d entries, want %d", step, seen, len(want))
+		}
+	}
+	for step := range 400_000 {
+		name := fmt.Sprintf("n%d", r.IntN(names))
+		movingBefore, oldBefore := tab.old != nil, tab.oldN
+		switch op := r.IntN(10); {
+		case op < 6:
+			l := &lock{name: name}
+			tab.put(l)
+			want[name] = l
+		case op < 8:
+			tab.del(name)
+			delete(want, name)
+		default:
+			if got := tab.get(name); got != want[name] || (got != nil && !tab.has(got)) {
+				t.Fatalf("step %d: get(%s) = %p, want %p", step, name, got, want[name])
+			}
+		}
+		if !movingBefore && tab.old != nil {
+			growths++
+			if len(tab.old) > 4*moveBudget {
+				spread++
+			}
+			longest = longestCluster(tab.old)
+		}
+		if movingBefore {
+			// One change visits moveBudget slots, and finishes the cluster it is in.
+			if moved := oldBefore - tab.oldN; moved > moveBudget+longest+1 {
+				t.Fatalf("step %d: one change moved %d entries (the longest cluster %d)", step, moved, longest)
+			}
+		}
+		if tab.old != nil && tab.oldN == 0 {
+			t.Fatalf("step %d: an empty old slice kept", step)
+		}
+		if step%5000 == 0 || (tab.old != nil && step%97 == 0) {
+			check(step)
+		}
+	}
+	check(-1)
+	if spread == 0 {
+		t.Fatalf("the table grew %d times, never over several changes", growths)
+	}
+	t.Logf("grew %d times, %d of them over several changes", growths, spread)
+}
+
+// longestCluster is the longest run of entries without a free slot in slots, around the end too.
+func longestCluster(slots []*lock) int {
+	longest, run := 0, 0
+	for i := range 2 * len(slots) {
+		if slots[i%len(slots)] == nil {
+			run = 0
+			continue
+		}
+		run++
+		longest = max(longest, min(run, len(slots)))
+	}
+	return longest
 }
