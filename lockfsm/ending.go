@@ -24,7 +24,7 @@ import "slices"
 // About 4 ms of apply on this project's reference machine, alone. It was 4,096 (about 30 ms): with four
 // replicas on two cores a follower fell a few runs behind and applied them in one turn of its loop, so
 // Lock+Unlock through it while a million-lock session ended had p99 194–270 ms and max 0.8–1.5 s; at 512,
-// p99 70–85 ms and max 179–386 ms, with the end taking as long (bench/cmd/scalelocks, step 7).
+// p99 70–102 ms and max 179–386 ms, with the end taking as long (bench/cmd/scalelocks, step 7).
 const DefaultSessionEndRun = 512
 
 // ending is the state of a session that ends over several entries. reason and delay are persisted (the
