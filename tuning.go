@@ -37,7 +37,7 @@ type Tuning struct {
 	CommitInterval time.Duration
 	// SessionEndRun: a session that ends (closed, or expired) holding or
 	// waiting for more names than this ends over several raft entries of
-	// at most this many names each (default 512, a few ms of apply),
+	// at most this many names each (default 512, about 1 ms of apply),
 	// so that no one entry holds every member for long. Its names are
 	// released run by run, in name order; its waiters are never granted.
 	// Used once every member runs 0.3 or later.

@@ -21,10 +21,12 @@ import "slices"
 // snapshot, which gives the same order.
 
 // DefaultSessionEndRun is the run size a node proposes: the names one entry of a session's end takes.
-// About 4 ms of apply on this project's reference machine, alone. It was 4,096 (about 30 ms): with four
-// replicas on two cores a follower fell a few runs behind and applied them in one turn of its loop, so
-// Lock+Unlock through it while a million-lock session ended had p99 194–270 ms and max 0.8–1.5 s; at 512,
-// p99 70–102 ms and max 179–386 ms, with the end taking as long (bench/cmd/scalelocks, step 7).
+// About a millisecond of apply on this project's reference machine, alone (BenchmarkEndSession: a
+// million names in 1,954 entries, 1.3–2.0 s of apply in all). It was 4,096 (about 10 ms alone, 30 or
+// more under load): with four replicas on two cores a follower fell a few runs behind and applied them in
+// one turn of its loop, so Lock+Unlock through it while a million-lock session ended had p99 194–270 ms
+// and max 0.8–1.5 s; at 512, p99 70–102 ms and max 179–386 ms, with the end taking as long
+// (bench/cmd/scalelocks, step 7).
 const DefaultSessionEndRun = 512
 
 // ending is the state of a session that ends over several entries. reason and delay are persisted (the

@@ -160,8 +160,8 @@ type Config struct {
 	// SessionEndRun: a session that ends (closed or expired) holding or
 	// waiting for more names than this ends over several raft entries of at
 	// most this many names each, so that no one entry holds every replica's
-	// apply loop for long (default lockfsm.DefaultSessionEndRun, 512: a
-	// few ms of apply). Used once every member runs 0.3 or later.
+	// apply loop for long (default lockfsm.DefaultSessionEndRun, 512:
+	// about 1 ms of apply). Used once every member runs 0.3 or later.
 	SessionEndRun int
 
 	// CommitInterval: the lock table is written to its bbolt file at most
