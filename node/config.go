@@ -191,7 +191,9 @@ type Config struct {
 	DenyListFile    string
 
 	// Observer, if set, is called on the loop goroutine for every lock
-	// command this node applies, with its result and events, in log order.
+	// command this node applies, with its result and events, in log order,
+	// before this node answers any call the entry completes (a call that
+	// returned was observed).
 	// It must not block or retain the record's slices. Every replica applies
 	// the same log, so one node's observer sees the cluster's history: used
 	// by tests and checkers (FIFO order, token order) and for metrics.

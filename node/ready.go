@@ -197,6 +197,15 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				n.log.Warn("undecodable entry applied as no-op", "index", idx, "err", err)
 			} else {
 				res, n.loop.events = n.fsm.ApplyCommand(idx, &cmd, n.loop.events)
+				if n.cfg.Observer != nil {
+					// Before any caller hears of the entry (its own, a
+					// forwarded one's, a granted waiter's): a call that
+					// returned was observed. The observer may keep it: a
+					// copy of its own, whose strings do not hold the
+					// entry's bytes.
+					c, _ := lockfsm.DecodeCommand(e.GetData())
+					n.cfg.Observer(ApplyRecord{Index: idx, Command: &c, Result: res, Events: n.loop.events})
+				}
 				n.onResult(idx, &cmd, res)
 				n.fwd.OnResult(&cmd, res)
 			}
@@ -211,12 +220,6 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				if m := n.cfg.Metrics; m != nil && m.QueueHead != nil && !n.light() {
 					n.loop.heads.onApply(&cmd, res, n.loop.events, n.loop.own.id, n.fsm, n.clock, m.QueueHead)
 				}
-			}
-			if n.cfg.Observer != nil && err == nil {
-				// The observer may keep it: a copy of its own, whose strings
-				// do not hold the entry's bytes.
-				c, _ := lockfsm.DecodeCommand(e.GetData())
-				n.cfg.Observer(ApplyRecord{Index: idx, Command: &c, Result: res, Events: n.loop.events})
 			}
 			if cap(n.loop.events) > maxKeptEvents {
 				// A session's end can make millions of events (144 bytes
