@@ -34,25 +34,13 @@ func TestLockTableIsAMap(t *testing.T) {
 					}
 				}
 			}
-			if tab.len() != len(want) {
-				t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(want))
-			}
 			for i := range names {
 				k := fmt.Sprintf("n%d", i)
 				if got := tab.get(k); got != want[k] || (got != nil && !tab.has(got)) {
 					t.Fatalf("step %d: get(%s) = %p, want %p", step, k, got, want[k])
 				}
 			}
-			seen := 0
-			for l := range tab.all() {
-				if want[l.name] != l {
-					t.Fatalf("step %d: all yields %s, not in the map", step, l.name)
-				}
-				seen++
-			}
-			if seen != len(want) {
-				t.Fatalf("step %d: all yields %d entries, want %d", step, seen, len(want))
-			}
+			checkHoldsTheMap(t, step, tab, want)
 			if n := len(tab.slots); n != 0 && (4*tab.len() > 3*n || (n > minTableSlots && shrinkBelow*tab.len() < n)) {
 				t.Fatalf("step %d: %d entries in %d slots", step, tab.len(), n)
 			}
@@ -91,21 +79,6 @@ func TestLockTableGrowsAFewClustersAtATime(t *testing.T) {
 	tab, want := newLockTable(0), map[string]*lock{}
 	const names = 40_000
 	growths, spread, longest := 0, 0, 0
-	check := func(step int) {
-		if tab.len() != len(want) {
-			t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(want))
-		}
-		seen := 0
-		for l := range tab.all() {
-			if want[l.name] != l {
-				t.Fatalf("step %d: all yields %s, not in the map", step, l.name)
-			}
-			seen++
-		}
-		if seen != len(want) {
-			t.Fatalf("step %d: all yields %d entries, want %d", step, seen, len(want))
-		}
-	}
 	for step := range 400_000 {
 		name := fmt.Sprintf("n%d", r.IntN(names))
 		movingBefore, oldBefore := tab.old != nil, tab.oldN
@@ -139,10 +112,10 @@ func TestLockTableGrowsAFewClustersAtATime(t *testing.T) {
 			t.Fatalf("step %d: an empty old slice kept", step)
 		}
 		if step%5000 == 0 || (tab.old != nil && step%97 == 0) {
-			check(step)
+			checkHoldsTheMap(t, step, tab, want)
 		}
 	}
-	check(-1)
+	checkHoldsTheMap(t, -1, tab, want)
 	if spread == 0 {
 		t.Fatalf("the table grew %d times, never over several changes", growths)
 	}
@@ -161,4 +134,22 @@ func longestCluster(slots []*lock) int {
 		longest = max(longest, min(run, len(slots)))
 	}
 	return longest
+}
+
+// checkHoldsTheMap fails unless tab holds exactly want's entries (its length, and all).
+func checkHoldsTheMap(t *testing.T, step int, tab *lockTable, want map[string]*lock) {
+	t.Helper()
+	if tab.len() != len(want) {
+		t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(want))
+	}
+	seen := 0
+	for l := range tab.all() {
+		if want[l.name] != l {
+			t.Fatalf("step %d: all yields %s, not in the map", step, l.name)
+		}
+		seen++
+	}
+	if seen != len(want) {
+		t.Fatalf("step %d: all yields %d entries, want %d", step, seen, len(want))
+	}
 }
