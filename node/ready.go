@@ -89,6 +89,13 @@ func (n *Node) handleReady() error {
 			n.loop.entriesSent += uint64(k)
 		}
 	}
+	if n.k.Stages != nil {
+		for _, m := range out {
+			if m.GetType() == raftpb.MessageType_MsgApp {
+				n.k.StampEntries(n.id, knobs.StageSent, m)
+			}
+		}
+	}
 	n.tr.Send(out)
 	clear(out) // the messages are the transport's now
 	n.loop.out = out[:0]

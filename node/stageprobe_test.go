@@ -38,6 +38,7 @@ const (
 	stageCalled   = knobs.StageCalled
 	stageProposed = knobs.StageProposed
 	stageAppended = knobs.StageAppended
+	stageSent     = knobs.StageSent
 	stageReceived = knobs.StageReceived
 	stageDurable  = knobs.StageDurable
 	stageAcked    = knobs.StageAcked
@@ -114,6 +115,8 @@ func (p *StageProbe) Report(w io.Writer, leader uint64) {
 		"proposed → leader appended (forwarding)",
 		"leader appended → durable (leader fsync)",
 		"leader appended → follower received",
+		"leader appended → sent",
+		"sent → follower received",
 		"follower received → appended",
 		"follower appended → durable (fsync)",
 		"follower durable → leader has ack",
@@ -149,6 +152,8 @@ func (p *StageProbe) Report(w io.Writer, leader uint64) {
 			la - p.get(o, i, stageProposed),
 			ld - la,
 			p.get(f, i, stageReceived) - la,
+			p.get(leader, i, stageSent) - la,
+			p.get(f, i, stageReceived) - p.get(leader, i, stageSent),
 			p.get(f, i, stageAppended) - p.get(f, i, stageReceived),
 			p.get(f, i, stageDurable) - p.get(f, i, stageAppended),
 			ack - p.get(f, i, stageDurable),
@@ -158,7 +163,7 @@ func (p *StageProbe) Report(w io.Writer, leader uint64) {
 			p.get(o, i, stageReturned) - p.get(o, i, stageCalled),
 		}
 		for s, v := range d {
-			if s == 8 && o == leader {
+			if s == 10 && o == leader {
 				continue
 			}
 			vals[key{role, s}] = append(vals[key{role, s}], us(v))

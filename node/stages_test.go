@@ -63,6 +63,8 @@ func TestStageProbeStampsEveryStage(t *testing.T) {
 			if f != lead && at(f, stageAcked) > 0 {
 				acked++
 				require.GreaterOrEqual(t, at(f, stageReceived), at(lead, stageAppended))
+				require.GreaterOrEqual(t, at(lead, stageSent), at(lead, stageAppended))
+				require.GreaterOrEqual(t, at(f, stageReceived), at(lead, stageSent))
 				require.GreaterOrEqual(t, at(f, stageAcked), at(f, stageDurable))
 			}
 		}
@@ -72,7 +74,7 @@ func TestStageProbeStampsEveryStage(t *testing.T) {
 	var out strings.Builder
 	probe.Report(&out, lead)
 	t.Log("\n" + out.String())
-	for _, want := range []string{"leader's caller", "follower's caller", "leader applied → caller's node applied", "total: call → returned"} {
+	for _, want := range []string{"leader's caller", "follower's caller", "leader applied → caller's node applied", "sent → follower received", "total: call → returned"} {
 		require.Contains(t, out.String(), want)
 	}
 

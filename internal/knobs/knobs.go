@@ -107,6 +107,7 @@ const (
 	StageCalled   Stage = iota // the caller's Acquire or Release began
 	StageProposed              // its loop proposed the command
 	StageAppended              // the loop handed the entry to the appender
+	StageSent                  // the leader's loop handed a MsgApp carrying it to the transport
 	StageReceived              // a follower's transport handler got the MsgApp
 	StageDurable               // the appender's fdatasync returned
 	StageAcked                 // the leader got this follower's acknowledgement
