@@ -116,16 +116,45 @@ func (t *lockTable) has(l *lock) bool {
 
 // put adds l, replacing the entry of the same name if there is one.
 func (t *lockTable) put(l *lock) {
-	if s, i := t.locate(l.name); i >= 0 {
-		s[i] = l
+	if t.old != nil {
+		if i := findIn(t.old, l.name); i >= 0 {
+			t.old[i] = l
+			return
+		}
+		t.moveClusters(moveBudget)
+	}
+	// One walk from the name's home finds its entry or the free slot a new one takes (a new name used
+	// to be looked for, then placed by a second walk: at a million names each walk is a cache miss or
+	// more, and filling a table while a snapshot is read did little else).
+	i, found := probeIn(t.slots, l.name)
+	if found {
+		t.slots[i] = l
 		return
 	}
-	t.moveClusters(moveBudget)
 	if 4*(t.n+1) > 3*len(t.slots) {
 		t.grow(slotsFor(t.n + 1))
+		insertIn(t.slots, l)
+	} else {
+		t.slots[i] = l
 	}
-	insertIn(t.slots, l)
 	t.n++
+}
+
+// probeIn returns the slot of name in slots and true, or the free slot where its walk ended and false
+// (-1 for no slots).
+func probeIn(slots []*lock, name string) (int, bool) {
+	if len(slots) == 0 {
+		return -1, false
+	}
+	mask := len(slots) - 1
+	for i := home(len(slots), name); ; i = (i + 1) & mask {
+		switch l := slots[i]; {
+		case l == nil:
+			return i, false
+		case l.name == name:
+			return i, true
+		}
+	}
 }
 
 // insertIn puts l in the first free slot from its home (there is one, and no entry of its name).
