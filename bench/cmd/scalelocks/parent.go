@@ -803,6 +803,15 @@ func (r *run) newMember(ctx context.Context) error {
 		return err
 	}
 	snapBytes := largestFile(filepath.Join(leader.dir, "snap"))
+	// Every process's CPU over the catch-up: on two cores, what else runs meanwhile is what a member
+	// that restores a million names waits for.
+	cpuBefore := make([]int64, len(c.reps))
+	for i, rep := range c.reps {
+		if s, err := childproc.FetchStats(rep.url, false); err == nil {
+			cpuBefore[i] = s.CPUMicros
+		}
+	}
+	selfBefore, cpuSince := childproc.ReadStats().CPUMicros, time.Now()
 	m := c.newMember(5)
 	fmt.Printf("\n5. new member %s started on an empty data directory (listed from the start, never run until now);\n", m.name())
 	fmt.Printf("   leader %s: commit %d, marker granted at %d, its latest snapshot file %.1f MiB; load average %s\n",
@@ -848,6 +857,21 @@ func (r *run) newMember(ctx context.Context) error {
 			return err
 		}
 	}
+	window := time.Since(cpuSince)
+	var cpu []string
+	for i, rep := range append(c.reps, m) {
+		s, err := childproc.FetchStats(rep.url, false)
+		if err != nil {
+			continue
+		}
+		used := s.CPUMicros
+		if i < len(cpuBefore) {
+			used -= cpuBefore[i]
+		}
+		cpu = append(cpu, fmt.Sprintf("%s %.0f %%", rep.name(), float64(used)/float64(window.Microseconds())*100))
+	}
+	cpu = append(cpu, fmt.Sprintf("the load process %.0f %%", float64(childproc.ReadStats().CPUMicros-selfBefore)/float64(window.Microseconds())*100))
+	fmt.Printf("CPU from just before its start until it caught up (%s ms), %% of a core: %s\n", ms(window), strings.Join(cpu, ", "))
 	sv, err := waitServing(ctx, m, timeout)
 	if err != nil {
 		return err
