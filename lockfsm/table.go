@@ -70,18 +70,10 @@ func home(slots int, name string) int {
 
 // findIn returns the slot of name in slots, or -1.
 func findIn(slots []*lock, name string) int {
-	if len(slots) == 0 {
-		return -1
+	if i, found := probeIn(slots, name); found {
+		return i
 	}
-	mask := len(slots) - 1
-	for i := home(len(slots), name); ; i = (i + 1) & mask {
-		switch l := slots[i]; {
-		case l == nil:
-			return -1
-		case l.name == name:
-			return i
-		}
-	}
+	return -1
 }
 
 // locate returns the slice holding name and its slot there, or nil and -1.

@@ -87,13 +87,7 @@ func (n *Node) handleReady() error {
 		if k := len(m.GetEntries()); k > 0 && m.GetType() == raftpb.MessageType_MsgApp {
 			n.loop.appendsSent++
 			n.loop.entriesSent += uint64(k)
-		}
-	}
-	if n.k.Stages != nil {
-		for _, m := range out {
-			if m.GetType() == raftpb.MessageType_MsgApp {
-				n.k.StampEntries(n.id, knobs.StageSent, m)
-			}
+			n.k.StampEntries(n.id, knobs.StageSent, m)
 		}
 	}
 	n.tr.Send(out)
