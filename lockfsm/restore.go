@@ -15,6 +15,12 @@ import (
 // inside one transaction that it commits only once the whole snapshot has been verified. The state file
 // receives the snapshot's records as they are (records.go's formats; the file reads every version the
 // snapshot may carry), so nothing is encoded twice.
+//
+// The in-memory table may be swapped in as soon as the snapshot is verified, while the file is still being
+// written: memory is ahead of the file then, as it is between two commits, and the file catches up when the
+// restore commits. A caller that does so must keep the snapshot itself durable until then (a node keeps the
+// received file and restores from it again after a crash), and must stop if the write fails: memory then
+// holds the snapshot's table and the file the old one.
 
 // Restore replaces the whole state with the snapshot read from r. It reads and verifies all of r (format,
 // records, checksum, consistency) before touching anything, then rewrites the bbolt file in one transaction
@@ -145,7 +151,10 @@ func (f *FSM) WriteRestore(rs *Restored) error {
 // verified, and commits only if verdict returns one without error (that error is returned, and the file is
 // left unchanged). Whatever happens, it calls next until the end and verdict once, so a producer that
 // blocks on handing records on is never left blocked. Then it sets DurableIndex to the snapshot's Applied.
-// The same rules as WriteRestore's apply to the in-memory state until InstallRestore.
+// The same rules as WriteRestore's apply to the in-memory state until InstallRestore, with one exception:
+// InstallRestore of the verified snapshot may run (on the goroutine that owns the FSM) while this one is
+// still writing it, once the snapshot is verified, and Apply after it (nothing may be committed or
+// prepared for commit until this returns). DurableIndex stays at the file's old index until the commit.
 func (f *FSM) WriteRestoreFrom(next func() (*RestoreRecords, bool), verdict func() (*Restored, error)) error {
 	var rs *Restored
 	var verr error
@@ -160,7 +169,8 @@ func (f *FSM) WriteRestoreFrom(next func() (*RestoreRecords, bool), verdict func
 	if f.db == nil {
 		err = fmt.Errorf("lockfsm: restore %s: closed", f.path)
 	} else {
-		f.restoring.Store(true) // until InstallRestore: the file's table is not memory's
+		f.restoreHalves.Store(2) // this commit and InstallRestore
+		f.restoring.Store(true)  // until both: the file's table is not memory's
 		err = f.db.Update(func(tx *bolt.Tx) error {
 			err := putRestoreRecords(tx, next) // reads to the end unless it fails
 			finish(err != nil)
@@ -176,14 +186,27 @@ func (f *FSM) WriteRestoreFrom(next func() (*RestoreRecords, bool), verdict func
 	if !asked {
 		finish(true)
 	}
+	if verr == nil && err == nil {
+		f.durable.Store(rs.applied)
+		f.restoreHalf()
+		return nil
+	}
+	if f.db != nil && f.restoreHalves.CompareAndSwap(2, 0) {
+		f.restoring.Store(false) // not installed: memory and the file are as they were
+	}
 	if verr != nil {
 		return verr
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// restoreHalf counts down one of a restore's commit and install; the file is memory's table again once
+// both are done.
+func (f *FSM) restoreHalf() {
+	if f.restoreHalves.Add(-1) <= 0 {
+		f.restoreHalves.Store(0)
+		f.restoring.Store(false)
 	}
-	f.durable.Store(rs.applied)
-	return nil
 }
 
 // putRestoreRecords replaces the sessions and locks buckets with the records next returns, until the end
@@ -222,16 +245,16 @@ func putRestoreRecords(tx *bolt.Tx, next func() (*RestoreRecords, bool)) error {
 	return nil
 }
 
-// InstallRestore replaces the in-memory state with rs's, once WriteRestore returned nil for it. Records
-// changed since the last commit are dropped: the snapshot supersedes them.
+// InstallRestore replaces the in-memory state with rs's, once WriteRestore returned nil for it, or once
+// WriteRestoreFrom's verdict has it verified (see there). Records changed since the last commit are
+// dropped: the snapshot supersedes them.
 func (f *FSM) InstallRestore(rs *Restored) {
 	f.sessions, f.locks = rs.sessions, rs.locks
 	rs.records = nil
 	f.countAll()
 	f.unwritten = nil
-	f.restoring.Store(false)
+	f.restoreHalf()
 	f.applied = rs.applied
-	f.durable.Store(rs.applied)
 	f.dirtySessions = emptied(f.dirtySessions)
 	f.dirtyLocks = emptied(f.dirtyLocks)
 }

@@ -160,6 +160,45 @@ func TestLocksPageFromTheFileAgreesWithAScan(t *testing.T) {
 		check("restore written, not installed")
 		f.InstallRestore(rs)
 		check("restore installed")
+
+		// A restore installed as soon as it is verified, and applied on, while the file is still being
+		// written (a member catching up from a leader's snapshot): the file holds the old table (other's),
+		// memory the snapshot's (half the stream) and what is applied after it.
+		half := memFSM()
+		for j, e := range entries[:len(entries)/2] {
+			half.Apply(uint64(j+1), e, nil)
+		}
+		rs, err = ReadRestore(bytes.NewReader(snapshotBytes(t, half)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := 0
+		if err := f.WriteRestoreFrom(func() (*RestoreRecords, bool) {
+			if i == len(rs.records) {
+				return nil, false
+			}
+			i++
+			return rs.records[i-1], true
+		}, func() (*Restored, error) {
+			check("restore verified, not written, not installed")
+			f.InstallRestore(rs)
+			check("restore installed, not written")
+			for j, e := range entries[len(entries)/2:] {
+				at := uint64(len(entries)/2 + j + 1)
+				f.Apply(at, e, nil)
+				if j%7 == 0 {
+					check(fmt.Sprintf("restore installed, not written, entry %d applied on", at))
+				}
+			}
+			return rs, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		check("restore installed, then written")
+		if err := f.WriteCommit(f.PrepareCommit()); err != nil {
+			t.Fatal(err)
+		}
+		check("restore written, entries after it committed")
 	}
 	t.Logf("%d pages compared", pages)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -27,7 +28,8 @@ import (
 // records (fsmJobs.maybeCommit), the snapshots (snapshot.go) and the restores
 // from a leader's snapshot. The loop prepares each job without I/O and
 // hands it over; one job is in flight at a time, and its outcome comes back
-// to the loop (fsmJobs.done), or stops the node.
+// to the loop (fsmJobs.done), or stops the node. A restore also hands the
+// loop its verified table before its write ends (restored).
 
 // fsmJob is one job for the committer: a lock-table batch to write and,
 // for a snapshot, what to do once it is written; or a restore.
@@ -48,8 +50,8 @@ type restoreJob struct {
 	index uint64
 	cs    *raftpb.ConfState
 	sent  bool              // handed to the committer
-	rs    *lockfsm.Restored // set by the committer once locks.db holds it
-	took  time.Duration     // the committer's reading and writing, for the log
+	rs    *lockfsm.Restored // set by the committer's reader once the file is read and verified
+	read  time.Duration     // the reading and verifying, for the log
 }
 
 // fsmJobs is the loop's side of the committer: the job in flight (one at a
@@ -160,15 +162,11 @@ func (f *fsmJobs) startRestore() {
 }
 
 // done records that the committer finished the job in flight without
-// error. It returns the restore that job was, if any: the loop swaps the
-// restored table in (finishRestore), then calls startPending.
-func (f *fsmJobs) done() *restoreJob {
-	j := f.job
+// error; the loop then calls startPending. A restore's table went in
+// before (finishRestore, when the committer's reader verified it): done is
+// the end of its write to locks.db.
+func (f *fsmJobs) done() {
 	f.busy, f.job = false, nil
-	if j == nil {
-		return nil
-	}
-	return j.restore
 }
 
 // startPending starts a restore that waited for the committer.
@@ -198,8 +196,9 @@ type committer struct {
 	k       *knobs.Node
 	stop    <-chan struct{} // the node is stopping
 
-	jobs chan *fsmJob // from the loop; capacity 1, one in flight
-	done chan error   // each job's outcome, to the loop
+	jobs     chan *fsmJob     // from the loop; capacity 1, one in flight
+	done     chan error       // each job's outcome, to the loop
+	restored chan *restoreJob // a restore's table, read and verified, to the loop; unbuffered
 }
 
 // run is the committer: it runs the jobs the loop prepares, one at a
@@ -212,7 +211,7 @@ func (c *committer) run(loopDone <-chan struct{}) {
 			var err error
 			switch {
 			case j.restore != nil:
-				err = c.restore(j.restore)
+				err = c.restore(j.restore, loopDone)
 			default:
 				err = c.fsm.WriteCommit(j.batch)
 				if err == nil && j.snap != nil {
@@ -269,12 +268,14 @@ func (c *committer) writeSnapshot(j *snapJob) error {
 // restore reads and verifies the snapshot file of a restore from the
 // leader's snapshot and rewrites locks.db with it, both at once: a goroutine
 // reads and verifies while this one puts what it has read into one bbolt
-// transaction, committed only once the whole file is verified (at a million
-// names each half takes seconds). It does not touch the in-memory lock
-// table, which the loop may be reading: the loop swaps the restored one in
-// (finishRestore).
-func (c *committer) restore(j *restoreJob) error {
-	c.k.StallSnapshot(c.stop)
+// transaction (at a million names each half takes seconds). The reader hands
+// the verified table to the loop (restored), which swaps it in and goes on
+// applying while this goroutine finishes the file: memory is then ahead of
+// locks.db, as between two commits, and the received snapshot file, durable
+// since it was adopted, is what a crash before the commit restores from
+// again (recover). The transaction commits only once the whole file is
+// verified and the loop has the table.
+func (c *committer) restore(j *restoreJob, loopDone <-chan struct{}) error {
 	start := time.Now()
 	f, err := os.Open(transport.SnapshotPath(c.dir, j.index))
 	if err != nil {
@@ -285,37 +286,106 @@ func (c *committer) restore(j *restoreJob) error {
 		rs  *lockfsm.Restored
 		err error
 	}
-	recs := make(chan *lockfsm.RestoreRecords, restoreRunsAhead)
+	runs := newRunQueue()
 	done := make(chan read, 1)
 	go func() {
-		rs, err := lockfsm.ReadRestoreTo(f, func(rr *lockfsm.RestoreRecords) { recs <- rr })
-		close(recs)
+		rs, err := lockfsm.ReadRestoreTo(f, runs.push)
+		runs.close()
+		if err == nil && rs.Applied() != j.index {
+			err = fmt.Errorf("the file holds the lock table at %d", rs.Applied())
+		}
+		if err == nil {
+			j.rs, j.read = rs, time.Since(start)
+			select {
+			case c.restored <- j:
+			case <-c.stop:
+				err = errRestoreStopped
+			case <-loopDone:
+				err = errRestoreStopped
+			}
+		}
 		done <- read{rs, err}
 	}()
 	// WriteRestoreFrom takes every run and asks for the verdict whatever
 	// happens, so the reader has finished with f when it returns.
-	var rs *lockfsm.Restored
-	err = c.fsm.WriteRestoreFrom(func() (*lockfsm.RestoreRecords, bool) {
-		rr, ok := <-recs
-		return rr, ok
-	}, func() (*lockfsm.Restored, error) {
+	err = c.fsm.WriteRestoreFrom(runs.pop, func() (*lockfsm.Restored, error) {
 		r := <-done
-		if r.err == nil && r.rs.Applied() != j.index {
-			r.err = fmt.Errorf("the file holds the lock table at %d", r.rs.Applied())
+		if r.err == nil {
+			c.k.StallSnapshot(c.stop) // a slow disk holds the commit, not the table
+			select {
+			case <-c.stop:
+				r.err = errRestoreStopped // as a crash would: the file keeps its old table
+			default:
+			}
 		}
-		rs = r.rs
 		return r.rs, r.err
 	})
 	if err != nil {
 		return fmt.Errorf("%w: snapshot %d: %v", lockerr.ErrDataDir, j.index, err)
 	}
-	j.rs, j.took = rs, time.Since(start)
+	c.log.Info("lock table file rewritten from the leader's snapshot", "index", j.index,
+		"read", j.read.Round(time.Millisecond), "written", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// restoreRunsAhead is how many runs of records the reader of a restore may
-// be ahead of its writer.
-const restoreRunsAhead = 8
+// errRestoreStopped: the node stopped before a restore's write committed.
+var errRestoreStopped = errors.New("the node stopped")
+
+// runQueue hands a restore's runs of records from its reader to its writer,
+// in order. It is unbounded, so that the reader, which verifies the file
+// and builds the table the loop swaps in, never waits for bbolt: the runs
+// are all kept until the write's transaction commits anyway (bbolt refers
+// to the bytes it is given until then).
+type runQueue struct {
+	mu     sync.Mutex
+	runs   []*lockfsm.RestoreRecords
+	closed bool
+	wake   chan struct{} // capacity 1: a push or the close since the last pop looked
+}
+
+func newRunQueue() *runQueue { return &runQueue{wake: make(chan struct{}, 1)} }
+
+func (q *runQueue) push(rr *lockfsm.RestoreRecords) {
+	q.mu.Lock()
+	q.runs = append(q.runs, rr)
+	q.mu.Unlock()
+	q.signal()
+}
+
+// close: no more runs.
+func (q *runQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *runQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for the next run; false once the queue is closed and empty.
+func (q *runQueue) pop() (*lockfsm.RestoreRecords, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.runs) > 0 {
+			rr := q.runs[0]
+			q.runs[0] = nil
+			q.runs = q.runs[1:]
+			q.mu.Unlock()
+			return rr, true
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return nil, false
+		}
+		<-q.wake
+	}
+}
 
 // recover brings the lock table up to the raft snapshot if a crash came
 // between saving a received snapshot and restoring the table from it. It

@@ -158,10 +158,10 @@ func (n *Node) run() {
 				n.fail(err) // a failed lock-table commit or restore: stop like a failed log write
 				return
 			}
-			if r := n.loop.jobs.done(); r != nil {
-				n.finishRestore(r) // a restore from the leader's snapshot: swap the table in
-			}
+			n.loop.jobs.done()
 			n.loop.jobs.startPending()
+		case j := <-n.com.restored:
+			n.finishRestore(j) // a snapshot from the leader, verified: swap the table in (the committer still writes it)
 		case <-n.stopc:
 			return
 		}

@@ -236,7 +236,7 @@ func start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: %v", lockerr.ErrDataDir, err)
 	}
 	n.com = committer{dir: n.snapDir, fsm: n.fsm, storage: n.storage, keep: cfg.CompactKeep, log: n.log, k: n.k,
-		stop: n.stopc, jobs: make(chan *fsmJob, 1), done: make(chan error, 1)}
+		stop: n.stopc, jobs: make(chan *fsmJob, 1), done: make(chan error, 1), restored: make(chan *restoreJob)}
 	if err := n.com.recover(); err != nil {
 		return nil, err
 	}

@@ -43,17 +43,24 @@ import (
 // Restoring a snapshot from the leader, off the loop.
 //
 // A follower far behind is sent a snapshot; raft hands it to the loop as a
-// MsgStorageAppend carrying it. The lock table must hold the snapshot's
-// state before raft learns that the write is durable (raft then goes on
-// from the snapshot's index), and the write must follow the restore so
-// that a crash between them leaves a lock table that is ahead of the raft
-// log (replay skips what it holds), never behind it. So the loop holds that
-// write, and every raft log write after it, in order (fsmJobs.hold); the
-// committer reads and verifies the file and rewrites locks.db
-// (committer.restore); then the loop swaps the restored table in and
-// releases the writes (finishRestore). Meanwhile raft applies nothing (it
-// applies no entry while a snapshot is pending) and cannot campaign, and
-// the loop keeps ticking, answering and checking holders.
+// MsgStorageAppend carrying it. The lock table in memory must hold the
+// snapshot's state before raft learns that the write is durable (raft then
+// goes on from the snapshot's index and hands over the entries after it to
+// apply). So the loop holds that write, and every raft log write after it,
+// in order (fsmJobs.hold); the committer reads and verifies the file and
+// hands the table to the loop, which swaps it in and releases the writes
+// (finishRestore), while the committer goes on rewriting locks.db with it
+// (committer.restore). Until then raft applies nothing (it applies no entry
+// while a snapshot is pending) and cannot campaign, and the loop keeps
+// ticking, answering and checking holders.
+//
+// locks.db may lag behind the raft log's snapshot for a while: the loop
+// commits nothing to it (and takes no snapshot) until the committer has
+// rewritten it. A crash in that window leaves locks.db at its old index and
+// the raft log at the snapshot's; the received snapshot file, durable since
+// it was adopted, is still there (only the committer removes snapshot files,
+// after a snapshot of its own), and recover restores locks.db from it at
+// start (TestRestoreCrashBeforeTheFileIsWritten).
 
 // finishRestore swaps the restored lock table in and releases the held
 // raft log writes, the snapshot's first. Runs in the loop.
@@ -62,7 +69,7 @@ func (n *Node) finishRestore(j *restoreJob) {
 	n.fsm.InstallRestore(j.rs)
 	defer func() {
 		n.log.Info("lock table restored from the leader's snapshot", "index", j.index,
-			"read_and_written", j.took.Round(time.Millisecond), "installed", time.Since(start).Round(time.Millisecond))
+			"read", j.read.Round(time.Millisecond), "installed", time.Since(start).Round(time.Millisecond))
 	}()
 	n.loop.confState = j.cs
 	n.members.SetConf(n.loop.confState)

@@ -118,12 +118,15 @@ func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 }
 
 // TestL1LoopServesDuringSlowRestore (L1): a follower that was down is sent
-// a snapshot; its restore (reading the file, rewriting locks.db) is stalled
-// for longer than a session TTL, as a very slow disk would. Its loop must
-// keep answering meanwhile (here Status, a call through the loop, and the
-// cluster around it keeps serving); once the disk is back it finishes the
-// restore and ends byte-identical to the others. With the restore on the
-// loop, every call to that node waited for the disk.
+// a snapshot, and the rewrite of its locks.db from it is stalled for longer
+// than a session TTL, as a very slow disk would. The table goes in as soon
+// as the snapshot file is read and verified, so the follower serves
+// meanwhile: its loop answers, it applies what the cluster commits (its
+// table equals the others') and a Lock through it succeeds, while locks.db
+// still holds its old table. Once the disk is back the file catches up.
+// With the restore on the loop, every call to that node waited for the
+// disk; with the table swapped in only once the file was written, the node
+// could not serve until then.
 func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	tc := newCluster(t, 3, snapshotOften)
 	ctx := ctxT(t, 60*time.Second)
@@ -137,45 +140,99 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the follower was never sent a snapshot")
 	}
+	fileAt := n.fsm.DurableIndex() // atomic: the index locks.db holds
+	st, err := n.Status(ctx)
+	require.NoError(t, err)
+	require.NotZero(t, st.SnapshotsRestored, "the table is in place once the snapshot is verified")
+	snapAt := st.Applied
+	require.Less(t, fileAt, snapAt, "premise: locks.db is behind the snapshot")
+
 	ttl := n.cfg.SessionTTL
 	start := time.Now()
-	calls := 0
-	for time.Since(start) < ttl+ttl/2 {
+	calls, locked := 0, false
+	for time.Since(start) < ttl+ttl/2 || !locked {
+		require.Less(t, time.Since(start), 20*time.Second, "no lock through the restoring follower")
 		sctx, cancel := context.WithTimeout(ctx, stallBound)
-		st, err := n.Status(sctx)
+		_, err := n.Status(sctx)
 		cancel()
-		require.NoError(t, err, "Status %v into the stalled restore", time.Since(start))
-		require.Zero(t, st.SnapshotsRestored, "premise: the restore is still stalled")
+		require.NoError(t, err, "Status %v into the stalled write", time.Since(start))
 		lctx, cancel := context.WithTimeout(ctx, stallBound)
 		h, err := lead.Acquire(lctx, "during", "o", true, 0)
 		if err == nil {
 			err = h.Release(lctx)
 		}
-		cancel()
 		require.NoError(t, err)
+		// The session the follower opened on restart may have expired
+		// while it was down to the cluster: it opens a new one.
+		h, err = n.Acquire(lctx, fmt.Sprintf("through-f/%d", calls), "f", true, 0)
+		if !errors.Is(err, lockerr.ErrSessionExpired) {
+			require.NoError(t, err, "Lock through the follower %v into the stalled write", time.Since(start))
+			require.NoError(t, h.Release(lctx))
+			locked = true
+		}
+		cancel()
 		calls++
 	}
-	t.Logf("%d Status calls answered by the restoring follower during a %v stall", calls, time.Since(start))
+	requireSameTables(t, tc)
+	require.Equal(t, fileAt, n.fsm.DurableIndex(), "premise: the write is still stalled")
+	t.Logf("%d rounds of calls answered by the restoring follower during a %v stall of its file's rewrite",
+		calls, time.Since(start))
 	tc.Faults(f).ReleaseSnapshots()
+	require.Eventually(t, func() bool { return n.fsm.DurableIndex() >= snapAt },
+		15*time.Second, 20*time.Millisecond, "locks.db never caught up")
+	requireSameTables(t, tc)
+}
+
+// TestRestoreCrashBeforeTheFileIsWritten (S1, S6 across a crash): a
+// follower swaps a leader's snapshot in and applies entries after it while
+// the rewrite of its locks.db is stalled, then crashes before the rewrite
+// commits: locks.db holds the table from before the snapshot, the raft log
+// starts at the snapshot. On restart the node restores locks.db from the
+// received snapshot file and replays the entries after it, and ends with
+// the others' table, the names it applied after the snapshot included.
+func TestRestoreCrashBeforeTheFileIsWritten(t *testing.T) {
+	tc := newCluster(t, 3, snapshotOften)
+	ctx := ctxT(t, 60*time.Second)
+	f, lead, _ := leaveBehind(t, ctx, tc)
+	stalled := tc.Faults(f).StallSnapshots()
+	t.Cleanup(tc.Faults(f).ReleaseSnapshots)
+	require.NoError(t, tc.Restart(f))
+	n := tc.Member(f)
+	select {
+	case <-stalled:
+	case <-ctx.Done():
+		t.Fatal("the follower was never sent a snapshot")
+	}
+	st, err := n.Status(ctx)
+	require.NoError(t, err)
+	snapAt := st.Applied
+	var after []*Hold
+	for i := range 5 {
+		h, err := lead.Acquire(ctx, fmt.Sprintf("after-snapshot/%d", i), "o", true, 0)
+		require.NoError(t, err)
+		after = append(after, h)
+	}
+	lst, err := lead.Status(ctx)
+	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		st, err := n.Status(ctx)
-		return err == nil && st.SnapshotsRestored > 0
-	}, 15*time.Second, 20*time.Millisecond, "the restore never finished")
-	requireSameTables(t, tc)
-	// It serves locks again. The session it opened on restart could not be
-	// kept alive while it could not apply (it learns its session id by
-	// applying the open), so the cluster may have expired it during the
-	// stall: a Lock may first fail with lockerr.ErrSessionExpired, and the node opens
-	// a new session.
-	require.Eventually(t, func() bool {
-		h, err := n.Acquire(ctx, "after-restore", "f", true, 0)
-		if errors.Is(err, lockerr.ErrSessionExpired) {
-			return false
-		}
-		require.NoError(t, err)
+		return err == nil && st.Applied >= lst.Applied
+	}, 10*time.Second, 10*time.Millisecond, "the follower did not apply on from the snapshot")
+	tc.Crash(f)
+
+	path := filepath.Join(tc.Dir(f), "locks.db")
+	file, err := lockfsm.Open(path, lockfsm.Options{})
+	require.NoError(t, err)
+	fileAt := file.AppliedIndex()
+	require.NoError(t, file.Close())
+	require.Less(t, fileAt, snapAt, "premise: the crash came before locks.db was rewritten")
+
+	tc.Faults(f).ReleaseSnapshots()
+	require.NoError(t, tc.Restart(f))
+	requireSameTables(t, tc) // the leader's holds the names acquired after the snapshot
+	for _, h := range after {
 		require.NoError(t, h.Release(ctx))
-		return true
-	}, 20*time.Second, 10*time.Millisecond, "no lock after the restore")
+	}
 }
 
 // TestSnapshotIntervalGrowsWithTable (L1: a large table does not slow every

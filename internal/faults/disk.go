@@ -29,9 +29,11 @@ func (f *Faults) FailWrites(err error) { f.disk.set(err) }
 func (f *Faults) FailCommits(err error) { f.commit.set(err) }
 
 // StallSnapshots makes the disk work of every following lock-table snapshot
-// (the file, its fsyncs, the raft log's snapshot record and compaction) wait,
-// as a very slow disk would, until ReleaseSnapshots or the node stops. The
-// returned channel is closed once a snapshot reaches the stall.
+// (the file, its fsyncs, the raft log's snapshot record and compaction) and
+// the commit of every restore's rewrite of locks.db (its table is in memory
+// by then) wait, as a very slow disk would, until ReleaseSnapshots or the
+// node stops. The returned channel is closed once a snapshot or a restore
+// reaches the stall.
 func (f *Faults) StallSnapshots() <-chan struct{} {
 	s := &f.store
 	s.mu.Lock()
