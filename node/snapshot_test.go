@@ -183,7 +183,7 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	requireSameTables(t, tc)
 }
 
-// TestRestoreCrashBeforeTheFileIsWritten (S1, S6 across a crash): a
+// TestRestoreCrashBeforeTheFileIsWritten (S3 and S7 across a crash): a
 // follower swaps a leader's snapshot in and applies entries after it while
 // the rewrite of its locks.db is stalled, then crashes before the rewrite
 // commits: locks.db holds the table from before the snapshot, the raft log
