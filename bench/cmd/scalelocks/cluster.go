@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +19,8 @@ import (
 
 // member is one replica: a child process with its data directory.
 type member struct {
-	id      int // its raft id: its place in the static list
+	id      int    // its raft id: its place in the static list
+	label   string // its name's letter (name: label and id)
 	dir     string
 	listen  string // its gRPC address
 	logPath string
@@ -26,7 +28,7 @@ type member struct {
 	url     string // its control endpoint
 }
 
-func (m *member) name() string { return fmt.Sprintf("r%d", m.id) }
+func (m *member) name() string { return fmt.Sprintf("%s%d", m.label, m.id) }
 
 // cluster is the static list: the three replicas (children, ids 1-3), the
 // load member (this process, id 4) and the new member (a child, id 5),
@@ -34,16 +36,63 @@ func (m *member) name() string { return fmt.Sprintf("r%d", m.id) }
 type cluster struct {
 	self  string // this executable
 	base  string
+	label string // the replicas' names' letter: r, or c for the control cluster
 	peers []string
 	quota int
 	reps  []*member
 	load  *lockraft.Node
 	fresh *member
+
+	loadLog *os.File // the load member's log
+	stopped bool
 }
 
 func (c *cluster) newMember(id int) *member {
-	return &member{id: id, dir: filepath.Join(c.base, fmt.Sprintf("r%d", id)), listen: c.peers[id-1],
-		logPath: filepath.Join(c.base, fmt.Sprintf("r%d.log", id))}
+	name := fmt.Sprintf("%s%d", c.label, id)
+	return &member{id: id, label: c.label, dir: filepath.Join(c.base, name), listen: c.peers[id-1],
+		logPath: filepath.Join(c.base, name+".log")}
+}
+
+// form starts a cluster's three replicas and its load member (this
+// process), waits until all serve, and makes a replica lead. Its data
+// directories and logs go under base, named after label.
+func form(ctx context.Context, self, base, label string, quota int) (*cluster, error) {
+	ports, err := childproc.FreePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{self: self, base: base, label: label, quota: quota}
+	for _, port := range ports {
+		c.peers = append(c.peers, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	for id := 1; id <= 3; id++ {
+		m := c.newMember(id)
+		c.reps = append(c.reps, m)
+		if err := c.start(m); err != nil {
+			return c, err
+		}
+	}
+	logf, err := os.Create(filepath.Join(base, label+"-load.log"))
+	if err != nil {
+		return c, err
+	}
+	c.loadLog = logf
+	logger := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if c.load, err = lockraft.Join(c.peers, memberOptions(filepath.Join(base, label+"-load"), c.peers[3], quota, logger)...); err != nil {
+		return c, fmt.Errorf("load member: %w", err)
+	}
+	for _, m := range c.reps {
+		if _, err := waitServing(ctx, m, 2*time.Minute); err != nil {
+			return c, err
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = c.load.Ready(rctx)
+	cancel()
+	if err != nil {
+		return c, fmt.Errorf("load member not ready: %w", err)
+	}
+	return c, c.replicaLeads(ctx)
 }
 
 // start runs replica m as a new process, up to its READY line (Join has
@@ -59,7 +108,12 @@ func (c *cluster) start(m *member, extra ...string) error {
 }
 
 // stop stops the replicas (each Closes its node) and then the load member.
+// Once.
 func (c *cluster) stop() {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
 	var ps []*childproc.Proc
 	for _, m := range append(c.reps, c.fresh) {
 		if m != nil && m.proc != nil {
@@ -71,6 +125,9 @@ func (c *cluster) stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		c.load.Close(ctx)
 		cancel()
+	}
+	if c.loadLog != nil {
+		_ = c.loadLog.Close()
 	}
 }
 

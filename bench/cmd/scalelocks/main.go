@@ -56,6 +56,13 @@
 //  2. Lock+Unlock p50/p99 on other names (-pairs sequential pairs from the
 //     load process, and the same inside a follower replica) on the empty
 //     cluster and with the table full, and their ratio (target ≤ 1.2×).
+//     The two measurements are minutes apart, and a shared machine's speed
+//     moves by more than the target in that time, so a control cluster (the
+//     same shape: c1..c3 and a second load member in this process; -control)
+//     stays empty beside the measured one, and its pairs are measured
+//     alternately with the measured cluster's, in runs of 50. Its own
+//     full ÷ empty ratio is the machine's drift; the measured ratio divided
+//     by it is the table's own cost. The control is stopped after this step.
 //  3. While the table grows, a row every -sample locks: the acquisition
 //     rate, the leader's Go heap, RSS and GC pauses (count, p50, max) in
 //     that interval.
@@ -118,6 +125,7 @@ var (
 	flagSettle  = flag.Duration("settle", 5*time.Second, "wait before each memory reading")
 	flagPage    = flag.Int("page", 1000, "names per inspection page (at most lockraft.MaxPageLimit)")
 	flagPaging  = flag.Bool("paging", true, "run step 6 (paging over the whole table)")
+	flagControl = flag.Bool("control", true, "run a second, empty cluster beside the measured one and measure its pairs alternately with step 2's, so that the machine's drift between the empty and the full measurement can be divided out")
 	flagLease   = flag.Duration("lease", 0, "give every held lock a lease this long (WithLease; never renewed, so make it outlast the run); 0: none")
 	flagRest    = flag.Duration("rest", 10*time.Second, "window over which the replicas' CPU at rest is measured, empty and with the table full")
 	flagBase    = flag.String("dir", "", "where the data directories go (default: the system's temporary directory)")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/url"
 	"os"
@@ -105,49 +104,33 @@ func parent(ctx context.Context) error {
 	fmt.Printf("         r5, started only at step 5 to receive the table (see the doc comment); gRPC on loopback, default timings,\n")
 	fmt.Printf("         default log engine, per-session lock quota %d\n", quota)
 
-	ports, err := childproc.FreePorts(5)
-	if err != nil {
-		return err
-	}
-	c := &cluster{self: self, base: base, quota: quota}
-	for _, port := range ports {
-		c.peers = append(c.peers, fmt.Sprintf("127.0.0.1:%d", port))
-	}
-	defer c.stop()
 	t0 := time.Now()
-	for id := 1; id <= 3; id++ {
-		m := c.newMember(id)
-		c.reps = append(c.reps, m)
-		if err := c.start(m); err != nil {
-			return err
-		}
+	c, err := form(ctx, self, base, "r", quota)
+	if c != nil {
+		defer c.stop()
 	}
-	logf, err := os.Create(filepath.Join(base, "load.log"))
 	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	logger := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if c.load, err = lockraft.Join(c.peers, memberOptions(filepath.Join(base, "load"), c.peers[3], quota, logger)...); err != nil {
-		return fmt.Errorf("load member: %w", err)
-	}
-	for _, m := range c.reps {
-		if _, err := waitServing(ctx, m, 2*time.Minute); err != nil {
-			return err
-		}
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = c.load.Ready(rctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("load member not ready: %w", err)
-	}
-	if err := c.replicaLeads(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("formed and serving in %v; leader %s\n", time.Since(t0).Round(10*time.Millisecond), c.leader().name())
+	var ctl *cluster
+	if *flagControl {
+		// The same cluster again, left empty: step 2 measures it between the
+		// measured cluster's pairs, so that what the machine does meanwhile
+		// shows in both.
+		t0 = time.Now()
+		ctl, err = form(ctx, self, base, "c", quota)
+		if ctl != nil {
+			defer ctl.stop()
+		}
+		if err != nil {
+			return fmt.Errorf("control cluster: %w", err)
+		}
+		fmt.Printf("control cluster (c1..c3 and its own load member, kept empty, measured in step 2 only) formed in %v; leader %s\n",
+			time.Since(t0).Round(10*time.Millisecond), ctl.leader().name())
+	}
 
-	r := &run{c: c, p: p}
+	r := &run{c: c, ctl: ctl, p: p}
 	return r.all(ctx)
 }
 
@@ -162,6 +145,11 @@ type run struct {
 	f             *member         // the follower the pairs inside a replica run in
 	rlat0, rlat1  []time.Duration // inside that follower: empty, full
 	rlat2         []time.Duration // and once the table is released
+	ctl           *cluster        // the control cluster (nil: -control=false)
+	cf            *member         // its follower the pairs inside a replica run in
+	clat0, clat1  []time.Duration // the control's pairs from its load member, beside lat0 and lat1
+	crlat0        []time.Duration // and inside its follower, beside rlat0
+	crlat1        []time.Duration // and rlat1
 	held          int
 	restart       serving
 	restartWall   time.Duration
@@ -188,19 +176,15 @@ func (r *run) all(ctx context.Context) error {
 	}
 
 	// Latency on the empty cluster; a few pairs first to warm up.
-	if _, _, err := pairs(ctx, c.load, "warm/load", 50); err != nil {
+	r.f = c.followers()[0]
+	if r.ctl != nil {
+		r.cf = r.ctl.followers()[0]
+	}
+	if err := r.measurePairs(ctx, "warm", 50, nil); err != nil {
 		return err
 	}
-	if r.lat0, _, err = pairs(ctx, c.load, "other/empty", *flagPairs); err != nil {
+	if err := r.measurePairs(ctx, "empty", *flagPairs, []*[]time.Duration{&r.lat0, &r.rlat0, &r.clat0, &r.crlat0}); err != nil {
 		return fmt.Errorf("pairs on the empty cluster: %w", err)
-	}
-	f := c.followers()[0]
-	r.f = f
-	if _, err := repPairs(f, "warm/"+f.name(), 50); err != nil {
-		return err
-	}
-	if r.rlat0, err = repPairs(f, "other/empty-"+f.name(), *flagPairs); err != nil {
-		return err
 	}
 
 	handles, err := r.fill(ctx)
@@ -235,13 +219,13 @@ func (r *run) all(ctx context.Context) error {
 		return err
 	}
 
-	if r.lat1, _, err = pairs(ctx, c.load, "other/full", *flagPairs); err != nil {
+	if err := r.measurePairs(ctx, "full", *flagPairs, []*[]time.Duration{&r.lat1, &r.rlat1, &r.clat1, &r.crlat1}); err != nil {
 		return fmt.Errorf("pairs with the table full: %w", err)
 	}
-	if r.rlat1, err = repPairs(f, "other/full-"+f.name(), *flagPairs); err != nil {
-		return err
+	r.printLatency()
+	if r.ctl != nil {
+		r.ctl.stop() // the later steps run beside nothing but the measured cluster
 	}
-	r.printLatency(f)
 
 	for _, step := range []func(context.Context) error{r.paging, r.restartFollower, r.newMember} {
 		if c.leader() == nil {
@@ -649,12 +633,76 @@ func (r *run) printMemory(step, title string, ms []*member, rs, base []memReadin
 	}
 }
 
-func (r *run) printLatency(f *member) {
-	fmt.Printf("\n2. Lock+Unlock on other names, %d sequential pairs; load average %s\n", *flagPairs, childproc.Loadavg())
-	a0, a1, b0, b1 := summarize(r.lat0), summarize(r.lat1), summarize(r.rlat0), summarize(r.rlat1)
+// measurePairs runs count sequential Lock+Unlock pairs from the load
+// member and count inside follower r.f, and as many in the control
+// cluster's, alternating the four in chunks so that each sees the same
+// minutes of the machine. into (nil: discard) receives the four series in
+// that order: load, follower, control load, control follower.
+func (r *run) measurePairs(ctx context.Context, phase string, count int, into []*[]time.Duration) error {
+	const chunk = 50
+	var got [4][]time.Duration
+	for i := 0; i < count; i += chunk {
+		k := min(chunk, count-i)
+		ds, _, err := pairs(ctx, r.c.load, fmt.Sprintf("other/%s-%d", phase, i), k)
+		if err != nil {
+			return err
+		}
+		got[0] = append(got[0], ds...)
+		if r.ctl != nil {
+			if ds, _, err = pairs(ctx, r.ctl.load, fmt.Sprintf("other/%s-%d", phase, i), k); err != nil {
+				return fmt.Errorf("control cluster: %w", err)
+			}
+			got[2] = append(got[2], ds...)
+		}
+		if ds, err = repPairs(r.f, fmt.Sprintf("other/%s-%d-%s", phase, i, r.f.name()), k); err != nil {
+			return err
+		}
+		got[1] = append(got[1], ds...)
+		if r.ctl != nil {
+			if ds, err = repPairs(r.cf, fmt.Sprintf("other/%s-%d-%s", phase, i, r.cf.name()), k); err != nil {
+				return fmt.Errorf("control cluster: %w", err)
+			}
+			got[3] = append(got[3], ds...)
+		}
+	}
+	for i, p := range into {
+		*p = got[i]
+	}
+	return nil
+}
+
+// controlled is the full ÷ empty p50 ratio of a series against the same
+// ratio of the control's series measured beside it: the table's own cost,
+// with what the machine did meanwhile divided out (0: no control).
+func controlled(empty, full, ctlEmpty, ctlFull []time.Duration) float64 {
+	if len(ctlEmpty) == 0 || len(ctlFull) == 0 {
+		return 0
+	}
+	raw := ratio(summarize(full).p50, summarize(empty).p50)
+	drift := ratio(summarize(ctlFull).p50, summarize(ctlEmpty).p50)
+	if drift == 0 {
+		return 0
+	}
+	return raw / drift
+}
+
+func (r *run) printLatency() {
+	fmt.Printf("\n2. Lock+Unlock on other names, %d sequential pairs each, alternated in runs of 50 with the control cluster's; load average %s\n",
+		*flagPairs, childproc.Loadavg())
+	row := func(from string, empty, full []time.Duration) {
+		a0, a1 := summarize(empty), summarize(full)
+		fmt.Printf("%-32s | %-40s | %-40s | %.2f× (p99 %.2f×)\n", from, a0, a1, ratio(a1.p50, a0.p50), ratio(a1.p99, a0.p99))
+	}
 	fmt.Printf("%-32s | %-40s | %-40s | %s\n", "from", "empty cluster", "table full", "p50 ratio (target ≤ 1.2×)")
-	fmt.Printf("%-32s | %-40s | %-40s | %.2f× (p99 %.2f×)\n", "the load process (member 4)", a0, a1, ratio(a1.p50, a0.p50), ratio(a1.p99, a0.p99))
-	fmt.Printf("%-32s | %-40s | %-40s | %.2f× (p99 %.2f×)\n", "inside follower "+f.name(), b0, b1, ratio(b1.p50, b0.p50), ratio(b1.p99, b0.p99))
+	row("the load process (member 4)", r.lat0, r.lat1)
+	row("inside follower "+r.f.name(), r.rlat0, r.rlat1)
+	if r.ctl == nil {
+		return
+	}
+	row("control: its load process", r.clat0, r.clat1)
+	row("control: inside follower "+r.cf.name(), r.crlat0, r.crlat1)
+	fmt.Printf("the table's own cost, each ratio ÷ its control's (the control stays empty: its ratio is the machine's drift): load process %.2f×, follower %.2f×\n",
+		controlled(r.lat0, r.lat1, r.clat0, r.clat1), controlled(r.rlat0, r.rlat1, r.crlat0, r.crlat1))
 }
 
 func ratio(a, b time.Duration) float64 {
@@ -919,6 +967,14 @@ func (r *run) summary() {
 	fmt.Printf("%-46s | %-58s | %s\n", "Lock+Unlock p50 full/empty (load process)", fmt.Sprintf("%.2f× (%s → %s ms)", ratio(a1.p50, a0.p50), ms(a0.p50), ms(a1.p50)), "≤ 1.2×")
 	b0, b1, b2 := summarize(r.rlat0), summarize(r.rlat1), summarize(r.rlat2)
 	fmt.Printf("%-46s | %-58s | %s\n", "the same inside follower "+r.f.name()+" (and released)", fmt.Sprintf("%.2f× (%s → %s ms; released %s ms)", ratio(b1.p50, b0.p50), ms(b0.p50), ms(b1.p50), ms(b2.p50)), "≤ 1.2×")
+	if r.ctl != nil {
+		c0, c1 := summarize(r.clat0), summarize(r.clat1)
+		fmt.Printf("%-46s | %-58s | %s\n", "the same ÷ the control's (load process)", fmt.Sprintf("%.2f× (control %s → %s ms)",
+			controlled(r.lat0, r.lat1, r.clat0, r.clat1), ms(c0.p50), ms(c1.p50)), "≤ 1.2×")
+		d0, d1 := summarize(r.crlat0), summarize(r.crlat1)
+		fmt.Printf("%-46s | %-58s | %s\n", "the same ÷ the control's (follower)", fmt.Sprintf("%.2f× (control %s → %s ms)",
+			controlled(r.rlat0, r.rlat1, r.crlat0, r.crlat1), ms(d0.p50), ms(d1.p50)), "≤ 1.2×")
+	}
 	fmt.Printf("%-46s | %-58s | %s\n", "restarted follower serving (first Lock)", fmt.Sprintf("%s ms", ms(us(r.restart.LockUS))), "≤ 5 s")
 	snap := "not caught up"
 	if r.catchUp > 0 {
