@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lockraft/lockraft/internal/cluster"
 	"github.com/lockraft/lockraft/internal/lockerr"
 	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/transport"
@@ -117,6 +118,24 @@ func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 		"kept: the previous own snapshot (20), the newest (30) and the received one (500)")
 }
 
+// restoreStalled leaves follower f behind far enough to be sent a snapshot,
+// stalls its disk work and restarts it; it returns once the rewrite of f's
+// locks.db from the leader's snapshot reached the stall (the stall lasts
+// until the test releases it or ends), with f's node n and the leader.
+func restoreStalled(t *testing.T, ctx context.Context, tc *cluster.Cluster[*Node]) (f uint64, lead, n *Node) {
+	t.Helper()
+	f, lead, _ = leaveBehind(t, ctx, tc)
+	stalled := tc.Faults(f).StallSnapshots()
+	t.Cleanup(tc.Faults(f).ReleaseSnapshots)
+	require.NoError(t, tc.Restart(f))
+	select {
+	case <-stalled:
+	case <-ctx.Done():
+		t.Fatal("the follower was never sent a snapshot")
+	}
+	return f, lead, tc.Member(f)
+}
+
 // TestL1LoopServesDuringSlowRestore (L1): a follower that was down is sent
 // a snapshot, and the rewrite of its locks.db from it is stalled for longer
 // than a session TTL, as a very slow disk would. The table goes in as soon
@@ -130,16 +149,7 @@ func TestL1ReceivedSnapshotSurvivesOwnSnapshot(t *testing.T) {
 func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 	tc := newCluster(t, 3, snapshotOften)
 	ctx := ctxT(t, 60*time.Second)
-	f, lead, _ := leaveBehind(t, ctx, tc)
-	stalled := tc.Faults(f).StallSnapshots()
-	t.Cleanup(tc.Faults(f).ReleaseSnapshots)
-	require.NoError(t, tc.Restart(f))
-	n := tc.Member(f)
-	select {
-	case <-stalled:
-	case <-ctx.Done():
-		t.Fatal("the follower was never sent a snapshot")
-	}
+	f, lead, n := restoreStalled(t, ctx, tc)
 	fileAt := n.fsm.DurableIndex() // atomic: the index locks.db holds
 	st, err := n.Status(ctx)
 	require.NoError(t, err)
@@ -193,16 +203,7 @@ func TestL1LoopServesDuringSlowRestore(t *testing.T) {
 func TestRestoreCrashBeforeTheFileIsWritten(t *testing.T) {
 	tc := newCluster(t, 3, snapshotOften)
 	ctx := ctxT(t, 60*time.Second)
-	f, lead, _ := leaveBehind(t, ctx, tc)
-	stalled := tc.Faults(f).StallSnapshots()
-	t.Cleanup(tc.Faults(f).ReleaseSnapshots)
-	require.NoError(t, tc.Restart(f))
-	n := tc.Member(f)
-	select {
-	case <-stalled:
-	case <-ctx.Done():
-		t.Fatal("the follower was never sent a snapshot")
-	}
+	f, lead, n := restoreStalled(t, ctx, tc)
 	st, err := n.Status(ctx)
 	require.NoError(t, err)
 	snapAt := st.Applied
