@@ -112,6 +112,13 @@ func TestMetricsAfterScriptedWorkload(t *testing.T) {
 	_, err = a.Lock(short, "m/hot")
 	cancelShort()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// Its wait ends within one commit (S4), not before Lock returns: on a
+	// loaded machine the waiter seen below could still be this one, and
+	// the next Lock would reach the head only when its cancel applied.
+	require.Eventually(t, func() bool {
+		v, _, err := a.InspectLock(ctx, "m/hot", lockraft.Stale())
+		return err == nil && len(v.Waiters) == 0
+	}, 5*time.Second, 10*time.Millisecond, "the timed-out Lock's wait never ended")
 	got := make(chan *lockraft.Lock, 1)
 	go func() { // 1 × lock ok after queueing at the head
 		l, err := a.Lock(ctx, "m/hot")
