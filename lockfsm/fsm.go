@@ -38,11 +38,10 @@ type FSM struct {
 	counts tableCounts // Stats' sums, kept as the table changes (stats.go)
 
 	// For LocksPage: the batches PrepareCommit handed out that may not be written yet (those at or below
-	// the durable index are dropped as it reads), and whether a restore is replacing the file, so that the
-	// file is not memory's table (set by WriteRestoreFrom, which runs on the caller's writer goroutine;
-	// cleared by the second of its commit and InstallRestore, restoreHalves counting them down).
+	// the durable index are dropped as it reads), and how much of a restore that replaces the file is left:
+	// its commit and InstallRestore, 2 or 1 while the file is not memory's table (set by WriteRestoreFrom,
+	// which runs on the caller's writer goroutine; counted down by both; see restoring).
 	unwritten     []*CommitBatch
-	restoring     atomic.Bool
 	restoreHalves atomic.Int32
 
 	scratch Command  // Apply decodes into it; its strings alias the entry's bytes

@@ -169,8 +169,7 @@ func (f *FSM) WriteRestoreFrom(next func() (*RestoreRecords, bool), verdict func
 	if f.db == nil {
 		err = fmt.Errorf("lockfsm: restore %s: closed", f.path)
 	} else {
-		f.restoreHalves.Store(2) // this commit and InstallRestore
-		f.restoring.Store(true)  // until both: the file's table is not memory's
+		f.restoreHalves.Store(2) // this commit and InstallRestore: until both, the file's table is not memory's
 		err = f.db.Update(func(tx *bolt.Tx) error {
 			err := putRestoreRecords(tx, next) // reads to the end unless it fails
 			finish(err != nil)
@@ -191,8 +190,8 @@ func (f *FSM) WriteRestoreFrom(next func() (*RestoreRecords, bool), verdict func
 		f.restoreHalf()
 		return nil
 	}
-	if f.db != nil && f.restoreHalves.CompareAndSwap(2, 0) {
-		f.restoring.Store(false) // not installed: memory and the file are as they were
+	if f.db != nil {
+		f.restoreHalves.CompareAndSwap(2, 0) // not installed: memory and the file are as they were
 	}
 	if verr != nil {
 		return verr
@@ -203,11 +202,13 @@ func (f *FSM) WriteRestoreFrom(next func() (*RestoreRecords, bool), verdict func
 // restoreHalf counts down one of a restore's commit and install; the file is memory's table again once
 // both are done.
 func (f *FSM) restoreHalf() {
-	if f.restoreHalves.Add(-1) <= 0 {
-		f.restoreHalves.Store(0)
-		f.restoring.Store(false)
+	if f.restoreHalves.Add(-1) < 0 {
+		f.restoreHalves.Store(0) // an install without a restore write (tests)
 	}
 }
+
+// restoring reports whether a restore is replacing the file, so that the file is not memory's table.
+func (f *FSM) restoring() bool { return f.restoreHalves.Load() > 0 }
 
 // putRestoreRecords replaces the sessions and locks buckets with the records next returns, until the end
 // or the first error.

@@ -21,7 +21,7 @@ func (f *FSM) Records() int { return len(f.sessions) + f.locks.len() }
 // scanned instead (O(names)).
 func (f *FSM) LocksPage(prefix, after string, limit int) (page []LockInfo, more bool) {
 	limit = max(limit, 1)
-	if f.db == nil || f.restoring.Load() {
+	if f.db == nil || f.restoring() {
 		return f.scanPage(prefix, after, limit)
 	}
 	match := func(name string) bool { return name > after && strings.HasPrefix(name, prefix) }
@@ -52,7 +52,7 @@ func (f *FSM) LocksPage(prefix, after string, limit int) (page []LockInfo, more 
 		return len(names) > limit
 	}
 	err := f.db.View(func(tx *bolt.Tx) error {
-		if f.restoring.Load() {
+		if f.restoring() {
 			return errRestoring // the file may already hold the snapshot's table, not memory's
 		}
 		c := tx.Bucket(bucketLocks).Cursor()
