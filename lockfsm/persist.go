@@ -277,7 +277,7 @@ func (f *FSM) prepare(arena *[]byte) *CommitBatch {
 	for _, name := range f.names {
 		x := kv{k: put(func(buf []byte) []byte { return append(buf, name...) })}
 		if l := f.locks.get(name); l != nil {
-			x.v = put(func(buf []byte) []byte { return appendLock(buf, l, &f.k) })
+			x.v = put(func(buf []byte) []byte { return appendFileLock(buf, l, &f.k) })
 		}
 		b.locks = append(b.locks, x)
 	}
