@@ -99,7 +99,7 @@ func (f *FSM) acquireRW(index uint64, s *session, c *Command, ev []Event) (Resul
 		if c.Mode == ModeShared && l.find(s.id, c.Owner, ModeExclusive) >= 0 {
 			// Downgrade: the writer is the only other holder, so its read side is granted now, ahead of the
 			// queue (queuing would wait for itself).
-			ev = f.grant(l, s, hold{session: s.id, owner: f.own(c.Owner), token: index, grantSeq: c.Seq,
+			ev = f.grant(l, s, hold{session: s.id, owner: f.ownOwner(c.Owner), token: index, grantSeq: c.Seq,
 				lease: c.LeaseMillis, count: 1, mp: packMode(ModeShared, 0)}, c.Seq, "", false, ev)
 			return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 		}
@@ -161,7 +161,12 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 	owner := "" // c.Owner owned, once made
 	if l == nil {
 		var name string
-		name, owner = f.ownPair(c.Name, c.Owner)
+		if o, ok := f.cachedOwner(c.Owner); ok {
+			name, owner = f.own(c.Name), o
+		} else {
+			name, owner = f.ownPair(c.Name, c.Owner)
+			f.cacheOwner(owner)
+		}
 		l = f.newLock(name, prim, c.Limit)
 	} else if f.k.grantWhileHeld && !l.delayed && prim != PrimSemaphore && mode == ModeExclusive {
 		// Planted bug: the holder check is skipped (the old holder is overwritten).
@@ -176,7 +181,7 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 			value = f.own(c.Value)
 		}
 		if owner == "" {
-			owner = f.own(c.Owner)
+			owner = f.ownOwner(c.Owner)
 		}
 		ev = f.grant(l, s, hold{session: s.id, owner: owner, token: index, grantSeq: c.Seq,
 			lease: c.LeaseMillis, count: 1, mp: packMode(mode, permits)}, c.Seq, value, false, ev)
@@ -189,7 +194,7 @@ func (f *FSM) take(index uint64, s *session, c *Command, l *lock, prim Primitive
 		return Result{Err: ErrAlreadyWaiting, Position: pos}, ev
 	}
 	if owner == "" {
-		owner = f.own(c.Owner)
+		owner = f.ownOwner(c.Owner)
 	}
 	w := waiter{session: s.id, owner: owner, seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
 		mode: mode, permits: permits}

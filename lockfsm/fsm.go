@@ -2,6 +2,7 @@ package lockfsm
 
 import (
 	"errors"
+	"hash/maphash"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -56,6 +57,9 @@ type FSM struct {
 	// and goes (the common acquire-release) costs no allocation. An entry is reused only from the next
 	// apply on, so no pointer held during the apply that dropped it can see it change.
 	dead, spare []*lock
+
+	// owners is the owners cache (ownOwner); nil until the first owner is kept.
+	owners *[ownerSlots]string
 
 	k knobs // bugs planted on purpose (knobs.go); the zero value, always, outside tests
 }
@@ -213,6 +217,42 @@ func (f *FSM) own(s string) string {
 		return s
 	}
 	return strings.Clone(s)
+}
+
+// ownerSlots is the size of FSM.owners: a few times the owners a table of a million locks from a fleet
+// has (one default owner a node, or a thousand in bench/cmd/scalelocks), 64 KiB once a lock is taken.
+const ownerSlots = 4096
+
+// ownOwner is own for an owner: the copy made for an earlier hold or waiter of that owner when the owners
+// cache still has it, so that a thousand holds of one owner keep one copy of its bytes. The cache is
+// direct-mapped by the owner's hash: a slot holds the owner last owned there. Which copy a hold keeps
+// changes nothing but memory.
+func (f *FSM) ownOwner(o string) string {
+	if c, ok := f.cachedOwner(o); ok {
+		return c
+	}
+	return f.cacheOwner(f.own(o))
+}
+
+// cachedOwner returns the owners cache's copy of o, if it has one.
+func (f *FSM) cachedOwner(o string) (string, bool) {
+	if f.owners == nil || f.k.keepAliases {
+		return "", false
+	}
+	c := f.owners[maphash.String(tableSeed, o)&(ownerSlots-1)]
+	return c, c == o
+}
+
+// cacheOwner puts o, a copy the state may keep, in the owners cache and returns it.
+func (f *FSM) cacheOwner(o string) string {
+	if f.k.keepAliases {
+		return o
+	}
+	if f.owners == nil {
+		f.owners = new([ownerSlots]string)
+	}
+	f.owners[maphash.String(tableSeed, o)&(ownerSlots-1)] = o
+	return o
 }
 
 // ownPair is own for two strings made at once (a new lock's name and its first holder's owner), in one

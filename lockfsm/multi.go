@@ -92,7 +92,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		}
 	}
 	if free {
-		ev = f.grantMulti(s, f.own(c.Owner), &extra{names: f.ownNames(c)}, c.Seq, index, c.LeaseMillis, false, ev)
+		ev = f.grantMulti(s, f.ownOwner(c.Owner), &extra{names: f.ownNames(c)}, c.Seq, index, c.LeaseMillis, false, ev)
 		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 	}
 	if !c.Wait {
@@ -106,7 +106,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		}
 	}
 	names := f.ownNames(c)
-	w := waiter{session: s.id, owner: f.own(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
+	w := waiter{session: s.id, owner: f.ownOwner(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
 		x: &extra{names: names}}
 	for _, name := range names {
 		l := f.locks.get(name)

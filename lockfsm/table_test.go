@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // The lock table answers as a Go map of the same entries does, through growth, deletions that wrap
@@ -151,5 +152,41 @@ func checkHoldsTheMap(t *testing.T, step int, tab *lockTable, want map[string]*l
 	}
 	if seen != len(want) {
 		t.Fatalf("step %d: all yields %d entries, want %d", step, seen, len(want))
+	}
+}
+
+// Holds and waiters of one owner share one copy of its bytes (the owners cache), which is not the
+// applied entry's: a table of a million locks of a few owners keeps a few owner strings, and overwriting
+// an entry once applied changes no owner in the table.
+func TestOwnersShareOneCopy(t *testing.T) {
+	f := memFSM()
+	f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
+	f.ApplyCommand(2, &Command{Kind: KindOpenSession, Node: 2, TTLMillis: 5000}, nil)
+	var entries [][]byte
+	apply := func(index uint64, c *Command) {
+		b := c.AppendEncode(nil)
+		entries = append(entries, b)
+		if r, _ := f.Apply(index, b, nil); r.Err != nil {
+			t.Fatalf("index %d: %v", index, r.Err)
+		}
+	}
+	apply(3, &Command{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "worker-7"})
+	apply(4, &Command{Kind: KindAcquire, Session: 1, Seq: 2, Name: "b", Owner: "worker-7"})
+	apply(5, &Command{Kind: KindAcquire, Session: 2, Seq: 1, Name: "a", Owner: "worker-7", Wait: true})
+	for _, b := range entries {
+		for i := range b {
+			b[i] = 0xff
+		}
+	}
+	ha, hb := &f.locks.get("a").holds()[0], &f.locks.get("b").holds()[0]
+	w := &f.locks.get("a").waiters()[0]
+	for _, o := range []string{ha.owner, hb.owner, w.owner} {
+		if o != "worker-7" {
+			t.Fatalf("owner %q, want worker-7", o)
+		}
+	}
+	if unsafe.StringData(ha.owner) != unsafe.StringData(hb.owner) || unsafe.StringData(w.owner) != unsafe.StringData(ha.owner) {
+		t.Fatalf("the holds and the waiter of one owner keep %p, %p and %p, not one copy",
+			unsafe.StringData(ha.owner), unsafe.StringData(hb.owner), unsafe.StringData(w.owner))
 	}
 }
