@@ -221,6 +221,8 @@ func (f *FSM) own(s string) string {
 
 // ownerSlots is the size of FSM.owners: a few times the owners a table of a million locks from a fleet
 // has (one default owner a node, or a thousand in bench/cmd/scalelocks), 64 KiB once a lock is taken.
+// The copies it keeps may outlive their holds: at most ownerSlots of them, each at most MaxOwnerLen bytes,
+// or MaxNameLen + MaxOwnerLen when it was made beside a new lock's name (ownPair): 3 MiB at worst.
 const ownerSlots = 4096
 
 // ownOwner is own for an owner: the copy made for an earlier hold or waiter of that owner when the owners
