@@ -76,12 +76,8 @@ func appendSessionFields(b []byte, s *session) []byte {
 // where names is a uvarint count and that many strings (0 for a single-name hold or waiter). k is the
 // encoding FSM's knobs (the planted bug snapshotNoValue).
 func appendLock(b []byte, l *lock, k *knobs) []byte {
-	b = append(b, lockRecordVersion)
-	var flags byte
-	if l.delayed {
-		flags |= 1
-	}
-	b = append(b, flags, byte(l.prim))
+	b = appendLockHeader(b, lockRecordVersion, l)
+	b = append(b, byte(l.prim))
 	b = protowire.AppendVarint(b, uint64(l.limit()))
 	b = protowire.AppendVarint(b, l.delayToken())
 	b = appendString(b, l.value())
@@ -101,11 +97,7 @@ func appendLock(b []byte, l *lock, k *knobs) []byte {
 	b = protowire.AppendVarint(b, uint64(len(l.waiters())))
 	for i := range l.waiters() {
 		w := &l.waiters()[i]
-		b = protowire.AppendVarint(b, w.session)
-		b = appendString(b, w.owner)
-		b = protowire.AppendVarint(b, w.seq)
-		b = protowire.AppendVarint(b, w.enqueued)
-		b = protowire.AppendVarint(b, w.lease)
+		b = appendWaiterFields(b, w)
 		b = append(b, byte(w.mode))
 		b = protowire.AppendVarint(b, uint64(w.permits))
 		if k.snapshotNoValue {
@@ -127,12 +119,7 @@ func appendFileLock(b []byte, l *lock, k *knobs) []byte {
 	if !fitsV2(l) {
 		return appendLock(b, l, k)
 	}
-	b = append(b, lockRecordV2)
-	var flags byte
-	if l.delayed {
-		flags |= 1
-	}
-	b = append(b, flags)
+	b = appendLockHeader(b, lockRecordV2, l)
 	var h hold // a free record: no session, owner, count, token, grantSeq or lease
 	if hs := l.holds(); len(hs) == 1 {
 		h = hs[0]
@@ -146,14 +133,29 @@ func appendFileLock(b []byte, l *lock, k *knobs) []byte {
 	b = protowire.AppendVarint(b, l.delayToken())
 	b = protowire.AppendVarint(b, uint64(len(l.waiters())))
 	for i := range l.waiters() {
-		w := &l.waiters()[i]
-		b = protowire.AppendVarint(b, w.session)
-		b = appendString(b, w.owner)
-		b = protowire.AppendVarint(b, w.seq)
-		b = protowire.AppendVarint(b, w.enqueued)
-		b = protowire.AppendVarint(b, w.lease)
+		b = appendWaiterFields(b, &l.waiters()[i])
 	}
 	return b
+}
+
+// appendLockHeader starts l's record: its version byte and the flags byte every version has next (1:
+// delayed), which lockHeader reads.
+func appendLockHeader(b []byte, version byte, l *lock) []byte {
+	var flags byte
+	if l.delayed {
+		flags |= 1
+	}
+	return append(b, version, flags)
+}
+
+// appendWaiterFields writes the fields of a waiter that every lock record version has, which
+// waiterFields reads.
+func appendWaiterFields(b []byte, w *waiter) []byte {
+	b = protowire.AppendVarint(b, w.session)
+	b = appendString(b, w.owner)
+	b = protowire.AppendVarint(b, w.seq)
+	b = protowire.AppendVarint(b, w.enqueued)
+	return protowire.AppendVarint(b, w.lease)
 }
 
 // fitsV2 reports whether lockRecordV2 holds l whole, so that decodeLockV2 gives l back: a mutex, held
