@@ -35,6 +35,10 @@ type FSM struct {
 	// Records changed since the last commit. A key whose record is gone from memory is deleted by commit.
 	dirtySessions map[uint64]struct{}
 	dirtyLocks    map[string]struct{}
+	// fresh: the names of dirtyLocks whose entry was made after the last commit while the file had no
+	// record of them (newLock); one that leaves the table before the next commit is no change to the file
+	// (touchLock). Nil until the first.
+	fresh map[string]struct{}
 
 	counts tableCounts // Stats' sums, kept as the table changes (stats.go)
 

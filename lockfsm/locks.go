@@ -317,16 +317,29 @@ func (f *FSM) newLock(name string, prim Primitive, limit uint32) *lock {
 		l.ext = &lockExt{limit: limit}
 	}
 	f.locks.put(l)
+	if _, changed := f.dirtyLocks[name]; !changed {
+		// Not in the table at the last prepare and untouched since: the file has no record of it.
+		if f.fresh == nil {
+			f.fresh = make(map[string]struct{})
+		}
+		f.fresh[name] = struct{}{}
+	}
 	return l
 }
 
-// touchLock marks l dirty and drops it from the table when it is empty.
+// touchLock marks l dirty and drops it from the table when it is empty. A name that leaves the table in the
+// same commit interval it came in, with no record in the file, is forgotten rather than deleted from the
+// file: a lock taken and released between two commits (most are) costs the file nothing.
 func (f *FSM) touchLock(l *lock) {
 	f.dirtyLocks[l.name] = struct{}{}
 	if !l.held() && !l.delayed && len(l.waiters()) == 0 && f.locks.get(l.name) == l {
 		f.counts.recount(l) // to nothing: it leaves the table
 		f.locks.del(l.name)
 		f.dead = append(f.dead, l)
+		if _, ok := f.fresh[l.name]; ok {
+			delete(f.fresh, l.name)
+			delete(f.dirtyLocks, l.name)
+		}
 	}
 }
 

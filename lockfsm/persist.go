@@ -188,6 +188,7 @@ func (f *FSM) commit() error {
 	f.settleCounts()
 	f.dirtySessions = emptied(f.dirtySessions)
 	f.dirtyLocks = emptied(f.dirtyLocks)
+	f.fresh = emptied(f.fresh)
 	return nil
 }
 
@@ -221,6 +222,7 @@ func (f *FSM) PrepareCommit() *CommitBatch {
 	f.settleCounts()
 	f.dirtySessions = emptied(f.dirtySessions)
 	f.dirtyLocks = emptied(f.dirtyLocks)
+	f.fresh = emptied(f.fresh)
 	return b
 }
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -410,5 +411,69 @@ func TestDecodeCommandViewAliases(t *testing.T) {
 	}
 	if inside(c.Name) || inside(c.Owner) {
 		t.Fatalf("DecodeCommand's strings point into the encoded bytes")
+	}
+}
+
+// A name taken and released between two commits, with no record in the file, costs the file nothing: the
+// next batch neither writes nor deletes it. A name the file has a record of is still deleted when it leaves,
+// even if it came back and left again within the interval, so a restart finds what memory has (S7).
+func TestShortLivedNamesCostTheFileNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fresh.db")
+	f := mustOpen(t, path, Options{NoSync: true})
+	index := uint64(0)
+	apply := func(c Command) {
+		index++
+		if r, _ := f.ApplyCommand(index, &c, nil); r.Err != nil {
+			t.Fatalf("index %d %v %s: %v", index, c.Kind, c.Name, r.Err)
+		}
+	}
+	seq := uint64(0)
+	take := func(name string) {
+		seq++
+		apply(Command{Kind: KindAcquire, Session: 1, Seq: seq, Name: name, Owner: "o"})
+	}
+	drop := func(name string) {
+		seq++
+		apply(Command{Kind: KindRelease, Session: 1, Seq: seq, Name: name, Owner: "o"})
+	}
+	batchNames := func(b *CommitBatch) []string {
+		var names []string
+		for _, x := range b.locks {
+			names = append(names, string(x.k))
+		}
+		return names
+	}
+	apply(Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000})
+	take("kept")
+	take("x")
+	take("t0")
+	drop("t0") // came and went before the first commit
+	b := f.PrepareCommit()
+	if got := batchNames(b); !slices.Equal(got, []string{"kept", "x"}) {
+		t.Fatalf("first batch writes %q, want [kept x]", got)
+	}
+	if err := f.WriteCommit(b); err != nil {
+		t.Fatal(err)
+	}
+	drop("x") // in the file: its record must go
+	take("x") // back within the interval...
+	drop("x") // ...and gone again
+	take("t")
+	drop("t") // never in the file
+	b = f.PrepareCommit()
+	if got := batchNames(b); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("second batch writes %q, want [x] (x's record deleted, t not in it)", got)
+	}
+	if err := f.WriteCommit(b); err != nil {
+		t.Fatal(err)
+	}
+	want := snapshotBytes(t, f)
+	_ = f.Close()
+	g := mustOpen(t, path, Options{NoSync: true})
+	if _, held := g.Lock("x"); held {
+		t.Fatal("x, released, is in the table read back from the file")
+	}
+	if !bytes.Equal(want, snapshotBytes(t, g)) {
+		t.Fatal("the table read back from the file differs from memory's")
 	}
 }

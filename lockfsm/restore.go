@@ -258,6 +258,7 @@ func (f *FSM) InstallRestore(rs *Restored) {
 	f.applied = rs.applied
 	f.dirtySessions = emptied(f.dirtySessions)
 	f.dirtyLocks = emptied(f.dirtyLocks)
+	f.fresh = emptied(f.fresh)
 }
 
 // restoreFillPercent fills the pages of a restored table's bucket: names arrive in key order, so pages
