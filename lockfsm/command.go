@@ -319,12 +319,13 @@ func DecodeCommandView(b []byte, c *Command) error {
 	return decodeInto(c, b, true)
 }
 
-// decodeInto decodes b into c, reusing c.ExtraNames' backing array. With alias set, strings point into b
-// (no allocation): the caller must not keep them beyond b's lifetime.
+// decodeInto decodes b into c, reusing c.ExtraNames' and c.Checkpoints' backing arrays (kept, empty, when
+// the command has none; nil stays nil). With alias set, strings point into b (no allocation): the caller
+// must not keep them beyond b's lifetime.
 func decodeInto(c *Command, b []byte, alias bool) error {
 	extra := c.ExtraNames[:0]
 	marks := c.Checkpoints[:0]
-	*c = Command{}
+	*c = Command{ExtraNames: extra, Checkpoints: marks}
 	if len(b) == 0 || b[0] == 0 {
 		return fmt.Errorf("%w: %d bytes, no format version", errBadCommand, len(b))
 	}
@@ -410,11 +411,12 @@ func decodeInto(c *Command, b []byte, alias bool) error {
 		for i := uint64(0); i < n && !d.bad; i++ {
 			extra = append(extra, d.str())
 		}
-		c.ExtraNames = extra
 	}
+	c.ExtraNames = extra
 	if m&fCheckpoints != 0 {
-		c.Checkpoints = d.checkpoints(marks)
+		marks = d.checkpoints(marks)
 	}
+	c.Checkpoints = marks
 	c.Primitive = Primitive(u8(fPrimitive))
 	c.Limit = u32(fLimit)
 	c.Value = s(fValue)

@@ -108,6 +108,7 @@ type loopState struct {
 	lastApplied uint64
 	jobs        fsmJobs           // the committer's work, as the loop sees it (committer.go)
 	events      []lockfsm.Event   // an entry's events, reused while small (maxKeptEvents)
+	applied     lockfsm.Command   // the entry being applied, decoded as a view; its slices reused (apply)
 	stopWith    error             // set to stop serving with this error (lockerr.ErrRemoved)
 	out         []*raftpb.Message // a Ready's messages to send, reused (Network.Send keeps no slice)
 

@@ -183,9 +183,12 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			}
 			// The command's strings point into the entry's bytes, which
 			// nothing changes once the entry exists (raft keeps them in its
-			// log as they are); the lock table copies what it keeps.
-			var cmd lockfsm.Command
-			err := lockfsm.DecodeCommandView(e.GetData(), &cmd)
+			// log as they are); the lock table copies what it keeps. Its
+			// name and checkpoint lists reuse the last entry's (nothing
+			// keeps them past the entry), so a multi-name entry allocates
+			// none.
+			cmd := &n.loop.applied
+			err := lockfsm.DecodeCommandView(e.GetData(), cmd)
 			n.loop.events = n.loop.events[:0]
 			var res lockfsm.Result
 			if errors.Is(err, lockfsm.ErrNewerFormat) {
@@ -197,7 +200,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				res, n.loop.events = n.fsm.Apply(idx, e.GetData(), n.loop.events)
 				n.log.Warn("undecodable entry applied as no-op", "index", idx, "err", err)
 			} else {
-				res, n.loop.events = n.fsm.ApplyCommand(idx, &cmd, n.loop.events)
+				res, n.loop.events = n.fsm.ApplyCommand(idx, cmd, n.loop.events)
 				if n.cfg.Observer != nil {
 					// Before any caller hears of the entry (its own, a
 					// forwarded one's, a granted waiter's): a call that
@@ -207,8 +210,8 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 					c, _ := lockfsm.DecodeCommand(e.GetData())
 					n.cfg.Observer(ApplyRecord{Index: idx, Command: &c, Result: res, Events: n.loop.events})
 				}
-				n.onResult(idx, &cmd, res)
-				n.fwd.OnResult(&cmd, res)
+				n.onResult(idx, cmd, res)
+				n.fwd.OnResult(cmd, res)
 			}
 			for i := range n.loop.events {
 				n.onEvent(idx, &n.loop.events[i])
@@ -216,12 +219,15 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err == nil {
 				// Counters and latencies for metrics (metricsnode.go).
 				if cmd.Kind == lockfsm.KindExpireSession || cmd.Kind == lockfsm.KindExpireLease {
-					n.loop.stats.noteExpiry(&cmd, res)
+					n.loop.stats.noteExpiry(cmd, res)
 				}
 				if m := n.cfg.Metrics; m != nil && m.QueueHead != nil && !n.light() {
-					n.loop.heads.onApply(&cmd, res, n.loop.events, n.loop.own.id, n.fsm, n.clock, m.QueueHead)
+					n.loop.heads.onApply(cmd, res, n.loop.events, n.loop.own.id, n.fsm, n.clock, m.QueueHead)
 				}
 			}
+			// Nothing of the entry's bytes is kept past it.
+			clear(cmd.ExtraNames)
+			*cmd = lockfsm.Command{ExtraNames: cmd.ExtraNames[:0], Checkpoints: cmd.Checkpoints[:0]}
 			if cap(n.loop.events) > maxKeptEvents {
 				// A session's end can make millions of events (144 bytes
 				// each, and they hold the names they released): not kept.

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockraft/lockraft/lockfsm"
 	"github.com/lockraft/lockraft/membership"
 )
 
@@ -56,6 +57,8 @@ type Fleet struct {
 	cfg  Config
 	host Host
 	log  *slog.Logger
+
+	forwarded lockfsm.Command // AdmitForwarded's decoded entry, its slices reused (loop)
 
 	// Gossip mode (zero with static members): the configuration with
 	// defaults, this member's gossip name and the sorted founders list.

@@ -241,8 +241,14 @@ func (f *Fleet) AdmitForwarded(data []byte, fwd bool) error {
 	if len(data) == 0 || data[0] == 1 {
 		return nil // version 1: the mutex, as every version knows it
 	}
-	var c lockfsm.Command // read here only: its strings point into data
-	err := lockfsm.DecodeCommandView(data, &c)
+	// Read here only: its strings point into data, and its name list is
+	// the last call's, reused (a multi-name entry allocates none).
+	c := &f.forwarded
+	err := lockfsm.DecodeCommandView(data, c)
+	defer func() {
+		clear(c.ExtraNames)
+		*c = lockfsm.Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
+	}()
 	switch {
 	case err != nil:
 		return err
