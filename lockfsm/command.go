@@ -319,6 +319,13 @@ func DecodeCommandView(b []byte, c *Command) error {
 	return decodeInto(c, b, true)
 }
 
+// Reset empties c for the next DecodeCommandView, keeping its lists' room and dropping every reference it
+// held into the last decoded entry's bytes.
+func (c *Command) Reset() {
+	clear(c.ExtraNames)
+	*c = Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
+}
+
 // decodeInto decodes b into c, reusing c.ExtraNames' and c.Checkpoints' backing arrays (kept, empty, when
 // the command has none; nil stays nil). With alias set, strings point into b (no allocation): the caller
 // must not keep them beyond b's lifetime.

@@ -99,7 +99,7 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 	}
 	c := &f.scratch
 	if err := decodeInto(c, data, true); err != nil {
-		*c = Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
+		c.Reset()
 		if errors.Is(err, ErrNewerFormat) {
 			f.halted = index
 			return Result{Err: ErrNewerFormat}, events
@@ -108,9 +108,7 @@ func (f *FSM) Apply(index uint64, data []byte, events []Event) (Result, []Event)
 		return Result{Err: errBadCommand}, events
 	}
 	r, events := f.apply(index, c, events)
-	// Drop the aliases into data.
-	clear(c.ExtraNames)
-	*c = Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
+	c.Reset() // drop the aliases into data
 	return r, events
 }
 

@@ -477,3 +477,30 @@ func TestShortLivedNamesCostTheFileNothing(t *testing.T) {
 		t.Fatal("the table read back from the file differs from memory's")
 	}
 }
+
+// Reset keeps a decoded command's name list for the next decode and holds nothing of the entry: a loop that
+// decodes every entry into one Command allocates no list per multi-name entry and pins no entry's bytes.
+func TestCommandResetKeepsRoomAndDropsTheEntry(t *testing.T) {
+	b := (&Command{Kind: KindAcquire, Session: 3, Seq: 4, Name: "a", Owner: "o", ExtraNames: []string{"b", "c"}}).AppendEncode(nil)
+	var c Command
+	if err := DecodeCommandView(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	list := c.ExtraNames[:cap(c.ExtraNames)]
+	c.Reset()
+	if c.Name != "" || c.Owner != "" || len(c.ExtraNames) != 0 || cap(c.ExtraNames) != len(list) {
+		t.Fatalf("after Reset: %+v (list cap %d, want %d)", c, cap(c.ExtraNames), len(list))
+	}
+	for i, s := range list {
+		if s != "" {
+			t.Fatalf("after Reset the list still holds %q at %d (the entry's bytes)", s, i)
+		}
+	}
+	single := (&Command{Kind: KindAcquire, Session: 3, Seq: 5, Name: "d", Owner: "o"}).AppendEncode(nil)
+	if err := DecodeCommandView(single, &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.ExtraNames) != 0 || cap(c.ExtraNames) != len(list) {
+		t.Fatalf("a single-name entry dropped the list's room: len %d cap %d", len(c.ExtraNames), cap(c.ExtraNames))
+	}
+}

@@ -225,9 +225,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 					n.loop.heads.onApply(cmd, res, n.loop.events, n.loop.own.id, n.fsm, n.clock, m.QueueHead)
 				}
 			}
-			// Nothing of the entry's bytes is kept past it.
-			clear(cmd.ExtraNames)
-			*cmd = lockfsm.Command{ExtraNames: cmd.ExtraNames[:0], Checkpoints: cmd.Checkpoints[:0]}
+			cmd.Reset() // nothing of the entry's bytes is kept past it
 			if cap(n.loop.events) > maxKeptEvents {
 				// A session's end can make millions of events (144 bytes
 				// each, and they hold the names they released): not kept.

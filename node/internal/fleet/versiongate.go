@@ -245,10 +245,7 @@ func (f *Fleet) AdmitForwarded(data []byte, fwd bool) error {
 	// the last call's, reused (a multi-name entry allocates none).
 	c := &f.forwarded
 	err := lockfsm.DecodeCommandView(data, c)
-	defer func() {
-		clear(c.ExtraNames)
-		*c = lockfsm.Command{ExtraNames: c.ExtraNames[:0], Checkpoints: c.Checkpoints[:0]}
-	}()
+	defer c.Reset()
 	switch {
 	case err != nil:
 		return err
