@@ -118,34 +118,11 @@ func benchParallelPairs64(b *testing.B, engine string) {
 //	go test -run '^$' -bench ParallelLockAll3 -benchtime 20000x ./node/
 func BenchmarkParallelLockAll3(b *testing.B) {
 	nodes := benchCluster(b, logEngineWAL)
-	ctx := context.Background()
-	b.ResetTimer()
-	start, cpu0 := time.Now(), processCPU()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 64 {
-		n := nodes[uint64(g%3+1)]
-		wg.Go(func() {
-			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-				base := fmt.Sprintf("m/%d/%d", g, i%16)
-				h, err := n.AcquireWith(ctx, Request{Name: base + "/a", Owner: "o", Wait: true,
-					ExtraNames: []string{base + "/b", base + "/c"}})
-				if err == nil {
-					err = h.Release(ctx)
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
-	if cpu0 > 0 {
-		b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu_us/pair")
-	}
+	runCallerAcquires(b, nodes, 64, func(ctx context.Context, n *Node, g int, i int64) (*Hold, error) {
+		base := fmt.Sprintf("m/%d/%d", g, i%16)
+		return n.AcquireWith(ctx, Request{Name: base + "/a", Owner: "o", Wait: true,
+			ExtraNames: []string{base + "/b", base + "/c"}})
+	})
 }
 
 // runCallerPairs runs b.N Lock+Unlock pairs from callers goroutines spread over
@@ -155,9 +132,15 @@ func BenchmarkParallelLockAll3(b *testing.B) {
 // pairs/s on a shared machine, and what bounds S2 once the cores are busy).
 // The timer covers the pairs only.
 func runCallerPairs(b *testing.B, nodes map[uint64]*Node, callers int, lockFor func(g int, i int64) (name, owner string)) {
+	runCallerAcquires(b, nodes, callers, pairAcquire(lockFor))
+}
+
+// runCallerAcquires is runCallerPairs with each pair's acquire made by
+// acquire (the hold it returns is released).
+func runCallerAcquires(b *testing.B, nodes map[uint64]*Node, callers int, acquire acquireFunc) {
 	b.ResetTimer()
 	start, cpu0 := time.Now(), processCPU()
-	callPairs(b, context.Background(), callers, int64(b.N), func(g int) *Node { return nodes[uint64(g%3+1)] }, lockFor)
+	callAcquires(b, context.Background(), callers, int64(b.N), func(g int) *Node { return nodes[uint64(g%3+1)] }, acquire)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
 	if cpu0 > 0 {
@@ -171,14 +154,31 @@ func runCallerPairs(b *testing.B, nodes map[uint64]*Node, callers int, lockFor f
 // call is reported with tb.Error and ends its caller.
 func callPairs(tb testing.TB, ctx context.Context, callers int, total int64, nodeOf func(g int) *Node,
 	lockFor func(g int, i int64) (name, owner string)) {
+	callAcquires(tb, ctx, callers, total, nodeOf, pairAcquire(lockFor))
+}
+
+// acquireFunc takes caller g's i-th hold on n.
+type acquireFunc func(ctx context.Context, n *Node, g int, i int64) (*Hold, error)
+
+// pairAcquire is the acquire of callPairs: a waiting Lock of the name and
+// owner lockFor gives.
+func pairAcquire(lockFor func(g int, i int64) (name, owner string)) acquireFunc {
+	return func(ctx context.Context, n *Node, g int, i int64) (*Hold, error) {
+		name, owner := lockFor(g, i)
+		return n.Acquire(ctx, name, owner, true, 0)
+	}
+}
+
+// callAcquires is callPairs with each pair's acquire made by acquire.
+func callAcquires(tb testing.TB, ctx context.Context, callers int, total int64, nodeOf func(g int) *Node,
+	acquire acquireFunc) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for g := range callers {
 		n := nodeOf(g)
 		wg.Go(func() {
 			for i := next.Add(1); i <= total; i = next.Add(1) {
-				name, owner := lockFor(g, i)
-				h, err := n.Acquire(ctx, name, owner, true, 0)
+				h, err := acquire(ctx, n, g, i)
 				if err == nil {
 					err = h.Release(ctx)
 				}
