@@ -113,7 +113,7 @@ func benchParallelPairs64(b *testing.B, engine string) {
 
 // BenchmarkParallelLockAll3: as ParallelPairs64, each pair a LockAll of three
 // names (one entry) and its release: the multi-name lock's cost beside a
-// single name's (issue targets: within 1.3× of Lock's).
+// single name's (the target: within 1.3× of Lock's).
 //
 //	go test -run '^$' -bench ParallelLockAll3 -benchtime 20000x ./node/
 func BenchmarkParallelLockAll3(b *testing.B) {
