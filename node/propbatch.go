@@ -3,6 +3,8 @@ package node
 import (
 	"time"
 
+	"github.com/lockraft/lockraft/lockfsm"
+
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -22,6 +24,8 @@ type proposalBatch struct {
 	// transport; an entry is never reused, so a slab lives until the last
 	// of its entries is dropped.
 	slab []raftpb.Entry
+	// arena: the room the loop's own commands are encoded into (encode).
+	arena []byte
 
 	// Set at start.
 	rn *raft.RawNode
@@ -44,6 +48,29 @@ func (b *proposalBatch) add(data []byte, o *op) {
 
 // entrySlab is how many entries proposalBatch allocates at a time.
 const entrySlab = 64
+
+// encode returns c encoded, in the batch's arena rather than an allocation
+// of its own. The arena is only ever appended to, and each command gets a
+// slice whose capacity ends with it, so the bytes stay as encoded for as long
+// as raft, the appender or the transport hold them. Nothing on the loop keeps
+// them past the turn's flush (a re-proposal encodes again), so a chunk is
+// dropped soon after the last command in it is sent or copied.
+func (b *proposalBatch) encode(c *lockfsm.Command) []byte {
+	if cap(b.arena)-len(b.arena) < arenaRoom {
+		b.arena = make([]byte, 0, arenaChunk)
+	}
+	start := len(b.arena)
+	b.arena = c.AppendEncode(b.arena) // a larger command moves the arena, leaving earlier slices as they are
+	return b.arena[start:len(b.arena):len(b.arena)]
+}
+
+// arenaChunk is the size of an arena chunk: about a hundred plain commands.
+// arenaRoom is the least room a command starts in (a lock or unlock with
+// names and owners of ordinary length needs under a hundred bytes).
+const (
+	arenaChunk = 8 << 10
+	arenaRoom  = 256
+)
 
 // addForwarded queues entries forwarded by another node (a MsgProp),
 // unchanged.

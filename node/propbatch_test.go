@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,45 @@ func TestForwardedConfChangeIsRefused(t *testing.T) {
 		_, learners, err := n.ConfState(ctx)
 		require.NoError(t, err)
 		require.NotContains(t, learners, uint64(learner), "node %d applied a forwarded configuration change", n.ID())
+	}
+}
+
+// The loop encodes its commands into a shared arena, and raft, the appender
+// and the transport hold the bytes after the turn that proposed them (a
+// follower's forwarded proposal waits in the transport's queue). No later
+// encode may change them, whether it fits the arena, starts a new chunk or
+// is larger than a chunk; and none may be appended to in place (S3, S6: what
+// is sent is what was proposed).
+func TestProposalBytesStayAsEncoded(t *testing.T) {
+	var b proposalBatch
+	type encoded struct {
+		cmd  lockfsm.Command
+		data []byte
+		want []byte
+	}
+	var all []encoded
+	for i := range 2000 {
+		c := lockfsm.Command{Kind: lockfsm.KindAcquire, Session: 7, Seq: uint64(i + 1), Name: fmt.Sprintf("n/%d", i),
+			Owner: "o", Wait: true}
+		switch {
+		case i%97 == 0: // larger than the room a command starts in
+			for j := range 20 {
+				c.ExtraNames = append(c.ExtraNames, fmt.Sprintf("extra/%d/%d", i, j))
+			}
+		case i == 1000: // larger than a chunk
+			for j := range lockfsm.MaxMultiNames - 1 {
+				c.ExtraNames = append(c.ExtraNames, fmt.Sprintf("wide/%d/%s", j, strings.Repeat("w", 400)))
+			}
+		}
+		data := b.encode(&c)
+		require.Equal(t, len(data), cap(data), "command %d: an append to its bytes would write into the arena", i)
+		all = append(all, encoded{cmd: c, data: data, want: c.AppendEncode(nil)})
+	}
+	for i, e := range all {
+		require.Equal(t, e.want, e.data, "command %d changed after it was encoded", i)
+		got, err := lockfsm.DecodeCommand(e.data)
+		require.NoError(t, err, "command %d", i)
+		require.Equal(t, e.cmd.Name, got.Name)
+		require.Equal(t, e.cmd.ExtraNames, got.ExtraNames)
 	}
 }

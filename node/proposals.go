@@ -17,8 +17,7 @@ import (
 // lockfsm applies it at most once: S6) whenever its result is overdue, and
 // completes it from its own node's apply. Nothing is polled.
 type op struct {
-	cmd  lockfsm.Command
-	data []byte
+	cmd lockfsm.Command
 
 	// done is signalled exactly once, after out is set (finish); nil for
 	// background ops (a Cancel or a Release whose caller gave up) that
@@ -160,18 +159,16 @@ func (n *Node) propose(o *op) {
 	if o.cmd.AckedBelow > o.cmd.Seq {
 		o.cmd.AckedBelow = o.cmd.Seq
 	}
-	// A fresh slice each time: raft and the appender may still hold the
-	// previous proposal's bytes.
-	o.data = o.cmd.AppendEncode(nil)
+	data := n.loop.props.encode(&o.cmd)
 	o.proposedAt = n.clock.Now()
 	if o.firstProposed.IsZero() {
 		o.firstProposed = o.proposedAt
 	}
 	if n.light() {
-		n.fwd.Forward(o.data)
+		n.fwd.Forward(data)
 		return
 	}
-	n.loop.props.add(o.data, o)
+	n.loop.props.add(data, o)
 }
 
 // retryProposals re-proposes ops whose result is overdue.
