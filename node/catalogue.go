@@ -176,8 +176,8 @@ func (h *Hold) Proclaim(ctx context.Context, value string) error {
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("%w: %d bytes (at most %d)", lockerr.ErrInvalidValue, len(value), MaxValueLen)
 	}
-	if h.released.Load() || h.ctx.Err() != nil {
-		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
+	if h.released.Load() || h.endCause() != nil {
+		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, h.endCause())
 	}
 	n := h.n
 	o := newCallerOp(lockfsm.Command{Kind: lockfsm.KindProclaim, Name: h.name, Owner: h.owner, Value: value,
@@ -193,7 +193,7 @@ func (h *Hold) Proclaim(ctx context.Context, value string) error {
 			return out.err
 		}
 		if out.res.Err != nil {
-			if cause := context.Cause(h.ctx); cause != nil {
+			if cause := h.endCause(); cause != nil {
 				return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 			}
 			return fsmError(out.res, h.name)

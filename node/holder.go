@@ -263,7 +263,7 @@ func (n *Node) onLeasedGrantConfirmed(o *op, h *Hold, err error) {
 		h.lease.cancel(context.Canceled)
 		return
 	}
-	if err == nil && h.ctx.Err() == nil && !n.clock.Now().After(h.lease.deadline()) {
+	if err == nil && h.endCause() == nil && !n.clock.Now().After(h.lease.deadline()) {
 		delete(r.queued, o.cmd.Seq)
 		h.lease.start()
 		r.complete(o, opResult{hold: h})

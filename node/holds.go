@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -19,9 +20,9 @@ import (
 // released once. A Hold is safe for concurrent use.
 //
 // lease is the grant's own lease, shared with the grant's other Holds (nil:
-// the lock lives as long as the session). ctx is a child of the lease's
-// context, or of the session's: their timers cancel it at the holder-side
-// deadline (holder.go).
+// the lock lives as long as the session). parent is the lease's context, or
+// the session's: their timers cancel it at the holder-side deadline
+// (holder.go), which ends the hold.
 type Hold struct {
 	n        *Node
 	name     string
@@ -32,9 +33,16 @@ type Hold struct {
 	permits  uint32   // semaphore: permits this acquisition holds
 	extra    []string // multi-name lock: the names besides name
 	lease    *grantLease
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	parent   context.Context
 	released atomic.Bool
+
+	mu sync.Mutex
+	// ended says why the hold ended, when it ended before anyone asked for
+	// its Context; ctx and cancel are nil until Context is first called. A
+	// caller that never asks costs the lock path no context of its own.
+	ended  error
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
 // Name is the lock name.
@@ -49,7 +57,51 @@ func (h *Hold) Token() uint64 { return h.token }
 
 // Context is cancelled when this hold ends: context.Cause says why
 // (lockerr.ErrReleased, lockerr.ErrLeaseExpired, lockerr.ErrSessionExpired, lockerr.ErrClosed).
-func (h *Hold) Context() context.Context { return h.ctx }
+// Every call returns the same context, made by the first.
+func (h *Hold) Context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.ctx != nil:
+	case h.ended != nil:
+		// Ended first: a parent that ended since must not overrule it.
+		h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(h.parent))
+		h.cancel(h.ended)
+	default:
+		h.ctx, h.cancel = context.WithCancelCause(h.parent)
+	}
+	return h.ctx
+}
+
+// end ends the hold with cause. Like a context's cancel, only the first end
+// counts, and an end of its parent before it counts first.
+func (h *Hold) end(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx != nil {
+		h.cancel(cause)
+		return
+	}
+	if h.ended == nil {
+		if h.ended = context.Cause(h.parent); h.ended == nil {
+			h.ended = cause
+		}
+	}
+}
+
+// endCause is why the hold ended, nil while it is held: what context.Cause
+// of its Context says, without making one.
+func (h *Hold) endCause() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.ctx != nil:
+		return context.Cause(h.ctx)
+	case h.ended != nil:
+		return h.ended
+	}
+	return context.Cause(h.parent)
+}
 
 // primitive is the kind of lock held: mutex (also a multi-name lock),
 // read-write lock, semaphore or election.
@@ -128,7 +180,7 @@ func (r *holdRegistry) add(h *Hold) {
 func (r *holdRegistry) lose(k holdKey, cause error) {
 	if hl := r.held[k]; hl != nil {
 		for _, h := range hl.handles {
-			h.cancel(cause)
+			h.end(cause)
 		}
 		delete(r.held, k)
 	}
@@ -152,7 +204,7 @@ func (r *holdRegistry) drop(h *Hold) {
 func (r *holdRegistry) loseAll(cause error) {
 	for k, hl := range r.held {
 		for _, h := range hl.handles {
-			h.cancel(cause)
+			h.end(cause)
 		}
 		delete(r.held, k)
 	}
@@ -298,9 +350,9 @@ func (n *Node) newHold(o *op, token uint64) (h *Hold, fresh bool, err error) {
 	if h.lease != nil {
 		parent = h.lease.ctx
 	}
-	h.ctx, h.cancel = context.WithCancelCause(parent)
-	if h.ctx.Err() != nil {
-		return nil, false, context.Cause(h.ctx)
+	h.parent = parent
+	if cause := context.Cause(parent); cause != nil {
+		return nil, false, cause
 	}
 	n.loop.holds.add(h)
 	return h, fresh, nil
@@ -355,7 +407,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	if !h.released.CompareAndSwap(false, true) {
 		return lockerr.ErrNotHeld
 	}
-	if cause := context.Cause(h.ctx); errors.Is(cause, lockerr.ErrSessionExpired) || errors.Is(cause, lockerr.ErrClosed) {
+	if cause := h.endCause(); errors.Is(cause, lockerr.ErrSessionExpired) || errors.Is(cause, lockerr.ErrClosed) {
 		// Lost with its session, whose end (or the close this node
 		// proposes for it) releases it: nothing to propose, and no new
 		// session to wait for (a node cut off would wait for ever).
@@ -378,12 +430,12 @@ func (h *Hold) Release(ctx context.Context) error {
 			return out.err
 		}
 		if out.res.Err != nil {
-			if cause := context.Cause(h.ctx); cause != nil && !errors.Is(cause, lockerr.ErrReleased) {
+			if cause := h.endCause(); cause != nil && !errors.Is(cause, lockerr.ErrReleased) {
 				return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 			}
 			return fsmError(out.res, h.name)
 		}
-		h.cancel(lockerr.ErrReleased)
+		h.end(lockerr.ErrReleased)
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -401,7 +453,7 @@ func (h *Hold) releaseInBackground() {
 		n.loop.holds.drop(h)
 		n.submit(&op{cmd: h.releaseCommand()})
 	})
-	h.cancel(lockerr.ErrReleased)
+	h.end(lockerr.ErrReleased)
 }
 
 // releaseCommand is the Release of one level of h: by mode for a read-write

@@ -31,8 +31,8 @@ func (h *Hold) Renew(ctx context.Context) error {
 	if h.lease == nil {
 		return nil
 	}
-	if h.ctx.Err() != nil || h.released.Load() {
-		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
+	if cause := h.endCause(); cause != nil || h.released.Load() {
+		return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 	}
 	n := h.n
 	lead := n.lead.Load()
@@ -63,9 +63,9 @@ func (h *Hold) Renew(ctx context.Context) error {
 		// The lease's timer, armed for the deadline it last saw, finds
 		// the later one when it fires and re-arms.
 		h.lease.base.Advance(sent)
-		if h.ctx.Err() != nil {
+		if cause := h.endCause(); cause != nil {
 			// Its deadline passed before the answer came: lost is lost.
-			return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, context.Cause(h.ctx))
+			return fmt.Errorf("%w: %w", lockerr.ErrNotHeld, cause)
 		}
 		return nil
 	case keepaliveNoSession:

@@ -100,8 +100,7 @@ func TestRestoreKeepsWhatIsNewerThanTheSnapshot(t *testing.T) {
 	require.NoError(t, n.do(ctx, func() {
 		i := n.fsm.AppliedIndex()
 		hold := func(name string, token uint64) *Hold {
-			h := &Hold{n: n, name: name, owner: "o", token: token}
-			h.ctx, h.cancel = context.WithCancelCause(context.Background())
+			h := &Hold{n: n, name: name, owner: "o", token: token, parent: context.Background()}
 			n.loop.holds.add(h)
 			return h
 		}
@@ -126,7 +125,7 @@ func TestRestoreKeepsWhatIsNewerThanTheSnapshot(t *testing.T) {
 				return nil
 			}
 		}
-		got <- outcome{context.Cause(newer.ctx), context.Cause(older.ctx), res(newerW), res(olderW)}
+		got <- outcome{newer.endCause(), older.endCause(), res(newerW), res(olderW)}
 		n.loop.holds.drop(newer)
 		delete(n.loop.ops.queued, 1<<40)
 	}))
