@@ -109,6 +109,7 @@ type loopState struct {
 	jobs        fsmJobs           // the committer's work, as the loop sees it (committer.go)
 	events      []lockfsm.Event   // an entry's events, reused while small (maxKeptEvents)
 	applied     lockfsm.Command   // the entry being applied, decoded as a view; its slices reused (apply)
+	proposed    lockfsm.Command   // a forwarded entry being authorised, likewise (authoriseProposal)
 	stopWith    error             // set to stop serving with this error (lockerr.ErrRemoved)
 	out         []*raftpb.Message // a Ready's messages to send, reused (Network.Send keeps no slice)
 

@@ -86,12 +86,13 @@ func (n *Node) admit(m *raftpb.Message, v raftView) bool {
 // (sessionOwner) are dropped quietly: the proposer retries.
 func (n *Node) authoriseProposal(m *raftpb.Message) error {
 	keep := m.Entries[:0]
-	var cmd lockfsm.Command // its strings point into the entry's data: read here, never kept
+	cmd := &n.loop.proposed // its strings point into the entry's data: read here, never kept
+	defer cmd.Reset()
 	for _, e := range m.GetEntries() {
-		if err := lockfsm.DecodeCommandView(e.GetData(), &cmd); err != nil {
+		if err := lockfsm.DecodeCommandView(e.GetData(), cmd); err != nil {
 			return fmt.Errorf("%w: undecodable command: %v", errGuard, err)
 		}
-		switch err := n.authorise(m.GetFrom(), &cmd); {
+		switch err := n.authorise(m.GetFrom(), cmd); {
 		case err == nil:
 			keep = append(keep, e)
 		case errors.Is(err, errUnknownSession):
