@@ -1,5 +1,7 @@
 package lockfsm
 
+import "strings"
+
 // Multi-name acquires: Name and ExtraNames, all mutexes, taken together in one entry or not at all.
 //
 // A request holds nothing while it waits (no hold-and-wait): it sits in the FIFO queue of every one of its
@@ -92,7 +94,7 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 		}
 	}
 	if free {
-		ev = f.grantMulti(s, f.ownOwner(c.Owner), &extra{names: f.ownNames(c)}, c.Seq, index, c.LeaseMillis, false, ev)
+		ev = f.grantMulti(s, f.ownOwner(c.Owner), f.ownNames(c), c.Seq, index, c.LeaseMillis, false, ev)
 		return Result{Status: Granted, Token: index, HoldCount: 1}, ev
 	}
 	if !c.Wait {
@@ -105,9 +107,9 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 			}
 		}
 	}
-	names := f.ownNames(c)
-	w := waiter{session: s.id, owner: f.ownOwner(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis,
-		x: &extra{names: names}}
+	x := f.ownNames(c)
+	w := waiter{session: s.id, owner: f.ownOwner(c.Owner), seq: c.Seq, enqueued: index, lease: c.LeaseMillis, x: x}
+	names := x.names
 	for _, name := range names {
 		l := f.locks.get(name)
 		if l == nil {
@@ -120,20 +122,71 @@ func (f *FSM) acquireMulti(index uint64, s *session, c *Command, ev []Event) (Re
 	return Result{Status: Queued, Position: uint32(len(f.locks.get(names[0]).waiters()))}, ev
 }
 
-// ownNames returns c's names as strings the state may keep: the table's own for names it has.
-func (f *FSM) ownNames(c *Command) []string {
+// ownNames returns c's names, as strings the state may keep, in a new extra: the table's own for names it
+// has, and for the others copies made in one allocation. A copy that outlives the others (a name whose
+// entry stays, with waiters, after the multi-name hold that made it ends) keeps their bytes too: at most
+// MaxMultiNames × MaxNameLen (16 KiB).
+func (f *FSM) ownNames(c *Command) *extra {
 	n := 1 + len(c.ExtraNames)
-	names := make([]string, n)
-	for i := range names {
-		x := nameAt(c, i)
-		if l := f.locks.get(x); l != nil {
-			names[i] = l.name
-		} else {
-			names[i] = f.own(x)
+	x := newExtraNames(n)
+	var b strings.Builder
+	var copied uint32 // bit i: names[i] is in b (n ≤ MaxMultiNames = 32, checked by acquireMulti)
+	for i := range n {
+		name := nameAt(c, i)
+		switch l := f.locks.get(name); {
+		case l != nil:
+			x.names[i] = l.name
+		case f.k.keepAliases:
+			x.names[i] = name
+		default:
+			if copied == 0 {
+				b.Grow(namesLen(c, i)) // room for this name and the rest: most names of a LockAll are new
+			}
+			b.WriteString(name)
+			copied |= 1 << i
 		}
 	}
-	return names
+	if copied == 0 {
+		return x
+	}
+	copies, at := b.String(), 0
+	for i := range n {
+		if copied&(1<<i) != 0 {
+			end := at + len(nameAt(c, i))
+			x.names[i], at = copies[at:end], end
+		}
+	}
+	return x
 }
+
+// namesLen is the length of c's names from the i-th on.
+func namesLen(c *Command, i int) int {
+	size := 0
+	for ; i < 1+len(c.ExtraNames); i++ {
+		size += len(nameAt(c, i))
+	}
+	return size
+}
+
+// newExtraNames returns an extra with room for n names, made with it in one allocation for a LockAll of
+// a few names.
+func newExtraNames(n int) *extra {
+	if n <= inlineNames {
+		e := &extraWithNames{}
+		e.x.names = e.room[:n]
+		return &e.x
+	}
+	return &extra{names: make([]string, n)}
+}
+
+// extraWithNames is an extra and the room for its names.
+type extraWithNames struct {
+	x    extra
+	room [inlineNames]string
+}
+
+// inlineNames is how many names an extra made by newExtraNames holds in its own allocation.
+const inlineNames = 4
 
 // grantMulti gives (s, owner) one hold on every name of x (a copy per name, one token) and reports it
 // once.

@@ -3,6 +3,7 @@ package lockfsm
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -188,5 +189,54 @@ func TestOwnersShareOneCopy(t *testing.T) {
 	if unsafe.StringData(ha.owner) != unsafe.StringData(hb.owner) || unsafe.StringData(w.owner) != unsafe.StringData(ha.owner) {
 		t.Fatalf("the holds and the waiter of one owner keep %p, %p and %p, not one copy",
 			unsafe.StringData(ha.owner), unsafe.StringData(hb.owner), unsafe.StringData(w.owner))
+	}
+}
+
+// A LockAll's new names are copied out of the entry together, in one allocation, and an existing name's
+// entry lends the hold its own copy (the table's memory per held lock, S7: nothing points into the
+// entry's bytes). Checked for a grant and a queued wait, with the entries overwritten after apply.
+func TestLockAllNamesAreCopiedTogether(t *testing.T) {
+	f := memFSM()
+	f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
+	f.ApplyCommand(2, &Command{Kind: KindOpenSession, Node: 2, TTLMillis: 5000}, nil)
+	var entries [][]byte
+	apply := func(index uint64, c *Command) {
+		b := c.AppendEncode(nil)
+		entries = append(entries, b)
+		if r, _ := f.Apply(index, b, nil); r.Err != nil {
+			t.Fatalf("index %d: %v", index, r.Err)
+		}
+	}
+	apply(3, &Command{Kind: KindAcquire, Session: 1, Seq: 1, Name: "solo", Owner: "o"})
+	apply(4, &Command{Kind: KindAcquire, Session: 1, Seq: 2, Name: "alpha", Owner: "o", ExtraNames: []string{"beta", "gamma"}})
+	apply(5, &Command{Kind: KindAcquire, Session: 2, Seq: 1, Name: "delta", Owner: "p", ExtraNames: []string{"solo", "epsilon"},
+		Wait: true})
+	for _, b := range entries {
+		for i := range b {
+			b[i] = 0xff
+		}
+	}
+	held := f.locks.get("alpha").holds()[0].names()
+	queued := f.locks.get("delta").waiters()[0].x.names
+	if !slices.Equal(held, []string{"alpha", "beta", "gamma"}) || !slices.Equal(queued, []string{"delta", "solo", "epsilon"}) {
+		t.Fatalf("names %q and %q after the entries were overwritten", held, queued)
+	}
+	follows := func(a, b string) bool {
+		return unsafe.Pointer(unsafe.StringData(b)) == unsafe.Add(unsafe.Pointer(unsafe.StringData(a)), len(a))
+	}
+	if !follows(held[0], held[1]) || !follows(held[1], held[2]) {
+		t.Fatalf("the grant's new names are not one copy: %p %p %p", unsafe.StringData(held[0]),
+			unsafe.StringData(held[1]), unsafe.StringData(held[2]))
+	}
+	if !follows(queued[0], queued[2]) {
+		t.Fatalf("the wait's new names are not one copy: %p %p", unsafe.StringData(queued[0]), unsafe.StringData(queued[2]))
+	}
+	if l := f.locks.get("solo"); unsafe.StringData(queued[1]) != unsafe.StringData(l.name) {
+		t.Fatal("the wait keeps a copy of its name solo besides the table's")
+	}
+	for _, name := range held {
+		if l := f.locks.get(name); unsafe.StringData(l.name) != unsafe.StringData(name) {
+			t.Fatalf("lock %s keeps a copy of its name besides its hold's", name)
+		}
 	}
 }
