@@ -3,10 +3,10 @@ package node
 import (
 	"time"
 
-	"github.com/lockraft/lockraft/lockfsm"
-
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lockraft/lockraft/lockfsm"
 )
 
 // proposalBatch collects the commands the loop proposes during one turn, so
