@@ -156,29 +156,41 @@ func checkHoldsTheMap(t *testing.T, step int, tab *lockTable, want map[string]*l
 	}
 }
 
-// Holds and waiters of one owner share one copy of its bytes (the owners cache), which is not the
-// applied entry's: a table of a million locks of a few owners keeps a few owner strings, and overwriting
-// an entry once applied changes no owner in the table.
-func TestOwnersShareOneCopy(t *testing.T) {
-	f := memFSM()
+// fromEntries returns a table with two sessions open (of nodes 1 and 2), an apply that applies a command
+// from its encoded entry at index, and overwrite, which overwrites every entry applied so far: what the
+// table keeps must not point into them (S7).
+func fromEntries(t *testing.T) (f *FSM, apply func(index uint64, c *Command), overwrite func()) {
+	t.Helper()
+	f = memFSM()
 	f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
 	f.ApplyCommand(2, &Command{Kind: KindOpenSession, Node: 2, TTLMillis: 5000}, nil)
 	var entries [][]byte
-	apply := func(index uint64, c *Command) {
+	apply = func(index uint64, c *Command) {
 		b := c.AppendEncode(nil)
 		entries = append(entries, b)
 		if r, _ := f.Apply(index, b, nil); r.Err != nil {
 			t.Fatalf("index %d: %v", index, r.Err)
 		}
 	}
+	overwrite = func() {
+		for _, b := range entries {
+			for i := range b {
+				b[i] = 0xff
+			}
+		}
+	}
+	return f, apply, overwrite
+}
+
+// Holds and waiters of one owner share one copy of its bytes (the owners cache), which is not the
+// applied entry's: a table of a million locks of a few owners keeps a few owner strings, and overwriting
+// an entry once applied changes no owner in the table.
+func TestOwnersShareOneCopy(t *testing.T) {
+	f, apply, overwrite := fromEntries(t)
 	apply(3, &Command{Kind: KindAcquire, Session: 1, Seq: 1, Name: "a", Owner: "worker-7"})
 	apply(4, &Command{Kind: KindAcquire, Session: 1, Seq: 2, Name: "b", Owner: "worker-7"})
 	apply(5, &Command{Kind: KindAcquire, Session: 2, Seq: 1, Name: "a", Owner: "worker-7", Wait: true})
-	for _, b := range entries {
-		for i := range b {
-			b[i] = 0xff
-		}
-	}
+	overwrite()
 	ha, hb := &f.locks.get("a").holds()[0], &f.locks.get("b").holds()[0]
 	w := &f.locks.get("a").waiters()[0]
 	for _, o := range []string{ha.owner, hb.owner, w.owner} {
@@ -196,26 +208,12 @@ func TestOwnersShareOneCopy(t *testing.T) {
 // entry lends the hold its own copy (the table's memory per held lock, S7: nothing points into the
 // entry's bytes). Checked for a grant and a queued wait, with the entries overwritten after apply.
 func TestLockAllNamesAreCopiedTogether(t *testing.T) {
-	f := memFSM()
-	f.ApplyCommand(1, &Command{Kind: KindOpenSession, Node: 1, TTLMillis: 5000}, nil)
-	f.ApplyCommand(2, &Command{Kind: KindOpenSession, Node: 2, TTLMillis: 5000}, nil)
-	var entries [][]byte
-	apply := func(index uint64, c *Command) {
-		b := c.AppendEncode(nil)
-		entries = append(entries, b)
-		if r, _ := f.Apply(index, b, nil); r.Err != nil {
-			t.Fatalf("index %d: %v", index, r.Err)
-		}
-	}
+	f, apply, overwrite := fromEntries(t)
 	apply(3, &Command{Kind: KindAcquire, Session: 1, Seq: 1, Name: "solo", Owner: "o"})
 	apply(4, &Command{Kind: KindAcquire, Session: 1, Seq: 2, Name: "alpha", Owner: "o", ExtraNames: []string{"beta", "gamma"}})
 	apply(5, &Command{Kind: KindAcquire, Session: 2, Seq: 1, Name: "delta", Owner: "p", ExtraNames: []string{"solo", "epsilon"},
 		Wait: true})
-	for _, b := range entries {
-		for i := range b {
-			b[i] = 0xff
-		}
-	}
+	overwrite()
 	held := f.locks.get("alpha").holds()[0].names()
 	queued := f.locks.get("delta").waiters()[0].x.names
 	if !slices.Equal(held, []string{"alpha", "beta", "gamma"}) || !slices.Equal(queued, []string{"delta", "solo", "epsilon"}) {
